@@ -1,0 +1,72 @@
+"""The one batch type that flows between collector, reward, advantage and loss.
+
+A `Batch` is a dict of tensors that share leading dimensions. Rollouts of simulators are stored
+time-major as ``[T, N, ...]`` (T decision steps, N environments) and flattened to ``[T*N, ...]``
+for the update; single-turn tasks (a VLM answer, a generated image) are episodes of length T=1.
+Every key the core uses is documented in `KEYS`; components may add their own keys (a policy's
+replay inputs, say) and should document them next to where they are produced.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+KEYS: dict[str, str] = {
+    # observations (what the policy saw at each decision)
+    "image": "uint8 [.., H, W, 3] camera image (several cameras: [.., V, H, W, 3])",
+    "state": "float [.., D] proprioceptive / low-dimensional state (optional)",
+    "instruction_ids": "long [.., L] tokenized instruction (0 = padding)",
+    # what the rollout produced
+    "actions": "float [.., C, A] executed action chunk (C steps of A dims)",
+    "old_logp": "float [.., *R] behaviour log-prob at the policy's log-prob level R (see policy)",
+    "old_values": "float [..] critic value at rollout time",
+    "flow_chain": "float [.., K+1, C, A] denoising chain x_K..x_0 (replay input of flow policies)",
+    "flow_stoch": "bool [.., K] which denoising transitions were stochastic",
+    # environment feedback
+    "rewards": "float [..] reward summed over the executed chunk",
+    "dones": "bool [..] episode ended (terminated or truncated) during this chunk",
+    "terminated": "bool [..] ended by success/failure (no bootstrap)",
+    "success": "bool [..] task success reached during this chunk",
+    "valid": "bool [..] this decision happened (False after the episode ended)",
+    "group": "long [..] id of the group of episodes that share an initial state (GRPO)",
+    # computed by the trainer
+    "advantages": "float [.., *R] advantage, broadcastable to old_logp",
+    "returns": "float [..] value targets",
+}
+
+
+class Batch(dict):
+    """A dict of tensors sharing leading dimensions, with a few helpers."""
+
+    @property
+    def size(self) -> int:
+        first = next(iter(self.values()))
+        return first.shape[0]
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch({k: v.to(device) for k, v in self.items()})
+
+    def index(self, idx: torch.Tensor | slice) -> "Batch":
+        return Batch({k: v[idx] for k, v in self.items()})
+
+    def flatten(self, dims: int = 2) -> "Batch":
+        """Merge the first ``dims`` leading dimensions, e.g. [T, N, ...] -> [T*N, ...]."""
+        return Batch({k: v.reshape(-1, *v.shape[dims:]) for k, v in self.items()})
+
+    def minibatches(
+        self, size: int, generator: torch.Generator | None = None
+    ) -> Iterator["Batch"]:
+        """Shuffled minibatches of ``size`` rows (the last one may be smaller)."""
+        perm = torch.randperm(self.size, generator=generator)
+        for start in range(0, self.size, size):
+            yield self.index(perm[start : start + size])
+
+    @staticmethod
+    def stack(batches: list["Batch"], dim: int = 0) -> "Batch":
+        return Batch({k: torch.stack([b[k] for b in batches], dim) for k in batches[0]})
+
+    @staticmethod
+    def cat(batches: list["Batch"], dim: int = 0) -> "Batch":
+        return Batch({k: torch.cat([b[k] for b in batches], dim) for k in batches[0]})

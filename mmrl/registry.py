@@ -1,0 +1,130 @@
+"""One `Registry` type for every pluggable component.
+
+Components register under a name with either the object itself or a lazy ``"module:attr"`` string,
+so importing mmrl never imports an optional heavy dependency. A missing optional dependency fails
+only when that component is used, with the ``pip install mmrl[extra]`` command that fixes it.
+
+Third-party packages add components through entry points, one group per registry::
+
+    [project.entry-points."mmrl.simulators"]
+    my_sim = "my_pkg.sim:MySimulator"
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable
+
+
+class MissingDependencyError(ImportError):
+    """An optional dependency of a component is not installed; the message names the extra."""
+
+
+class UnknownComponentError(KeyError):
+    def __str__(self) -> str:  # KeyError quotes its message; show it plainly
+        return str(self.args[0])
+
+
+@dataclass
+class Entry:
+    name: str
+    target: Any  # the object, or "module:attr" to import lazily
+    description: str = ""
+    extra: str | None = None  # the pip extra that provides its dependencies
+
+    def load(self, kind: str) -> Any:
+        if not isinstance(self.target, str):
+            return self.target
+        module_name, _, attr = self.target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            hint = f"pip install 'mmrl[{self.extra}]'" if self.extra else "check your installation"
+            raise MissingDependencyError(
+                f"{kind} '{self.name}' needs a package that is not installed ({exc.name or exc}). "
+                f"Fix: {hint}"
+            ) from exc
+        self.target = getattr(module, attr) if attr else module
+        return self.target
+
+
+class Registry:
+    """Named components of one kind (policies, simulators, rewards, ...)."""
+
+    def __init__(self, kind: str, group: str, builtins: tuple[str, ...] = ()):
+        self.kind = kind
+        self.group = group  # entry-point group for third-party plugins
+        self._builtins = builtins  # modules whose import registers the built-in components
+        self._entries: dict[str, Entry] = {}
+        self._discovered = False
+
+    def register(
+        self, name: str, target: Any = None, *, description: str = "", extra: str | None = None
+    ) -> Callable:
+        """Register ``target`` (object or "module:attr") under ``name``; usable as a decorator."""
+
+        def add(obj: Any) -> Any:
+            if name in self._entries and self._entries[name].target is not obj:
+                existing = self._entries[name].target
+                if not (isinstance(existing, str) and not isinstance(obj, str)):
+                    raise ValueError(f"{self.kind} '{name}' is already registered")
+            doc = description or _first_line(obj)
+            self._entries[name] = Entry(name, obj, doc, extra)
+            return obj
+
+        return add if target is None else add(target)
+
+    def _discover(self) -> None:
+        if self._discovered:
+            return
+        self._discovered = True
+        for module in self._builtins:
+            importlib.import_module(module)
+        for ep in metadata.entry_points(group=self.group):
+            if ep.name not in self._entries:
+                self._entries[ep.name] = Entry(ep.name, ep.value, f"(plugin from {ep.value})")
+
+    def names(self) -> list[str]:
+        self._discover()
+        return sorted(self._entries)
+
+    def describe(self) -> list[tuple[str, str]]:
+        self._discover()
+        return [(n, self._entries[n].description) for n in sorted(self._entries)]
+
+    def get(self, name: str) -> Any:
+        self._discover()
+        if name not in self._entries:
+            raise UnknownComponentError(
+                f"unknown {self.kind} '{name}'. Registered: {', '.join(self.names()) or '(none)'}"
+            )
+        return self._entries[name].load(self.kind)
+
+    def build(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self.get(name)(*args, **kwargs)
+
+    def __contains__(self, name: str) -> bool:
+        self._discover()
+        return name in self._entries
+
+
+def _first_line(obj: Any) -> str:
+    doc = getattr(obj, "__doc__", None) if not isinstance(obj, str) else None
+    return doc.strip().splitlines()[0] if doc else ""
+
+
+POLICIES = Registry("policy", "mmrl.policies", ("mmrl.policies",))
+SIMULATORS = Registry("simulator", "mmrl.simulators", ("simulators",))
+REWARDS = Registry("reward", "mmrl.rewards", ("rewards",))
+ADVANTAGES = Registry("advantage estimator", "mmrl.advantages", ("mmrl.algorithms",))
+DATASETS = Registry("dataset", "mmrl.datasets", ("mmrl.data",))
+
+ALL = {
+    "policies": POLICIES,
+    "simulators": SIMULATORS,
+    "rewards": REWARDS,
+    "advantages": ADVANTAGES,
+    "datasets": DATASETS,
+}

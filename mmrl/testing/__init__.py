@@ -1,0 +1,1 @@
+"""Helpers for tests: tiny random-weight models of real classes, built offline."""
