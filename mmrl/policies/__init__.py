@@ -1,0 +1,9 @@
+"""Policy families. Each registers under a name; the trainer builds them from the config's ``policy.type``."""
+
+from mmrl.registry import POLICIES
+
+POLICIES.register(
+    "flow_vla",
+    "mmrl.policies.flow_vla:FlowVLAPolicy",
+    description="flow-matching VLA (pi0-style action expert) with Flow-SDE / CPS / Flow-Noise rollouts",
+)

@@ -1,0 +1,219 @@
+"""Flow-matching vision-language-action policy (pi0-style), trained by Flow-SDE / Flow-Noise PPO.
+
+    images + instruction (+ proprio state)
+        -> backbone -> prefix tokens [B, L, D]            (built-in TinyBackbone or any HF VLM)
+        -> action expert: transformer over the C action tokens of a noisy chunk x_t, with the flow
+           time added to every token and cross-attention to the prefix -> velocity v [B, C, A]
+        -> denoise K steps from noise (mmrl.flow samplers) -> action chunk x_0 [B, C, A]
+
+RL needs a likelihood: rollouts use a stochastic sampler (Flow-SDE, CPS, or Flow-Noise whose std
+comes from a learnable bounded head on the expert's hidden state), the denoising chain is stored,
+and training recomputes the exact Gaussian log-prob of every stochastic transition
+(`mmrl.flow.chain_log_prob`). The log-prob level is a chunk (one number per decision) or per
+action dimension ([C, A]). A value head on the pooled prefix (optionally detached from the
+backbone) serves PPO with GAE. Evaluation samples with the deterministic ODE by default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from mmrl.batch import Batch
+from mmrl.flow import (
+    FlowNoiseHead,
+    awm_loss,
+    chain_log_prob,
+    flow_matching_loss,
+    reduce_log_prob,
+    sample,
+    stochastic_mask,
+    time_grid,
+)
+from mmrl.policies.base import Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.processing import ActionNormalizer, resize_images
+
+
+@PolicyConfig.variant("flow_vla")
+@dataclass
+class FlowVLAConfig(PolicyConfig):
+    """Configuration of `FlowVLAPolicy` (the ``policy`` section of an experiment)."""
+
+    type: str = "flow_vla"
+    backbone: str = "tiny"  # "tiny" (built-in) or a transformers image-text hub id / local path
+    freeze_backbone: bool = False
+    image_size: int = 32
+    dim: int = 64  # built-in backbone width
+    expert_dim: int = 64
+    expert_layers: int = 2
+    chunk_size: int = 4
+    num_steps: int = 4  # denoising steps (rollout and training)
+    method: Literal["sde", "cps", "noise"] = "sde"  # stochastic sampler used by RL rollouts
+    noise_level: float = 0.5  # a of Flow-SDE / CPS
+    stochastic: Literal["all", "one", "window"] = "all"  # which denoising steps are stochastic
+    window: list[int] | None = None  # [start, end) transitions when stochastic == "window"
+    noise_min_std: float = 0.08  # Flow-Noise bounds
+    noise_max_std: float = 0.4
+    eval_method: Literal["ode", "sde", "cps", "noise"] = "ode"
+    logp_level: Literal["chunk", "dim"] = "chunk"
+    elem_reduce: Literal["sum", "mean"] = "sum"  # over the chunk's elements (chunk level only)
+    step_reduce: Literal["sum", "mean"] = "sum"  # over the stochastic denoising steps
+    critic: bool = True
+    detach_value: bool = True  # value head does not backpropagate into the backbone
+
+
+def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal embedding of flow times t [B] in [0, 1] -> [B, dim]."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, device=t.device) / half)
+    args = t.float()[:, None] * 1000.0 * freqs[None]
+    return torch.cat([args.sin(), args.cos()], dim=-1)
+
+
+class ActionExpert(nn.Module):
+    """Transformer over action tokens, conditioned on the flow time and the prefix."""
+
+    def __init__(self, action_dim: int, chunk: int, dim: int, prefix_dim: int, layers: int):
+        super().__init__()
+        self.dim = dim
+        self.inp = nn.Linear(action_dim, dim)
+        self.time = nn.Sequential(nn.Linear(dim, dim), nn.SiLU(), nn.Linear(dim, dim))
+        self.pos = nn.Parameter(torch.randn(1, chunk, dim) * 0.02)
+        self.ctx = nn.Linear(prefix_dim, dim)
+        layer = nn.TransformerDecoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerDecoder(layer, layers)
+        self.norm = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, action_dim)
+
+    def forward(self, x, t, prefix, mask):
+        h = self.inp(x) + self.pos + self.time(timestep_embedding(t, self.dim))[:, None]
+        h = self.norm(self.blocks(h, self.ctx(prefix), memory_key_padding_mask=~mask))
+        return self.out(h), h
+
+
+class FlowVLAPolicy(Policy):
+    """Flow-matching VLA: backbone prefix + action expert + value head (+ Flow-Noise head)."""
+
+    def __init__(self, cfg: FlowVLAConfig, action_dim: int, state_dim: int | None = None,
+                 backbone: nn.Module | None = None, normalizer: ActionNormalizer | None = None):
+        super().__init__()
+        self.cfg, self.action_dim = cfg, action_dim
+        self.backbone = backbone if backbone is not None else build_backbone(cfg)
+        if cfg.freeze_backbone:
+            self.backbone.requires_grad_(False)
+        d = self.backbone.out_dim
+        self.state_proj = nn.Linear(state_dim, d) if state_dim else None
+        self.expert = ActionExpert(action_dim, cfg.chunk_size, cfg.expert_dim, d, cfg.expert_layers)
+        self.noise_head = (
+            FlowNoiseHead(cfg.expert_dim, action_dim, cfg.noise_min_std, cfg.noise_max_std)
+            if cfg.method == "noise" else None
+        )
+        self.value_head = (
+            nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1)) if cfg.critic else None
+        )
+        self.has_critic = cfg.critic
+        self.normalizer = normalizer or ActionNormalizer()
+        self.register_buffer("grid", time_grid(cfg.num_steps), persistent=False)
+        self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)
+
+    # ---- encoding -----------------------------------------------------------------------------
+    def encode(self, image: torch.Tensor, instructions: list[str], state: torch.Tensor | None):
+        image = resize_images(image.to(self.grid.device), self.cfg.image_size)
+        prefix, mask = self.backbone(image, instructions)
+        if self.state_proj is not None and state is not None:
+            tok = self.state_proj(state.to(prefix.device).float())[:, None]
+            prefix = torch.cat([prefix, tok], 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+        return prefix, mask
+
+    def values(self, prefix: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+        if self.value_head is None:
+            return None
+        m = mask.unsqueeze(-1).float()
+        pooled = (prefix * m).sum(1) / m.sum(1).clamp(min=1)
+        if self.cfg.detach_value:
+            pooled = pooled.detach()
+        return self.value_head(pooled).squeeze(-1)
+
+    def model_fn(self, prefix: torch.Tensor, mask: torch.Tensor, method: str):
+        """Velocity (and Flow-Noise std) as a function of (x_t, t); rows of x may be a multiple of
+        the prefix rows (the chain's K transitions batched sample-major: row b*K + k)."""
+
+        def fn(x: torch.Tensor, t: torch.Tensor):
+            reps = x.shape[0] // prefix.shape[0]
+            p, m = (prefix, mask) if reps == 1 else (
+                prefix.repeat_interleave(reps, 0), mask.repeat_interleave(reps, 0))
+            v, h = self.expert(x, t, p, m)
+            std = self.noise_head(h) if (method == "noise" and self.noise_head is not None) else None
+            return v, std
+
+        return fn
+
+    def _reduce(self, logp_elem: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor:
+        c = self.cfg
+        keep = 0 if c.logp_level == "chunk" else 2
+        return reduce_log_prob(logp_elem, stoch, elem_dims=2, elem_reduce=c.elem_reduce,
+                               step_reduce=c.step_reduce, keep=keep)
+
+    # ---- the policy contract ------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+        c = self.cfg
+        prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
+        b, dev = prefix.shape[0], prefix.device
+        method = c.method if mode == "train" else c.eval_method
+        noise = torch.randn(b, c.chunk_size, self.action_dim, generator=generator, device=dev)
+        stoch = stochastic_mask(b, c.num_steps, "none" if method == "ode" else c.stochastic,
+                                generator=generator, window=tuple(c.window) if c.window else None,
+                                device=dev)
+        out = sample(self.model_fn(prefix, mask, method), noise, self.grid, method,
+                     noise_level=c.noise_level, stoch=stoch, generator=generator)
+        batch = Batch(
+            image=obs.image.to(dev),
+            instruction=encode_text(obs.instruction).to(dev),
+            actions=self.normalizer.unnormalize(out.x0),
+            flow_chain=out.chain,
+            flow_stoch=out.stoch,
+            old_logp=self._reduce(out.logp, out.stoch),
+        )
+        if obs.state is not None:
+            batch["state"] = obs.state.to(dev).float()
+        values = self.values(prefix, mask)
+        if values is not None:
+            batch["old_values"] = values
+        return batch
+
+    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+        c = self.cfg
+        prefix, mask = self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
+        logp_elem = chain_log_prob(self.model_fn(prefix, mask, c.method), batch["flow_chain"],
+                                   self.grid, batch["flow_stoch"], c.method, noise_level=c.noise_level)
+        stoch_elems = batch["flow_stoch"][..., None, None].expand_as(logp_elem)
+        entropy = -(logp_elem * stoch_elems).sum() / stoch_elems.sum().clamp(min=1)
+        return {"logp": self._reduce(logp_elem, batch["flow_stoch"]),
+                "values": self.values(prefix, mask), "entropy": entropy}
+
+    def supervised_loss(self, batch: Batch) -> torch.Tensor:
+        """Conditional flow matching on demonstration chunks ``actions`` [B, C, A] (env units)."""
+        prefix, mask = self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
+        x0 = self.normalizer.normalize(batch["actions"].to(prefix.device))
+        return flow_matching_loss(self.model_fn(prefix, mask, "ode"), x0)
+
+    def likelihood_free_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
+        """Advantage-weighted matching on the rollout's own chunks (no log-likelihood needed)."""
+        prefix, mask = self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
+        return awm_loss(self.model_fn(prefix, mask, "ode"), batch["flow_chain"][:, -1], advantages)
+
+
+def build_backbone(cfg: FlowVLAConfig) -> nn.Module:
+    if cfg.backbone == "tiny":
+        from mmrl.policies.tiny_backbone import TinyBackbone
+
+        return TinyBackbone(image_size=cfg.image_size, dim=cfg.dim)
+    from mmrl.policies.hf_backbone import HFImageTextBackbone  # needs mmrl[vlm]
+
+    return HFImageTextBackbone.from_pretrained(cfg.backbone, freeze=cfg.freeze_backbone)

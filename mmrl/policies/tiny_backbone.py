@@ -1,0 +1,67 @@
+"""A small built-in vision-language encoder for the embedded default (no downloads, CPU-fast).
+
+Images go through a small CNN whose features are modulated by the instruction (FiLM), then become
+a grid of tokens with learned 2-D positions; instruction words become tokens through a hashed word
+embedding (any vocabulary, no tokenizer files). A transformer encoder layer mixes the two. The
+output is the policy's prefix: ``(tokens [B, L, D], mask [B, L])``, the same interface as
+`mmrl.policies.hf_backbone.HFImageTextBackbone`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from functools import lru_cache
+
+import torch
+from torch import nn
+
+
+@lru_cache(maxsize=65536)
+def _word_ids(text: str, buckets: int, max_words: int) -> tuple[int, ...]:
+    words = text.lower().replace(",", " ").replace(".", " ").split()[:max_words]
+    return tuple(1 + zlib.crc32(w.encode()) % (buckets - 1) for w in words)
+
+
+def hash_tokenize(texts: list[str], buckets: int = 4096, max_words: int = 16) -> torch.Tensor:
+    """Strings -> long [B, max_words] word ids in [1, buckets), 0 = padding."""
+    out = torch.zeros(len(texts), max_words, dtype=torch.long)
+    for i, text in enumerate(texts):
+        ids = _word_ids(text, buckets, max_words)
+        out[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
+
+
+class TinyBackbone(nn.Module):
+    """FiLM-conditioned CNN + hashed word embeddings + one transformer layer."""
+
+    def __init__(self, image_size: int = 32, dim: int = 64, channels: int = 32, layers: int = 1,
+                 buckets: int = 4096, max_words: int = 16, num_views: int = 1):
+        super().__init__()
+        self.out_dim, self.buckets, self.max_words = dim, buckets, max_words
+        self.words = nn.Embedding(buckets, dim, padding_idx=0)
+        self.conv1 = nn.Conv2d(3 * num_views, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, stride=2, padding=1)
+        self.conv3 = nn.Conv2d(channels, dim, 3, stride=2, padding=1)
+        self.film = nn.Linear(dim, 2 * channels)  # instruction -> per-channel scale and shift
+        grid = (image_size + 3) // 4
+        self.pos = nn.Parameter(torch.randn(1, grid * grid, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
+        self.mixer = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, images: torch.Tensor, instructions: list[str], state: torch.Tensor | None = None):
+        if images.dim() == 5:  # [B, V, H, W, 3] -> views stacked on channels
+            images = images.permute(0, 2, 3, 1, 4).flatten(3)
+        x = images.permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+        ids = hash_tokenize(instructions, self.buckets, self.max_words).to(x.device)
+        text_mask = ids > 0
+        text = self.words(ids)
+        pooled = (text * text_mask.unsqueeze(-1)).sum(1) / text_mask.sum(1, keepdim=True).clamp(min=1)
+        scale, shift = self.film(pooled).chunk(2, dim=-1)
+        h = torch.relu(self.conv1(x))
+        h = torch.relu(self.conv2(h) * (1 + scale[..., None, None]) + shift[..., None, None])
+        h = self.conv3(h).flatten(2).transpose(1, 2) + self.pos  # [B, grid*grid, dim]
+        tokens = torch.cat([text, h], dim=1)
+        mask = torch.cat([text_mask, torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)], 1)
+        tokens = self.mixer(tokens, src_key_padding_mask=~mask)
+        return self.norm(tokens), mask
