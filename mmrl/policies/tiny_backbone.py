@@ -1,7 +1,9 @@
 """A small built-in vision-language encoder for the embedded default (no downloads, CPU-fast).
 
 Images go through a small CNN whose features are modulated by the instruction (FiLM), then become
-a grid of tokens with learned 2-D positions; instruction words become tokens through a hashed word
+a grid of tokens with learned 2-D positions plus keypoint tokens: a spatial softmax over each of
+``keypoints`` feature maps gives the expected image coordinates of what that map responds to
+(Levine et al.'s visuomotor bias), which lets a policy locate "the red target" from few demos; instruction words become tokens through a hashed word
 embedding (any vocabulary, no tokenizer files). A transformer encoder layer mixes the two. The
 output is the policy's prefix: ``(tokens [B, L, D], mask [B, L])``, the same interface as
 `mmrl.policies.hf_backbone.HFImageTextBackbone`.
@@ -35,7 +37,7 @@ class TinyBackbone(nn.Module):
     """FiLM-conditioned CNN + hashed word embeddings + one transformer layer."""
 
     def __init__(self, image_size: int = 32, dim: int = 64, channels: int = 32, layers: int = 1,
-                 buckets: int = 4096, max_words: int = 16, num_views: int = 1):
+                 buckets: int = 4096, max_words: int = 16, num_views: int = 1, keypoints: int = 16):
         super().__init__()
         self.out_dim, self.buckets, self.max_words = dim, buckets, max_words
         self.words = nn.Embedding(buckets, dim, padding_idx=0)
@@ -43,6 +45,9 @@ class TinyBackbone(nn.Module):
         self.conv2 = nn.Conv2d(channels, channels, 3, stride=2, padding=1)
         self.conv3 = nn.Conv2d(channels, dim, 3, stride=2, padding=1)
         self.film = nn.Linear(dim, 2 * channels)  # instruction -> per-channel scale and shift
+        self.keypoint_maps = nn.Conv2d(channels, keypoints, 1)
+        self.keypoint_embed = nn.Linear(2, dim)
+        self.keypoint_id = nn.Parameter(torch.randn(1, keypoints, dim) * 0.02)
         grid = (image_size + 3) // 4
         self.pos = nn.Parameter(torch.randn(1, grid * grid, dim) * 0.02)
         layer = nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
@@ -60,8 +65,19 @@ class TinyBackbone(nn.Module):
         scale, shift = self.film(pooled).chunk(2, dim=-1)
         h = torch.relu(self.conv1(x))
         h = torch.relu(self.conv2(h) * (1 + scale[..., None, None]) + shift[..., None, None])
+        keypoints = self.keypoint_embed(spatial_softmax(self.keypoint_maps(h))) + self.keypoint_id
         h = self.conv3(h).flatten(2).transpose(1, 2) + self.pos  # [B, grid*grid, dim]
+        h = torch.cat([keypoints, h], dim=1)
         tokens = torch.cat([text, h], dim=1)
         mask = torch.cat([text_mask, torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)], 1)
         tokens = self.mixer(tokens, src_key_padding_mask=~mask)
         return self.norm(tokens), mask
+
+
+def spatial_softmax(maps: torch.Tensor) -> torch.Tensor:
+    """Feature maps [B, K, H, W] -> expected (x, y) in [-1, 1] of each map's softmax [B, K, 2]."""
+    b, k, h, w = maps.shape
+    probs = maps.flatten(2).softmax(-1).view(b, k, h, w)
+    ys = torch.linspace(-1, 1, h, device=maps.device)
+    xs = torch.linspace(-1, 1, w, device=maps.device)
+    return torch.stack([(probs.sum(2) * xs).sum(-1), (probs.sum(3) * ys).sum(-1)], dim=-1)

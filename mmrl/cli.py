@@ -1,0 +1,132 @@
+"""Command line: ``mmrl train|eval|list|check``.
+
+    mmrl train configs/quickstart.yaml [key=value ...]     train (resumes from the run's last checkpoint)
+    mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
+    mmrl list                                              every registered component
+    mmrl check simulator NAME [key=value ...]              run the simulator contract checker
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _split_checkpoint(overrides: list[str]) -> tuple[str | None, list[str]]:
+    ckpt, rest = None, []
+    for item in overrides:
+        if item.startswith("checkpoint="):
+            ckpt = item.split("=", 1)[1]
+        else:
+            rest.append(item)
+    return ckpt, rest
+
+
+def cmd_train(args) -> int:
+    from mmrl.experiment import build_trainer, load_experiment
+
+    cfg = load_experiment(args.config, args.overrides)
+    results = build_trainer(cfg).run()
+    print(json.dumps(results))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from pathlib import Path
+
+    from mmrl.experiment import build_policy, build_sim, load_experiment, output_dir
+    from mmrl.trainer.checkpoint import latest_path, load_policy
+    from mmrl.trainer.rollout import evaluate_policy
+
+    ckpt, overrides = _split_checkpoint(args.overrides)
+    cfg = load_experiment(args.config, overrides)
+    path = Path(ckpt) if ckpt else latest_path(output_dir(cfg))
+    if path is None or not path.exists():
+        print(f"error: no checkpoint at {ckpt or output_dir(cfg) / 'checkpoints'}; "
+              "pass checkpoint=PATH (a folder holding state.pt)", file=sys.stderr)
+        return 2
+    sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1)
+    policy = build_policy(cfg, sim)
+    load_policy(path, policy)
+    import torch
+
+    gen = torch.Generator(device=cfg.run.device).manual_seed(cfg.run.seed)
+    t = cfg.trainer
+    report = evaluate_policy(policy, sim, t.eval_episodes, t.eval_seed, gen,
+                             output_dir(cfg) / "videos" / "eval.mp4" if t.video_episodes else None,
+                             t.video_episodes)
+    report["checkpoint"] = str(path)
+    out = output_dir(cfg) / "eval_report.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from mmrl.registry import ALL
+
+    for kind, registry in ALL.items():
+        print(f"{kind}:")
+        for name, desc in registry.describe():
+            print(f"  {name:<24} {desc}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    if args.kind != "simulator":
+        print(f"error: unknown check kind {args.kind!r}; valid: simulator", file=sys.stderr)
+        return 2
+    import yaml
+
+    from mmrl.registry import SIMULATORS
+    from simulators.check import check_simulator
+
+    kwargs = {}
+    for item in args.overrides:
+        if "=" not in item:
+            print(f"error: argument {item!r} must look like key=value", file=sys.stderr)
+            return 2
+        k, v = item.split("=", 1)
+        kwargs[k] = yaml.safe_load(v)
+    cls = SIMULATORS.get(args.name)
+    passed = check_simulator(lambda **kw: cls(**{**kwargs, **kw}))
+    for name in passed:
+        print(f"  ok  {name}")
+    print(f"simulator '{args.name}' passed {len(passed)} contract checks")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mmrl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train an experiment config")
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-4")
+    p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("eval", help="evaluate a checkpoint on held-out episodes")
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*", help="checkpoint=PATH and dotted overrides")
+    p.set_defaults(fn=cmd_eval)
+    p = sub.add_parser("list", help="list registered components")
+    p.set_defaults(fn=cmd_list)
+    p = sub.add_parser("check", help="run a contract checker")
+    p.add_argument("kind", help="simulator")
+    p.add_argument("name")
+    p.add_argument("overrides", nargs="*", help="constructor arguments key=value")
+    p.set_defaults(fn=cmd_check)
+    args = parser.parse_args(argv)
+    from mmrl.config import ConfigError
+    from mmrl.registry import MissingDependencyError, UnknownComponentError
+
+    try:
+        return args.fn(args)
+    except (ConfigError, MissingDependencyError, UnknownComponentError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The experiment schema (what a file in ``configs/`` may contain) and how it becomes objects.
+
+Sections: ``run``, ``sim``, ``policy`` (its ``type`` picks the family's config), ``warm_start``,
+``algorithm``, ``trainer``. Everything is validated at load time, before any work: unknown keys,
+bad values, unregistered simulator / advantage names and simulator keyword arguments the
+simulator does not take all fail with the key path and the valid choices.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from mmrl.config import ConfigError, load_config
+from mmrl.policies.base import PolicyConfig
+from mmrl.policies.flow_vla import FlowVLAConfig  # noqa: F401  (registers the variant)
+from mmrl.registry import ADVANTAGES, POLICIES, SIMULATORS
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    output_dir: str = "runs"
+    seed: int = 0
+    device: str = "cpu"
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    wandb: bool = False
+    wandb_project: str = "mmrl"
+
+
+@dataclass
+class SimConfig:
+    type: str = "reach"  # a registered simulator (`mmrl list`)
+    num_envs: int = 128  # training envs (one episode each per iteration)
+    eval_num_envs: int = 256  # evaluation batch size (evaluation runs in batches of this)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # simulator constructor arguments
+
+    def validate(self) -> None:
+        if self.type not in SIMULATORS:
+            raise ConfigError(f"'type' = {self.type!r} is not a registered simulator: "
+                              f"{', '.join(SIMULATORS.names())}")
+        params = inspect.signature(SIMULATORS.get(self.type)).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            allowed = sorted(set(params) - {"self", "num_envs", "seed", "device"})
+            for key in self.kwargs:
+                if key not in allowed:
+                    raise ConfigError(f"'kwargs.{key}' is not an argument of simulator "
+                                      f"'{self.type}'. Valid: {', '.join(allowed)}")
+
+
+@dataclass
+class WarmStartConfig:
+    dataset: str | None = None  # None = no supervised warm start
+    num_episodes: int = 20  # demonstrations to generate / load
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 1e-3
+    kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
+
+
+@dataclass
+class AlgorithmConfig:
+    objective: Literal["ppo", "awm"] = "ppo"
+    advantage: str = "gae"  # gae (critic) or a group estimator: grpo, dr_grpo, rloo, ...
+    group_size: int = 1  # episodes sharing an initial state (GRPO family)
+    gamma: float = 0.99
+    lam: float = 0.95
+    normalize_advantages: bool = True
+    clip_low: float = 0.2
+    clip_high: float | None = None  # None = clip_low (symmetric); larger = DAPO clip-higher
+    dual_clip: float | None = None  # c > 1 bounds the loss of negative-advantage samples
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                      "seq-mean-token-sum-norm"] = "token-mean"
+    vf_coef: float = 0.5
+    value_clip: float | None = None
+    ent_coef: float = 0.0
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    epochs: int = 2
+    minibatch_size: int = 256
+    max_grad_norm: float = 1.0
+
+    def validate(self) -> None:
+        if self.advantage not in ADVANTAGES:
+            raise ConfigError(f"'advantage' = {self.advantage!r} is not one of: "
+                              f"{', '.join(ADVANTAGES.names())}")
+        if self.advantage != "gae" and self.group_size < 2:
+            raise ConfigError(f"'advantage' = {self.advantage!r} compares episodes within a group: "
+                              "set group_size >= 2")
+
+
+@dataclass
+class TrainerConfig:
+    iterations: int = 30
+    lr: float = 3e-4
+    checkpoint_every: int = 5
+    keep_checkpoints: int = 2
+    resume: bool = True  # restart from the newest checkpoint in the run folder if there is one
+    eval_every: int = 0  # 0 = evaluate only after the warm start and at the end
+    eval_episodes: int = 256
+    eval_seed: int = 1_000_000_000  # held-out reset seeds: eval_seed + episode index
+    video_episodes: int = 8  # episodes shown side by side in each evaluation mp4 (0 = none)
+
+
+@dataclass
+class ExperimentConfig:
+    run: RunConfig = field(default_factory=RunConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    policy: PolicyConfig = field(default_factory=FlowVLAConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def validate(self) -> None:
+        if self.sim.num_envs % self.algorithm.group_size:
+            raise ConfigError(f"'sim.num_envs' ({self.sim.num_envs}) must be a multiple of "
+                              f"'algorithm.group_size' ({self.algorithm.group_size})")
+        if self.policy.type not in POLICIES:
+            raise ConfigError(f"'policy.type' = {self.policy.type!r} is not a registered policy")
+
+
+def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    return load_config(ExperimentConfig, path, overrides)
+
+
+def output_dir(cfg: ExperimentConfig) -> Path:
+    return Path(cfg.run.output_dir) / cfg.run.name
+
+
+def build_sim(cfg: ExperimentConfig, num_envs: int, seed: int):
+    return SIMULATORS.build(cfg.sim.type, num_envs=num_envs, seed=seed, device=cfg.run.device,
+                            **cfg.sim.kwargs)
+
+
+def build_policy(cfg: ExperimentConfig, sim):
+    policy = POLICIES.build(cfg.policy.type, cfg.policy, action_dim=sim.action_dim,
+                            state_dim=sim.state_dim)
+    return policy.to(cfg.run.device)
+
+
+def build_trainer(cfg: ExperimentConfig):
+    """Simulators, policy and trainer for an experiment (seeded, on ``run.device``)."""
+    import torch
+
+    from mmrl.trainer.trainer import Trainer
+
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    torch.manual_seed(cfg.run.seed)
+    sim = build_sim(cfg, cfg.sim.num_envs, cfg.run.seed)
+    eval_sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1)
+    policy = build_policy(cfg, sim)
+    return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg))

@@ -1,0 +1,1 @@
+"""The shared training loop (see `mmrl.trainer.trainer.Trainer`)."""

@@ -1,0 +1,73 @@
+"""Checkpoints: model, optimizer, RNG states and counters, with the resolved config beside them.
+
+Layout: ``OUT/checkpoints/iter_000010/{state.pt, config.yaml}`` and ``OUT/checkpoints/latest``
+naming the newest complete one. A checkpoint is written to a temporary folder and renamed, so a
+run killed while saving leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2) -> Path:
+    from mmrl.config import save_config
+
+    root = Path(out_dir) / "checkpoints"
+    name = f"iter_{state.iteration:06d}"
+    final, tmp = root / name, root / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    torch.save(
+        {
+            "policy": policy.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "state": asdict(state),
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                    "python": random.getstate()},
+        },
+        tmp / "state.pt",
+    )
+    save_config(cfg, tmp / "config.yaml")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    (root / "latest.tmp").write_text(name)
+    (root / "latest.tmp").replace(root / "latest")
+    for old in sorted(p for p in root.glob("iter_*") if p.is_dir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_path(out_dir: Path) -> Path | None:
+    pointer = Path(out_dir) / "checkpoints" / "latest"
+    if not pointer.exists():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    return path if (path / "state.pt").exists() else None
+
+
+def load_policy(path: Path, policy) -> dict:
+    """Load weights from a checkpoint folder (or its state.pt); returns the saved counters."""
+    path = Path(path)
+    file = path / "state.pt" if path.is_dir() else path
+    data = torch.load(file, map_location="cpu", weights_only=False)
+    policy.load_state_dict(data["policy"])
+    return data
+
+
+def load_latest(out_dir: Path, policy, optimizer) -> dict | None:
+    path = latest_path(out_dir)
+    if path is None:
+        return None
+    data = load_policy(path, policy)
+    optimizer.load_state_dict(data["optimizer"])
+    torch.set_rng_state(data["rng"]["torch"])
+    np.random.set_state(data["rng"]["numpy"])
+    random.setstate(data["rng"]["python"])
+    return data["state"]

@@ -1,0 +1,85 @@
+"""Advantages and losses for a collected rollout, composed from the pure functions in
+`mmrl.algorithms`. Read top to bottom: episode rewards -> advantages -> per-sample loss."""
+
+from __future__ import annotations
+
+import torch
+
+from mmrl.algorithms import aggregate_loss, gae, kl_penalty, ppo_clip_loss, value_loss
+from mmrl.batch import Batch
+from mmrl.registry import ADVANTAGES
+
+
+def compute_advantages(batch: Batch, algo, policy) -> Batch:
+    """Adds ``advantages`` [T, N] and ``returns`` [T, N] to a time-major episode batch.
+
+    ``gae`` uses the critic's ``old_values``; every other estimator is group-based (GRPO family):
+    the episode return is scored within its group of episodes that share an initial state, and
+    that advantage is given to every valid decision of the episode.
+    """
+    valid = batch["valid"]
+    rewards = batch["rewards"] * valid
+    if algo.advantage == "gae":
+        if "old_values" not in batch:
+            raise ValueError("advantage 'gae' needs a critic: set policy.critic=true or use a "
+                             f"group estimator ({', '.join(n for n in ADVANTAGES.names() if n != 'gae')})")
+        values = batch["old_values"] * valid
+        last = torch.zeros_like(values[0])
+        adv, ret = gae(rewards, values, batch["dones"], last, algo.gamma, algo.lam, valid=valid)
+    else:
+        episode_return = rewards.sum(0)  # [N]
+        group = batch["group"][0]
+        adv_ep = ADVANTAGES.get(algo.advantage)(episode_return, group)
+        adv = adv_ep[None].expand_as(rewards) * valid
+        ret = episode_return[None].expand_as(rewards)
+    batch["advantages"], batch["returns"] = adv.float(), ret.float()
+    return batch
+
+
+def valid_samples(batch: Batch, normalize: bool) -> Batch:
+    """[T, N, ...] -> the valid decisions as rows [M, ...]; optionally whitened advantages."""
+    flat = batch.flatten()
+    flat = flat.index(flat["valid"])
+    if normalize and flat.size > 1:
+        a = flat["advantages"]
+        flat["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
+    return flat
+
+
+def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
+    """PPO-clip (clip-higher, dual clip) + value loss + optional entropy bonus, on a minibatch."""
+    out = policy.evaluate(mb)
+    logp, old = out["logp"], mb["old_logp"]
+    adv = mb["advantages"].reshape(-1, *([1] * (logp.dim() - 1)))
+    pg, stats = ppo_clip_loss(logp, old, adv, algo.clip_low, algo.clip_high, algo.dual_clip)
+    per_token = pg.reshape(pg.shape[0], -1)
+    loss = aggregate_loss(per_token, torch.ones_like(per_token, dtype=torch.bool), algo.loss_agg)
+    metrics = {
+        "policy_loss": loss.detach(),
+        "clip_frac": stats["clipped"].float().mean(),
+        "approx_kl": stats["approx_kl"].mean(),
+        "ratio_max": stats["ratio"].max(),
+        "entropy": out["entropy"].detach(),
+    }
+    if algo.ent_coef:
+        loss = loss - algo.ent_coef * out["entropy"]
+    if out.get("values") is not None and algo.vf_coef:
+        vl = value_loss(out["values"], mb["old_values"], mb["returns"], algo.value_clip).mean()
+        loss = loss + algo.vf_coef * vl
+        metrics["value_loss"] = vl.detach()
+    if algo.kl_coef:
+        ref = mb["ref_logp"] if "ref_logp" in mb else old
+        kl = kl_penalty(logp, ref, algo.kl_estimator).mean()
+        loss = loss + algo.kl_coef * kl
+        metrics["kl"] = kl.detach()
+    return loss, metrics
+
+
+def awm_objective(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
+    """Advantage-weighted matching: flow-matching loss on rollout actions weighted by advantage."""
+    per_sample = policy.likelihood_free_loss(mb, mb["advantages"])
+    loss = per_sample.mean()
+    return loss, {"awm_loss": loss.detach()}
+
+
+OBJECTIVES = {"ppo": ppo_loss, "awm": awm_objective}

@@ -1,0 +1,114 @@
+"""Collect episodes from a batched simulator with action chunks, and evaluate a policy.
+
+An iteration resets all N environments together (per-env seeds; a GRPO group of G consecutive
+envs shares one seed, hence one initial state) and steps chunk by chunk until every episode has
+ended. Steps after an environment's episode ended are kept with ``valid = False`` so the rollout
+stays a dense ``[T, N, ...]`` `Batch`; the simulator's auto reset keeps those rows well defined.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from mmrl.batch import Batch
+from simulators.base import Simulator
+
+
+def episode_seeds(base_seed: int, num_envs: int, group_size: int = 1) -> list[int]:
+    """Per-env reset seeds; envs i and j share a seed iff they are in the same group of G."""
+    if num_envs % group_size:
+        raise ValueError(f"num_envs ({num_envs}) must be a multiple of group_size ({group_size})")
+    return [base_seed + i // group_size for i in range(num_envs)]
+
+
+@torch.no_grad()
+def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.Generator | None,
+                     mode: str = "train", frames_of: int = 0) -> tuple[Batch, dict]:
+    """Run one episode per env. Returns (Batch [T, N, ...], info).
+
+    info: ``return`` [N], ``success`` [N] bool, ``length`` [N] decisions, ``frames`` uint8
+    [T+1, frames_of, H, W, 3] (the first ``frames_of`` envs, for videos).
+    """
+    chunk = policy.cfg.chunk_size
+    horizon = math.ceil(sim.max_episode_steps / chunk)
+    obs = sim.reset(seeds)
+    alive = torch.ones(sim.num_envs, dtype=torch.bool, device=sim.device)
+    steps, frames = [], [obs.image[:frames_of].cpu()] if frames_of else []
+    for _ in range(horizon):
+        out = policy.rollout(obs, generator=generator, mode=mode)
+        res = sim.step_chunk(out["actions"].to(sim.device))
+        out.update(
+            rewards=res.reward.float(), dones=res.done, terminated=res.terminated,
+            success=res.success, valid=alive.clone(),
+        )
+        steps.append(out.to("cpu"))
+        if frames_of:  # show the finished episode's last frame, not the auto-reset one
+            img = res.obs.image[:frames_of].clone()
+            if res.final_obs is not None:
+                ended = res.done[:frames_of]
+                img[ended] = res.final_obs.image[:frames_of][ended]
+            frames.append(torch.where(alive[:frames_of, None, None, None], img, frames[-1].to(img.device)).cpu())
+        alive &= ~res.done
+        obs = res.obs
+        if not alive.any():
+            break
+    batch = Batch.stack(steps)  # [T, N, ...]
+    valid = batch["valid"]
+    info = {
+        "return": (batch["rewards"] * valid).sum(0),
+        "success": (batch["success"] & valid).any(0),
+        "length": valid.sum(0),
+    }
+    if frames_of:
+        info["frames"] = torch.stack(frames)
+    return batch, info
+
+
+@torch.no_grad()
+def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
+                    generator: torch.Generator | None = None, video_path: Path | None = None,
+                    video_envs: int = 8) -> dict:
+    """Success rate over ``num_episodes`` held-out episodes, in batches of ``sim.num_envs``.
+
+    Episode e uses reset seed ``seed + e``, so the evaluation set is fixed and reproducible.
+    Writes an mp4 grid of the first ``video_envs`` episodes when ``video_path`` is given.
+    """
+    was_training = policy.training
+    policy.eval()
+    successes, returns, lengths = [], [], []
+    done = 0
+    while done < num_episodes:
+        n = sim.num_envs
+        seeds = [seed + done + i for i in range(n)]
+        want_video = video_path is not None and done == 0
+        _, info = collect_episodes(policy, sim, seeds, generator, mode="eval",
+                                   frames_of=min(video_envs, n) if want_video else 0)
+        take = min(n, num_episodes - done)
+        successes.append(info["success"][:take].cpu())
+        returns.append(info["return"][:take].cpu())
+        lengths.append(info["length"][:take].cpu())
+        if want_video:
+            write_video(info["frames"], video_path)
+        done += take
+    policy.train(was_training)
+    success = torch.cat(successes).float()
+    return {
+        "success_rate": success.mean().item(),
+        "return": torch.cat(returns).mean().item(),
+        "length": torch.cat(lengths).float().mean().item(),
+        "episodes": int(success.numel()),
+    }
+
+
+def write_video(frames: torch.Tensor, path: Path, fps: int = 4, scale: int = 4) -> None:
+    """frames uint8 [T, E, H, W, 3] -> an mp4 with the E episodes side by side."""
+    import imageio.v2 as imageio
+
+    t, e, h, w, _ = frames.shape
+    row = frames.permute(0, 2, 1, 3, 4).reshape(t, h, e * w, 3)
+    row = row.repeat_interleave(scale, 1).repeat_interleave(scale, 2).numpy()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imageio.mimwrite(str(path), list(row), fps=fps, macro_block_size=1)

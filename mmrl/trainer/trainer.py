@@ -1,0 +1,210 @@
+"""The one training loop: warm start -> [collect -> reward -> advantage -> update -> sync -> log /
+checkpoint / evaluate] x iterations.
+
+Every iteration is a pure function of (parameters, optimizer state, iteration index): its reset
+seeds and its sampling / shuffling generator are derived from ``run.seed`` and the iteration
+number. That is what makes resume exact: a run killed after checkpoint k and restarted with the
+same command reaches the same parameters as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from mmrl.batch import Batch
+from mmrl.trainer import checkpoint as ckpt
+from mmrl.trainer.logging import RunLogger
+from mmrl.trainer.objectives import OBJECTIVES, compute_advantages, valid_samples
+from mmrl.trainer.rollout import collect_episodes, episode_seeds, evaluate_policy
+
+TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
+
+
+@dataclass
+class TrainState:
+    """Counters saved in every checkpoint."""
+
+    iteration: int = 0  # RL iterations completed
+    warm_started: bool = False
+    skipped_steps: int = 0  # optimizer steps skipped for a non-finite loss or gradient
+    env_steps: int = 0
+    episodes: int = 0
+    results: dict = field(default_factory=dict)  # evaluation results by name
+
+
+class Trainer:
+    def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None):
+        self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
+        self.out_dir = Path(out_dir)
+        self.logger = logger or RunLogger(self.out_dir, cfg.run.wandb, cfg.run.wandb_project)
+        self.device = torch.device(cfg.run.device)
+        self.optimizer = torch.optim.Adam(
+            [p for p in policy.parameters() if p.requires_grad], lr=cfg.trainer.lr, eps=1e-6)
+        self.state = TrainState()
+
+    # ---- the loop, top to bottom ------------------------------------------------------------
+    def run(self) -> dict:
+        self.resume()
+        if not self.state.warm_started:
+            self.warm_start()
+        if "start" not in self.state.results:
+            self.evaluate("start")
+            self.save()
+        total = self.cfg.trainer.iterations
+        bar = tqdm(range(self.state.iteration, total), initial=self.state.iteration, total=total,
+                   desc="rl", dynamic_ncols=True)
+        for it in bar:
+            t0 = time.time()
+            gen = self.generator("rl", it)
+            batch, info = self.collect(it, gen)
+            batch = self.reward(batch)
+            batch = compute_advantages(batch, self.cfg.algorithm, self.policy)
+            metrics = self.update(batch, gen)
+            self.sync()
+            self.state.iteration = it + 1
+            metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
+            self.logger.log(self.state.iteration, metrics)
+            bar.set_postfix(success=f"{metrics['train/success']:.2f}", skipped=self.state.skipped_steps)
+            every = self.cfg.trainer.eval_every
+            if every and self.state.iteration % every == 0 and self.state.iteration < total:
+                self.evaluate(f"iter_{self.state.iteration}")
+            if self.state.iteration % self.cfg.trainer.checkpoint_every == 0:
+                self.save()
+        if self.state.results.get("final", {}).get("iteration") != self.state.iteration:
+            self.evaluate("final")
+        self.save()
+        self.logger.close()
+        return self.state.results
+
+    # ---- stages ------------------------------------------------------------------------------
+    def warm_start(self) -> None:
+        """Supervised flow matching on scripted demonstrations (skipped if no dataset is set)."""
+        ws = self.cfg.warm_start
+        if ws.dataset:
+            from mmrl.data import load_dataset
+
+            data = load_dataset(ws.dataset, num_episodes=ws.num_episodes, seed=self.cfg.run.seed,
+                                chunk_size=self.policy.cfg.chunk_size, **ws.kwargs)
+            self.supervised(data, ws)
+        self.state.warm_started = True
+        self.save()
+
+    def supervised(self, data: dict, ws) -> None:
+        from mmrl.policies.base import encode_text
+
+        batch = Batch(image=data["image"], actions=data["actions"].float(),
+                      instruction=encode_text(data["instruction"]))
+        if "state" in data and self.sim.state_dim:
+            batch["state"] = data["state"].float()
+        opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
+        gen = self.generator("warm_start", 0)
+        torch.manual_seed(self.cfg.run.seed)
+        self.policy.train()
+        bar = tqdm(range(ws.steps), desc="warm start", dynamic_ncols=True)
+        for step in bar:
+            idx = torch.randint(0, batch.size, (min(ws.batch_size, batch.size),), generator=gen)
+            loss = self.policy.supervised_loss(batch.index(idx).to(self.device)).mean()
+            self.optimizer_step(opt, loss)
+            if step % 25 == 0 or step == ws.steps - 1:
+                bar.set_postfix(loss=f"{loss.item():.4f}")
+                self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()})
+
+    def collect(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
+        algo = self.cfg.algorithm
+        base = self.cfg.run.seed * TRAIN_SEED_STRIDE + it * self.sim.num_envs
+        seeds = episode_seeds(base, self.sim.num_envs, algo.group_size)
+        torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
+        self.policy.eval()
+        batch, info = collect_episodes(self.policy, self.sim, seeds, gen, mode="train")
+        group = torch.unique(torch.tensor(seeds), return_inverse=True)[1]
+        batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
+        self.state.env_steps += int(batch["valid"].sum()) * self.policy.cfg.chunk_size
+        self.state.episodes += self.sim.num_envs
+        return batch, info
+
+    def reward(self, batch: Batch) -> Batch:
+        """Task reward from the simulator; reward models (``rewards/``) plug in here."""
+        return batch
+
+    def update(self, batch: Batch, gen: torch.Generator) -> dict:
+        algo = self.cfg.algorithm
+        samples = valid_samples(batch, algo.normalize_advantages)
+        objective = OBJECTIVES[algo.objective]
+        self.policy.train()
+        sums: dict[str, float] = {}
+        n = 0
+        for _ in range(algo.epochs):
+            for mb in samples.minibatches(algo.minibatch_size, gen):
+                loss, metrics = objective(self.policy, mb.to(self.device), algo)
+                if self.optimizer_step(self.optimizer, loss, algo.max_grad_norm):
+                    n += 1
+                    for k, v in metrics.items():
+                        sums[k] = sums.get(k, 0.0) + float(v)
+        out = {f"train/{k}": v / max(n, 1) for k, v in sums.items()}
+        out["train/skipped_steps"] = self.state.skipped_steps
+        return out
+
+    def optimizer_step(self, opt, loss: torch.Tensor, max_norm: float | None = None) -> bool:
+        """One step; a non-finite loss or gradient skips the step and is counted."""
+        opt.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            self.state.skipped_steps += 1
+            return False
+        loss.backward()
+        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
+        if not torch.isfinite(norm):
+            opt.zero_grad(set_to_none=True)
+            self.state.skipped_steps += 1
+            return False
+        opt.step()
+        return True
+
+    def sync(self) -> None:
+        """Weight sync to the rollout engine. The in-process engine shares the trainer's weights."""
+
+    def evaluate(self, name: str) -> dict:
+        t = self.cfg.trainer
+        video = self.out_dir / "videos" / f"{name}.mp4" if t.video_episodes else None
+        res = evaluate_policy(self.policy, self.eval_sim, t.eval_episodes, t.eval_seed,
+                              self.generator("eval", 0), video, t.video_episodes)
+        res["iteration"] = self.state.iteration
+        self.state.results[name] = res
+        self.logger.log(self.state.iteration, {f"eval/{k}": v for k, v in res.items()})
+        tqdm.write(f"[eval {name}] success {res['success_rate']:.3f} over {res['episodes']} episodes")
+        (self.out_dir / "results.json").write_text(json.dumps(self.state.results, indent=2))
+        return res
+
+    def rollout_metrics(self, info: dict) -> dict:
+        return {
+            "train/success": info["success"].float().mean().item(),
+            "train/return": info["return"].mean().item(),
+            "train/length": info["length"].float().mean().item(),
+            "train/env_steps": self.state.env_steps,
+            "train/episodes": self.state.episodes,
+        }
+
+    def generator(self, purpose: str, index: int) -> torch.Generator:
+        offset = {"rl": 0, "warm_start": 1, "eval": 2}[purpose]
+        g = torch.Generator(device=self.device)
+        g.manual_seed(self.cfg.run.seed * 7919 + offset * 104729 + index)
+        return g
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def save(self) -> None:
+        ckpt.save(self.out_dir, self.cfg, self.policy, self.optimizer, self.state,
+                  keep=self.cfg.trainer.keep_checkpoints)
+
+    def resume(self) -> None:
+        if self.cfg.trainer.resume:
+            loaded = ckpt.load_latest(self.out_dir, self.policy, self.optimizer)
+            if loaded is not None:
+                self.state = TrainState(**loaded)
+                self.logger.rewind(self.state.iteration)
+                tqdm.write(f"resumed from iteration {self.state.iteration} in {self.out_dir}")

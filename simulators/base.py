@@ -1,0 +1,131 @@
+"""The simulator contract every adapter implements (checked by `simulators.check.check_simulator`).
+
+A simulator holds ``num_envs`` environments and is driven in batches of torch tensors on
+``self.device`` (CPU or GPU):
+
+- ``reset(seed)`` resets every environment. ``seed`` is an int (env i gets ``seed + i``) or a list of
+  ``num_envs`` ints; environments given the same seed start from the same initial state, which is
+  how GRPO groups share an initial state. Returns an `Observation`.
+- ``step(actions)`` with ``actions`` float ``[N, A]`` in ``[-1, 1]`` advances every environment one
+  step; ``step_chunk(actions)`` with ``[N, C, A]`` executes an action chunk (C steps). An environment
+  whose episode ends inside a chunk ignores the rest of the chunk. Returns a `StepResult`.
+- Auto reset: an environment whose episode ended is reset inside the same call. The returned
+  observation is already the first observation of its next episode; the last observation of the
+  finished episode is in ``StepResult.final_obs`` (rows of the other environments are unspecified).
+  An auto reset draws a fresh initial state from the simulator's own generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Observation:
+    image: torch.Tensor  # uint8 [N, H, W, 3] (several cameras: [N, V, H, W, 3])
+    instruction: list[str]  # one natural-language instruction per env
+    state: torch.Tensor | None = None  # float [N, D] proprio / low-dim state, if the sim has one
+
+    def index(self, idx: torch.Tensor) -> "Observation":
+        rows = idx.tolist() if idx.dtype != torch.bool else idx.nonzero().flatten().tolist()
+        return Observation(
+            self.image[idx],
+            [self.instruction[i] for i in rows],
+            None if self.state is None else self.state[idx],
+        )
+
+
+@dataclass
+class StepResult:
+    obs: Observation  # after auto reset
+    reward: torch.Tensor  # float [N], summed over the executed steps of the chunk
+    terminated: torch.Tensor  # bool [N], episode ended by the task (success or failure)
+    truncated: torch.Tensor  # bool [N], episode ended by the time limit
+    success: torch.Tensor  # bool [N], task success reached during this call
+    final_obs: Observation | None = None  # last obs of episodes that ended (rows where done)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+
+class Simulator:
+    """Base class: subclasses set the attributes below and implement reset / step."""
+
+    num_envs: int
+    action_dim: int
+    max_episode_steps: int
+    image_shape: tuple[int, ...]  # (H, W, 3) or (V, H, W, 3)
+    state_dim: int | None = None
+    device: torch.device = torch.device("cpu")
+
+    def reset(self, seed: int | list[int] | None = None) -> Observation:
+        raise NotImplementedError
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        raise NotImplementedError
+
+    def step_chunk(self, actions: torch.Tensor) -> StepResult:
+        """Execute ``[N, C, A]`` chunks with `step`; envs that finish mid-chunk skip the rest.
+
+        Adapters with a native chunk executor may override this.
+        """
+        n, c, _ = actions.shape
+        if c < 1:
+            raise ValueError(f"step_chunk needs at least one action per env, got shape {tuple(actions.shape)}")
+        reward = torch.zeros(n, device=self.device)
+        terminated = torch.zeros(n, dtype=torch.bool, device=self.device)
+        truncated = torch.zeros_like(terminated)
+        success = torch.zeros_like(terminated)
+        final_obs: Observation | None = None
+        executed = torch.zeros(n, dtype=torch.long, device=self.device)
+        out = None
+        for i in range(c):
+            active = ~(terminated | truncated)
+            if not active.any():
+                break
+            act = actions[:, i]
+            out = self._step_masked(act, active)
+            executed += active.long()
+            reward += torch.where(active, out.reward, torch.zeros_like(out.reward))
+            ended = active & out.done
+            terminated |= active & out.terminated
+            truncated |= active & out.truncated
+            success |= active & out.success
+            if ended.any():
+                final_obs = _merge_final(final_obs, out.final_obs, ended)
+        info = {"num_steps": executed}  # sim steps each env executed in this call
+        return StepResult(out.obs, reward, terminated, truncated, success, final_obs, info)
+
+    def _step_masked(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
+        """Step only the ``active`` envs (the others keep their state, get reward 0 and are not
+        done) and return a full-batch `StepResult`; used by the default `step_chunk`."""
+        raise NotImplementedError("override step_chunk or _step_masked")
+
+    def close(self) -> None:
+        pass
+
+    # optional: state snapshot/restore for offloading in collocated placement
+    def get_state(self) -> dict:
+        raise NotImplementedError
+
+    def set_state(self, state: dict) -> None:
+        raise NotImplementedError
+
+
+def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.Tensor):
+    if new is None:
+        return acc
+    if acc is None:
+        return Observation(
+            new.image.clone(), list(new.instruction), None if new.state is None else new.state.clone()
+        )
+    acc.image[rows] = new.image[rows]
+    if acc.state is not None:
+        acc.state[rows] = new.state[rows]
+    for i in rows.nonzero().flatten().tolist():
+        acc.instruction[i] = new.instruction[i]
+    return acc

@@ -1,0 +1,501 @@
+"""Contract checker for simulators (see `simulators.base`).
+
+``check_simulator(sim_or_factory)`` drives a simulator through the contract with random actions and
+raises ``AssertionError`` naming the check and the problem on the first violation; it returns the
+names of the checks that passed (a list with ``notes``, ``action_bounds`` = ``"clipped"`` or
+``"rejected"`` attached). It is generic: it only uses ``reset``, ``step``, ``step_chunk`` and, when
+implemented, ``get_state`` / ``set_state``; checks that need a snapshot are done in a weaker form
+(with a note) when the simulator has none.
+
+Checks, in order:
+
+- ``attributes``: num_envs, action_dim, max_episode_steps, image_shape, state_dim, device.
+- ``reset``: an `Observation` with image uint8 ``[N, *image_shape]``, N instruction strings, state
+  float ``[N, state_dim]`` (or None when state_dim is None), everything on ``sim.device``.
+- ``reset_deterministic``: the same seed twice gives identical observations.
+- ``reset_seed_list``: a seed list with repeats gives identical rows for equal seeds, and
+  ``reset(s)`` equals ``reset([s, s+1, ...])``.
+- ``step`` / ``step_chunk``: a `StepResult` with reward float ``[N]``, terminated / truncated /
+  success bool ``[N]``, finite values, on the device; ``final_obs`` when some env is done.
+- ``state_roundtrip``: ``get_state`` returns copies and ``set_state`` reproduces the next steps.
+- ``action_bounds``: actions outside ``[-1, 1]`` are rejected (an exception) or clipped (same result
+  as the clipped actions; needs a snapshot to tell, else a note).
+- ``episode``: random steps until just before the time limit: no episode outlives
+  ``max_episode_steps``, ``truncated`` only at the limit, ``final_obs`` for every done row.
+- ``truncation``: episodes reaching ``max_episode_steps`` end (inside a chunk).
+- ``chunk_mid_episode_end``: with a snapshot, a chunk equals the same actions stepped one at a
+  time up to each env's end (reward sum, flags, final observation), so actions after the end of an
+  episode are ignored.
+- ``auto_reset``: envs that ended keep running a fresh episode (not truncated again at once).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import torch
+
+from .base import Observation, Simulator, StepResult
+
+
+class CheckResult(list):
+    """Names of the passed checks, plus ``notes`` (skipped or weakened checks) and
+    ``action_bounds`` ("clipped", "rejected" or "unverified")."""
+
+    def __init__(self):
+        super().__init__()
+        self.notes: list[str] = []
+        self.action_bounds = "unverified"
+
+
+class _Checker:
+    def __init__(self, sim: Any, seed: int, chunk_size: int, verbose: bool):
+        self.sim = sim
+        self.seed = seed
+        self.chunk_size = chunk_size
+        self.verbose = verbose
+        self.result = CheckResult()
+        self.check = "setup"
+        self.gen = torch.Generator().manual_seed(seed)
+
+    # -------------------------------------------------------------- helpers
+    def fail(self, msg: str) -> None:
+        raise AssertionError(f"check_simulator[{self.check}] {type(self.sim).__name__}: {msg}")
+
+    def ensure(self, cond: Any, msg: str) -> None:
+        if not cond:
+            self.fail(msg)
+
+    def passed(self) -> None:
+        self.result.append(self.check)
+
+    def note(self, msg: str) -> None:
+        self.result.notes.append(f"{self.check}: {msg}")
+        if self.verbose:
+            print(f"check_simulator[{self.check}] note: {msg}")
+
+    def on_device(self, t: torch.Tensor) -> bool:
+        want = torch.device(self.sim.device)
+        return t.device.type == want.type and (want.index is None or t.device.index == want.index)
+
+    def actions(self, *shape: int, scale: float = 1.0) -> torch.Tensor:
+        a = (torch.rand(*shape, self.sim.action_dim, generator=self.gen) * 2 - 1) * scale
+        return a.to(self.sim.device)
+
+    def snapshot(self) -> dict | None:
+        if not callable(getattr(self.sim, "get_state", None)) or not callable(getattr(self.sim, "set_state", None)):
+            return None
+        try:
+            return self.sim.get_state()
+        except NotImplementedError:
+            return None
+
+    def obs(self, obs: Any, what: str, rows: torch.Tensor | None = None) -> None:
+        sim, n = self.sim, self.sim.num_envs
+        self.ensure(isinstance(obs, Observation), f"{what} must be an Observation, got {type(obs).__name__}")
+        img = obs.image
+        self.ensure(isinstance(img, torch.Tensor), f"{what}.image must be a torch.Tensor, got {type(img).__name__}")
+        self.ensure(img.dtype == torch.uint8, f"{what}.image must be uint8, got {img.dtype}")
+        want = (n, *sim.image_shape)
+        self.ensure(tuple(img.shape) == want, f"{what}.image shape {tuple(img.shape)} != [N, *image_shape] {want}")
+        self.ensure(self.on_device(img), f"{what}.image is on {img.device}, sim.device is {sim.device}")
+        ins = obs.instruction
+        self.ensure(
+            isinstance(ins, list) and len(ins) == n,
+            f"{what}.instruction must be a list of {n} strings, got {type(ins).__name__} "
+            f"of length {len(ins) if hasattr(ins, '__len__') else '?'}",
+        )
+        self.ensure(all(isinstance(s, str) for s in ins), f"{what}.instruction must hold str only")
+        if sim.state_dim is None:
+            self.ensure(obs.state is None, f"{what}.state must be None when state_dim is None")
+            return
+        st = obs.state
+        self.ensure(isinstance(st, torch.Tensor), f"{what}.state must be a tensor (state_dim={sim.state_dim})")
+        self.ensure(st.is_floating_point(), f"{what}.state must be float, got {st.dtype}")
+        self.ensure(
+            tuple(st.shape) == (n, sim.state_dim),
+            f"{what}.state shape {tuple(st.shape)} != [N, state_dim] {(n, sim.state_dim)}",
+        )
+        self.ensure(self.on_device(st), f"{what}.state is on {st.device}, sim.device is {sim.device}")
+        chk = st if rows is None else st[rows]
+        self.ensure(torch.isfinite(chk).all(), f"{what}.state has NaN/inf")
+        if rows is None:
+            self.ensure(all(len(s) > 0 for s in ins), f"{what}.instruction has an empty string")
+
+    def step_result(self, res: Any, what: str) -> None:
+        n = self.sim.num_envs
+        self.ensure(isinstance(res, StepResult), f"{what} must return a StepResult, got {type(res).__name__}")
+        r = res.reward
+        self.ensure(isinstance(r, torch.Tensor), f"{what}: reward must be a tensor, got {type(r).__name__}")
+        self.ensure(r.is_floating_point(), f"{what}: reward must be float, got {r.dtype}")
+        self.ensure(tuple(r.shape) == (n,), f"{what}: reward shape {tuple(r.shape)} != [N] ({n},)")
+        self.ensure(torch.isfinite(r).all(), f"{what}: reward has NaN/inf")
+        self.ensure(self.on_device(r), f"{what}: reward is on {r.device}, sim.device is {self.sim.device}")
+        for name in ("terminated", "truncated", "success"):
+            t = getattr(res, name)
+            self.ensure(isinstance(t, torch.Tensor), f"{what}: {name} must be a tensor")
+            self.ensure(t.dtype == torch.bool, f"{what}: {name} must be bool, got {t.dtype}")
+            self.ensure(tuple(t.shape) == (n,), f"{what}: {name} shape {tuple(t.shape)} != [N] ({n},)")
+            self.ensure(self.on_device(t), f"{what}: {name} is on {t.device}, sim.device is {self.sim.device}")
+        self.obs(res.obs, f"{what}.obs")
+        done = res.terminated | res.truncated
+        if done.any():
+            self.ensure(res.final_obs is not None, f"{what}: final_obs is None although envs {_rows(done)} are done")
+            self.obs(res.final_obs, f"{what}.final_obs", rows=done)
+
+    def compare(self, a: StepResult, b: StepResult) -> str | None:
+        """First difference between two results of the same actions from the same state."""
+        for name in ("terminated", "truncated", "success"):
+            if not torch.equal(getattr(a, name), getattr(b, name)):
+                return f"{name} differs: {getattr(a, name).tolist()} vs {getattr(b, name).tolist()}"
+        if not torch.allclose(a.reward, b.reward, atol=1e-5, rtol=1e-5):
+            return f"reward differs: {a.reward.tolist()} vs {b.reward.tolist()}"
+        done = a.terminated | a.truncated
+        for label, oa, ob, rows in (("obs", a.obs, b.obs, ~done), ("final_obs", a.final_obs, b.final_obs, done)):
+            if not rows.any():
+                continue
+            diff = _obs_diff(oa, ob, rows)
+            if diff:
+                return f"{label} {diff}"
+        return None
+
+    # -------------------------------------------------------------- checks
+    def run(self, num_steps: int | None) -> CheckResult:
+        self.attributes()
+        self.resets()
+        self.steps()
+        self.state_roundtrip()  # before the checks that rely on snapshots
+        self.action_bounds()
+        self.episode(num_steps)
+        return self.result
+
+    def attributes(self) -> None:
+        self.check = "attributes"
+        sim = self.sim
+        for name in ("num_envs", "action_dim", "max_episode_steps", "image_shape", "device"):
+            self.ensure(hasattr(sim, name), f"missing attribute {name!r}")
+        for name in ("num_envs", "action_dim", "max_episode_steps"):
+            v = getattr(sim, name)
+            self.ensure(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive int, got {v!r}")
+        shape = tuple(sim.image_shape)
+        self.ensure(
+            len(shape) in (3, 4) and shape[-1] == 3 and all(isinstance(s, int) and s > 0 for s in shape),
+            f"image_shape must be (H, W, 3) or (V, H, W, 3), got {sim.image_shape!r}",
+        )
+        sd = getattr(sim, "state_dim", None)
+        self.ensure(sd is None or (isinstance(sd, int) and sd > 0), f"state_dim must be None or a positive int, got {sd!r}")
+        try:
+            torch.device(sim.device)
+        except (TypeError, RuntimeError) as exc:
+            self.fail(f"device {sim.device!r} is not a torch device ({exc})")
+        for name in ("reset", "step", "step_chunk"):
+            self.ensure(callable(getattr(sim, name, None)), f"missing method {name}()")
+        self.passed()
+
+    def resets(self) -> None:
+        sim, n, s = self.sim, self.sim.num_envs, self.seed
+        self.check = "reset"
+        o1 = sim.reset(s)
+        self.obs(o1, "reset(seed)")
+        self.passed()
+
+        self.check = "reset_deterministic"
+        o2 = sim.reset(s)
+        self.obs(o2, "reset(seed)")
+        diff = _obs_diff(o1, o2)
+        self.ensure(diff is None, f"reset({s}) twice gave different observations: {diff}")
+        o3 = sim.reset(s + 7919)
+        if _obs_diff(o1, o3) is None:
+            self.note("a different seed gave identical observations (is the seed used?)")
+        self.passed()
+
+        self.check = "reset_seed_list"
+        ol = sim.reset([s + i for i in range(n)])
+        self.obs(ol, "reset(list)")
+        diff = _obs_diff(o1, ol)
+        self.ensure(diff is None, f"reset({s}) != reset([{s}, {s}+1, ...]) (env i gets seed+i): {diff}")
+        seeds = [s + 100 + i // 2 for i in range(n)]  # pairs share a seed
+        op = sim.reset(seeds)
+        self.obs(op, "reset(list)")
+        for i in range(0, n - 1, 2):
+            other = op.index(torch.tensor([i + 1]))
+            diff = _obs_diff(op.index(torch.tensor([i])), other)
+            self.ensure(diff is None, f"envs {i} and {i + 1} got the same seed {seeds[i]} but differ: {diff}")
+        if n == 1:
+            self.note("num_envs=1: repeated seeds cannot be compared across rows")
+        self.passed()
+
+    def steps(self) -> None:
+        sim, n = self.sim, self.sim.num_envs
+        self.check = "step"
+        sim.reset(self.seed)
+        for _ in range(2):
+            self.step_result(sim.step(self.actions(n)), "step([N, A])")
+        self.passed()
+
+        self.check = "step_chunk"
+        for _ in range(2):
+            self.step_result(sim.step_chunk(self.actions(n, self.chunk_size)), "step_chunk([N, C, A])")
+        self.passed()
+
+    def episode(self, num_steps: int | None) -> None:
+        sim, n, t_max = self.sim, self.sim.num_envs, self.sim.max_episode_steps
+        horizon = t_max if num_steps is None else min(num_steps, t_max)
+        full = horizon >= t_max
+        c = max(self.chunk_size, 3)
+
+        self.check = "episode"
+        sim.reset(self.seed)
+        elapsed = torch.zeros(n, dtype=torch.long)
+        has_snapshot = self.snapshot() is not None
+        # with a snapshot the step-by-step replay of the chunk below covers the last two steps
+        singles = horizon if not full else (t_max - 2 if has_snapshot else t_max)
+        for _ in range(max(singles, 0)):
+            res = sim.step(self.actions(n))
+            self.step_result(res, "step")
+            self.track(res, elapsed)
+        self.passed()
+
+        # a chunk that crosses the time limit of the envs still in their first episode
+        self.check = "truncation"
+        snap = self.snapshot()
+        x = self.actions(n, c)
+        replay = None
+        if snap is not None:
+            replay, el = [], elapsed.clone()
+            for i in range(c):
+                replay.append(sim.step(x[:, i]))
+                self.step_result(replay[-1], "step (replaying a chunk)")
+                self.track(replay[-1], el)
+            sim.set_state(snap)
+        res = sim.step_chunk(x)
+        self.step_result(res, "step_chunk")
+        done = (res.terminated | res.truncated).cpu()
+        if full:
+            must_end = elapsed + c >= t_max
+            self.ensure(
+                not (must_end & ~done).any(),
+                f"envs {_rows(must_end & ~done)} were {elapsed[must_end & ~done].tolist()} steps into their episode "
+                f"and ran a {c}-step chunk without ending (max_episode_steps={t_max})",
+            )
+            self.passed()
+        else:
+            self.note(f"skipped: num_steps={num_steps} < max_episode_steps={t_max}")
+
+        self.check = "chunk_mid_episode_end"
+        if replay is None:
+            self.note("weak check only (no get_state): done rows carry final_obs")
+            self.passed()
+        else:
+            self.chunk_vs_replay(res, replay, c)
+
+        self.check = "auto_reset"
+        ended = done.clone()
+        if not ended.any() or t_max <= 2:
+            self.note("no episode ended (or max_episode_steps <= 2); auto reset not exercised")
+        else:
+            for _ in range(2):
+                res2 = sim.step(self.actions(n))
+                self.step_result(res2, "step after done")
+                again = res2.truncated.cpu() & ended
+                self.ensure(
+                    not again.any(),
+                    f"envs {_rows(again)} were truncated right after their episode ended: "
+                    "they were not reset (auto reset must start a fresh episode in the same call)",
+                )
+        self.passed()
+
+    def track(self, res: StepResult, elapsed: torch.Tensor) -> None:
+        """Advance per-env episode lengths by one step and check the time limit."""
+        t_max = self.sim.max_episode_steps
+        elapsed += 1
+        done = (res.terminated | res.truncated).cpu()
+        trunc = res.truncated.cpu()
+        fresh = trunc & (elapsed == 1) & (t_max > 1)
+        self.ensure(
+            not fresh.any(),
+            f"envs {_rows(fresh)} were truncated on the first step after their episode ended: they were "
+            "not reset (auto reset must start a fresh episode in the same call)",
+        )
+        self.ensure(
+            not (trunc & (elapsed != t_max)).any(),
+            f"truncated envs {_rows(trunc & (elapsed != t_max))} after {elapsed[trunc].tolist()} steps; "
+            f"truncation must happen at max_episode_steps={t_max}",
+        )
+        self.ensure(
+            not ((elapsed >= t_max) & ~done).any(),
+            f"envs {_rows((elapsed >= t_max) & ~done)} ran {t_max} steps without ending (max_episode_steps={t_max})",
+        )
+        elapsed[done] = 0
+
+    def chunk_vs_replay(self, res: StepResult, replay: list[StepResult], c: int) -> None:
+        n = self.sim.num_envs
+        alive = torch.ones(n, dtype=torch.bool, device=res.reward.device)
+        reward = torch.zeros_like(res.reward)
+        flags = {k: torch.zeros_like(alive) for k in ("terminated", "truncated", "success")}
+        end_idx = torch.full((n,), -1, dtype=torch.long)
+        final_rows: dict[int, tuple[Observation, int]] = {}
+        for i, r in enumerate(replay):
+            reward += torch.where(alive, r.reward, torch.zeros_like(r.reward))
+            for k in flags:
+                flags[k] |= alive & getattr(r, k)
+            ended = alive & (r.terminated | r.truncated)
+            for row in _rows(ended):
+                end_idx[row] = i
+                final_rows[row] = (r.final_obs, row)
+            alive &= ~ended
+        for k, v in flags.items():
+            self.ensure(
+                torch.equal(v, getattr(res, k)),
+                f"step_chunk {k} {getattr(res, k).tolist()} != one-step-at-a-time replay {v.tolist()} "
+                "(envs must stop at the end of their episode and ignore the rest of the chunk)",
+            )
+        self.ensure(
+            torch.allclose(reward, res.reward, atol=1e-5, rtol=1e-5),
+            f"step_chunk reward {res.reward.tolist()} != replay reward summed up to each episode end "
+            f"{reward.tolist()} (rewards after the end of an episode must not count)",
+        )
+        for row, (fo, _) in final_rows.items():
+            idx = torch.tensor([row])
+            diff = _obs_diff(fo.index(idx), res.final_obs.index(idx))
+            self.ensure(
+                diff is None,
+                f"env {row} ended at chunk step {int(end_idx[row])} but step_chunk's final_obs differs from "
+                f"the replay's: {diff} (the rest of its chunk must be ignored)",
+            )
+        mid = (end_idx >= 0) & (end_idx < c - 1)
+        if not mid.any():
+            self.note("no env ended before the last step of the chunk; mid-chunk end not exercised")
+        self.passed()
+
+    def action_bounds(self) -> None:
+        sim, n = self.sim, self.sim.num_envs
+        self.check = "action_bounds"
+        sim.reset(self.seed + 1)
+        snap = self.snapshot()
+        x = self.actions(n, scale=3.0)
+        try:
+            res = sim.step(x)
+        except (ValueError, AssertionError, RuntimeError):
+            self.result.action_bounds = "rejected"
+            if snap is not None:
+                sim.set_state(snap)
+            self.passed()
+            return
+        self.step_result(res, "step(out-of-range actions)")
+        if snap is None:
+            self.note("out-of-range actions accepted; clipping not verifiable without get_state")
+            self.passed()
+            return
+        sim.set_state(snap)
+        ref = sim.step(x.clamp(-1, 1))
+        diff = self.compare(res, ref)
+        self.ensure(
+            diff is None,
+            f"actions outside [-1, 1] were neither rejected nor clipped: result differs from the clipped "
+            f"actions' ({diff})",
+        )
+        self.result.action_bounds = "clipped"
+        self.passed()
+
+    def state_roundtrip(self) -> None:
+        sim, n = self.sim, self.sim.num_envs
+        self.check = "state_roundtrip"
+        sim.reset(self.seed + 2)
+        sim.step(self.actions(n))
+        snap = self.snapshot()
+        if snap is None:
+            self.note("skipped: get_state/set_state not implemented")
+            return
+        kept = _clone_tree(snap)
+        x = self.actions(n, self.chunk_size)
+        r1 = sim.step_chunk(x)
+        r1b = sim.step(x[:, 0])
+        self.ensure(_tree_equal(snap, kept), "get_state() returned views that stepping changed; return copies")
+        sim.set_state(snap)
+        r2 = sim.step_chunk(x)
+        r2b = sim.step(x[:, 0])
+        diff = self.compare(r1, r2) or self.compare(r1b, r2b)
+        self.ensure(diff is None, f"set_state(get_state()) did not reproduce the next steps: {diff}")
+        self.passed()
+
+
+def _rows(mask: torch.Tensor) -> list[int]:
+    return mask.nonzero().flatten().tolist()
+
+
+def _obs_diff(a: Observation | None, b: Observation | None, rows: torch.Tensor | None = None) -> str | None:
+    if a is None or b is None:
+        return None if a is b else "one observation is None"
+    if rows is None:
+        rows = torch.ones(a.image.shape[0], dtype=torch.bool)
+    rows = rows.to(a.image.device)
+    if a.image.shape != b.image.shape:
+        return f"image shapes differ: {tuple(a.image.shape)} vs {tuple(b.image.shape)}"
+    ia, ib = a.image[rows], b.image[rows.to(b.image.device)].to(a.image.device)
+    if not torch.equal(ia, ib):
+        bad = (a.image != b.image.to(a.image.device)).flatten(1).any(1) & rows
+        return f"images differ (rows {_rows(bad)[:8]})"
+    ri = _rows(rows)
+    if [a.instruction[i] for i in ri] != [b.instruction[i] for i in ri]:
+        return "instructions differ"
+    if (a.state is None) != (b.state is None):
+        return "state present in one observation only"
+    if a.state is not None and not torch.allclose(a.state[rows], b.state[rows].to(a.state.device), atol=1e-5, rtol=1e-5):
+        return "states differ"
+    return None
+
+
+def _clone_tree(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, dict):
+        return {k: _clone_tree(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone_tree(v) for v in x)
+    try:
+        return copy.deepcopy(x)
+    except Exception:  # opaque handles: compared by identity
+        return x
+
+
+def _tree_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_tree_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_tree_equal(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b)
+    except Exception:
+        return True
+
+
+def check_simulator(
+    sim_or_factory: Simulator | Callable[[], Simulator],
+    num_steps: int | None = None,
+    seed: int = 0,
+    chunk_size: int = 3,
+    verbose: bool = True,
+) -> CheckResult:
+    """Run the contract checks; return the passed check names or raise ``AssertionError``.
+
+    ``sim_or_factory``: a simulator, or a zero-argument callable (a class included) that builds one
+    (closed afterwards). ``num_steps``: cap on the random steps of the episode check; ``None`` runs to
+    ``max_episode_steps`` so truncation is checked (a smaller cap skips that check with a note).
+    """
+    if isinstance(sim_or_factory, Simulator) or (
+        not isinstance(sim_or_factory, type) and hasattr(sim_or_factory, "step") and hasattr(sim_or_factory, "reset")
+    ):
+        sim, owned = sim_or_factory, False
+    elif callable(sim_or_factory):
+        sim, owned = sim_or_factory(), True
+    else:
+        raise TypeError(f"expected a simulator or a factory, got {type(sim_or_factory).__name__}")
+    try:
+        return _Checker(sim, seed, chunk_size, verbose).run(num_steps)
+    finally:
+        if owned:
+            sim.close()

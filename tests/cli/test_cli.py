@@ -1,0 +1,68 @@
+"""The command line: list, check, config errors before any work, eval of a checkpoint."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mmrl.cli import main
+from mmrl.config import ConfigError
+from mmrl.experiment import load_experiment
+from mmrl.registry import SIMULATORS
+
+
+def test_list_shows_every_registered_component(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ["reach", "flow_vla", "gae", "grpo", "dr_grpo", "rloo", "ngrpo", "reinforce_pp_baseline",
+                 "reach_demos"]:
+        assert f"  {name} " in out, name
+    for kind in ["policies:", "simulators:", "rewards:", "advantages:", "datasets:"]:
+        assert kind in out
+
+
+@pytest.mark.parametrize("name", SIMULATORS.names())
+def test_every_registered_simulator_passes_the_contract_check(name, capsys):
+    assert main(["check", "simulator", name, "num_envs=4"]) == 0
+    assert f"simulator '{name}' passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("override, needles", [
+    ("trainer.lrr=1", ["trainer.lrr", "lr", "iterations"]),
+    ("algorithm.loss_agg=mean", ["algorithm.loss_agg", "token-mean", "seq-mean-token-sum-norm"]),
+    ("algorithm.advantage=grpoo", ["grpoo", "grpo", "rloo", "gae"]),
+    ("policy.method=ddim", ["policy.method", "sde", "cps", "noise"]),
+    ("policy.type=nope", ["policy.type", "flow_vla"]),
+    ("sim.type=nope", ["nope", "reach"]),
+    ("sim.kwargs={colour: 1}", ["kwargs.colour", "image_size", "num_objects"]),
+    ("trainer.iterations=ten", ["trainer.iterations", "int"]),
+])
+def test_bad_config_fails_naming_key_and_choices(override, needles):
+    with pytest.raises(ConfigError) as err:
+        load_experiment("configs/quickstart.yaml", [override])
+    for needle in needles:
+        assert needle in str(err.value), (needle, str(err.value))
+
+
+def test_train_with_bad_key_exits_before_any_work(tmp_path, capsys):
+    code = main(["train", "configs/quickstart.yaml", f"run.output_dir={tmp_path}", "trainer.lrr=1"])
+    assert code == 2
+    assert "trainer.lrr" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing was created
+
+
+def test_eval_reports_success_of_a_checkpoint(tmp_path):
+    common = [f"run.output_dir={tmp_path}", "run.name=e", "sim.num_envs=4", "sim.eval_num_envs=4",
+              "policy.dim=16", "policy.expert_dim=16", "policy.expert_layers=1", "warm_start.steps=2",
+              "warm_start.num_episodes=2", "trainer.iterations=1", "trainer.eval_episodes=4",
+              "trainer.video_episodes=0", "algorithm.minibatch_size=32", "algorithm.epochs=1"]
+    assert main(["train", "configs/quickstart.yaml", *common]) == 0
+    ckpt = tmp_path / "e" / "checkpoints" / "iter_000001"
+    proc = subprocess.run([sys.executable, "-m", "mmrl.cli", "eval", "configs/quickstart.yaml", *common,
+                           "trainer.eval_episodes=6", f"checkpoint={ckpt}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["episodes"] == 6 and 0.0 <= report["success_rate"] <= 1.0
+    assert json.loads((tmp_path / "e" / "eval_report.json").read_text())["checkpoint"] == str(ckpt)
