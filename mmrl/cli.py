@@ -28,6 +28,9 @@ def cmd_train(args) -> int:
 
     cfg = load_experiment(args.config, args.overrides)
     results = build_trainer(cfg).run()
+    start, final = results["start"], results["final"]
+    print(f"held-out success: warm start {start['success_rate']:.3f} -> after RL {final['success_rate']:.3f} "
+          f"({final['episodes']} episodes)")
     print(json.dumps(results))
     return 0
 

@@ -33,6 +33,10 @@ class Entry:
     target: Any  # the object, or "module:attr" to import lazily
     description: str = ""
     extra: str | None = None  # the pip extra that provides its dependencies
+    spec: Any = None  # what was registered (target is replaced by the object once loaded)
+
+    def __post_init__(self) -> None:
+        self.spec = self.target
 
     def load(self, kind: str) -> Any:
         if not isinstance(self.target, str):
@@ -66,10 +70,11 @@ class Registry:
         """Register ``target`` (object or "module:attr") under ``name``; usable as a decorator."""
 
         def add(obj: Any) -> Any:
-            if name in self._entries and self._entries[name].target is not obj:
-                existing = self._entries[name].target
-                if not (isinstance(existing, str) and not isinstance(obj, str)):
-                    raise ValueError(f"{self.kind} '{name}' is already registered")
+            prev = self._entries.get(name)
+            same = prev is not None and (prev.spec is obj or prev.target is obj or prev.spec == obj)
+            if prev is not None and not same and not isinstance(prev.spec, str):
+                # a lazy "module:attr" may be replaced by its object; anything else is a clash
+                raise ValueError(f"{self.kind} '{name}' is already registered ({prev.spec!r})")
             doc = description or _first_line(obj)
             self._entries[name] = Entry(name, obj, doc, extra)
             return obj

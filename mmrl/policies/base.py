@@ -39,7 +39,8 @@ def encode_text(texts: list[str], width: int = TEXT_BYTES) -> torch.Tensor:
                 f"instruction of {len(data)} bytes exceeds the {width}-byte text field: {text[:40]!r}... "
                 f"Fix: raise policy text width or shorten the instruction"
             )
-        out[i, : len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if data:
+            out[i, : len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     return out
 
 

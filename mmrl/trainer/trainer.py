@@ -207,4 +207,6 @@ class Trainer:
             if loaded is not None:
                 self.state = TrainState(**loaded)
                 self.logger.rewind(self.state.iteration)
+                for group in self.optimizer.param_groups:  # the config's lr wins over the saved one
+                    group["lr"] = self.cfg.trainer.lr
                 tqdm.write(f"resumed from iteration {self.state.iteration} in {self.out_dir}")

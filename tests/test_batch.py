@@ -1,0 +1,28 @@
+"""Batch helpers and the text <-> tensor encoding that lets instructions travel in a Batch."""
+
+import pytest
+import torch
+
+from mmrl.batch import Batch
+from mmrl.policies.base import decode_text, encode_text
+
+
+def test_flatten_index_and_minibatches_cover_every_row_once():
+    b = Batch(x=torch.arange(12).reshape(3, 4), y=torch.arange(24).reshape(3, 4, 2))
+    flat = b.flatten()
+    assert flat["x"].tolist() == list(range(12)) and flat["y"].shape == (12, 2)
+    seen = torch.cat([mb["x"] for mb in flat.minibatches(5, torch.Generator().manual_seed(0))])
+    assert sorted(seen.tolist()) == list(range(12))
+    assert [mb.size for mb in flat.minibatches(5)] == [5, 5, 2]
+    stacked = Batch.stack([flat.index(slice(0, 2)), flat.index(slice(2, 4))])
+    assert stacked["x"].tolist() == [[0, 1], [2, 3]]
+
+
+def test_text_round_trip_and_overflow_error():
+    texts = ["reach the red target", "", "déplace le cube bleu"]
+    data = encode_text(texts, width=32)
+    assert data.dtype == torch.uint8 and data.shape == (3, 32)
+    assert decode_text(data) == texts
+    assert decode_text(torch.stack([data, data])) == texts * 2  # any leading shape
+    with pytest.raises(ValueError, match="exceeds the 8-byte text field"):
+        encode_text(["a long instruction"], width=8)
