@@ -119,6 +119,9 @@ class ExperimentConfig:
                               f"'algorithm.group_size' ({self.algorithm.group_size})")
         if self.policy.type not in POLICIES:
             raise ConfigError(f"'policy.type' = {self.policy.type!r} is not a registered policy")
+        if self.algorithm.kl_coef and not POLICIES.get(self.policy.type).provides_ref_logp:
+            raise ConfigError(f"'algorithm.kl_coef' > 0 needs reference log-probs, which policy "
+                              f"'{self.policy.type}' does not provide: set algorithm.kl_coef=0")
 
 
 def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:

@@ -63,6 +63,8 @@ class Policy(nn.Module):
     #: shape of one sample's log-prob after the leading batch dim, e.g. () chunk-level, (C, A) per dim
     logp_shape: tuple[int, ...] = ()
     has_critic: bool = False
+    #: whether rollouts carry ``ref_logp`` (log-probs under a frozen reference) for a KL penalty
+    provides_ref_logp: bool = False
 
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
         raise NotImplementedError

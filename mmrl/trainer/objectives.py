@@ -68,8 +68,7 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
         loss = loss + algo.vf_coef * vl
         metrics["value_loss"] = vl.detach()
     if algo.kl_coef:
-        ref = mb["ref_logp"] if "ref_logp" in mb else old
-        kl = kl_penalty(logp, ref, algo.kl_estimator).mean()
+        kl = kl_penalty(logp, mb["ref_logp"], algo.kl_estimator).mean()
         loss = loss + algo.kl_coef * kl
         metrics["kl"] = kl.detach()
     return loss, metrics

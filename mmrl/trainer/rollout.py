@@ -29,14 +29,16 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
                      mode: str = "train", frames_of: int = 0) -> tuple[Batch, dict]:
     """Run one episode per env. Returns (Batch [T, N, ...], info).
 
-    info: ``return`` [N], ``success`` [N] bool, ``length`` [N] decisions, ``frames`` uint8
-    [T+1, frames_of, H, W, 3] (the first ``frames_of`` envs, for videos).
+    info: ``return`` [N], ``success`` [N] bool, ``length`` [N] decisions, and for videos of the
+    first ``frames_of`` envs: ``frames`` uint8 [T+1, frames_of, H, W, 3], ``frame_success`` bool
+    [T+1, frames_of] (success reached by that frame) and ``captions`` (their instructions).
     """
     chunk = policy.cfg.chunk_size
     horizon = math.ceil(sim.max_episode_steps / chunk)
     obs = sim.reset(seeds)
     alive = torch.ones(sim.num_envs, dtype=torch.bool, device=sim.device)
     steps, frames = [], [obs.image[:frames_of].cpu()] if frames_of else []
+    captions, reached = list(obs.instruction[:frames_of]), [torch.zeros(frames_of, dtype=torch.bool)]
     for _ in range(horizon):
         out = policy.rollout(obs, generator=generator, mode=mode)
         res = sim.step_chunk(out["actions"].to(sim.device))
@@ -51,6 +53,7 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
                 ended = res.done[:frames_of]
                 img[ended] = res.final_obs.image[:frames_of][ended]
             frames.append(torch.where(alive[:frames_of, None, None, None], img, frames[-1].to(img.device)).cpu())
+            reached.append(reached[-1] | (res.success[:frames_of] & alive[:frames_of]).cpu())
         alive &= ~res.done
         obs = res.obs
         if not alive.any():
@@ -63,7 +66,7 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
         "length": valid.sum(0),
     }
     if frames_of:
-        info["frames"] = torch.stack(frames)
+        info.update(frames=torch.stack(frames), frame_success=torch.stack(reached), captions=captions)
     return batch, info
 
 
@@ -91,7 +94,7 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
         returns.append(info["return"][:take].cpu())
         lengths.append(info["length"][:take].cpu())
         if want_video:
-            write_video(info["frames"], video_path)
+            write_video(info["frames"], video_path, info["captions"], info["frame_success"])
         done += take
     policy.train(was_training)
     success = torch.cat(successes).float()
@@ -103,12 +106,31 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
     }
 
 
-def write_video(frames: torch.Tensor, path: Path, fps: int = 4, scale: int = 4) -> None:
-    """frames uint8 [T, E, H, W, 3] -> an mp4 with the E episodes side by side."""
+def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = None,
+                success: torch.Tensor | None = None, fps: int = 4, scale: int = 4) -> None:
+    """frames uint8 [T, E, H, W, 3] -> an mp4 with the E episodes side by side, each upscaled, with
+    its instruction written underneath and a green border once ``success`` [T, E] is reached."""
     import imageio.v2 as imageio
+    import numpy as np
+    from PIL import Image, ImageDraw
 
     t, e, h, w, _ = frames.shape
-    row = frames.permute(0, 2, 1, 3, 4).reshape(t, h, e * w, 3)
-    row = row.repeat_interleave(scale, 1).repeat_interleave(scale, 2).numpy()
+    tiles = frames.repeat_interleave(scale, 2).repeat_interleave(scale, 3)  # [T, E, sh, sw, 3]
+    if success is not None:
+        edge = torch.zeros(tiles.shape[2:4], dtype=torch.bool)
+        edge[:2], edge[-2:], edge[:, :2], edge[:, -2:] = True, True, True, True
+        green = torch.tensor([40, 220, 60], dtype=torch.uint8)
+        tiles = torch.where((success[:, :, None, None] & edge)[..., None], green, tiles)
+    row = tiles.permute(0, 2, 1, 3, 4).reshape(t, h * scale, e * w * scale, 3).numpy()
+    caption_h = 14 if captions else 0
+    out = np.zeros((t, h * scale + caption_h, e * w * scale, 3), dtype=np.uint8)
+    out[:, : h * scale] = row
+    if captions:
+        strip = Image.new("RGB", (e * w * scale, caption_h))
+        draw = ImageDraw.Draw(strip)
+        fits = (w * scale - 4) // 5  # characters of PIL's default font (~5 px each) under a tile
+        for i, text in enumerate(captions):
+            draw.text((i * w * scale + 2, 1), text[:fits], fill=(230, 230, 230))
+        out[:, h * scale :] = np.asarray(strip)[None]
     path.parent.mkdir(parents=True, exist_ok=True)
-    imageio.mimwrite(str(path), list(row), fps=fps, macro_block_size=1)
+    imageio.mimwrite(str(path), list(out), fps=fps, macro_block_size=1)

@@ -37,6 +37,8 @@ def test_every_registered_simulator_passes_the_contract_check(name, capsys):
     ("sim.type=nope", ["nope", "reach"]),
     ("sim.kwargs={colour: 1}", ["kwargs.colour", "image_size", "num_objects"]),
     ("trainer.iterations=ten", ["trainer.iterations", "int"]),
+    ("algorithm.kl_coef=0.1", ["algorithm.kl_coef", "flow_vla", "kl_coef=0"]),
+    ("algorithm.group_size=3", ["sim.num_envs", "group_size"]),
 ])
 def test_bad_config_fails_naming_key_and_choices(override, needles):
     with pytest.raises(ConfigError) as err:

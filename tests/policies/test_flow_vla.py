@@ -107,3 +107,14 @@ def test_policy_with_hf_backbone_ratio_one(tmp_path):
     torch.testing.assert_close(out["logp"], batch["old_logp"], atol=1e-4, rtol=0)
     out["logp"].sum().backward()
     assert any(p.grad is not None for p in backbone.parameters())
+
+
+@pytest.mark.gpu
+def test_cuda_rollout_and_recompute_agree():
+    policy = make_policy(method="sde").cuda()
+    obs = make_obs()
+    obs = Observation(obs.image.cuda(), obs.instruction, obs.state.cuda())
+    batch = policy.rollout(obs, generator=torch.Generator(device="cuda").manual_seed(0))
+    assert batch["actions"].is_cuda
+    out = policy.evaluate(batch)
+    torch.testing.assert_close(out["logp"], batch["old_logp"], atol=1e-4, rtol=0)

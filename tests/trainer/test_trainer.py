@@ -95,3 +95,16 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path, monkeypatch):
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
              if "train/success" in line]
     assert steps == [1, 2, 3, 4]
+
+
+def test_trains_with_a_transformers_backbone_loaded_by_path(tmp_path):
+    pytest.importorskip("transformers")
+    from mmrl.testing.tiny_models import tiny_image_text_model
+
+    tiny_image_text_model(tmp_path / "vlm")  # saved like a hub checkpoint; loaded by from_pretrained
+    cfg = tiny_cfg(tmp_path, f"policy.backbone={tmp_path / 'vlm'}", "trainer.iterations=1",
+                   "trainer.video_episodes=0")
+    trainer = build_trainer(cfg)
+    assert type(trainer.policy.backbone).__name__ == "HFImageTextBackbone"
+    results = trainer.run()
+    assert results["final"]["episodes"] == 8 and trainer.state.skipped_steps == 0
