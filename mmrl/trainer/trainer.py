@@ -202,11 +202,13 @@ class Trainer:
                   keep=self.cfg.trainer.keep_checkpoints)
 
     def resume(self) -> None:
-        if self.cfg.trainer.resume:
-            loaded = ckpt.load_latest(self.out_dir, self.policy, self.optimizer)
-            if loaded is not None:
-                self.state = TrainState(**loaded)
-                self.logger.rewind(self.state.iteration)
-                for group in self.optimizer.param_groups:  # the config's lr wins over the saved one
-                    group["lr"] = self.cfg.trainer.lr
-                tqdm.write(f"resumed from iteration {self.state.iteration} in {self.out_dir}")
+        if not self.cfg.trainer.resume:  # a fresh start in this folder: forget its earlier log
+            self.logger.rewind(-(2**62))
+            return
+        loaded = ckpt.load_latest(self.out_dir, self.policy, self.optimizer)
+        if loaded is not None:
+            self.state = TrainState(**loaded)
+            self.logger.rewind(self.state.iteration)
+            for group in self.optimizer.param_groups:  # the config's lr wins over the saved one
+                group["lr"] = self.cfg.trainer.lr
+            tqdm.write(f"resumed from iteration {self.state.iteration} in {self.out_dir}")

@@ -108,3 +108,13 @@ def test_trains_with_a_transformers_backbone_loaded_by_path(tmp_path):
     assert type(trainer.policy.backbone).__name__ == "HFImageTextBackbone"
     results = trainer.run()
     assert results["final"]["episodes"] == 8 and trainer.state.skipped_steps == 0
+
+
+def test_resume_false_starts_over_with_a_clean_log(tmp_path):
+    extra = ["trainer.iterations=1", "trainer.video_episodes=0"]
+    build_trainer(tiny_cfg(tmp_path, *extra)).run()
+    again = build_trainer(tiny_cfg(tmp_path, *extra, "trainer.resume=false"))
+    again.run()
+    assert again.state.iteration == 1 and again.state.episodes == 8  # not resumed
+    rows = [json.loads(line) for line in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/success" in r] == [1]
