@@ -16,6 +16,7 @@ from typing import Any, Literal, Sequence
 from mmrl.config import ConfigError, load_config
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.flow_vla import FlowVLAConfig  # noqa: F401  (registers the variant)
+from mmrl.policies.token_vla import TokenVLAConfig  # noqa: F401  (registers the variant)
 from mmrl.registry import ADVANTAGES, POLICIES, SIMULATORS
 
 
@@ -57,6 +58,7 @@ class WarmStartConfig:
     steps: int = 300
     batch_size: int = 64
     lr: float = 1e-3
+    schedule: Literal["constant", "cosine"] = "constant"  # cosine decays the lr to 0 over the steps
     kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
 

@@ -10,6 +10,7 @@ same command reaches the same parameters as one that never stopped.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +104,8 @@ class Trainer:
         if "state" in data and self.sim.state_dim:
             batch["state"] = data["state"].float()
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / ws.steps)) if ws.schedule == "cosine" else 1.0)
         gen = self.generator("warm_start", 0)
         torch.manual_seed(self.cfg.run.seed)
         self.policy.train()
@@ -111,6 +114,7 @@ class Trainer:
             idx = torch.randint(0, batch.size, (min(ws.batch_size, batch.size),), generator=gen)
             loss = self.policy.supervised_loss(batch.index(idx).to(self.device)).mean()
             self.optimizer_step(opt, loss)
+            sched.step()
             if step % 25 == 0 or step == ws.steps - 1:
                 bar.set_postfix(loss=f"{loss.item():.4f}")
                 self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()})
