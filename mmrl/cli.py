@@ -3,7 +3,7 @@
     mmrl train configs/quickstart.yaml [key=value ...]     train (resumes from the run's last checkpoint)
     mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
     mmrl list                                              every registered component
-    mmrl check simulator NAME [key=value ...]              run the simulator contract checker
+    mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
 """
 
 from __future__ import annotations
@@ -93,7 +93,14 @@ def cmd_check(args) -> int:
             return 2
         k, v = item.split("=", 1)
         kwargs[k] = yaml.safe_load(v)
-    cls = SIMULATORS.get(args.name)
+    base, _, variant = args.name.partition(":")  # e.g. maniskill:PickCube-v1, gym:CartPole-v1
+    cls = SIMULATORS.get(base)
+    if variant:
+        key = getattr(cls, "name_arg", None)
+        if key is None:
+            print(f"error: simulator '{base}' takes no ':' suffix", file=sys.stderr)
+            return 2
+        kwargs[key] = variant
     passed = check_simulator(lambda **kw: cls(**{**kwargs, **kw}))
     for name in passed:
         print(f"  ok  {name}")

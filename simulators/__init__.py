@@ -16,4 +16,25 @@ SIMULATORS.register(
     description="embedded pure-torch batched reach-the-named-target task (RGB + instruction)",
 )
 
+SIMULATORS.register(
+    "gym",
+    "simulators.gym_env:GymSim",
+    description="any registered gymnasium env id through gymnasium vector envs (images from render())",
+    extra="gym",
+)
+
+SIMULATORS.register(
+    "libero",
+    "simulators.libero:LiberoSim",
+    description="LIBERO manipulation suites (robosuite/MuJoCo; spatial, object, goal, 10, 90); scene assets via MMRL_LIBERO_ASSETS",
+    extra="libero",
+)
+
+SIMULATORS.register(
+    "maniskill",
+    "simulators.maniskill:ManiSkillSim",
+    description="ManiSkill3 tasks (PickCube-v1, ...): GPU-batched on CUDA, one worker process per env on CPU",
+    extra="sim",
+)
+
 __all__ = ["Observation", "StepResult", "Simulator", "check_simulator"]

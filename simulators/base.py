@@ -61,6 +61,8 @@ class Simulator:
     image_shape: tuple[int, ...]  # (H, W, 3) or (V, H, W, 3)
     state_dim: int | None = None
     device: torch.device = torch.device("cpu")
+    #: constructor argument set by a ``NAME:VALUE`` simulator name (``maniskill:PickCube-v1``)
+    name_arg: str | None = None
 
     def reset(self, seed: int | list[int] | None = None) -> Observation:
         raise NotImplementedError

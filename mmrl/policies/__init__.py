@@ -7,3 +7,11 @@ POLICIES.register(
     "mmrl.policies.flow_vla:FlowVLAPolicy",
     description="flow-matching VLA (pi0-style action expert) with Flow-SDE / CPS / Flow-Noise rollouts",
 )
+
+POLICIES.register(
+    "token_vla",
+    "mmrl.policies.token_vla:TokenVLAPolicy",
+    description="action-token VLA (OpenVLA / OpenVLA-OFT style): a transformers image-text LM emitting "
+                "action-bin tokens, autoregressive or parallel decoding",
+    extra="vlm",
+)

@@ -1,0 +1,380 @@
+"""GymSim: any registered gymnasium environment id as an mmrl simulator (needs ``mmrl[gym]``).
+
+``GymSim(num_envs, env_id="Pendulum-v1", ...)`` runs ``num_envs`` copies of ``gymnasium.make(env_id)``
+in a gymnasium vector env (``vectorization="sync"``: `SyncVectorEnv` in this process;
+``"async"``: `AsyncVectorEnv`, one worker process per env) with same-step auto reset
+(``AutoresetMode.SAME_STEP``), and maps it onto the contract in `simulators.base`:
+
+Observations
+    ``image`` uint8 ``[N, image_size, image_size, 3]``: each env's ``render()`` frame
+    (``render_mode="rgb_array"``) resized with antialiased bilinear interpolation (non-square frames
+    are stretched to a square). With ``render_images=False`` nothing is rendered and ``image`` is all
+    zeros (same shape), which is much faster for state-only policies. Rendering classic-control envs
+    needs ``pygame`` (``pip install "gymnasium[classic-control]"``).
+    ``state`` float ``[N, D]``: the gym observation flattened with
+    ``gymnasium.spaces.utils.flatten`` (a Box is reshaped to a vector, Discrete becomes one-hot,
+    Dict / Tuple are concatenated); ``state_dim = flatdim(observation_space)``.
+    ``instruction``: the ``instruction`` argument, default
+    ``"control the <env_id> environment to maximise reward"``.
+
+Actions
+    float ``[N, A]`` in ``[-1, 1]`` (out-of-range values are clipped, NaN / inf raise ``ValueError``):
+    Box: mapped linearly, ``-1 -> low`` and ``1 -> high`` (``A = prod(shape)``; infinite bounds
+    raise ``ValueError``: wrap the env so its action space has finite bounds). Discrete(n): ``A = 1``
+    and ``[-1, 1]`` is cut into ``n`` equal bins, ``floor((a + 1) / 2 * n)`` clamped to ``n - 1``
+    (so -1 is the first action and 1 the last). MultiDiscrete: the same per dimension. MultiBinary:
+    ``a >= 0`` is 1. Any other space raises ``NotImplementedError`` naming it.
+
+Rewards and flags
+    ``reward`` is the env reward (summed over the executed steps of a chunk); ``terminated`` /
+    ``truncated`` are the env's (the time limit is ``max_episode_steps``, default the env spec's);
+    ``success`` is ``info["is_success"]`` or ``info["success"]`` of the step when the env reports one,
+    else False.
+
+Auto reset and chunks
+    An env whose episode ends is reset in the same call (SAME_STEP): the returned observation is the
+    new episode's first one and ``final_obs`` holds the finished episode's last observation (image
+    rendered before the reset). Auto resets draw from each env's own ``np_random``, which
+    ``reset(seed)`` (and the constructor's ``seed``) seeds, so they are reproducible.
+    ``step_chunk`` masks envs that ended inside the chunk: every env is wrapped in a small wrapper
+    that, given an all-NaN action row, does not step its env and returns the previous observation with
+    reward 0 and no flags. This works the same in the sync and async modes, so an env that ends
+    mid-chunk really ignores the rest of its chunk (its new episode does not advance).
+
+Snapshots
+    ``get_state`` pickles the sub-envs into bytes and ``set_state`` unpickles them (sync mode only;
+    pygame render surfaces are shared by reference, not copied, since rendering redraws them fully). This is exact for envs whose whole
+    state lives in Python / numpy attributes (classic control, toy text). In async mode, or when an
+    env cannot be pickled, ``get_state`` raises ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import pickle
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .base import Observation, Simulator, StepResult
+
+import gymnasium as gym  # a missing gymnasium is reported by the registry with `pip install 'mmrl[gym]'`
+from gymnasium import spaces
+
+
+# ---------------------------------------------------------------------------- action mapping
+def action_dim_of(space: spaces.Space, env_id: str = "the env") -> int:
+    """Width ``A`` of the contract action ``[N, A]`` for a gym action space (raises if unsupported)."""
+    if isinstance(space, spaces.Box):
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise ValueError(
+                f"GymSim: {env_id} has a Box action space with infinite bounds ({space!r}); contract "
+                "actions in [-1, 1] are mapped linearly to [low, high], which needs finite bounds. Wrap "
+                "the env in a gymnasium.ActionWrapper whose action_space is a bounded Box (and register "
+                "it under its own id, or pass that id as env_id)."
+            )
+        return int(np.prod(space.shape, dtype=np.int64))
+    if isinstance(space, spaces.Discrete):
+        return 1
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(space.nvec.size)
+    if isinstance(space, spaces.MultiBinary):
+        return int(np.prod(space.shape, dtype=np.int64))
+    raise NotImplementedError(
+        f"GymSim: {env_id} has action space {space!r} ({type(space).__name__}), which is not "
+        "supported; supported action spaces: Box (finite bounds), Discrete, MultiDiscrete, MultiBinary. "
+        "Wrap the env in a gymnasium.ActionWrapper that exposes one of these."
+    )
+
+
+def _bins(a: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Index of the bin holding ``a`` in ``[-1, 1]`` cut into ``n`` equal bins (``1`` -> ``n - 1``)."""
+    idx = np.floor((a.astype(np.float64) + 1.0) / 2.0 * n).astype(np.int64)
+    return np.clip(idx, 0, n - 1)
+
+
+def to_env_action(space: spaces.Space, action: np.ndarray) -> Any:
+    """Map one contract action ``[A]`` in ``[-1, 1]`` (clipped) to an element of ``space``."""
+    a = np.clip(np.asarray(action, dtype=np.float64).reshape(-1), -1.0, 1.0)
+    if isinstance(space, spaces.Box):
+        low = space.low.astype(np.float64).reshape(-1)
+        high = space.high.astype(np.float64).reshape(-1)
+        x = low + (a + 1.0) / 2.0 * (high - low)
+        if np.issubdtype(space.dtype, np.integer):
+            x = np.rint(x)
+        return np.clip(x, low, high).reshape(space.shape).astype(space.dtype)
+    if isinstance(space, spaces.Discrete):
+        return np.int64(space.start + _bins(a[:1], np.int64(space.n))[0])
+    if isinstance(space, spaces.MultiDiscrete):
+        idx = _bins(a, space.nvec.reshape(-1).astype(np.int64)) + space.start.reshape(-1)
+        return idx.reshape(space.nvec.shape).astype(space.dtype)
+    if isinstance(space, spaces.MultiBinary):
+        return (a >= 0).reshape(space.shape).astype(space.dtype)
+    action_dim_of(space)  # raises NotImplementedError naming the space
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------- per-env wrapper
+class ContractEnv(gym.Wrapper):
+    """Per-env adapter run inside the vector env (numpy only, so it is safe in worker processes).
+
+    Action space: Box ``[-1, 1]^A`` float32, mapped by `to_env_action`; an all-NaN row means "skip":
+    the env is not stepped and the previous observation is returned with reward 0 and no flags.
+    Observation space: Dict with ``state`` (the flattened gym observation, float32) and, when
+    rendering, ``frame`` (the ``render()`` image, uint8 ``[H, W, 3]`` at the env's resolution).
+    """
+
+    def __init__(self, env: gym.Env, env_id: str, render_images: bool):
+        super().__init__(env)
+        self._inner_obs_space = env.observation_space
+        self._inner_act_space = env.action_space
+        self._render_images = render_images
+        dim = action_dim_of(env.action_space, env_id)
+        try:
+            state_dim = spaces.utils.flatdim(env.observation_space)
+        except (NotImplementedError, ValueError) as exc:
+            raise NotImplementedError(
+                f"GymSim: {env_id} has observation space {env.observation_space!r}, which cannot be "
+                f"flattened into a state vector ({exc})"
+            ) from exc
+        self.action_space = spaces.Box(-1.0, 1.0, (dim,), np.float32)
+        obs_spaces: dict[str, spaces.Space] = {"state": spaces.Box(-np.inf, np.inf, (state_dim,), np.float32)}
+        self._last: dict[str, np.ndarray] | None = None
+        if render_images:
+            if "rgb_array" not in (env.metadata.get("render_modes") or []):
+                raise ValueError(
+                    f"GymSim: {env_id} does not support render_mode='rgb_array' (render modes: "
+                    f"{env.metadata.get('render_modes')}); pass render_images=False for zero images"
+                )
+            obs, _ = env.reset()  # a first frame, to learn the render resolution
+            frame = self._frame()
+            obs_spaces["frame"] = spaces.Box(0, 255, frame.shape, np.uint8)
+        self.observation_space = spaces.Dict(obs_spaces)
+
+    def _frame(self) -> np.ndarray:
+        frame = np.asarray(self.env.render())
+        if frame.ndim != 3 or frame.shape[-1] not in (3, 4):
+            raise ValueError(f"GymSim: render() returned an array of shape {frame.shape}, expected [H, W, 3]")
+        return np.ascontiguousarray(frame[..., :3], dtype=np.uint8)
+
+    def _observe(self, obs: Any) -> dict[str, np.ndarray]:
+        out = {"state": np.asarray(spaces.utils.flatten(self._inner_obs_space, obs), dtype=np.float32)}
+        if self._render_images:
+            out["frame"] = self._frame()
+        self._last = out
+        return out
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._observe(obs), info
+
+    def step(self, action: np.ndarray):
+        action = np.asarray(action)
+        if self._last is not None and np.isnan(action).all():  # masked: this env sits out
+            return self._last, 0.0, False, False, {}
+        obs, reward, terminated, truncated, info = self.env.step(to_env_action(self._inner_act_space, action))
+        return self._observe(obs), float(reward), bool(terminated), bool(truncated), info
+
+
+def _make_env(env_id: str, render_images: bool, max_episode_steps: int | None, env_kwargs: dict) -> gym.Env:
+    kwargs = dict(env_kwargs)
+    if render_images:
+        kwargs["render_mode"] = "rgb_array"
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
+    return ContractEnv(gym.make(env_id, **kwargs), env_id, render_images)
+
+
+def _is_pygame(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] == "pygame"
+
+
+class _EnvPickler(pickle.Pickler):
+    """Pickles envs, keeping pygame objects (render surfaces, clocks; not picklable) by reference."""
+
+    def __init__(self, file: io.BytesIO):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.shared: list = []
+
+    def persistent_id(self, obj: Any) -> int | None:
+        if _is_pygame(obj):
+            self.shared.append(obj)
+            return len(self.shared) - 1
+        return None
+
+
+class _EnvUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, shared: list):
+        super().__init__(io.BytesIO(data))
+        self.shared = shared
+
+    def persistent_load(self, pid: int) -> Any:
+        return self.shared[pid]
+
+
+# ---------------------------------------------------------------------------- simulator
+class GymSim(Simulator):
+    """Any registered gymnasium env id through a gymnasium vector env (images from render())."""
+
+    name_arg = "env_id"  # `mmrl check simulator gym:CartPole-v1` sets env_id
+
+    def __init__(
+        self,
+        num_envs: int = 4,
+        env_id: str = "Pendulum-v1",
+        image_size: int = 64,
+        instruction: str | None = None,
+        vectorization: str = "sync",
+        render_images: bool = True,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        max_episode_steps: int | None = None,
+        env_kwargs: dict | None = None,
+    ):
+        if vectorization not in ("sync", "async"):
+            raise ValueError(f"GymSim: vectorization must be 'sync' or 'async', got {vectorization!r}")
+        if num_envs < 1 or image_size < 1:
+            raise ValueError(f"GymSim: num_envs and image_size must be positive, got {num_envs}, {image_size}")
+        self.num_envs = int(num_envs)
+        self.env_id = env_id
+        self.image_size = int(image_size)
+        self.vectorization = vectorization
+        self.render_images = bool(render_images)
+        self.device = torch.device(device)
+        self.instruction = instruction or f"control the {env_id} environment to maximise reward"
+        fn = functools.partial(_make_env, env_id, self.render_images, max_episode_steps, dict(env_kwargs or {}))
+        vec_cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
+        self._vec = vec_cls([fn] * self.num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self._closed = False
+        spec = self._vec.get_attr("spec")[0]
+        steps = max_episode_steps if max_episode_steps is not None else getattr(spec, "max_episode_steps", None)
+        if not steps:
+            self.close()
+            raise ValueError(
+                f"GymSim: {env_id} has no time limit in its spec; pass max_episode_steps=<int>"
+            )
+        self.max_episode_steps = int(steps)
+        self.action_dim = int(self._vec.single_action_space.shape[0])
+        self.state_dim = int(self._vec.single_observation_space["state"].shape[0])
+        self.image_shape = (self.image_size, self.image_size, 3)
+        self.reset(seed)  # later reset(None) and auto resets are reproducible from `seed`
+
+    # ------------------------------------------------------------------ observations
+    def _images(self, frames: np.ndarray | None) -> torch.Tensor:
+        n, s = len(frames) if frames is not None else self.num_envs, self.image_size
+        if frames is None:
+            return torch.zeros(n, s, s, 3, dtype=torch.uint8, device=self.device)
+        x = torch.from_numpy(np.ascontiguousarray(frames))
+        if tuple(x.shape[1:3]) != (s, s):
+            x = x.permute(0, 3, 1, 2)  # NCHW view in channels-last memory: torch's fast uint8 path
+            try:
+                x = F.interpolate(x, size=(s, s), mode="bilinear", antialias=True, align_corners=False)
+            except (RuntimeError, NotImplementedError):  # no uint8 kernel: resize in float
+                x = F.interpolate(x.float(), size=(s, s), mode="bilinear", antialias=True, align_corners=False)
+                x = x.round().clamp(0, 255).to(torch.uint8)
+            x = x.permute(0, 2, 3, 1).contiguous()
+        return x.to(self.device)
+
+    def _observation(self, obs: dict[str, np.ndarray]) -> Observation:
+        image = self._images(obs["frame"] if self.render_images else None)
+        state = torch.from_numpy(np.array(obs["state"], dtype=np.float32)).to(self.device)
+        return Observation(image, [self.instruction] * self.num_envs, state)
+
+    def _final_observation(self, final: np.ndarray, done: np.ndarray, current: Observation) -> Observation:
+        """`Observation` whose done rows are the finished episodes' last observations."""
+        rows = np.flatnonzero(done)
+        state = current.state.clone()
+        state[torch.as_tensor(rows)] = torch.from_numpy(
+            np.stack([np.asarray(final[i]["state"], dtype=np.float32) for i in rows])
+        ).to(self.device)
+        image = current.image.clone()
+        if self.render_images:
+            image[torch.as_tensor(rows)] = self._images(np.stack([final[i]["frame"] for i in rows]))
+        return Observation(image, [self.instruction] * self.num_envs, state)
+
+    # ------------------------------------------------------------------ contract
+    def reset(self, seed: int | list[int] | None = None) -> Observation:
+        n = self.num_envs
+        if seed is None:
+            seeds = None  # each env continues its own generator
+        elif isinstance(seed, (int, np.integer)):
+            seeds = [int(seed) + i for i in range(n)]
+        else:
+            seeds = [int(s) for s in seed]
+            if len(seeds) != n:
+                raise ValueError(f"GymSim.reset got {len(seeds)} seeds for {n} envs")
+        obs, _ = self._vec.reset(seed=seeds)
+        return self._observation(obs)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """One step of ``[N, A]`` actions in ``[-1, 1]`` (clipped) for every env."""
+        return self._step_masked(actions, torch.ones(self.num_envs, dtype=torch.bool))
+
+    def _step_masked(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
+        n, a_dim = self.num_envs, self.action_dim
+        if actions.dim() != 2 or tuple(actions.shape) != (n, a_dim):
+            raise ValueError(f"GymSim: actions must be [{n}, {a_dim}], got {tuple(actions.shape)}")
+        act = actions.detach().to("cpu", torch.float32)
+        if not torch.isfinite(act).all():
+            raise ValueError("GymSim: actions contain NaN or inf")
+        act = act.clamp(-1.0, 1.0).numpy().copy()
+        mask = active.detach().cpu().numpy().astype(bool)
+        act[~mask] = np.nan  # ContractEnv skips all-NaN rows
+        obs, reward, terminated, truncated, info = self._vec.step(act)
+        terminated = np.asarray(terminated, dtype=bool) & mask
+        truncated = np.asarray(truncated, dtype=bool) & mask
+        done = terminated | truncated
+        success = np.zeros(n, dtype=bool)
+        final_info = info.get("final_info", {})
+        for i in np.flatnonzero(mask):
+            success[i] = _success(final_info if done[i] else info, i)
+        current = self._observation(obs)
+        final_obs = self._final_observation(info["final_obs"], done, current) if done.any() else None
+        dev = self.device
+        return StepResult(
+            current,
+            torch.as_tensor(np.where(mask, reward, 0.0), dtype=torch.float32, device=dev),
+            torch.as_tensor(terminated, device=dev),
+            torch.as_tensor(truncated, device=dev),
+            torch.as_tensor(success, device=dev),
+            final_obs,
+            {"num_steps": torch.as_tensor(mask, dtype=torch.long, device=dev)},
+        )
+
+    # step_chunk: the base class's, which calls _step_masked with the envs still running
+
+    def close(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self._vec.close()
+
+    # ------------------------------------------------------------------ snapshot / restore
+    def get_state(self) -> dict:
+        if self.vectorization != "sync":
+            raise NotImplementedError(
+                "GymSim.get_state: the async vector env keeps its envs in worker processes; "
+                "use vectorization='sync' for snapshots"
+            )
+        buf = io.BytesIO()
+        pickler = _EnvPickler(buf)
+        try:
+            pickler.dump(self._vec.envs)
+        except Exception as exc:  # noqa: BLE001 - any failure means: no snapshot for this env
+            raise NotImplementedError(f"GymSim.get_state: {self.env_id} envs cannot be pickled ({exc})") from exc
+        # the sub-envs as immutable bytes; pygame render surfaces are shared (render redraws them)
+        return {"envs": buf.getvalue(), "shared": pickler.shared}
+
+    def set_state(self, state: dict) -> None:
+        if self.vectorization != "sync":
+            raise NotImplementedError("GymSim.set_state needs vectorization='sync'")
+        self._vec.envs = _EnvUnpickler(state["envs"], state["shared"]).load()
+
+
+def _success(info: dict, i: int) -> bool:
+    for key in ("is_success", "success"):
+        if key in info and bool(np.asarray(info.get(f"_{key}", np.ones(i + 1, bool)))[i]):
+            return bool(np.asarray(info[key])[i])
+    return False

@@ -1,0 +1,213 @@
+"""GymSim: gymnasium envs through the simulator contract (action mapping, images, chunks, errors)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+gym = pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pip install "mmrl[gym]"')
+from gymnasium import spaces  # noqa: E402
+
+from simulators import check_simulator  # noqa: E402
+from simulators.gym_env import GymSim, action_dim_of, to_env_action  # noqa: E402
+
+needs_pygame = pytest.mark.skipif(
+    importlib.util.find_spec("pygame") is None,
+    reason='rendering classic-control envs needs pygame: pip install "gymnasium[classic-control]"',
+)
+
+
+# ---------------------------------------------------------------------------- tiny test envs
+class CounterEnv(gym.Env):
+    """obs = steps taken in this episode; reward 1 per step; action 1 ends it with is_success."""
+
+    def __init__(self):
+        self.observation_space = spaces.Box(0.0, 100.0, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.t], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        done = int(action) == 1
+        info = {"is_success": True} if done else {}
+        return np.array([self.t], np.float32), 1.0, done, False, info
+
+
+class InfBoxEnv(CounterEnv):
+    def __init__(self):
+        super().__init__()
+        self.action_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+
+class DictActionEnv(CounterEnv):
+    def __init__(self):
+        super().__init__()
+        self.action_space = spaces.Dict({"a": spaces.Discrete(2)})
+
+
+for _name, _cls in (("Counter", CounterEnv), ("InfBox", InfBoxEnv), ("DictAction", DictActionEnv)):
+    if f"MmrlTest/{_name}-v0" not in gym.registry:
+        gym.register(id=f"MmrlTest/{_name}-v0", entry_point=_cls, max_episode_steps=10)
+
+
+# ---------------------------------------------------------------------------- contract checker
+@needs_pygame
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_check_simulator_classic_control(env_id):
+    sim = GymSim(3, env_id=env_id, image_size=32, max_episode_steps=12)
+    try:
+        result = check_simulator(sim)
+    finally:
+        sim.close()
+    assert "chunk_mid_episode_end" in result and "state_roundtrip" in result
+    assert result.action_bounds == "clipped"
+    assert not any("weak check" in n or "skipped" in n for n in result.notes), result.notes
+
+
+def test_check_simulator_async_without_images():
+    sim = GymSim(3, env_id="CartPole-v1", vectorization="async", render_images=False, max_episode_steps=12)
+    try:
+        result = check_simulator(sim)
+        with pytest.raises(NotImplementedError, match="async"):
+            sim.get_state()
+    finally:
+        sim.close()
+    assert "auto_reset" in result
+    assert sim.action_dim == 1 and sim.state_dim == 4
+
+
+# ---------------------------------------------------------------------------- action mapping
+def test_box_mapping_is_linear_and_clipped():
+    box = spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 10.0], np.float32))
+    assert action_dim_of(box) == 2
+    np.testing.assert_allclose(to_env_action(box, np.array([-1.0, -1.0])), [-2.0, 0.0])
+    np.testing.assert_allclose(to_env_action(box, np.array([1.0, 1.0])), [2.0, 10.0])
+    np.testing.assert_allclose(to_env_action(box, np.array([0.0, 0.5])), [0.0, 7.5])
+    np.testing.assert_allclose(to_env_action(box, np.array([-3.0, 9.0])), [-2.0, 10.0])  # clipped
+    assert to_env_action(box, np.zeros(2)).dtype == np.float32
+
+
+def test_discrete_binning_edges():
+    d2, d3 = spaces.Discrete(2), spaces.Discrete(3, start=-1)
+    assert action_dim_of(d2) == 1
+    assert [int(to_env_action(d2, np.array([a]))) for a in (-1.0, -0.01, 0.0, 1.0)] == [0, 0, 1, 1]
+    # [-1, 1] in three bins [-1, -1/3), [-1/3, 1/3), [1/3, 1]; start=-1 shifts the values
+    assert [int(to_env_action(d3, np.array([a]))) for a in (-1.0, -0.34, 0.0, 0.32, 0.34, 1.0)] == [-1, -1, 0, 0, 1, 1]
+
+
+def test_multidiscrete_and_multibinary():
+    md = spaces.MultiDiscrete([2, 5])
+    assert action_dim_of(md) == 2
+    assert to_env_action(md, np.array([-1.0, 1.0])).tolist() == [0, 4]
+    assert to_env_action(md, np.array([1.0, -0.5])).tolist() == [1, 1]  # floor(0.25 * 5) = 1
+    mb = spaces.MultiBinary(3)
+    assert to_env_action(mb, np.array([-1.0, 0.0, 0.5])).tolist() == [0, 1, 1]
+
+
+def test_infinite_bounds_and_unsupported_space_errors():
+    with pytest.raises(ValueError, match=r"MmrlTest/InfBox-v0.*infinite bounds.*ActionWrapper"):
+        GymSim(2, env_id="MmrlTest/InfBox-v0", render_images=False)
+    with pytest.raises(NotImplementedError, match=r"MmrlTest/DictAction-v0.*Dict"):
+        GymSim(2, env_id="MmrlTest/DictAction-v0", render_images=False)
+    with pytest.raises(ValueError, match="vectorization"):
+        GymSim(2, env_id="MmrlTest/Counter-v0", vectorization="threads")
+
+
+# ---------------------------------------------------------------------------- observations
+@needs_pygame
+def test_rendered_images_and_state():
+    sim = GymSim(3, env_id="Pendulum-v1", image_size=24, instruction="swing up")
+    try:
+        obs = sim.reset([1, 1, 2])
+        assert obs.image.dtype == torch.uint8 and tuple(obs.image.shape) == (3, 24, 24, 3)
+        assert obs.image.float().std() > 0  # not a constant image
+        assert obs.instruction == ["swing up"] * 3
+        assert obs.state.dtype == torch.float32 and tuple(obs.state.shape) == (3, 3)
+        assert torch.equal(obs.state[0], obs.state[1]) and torch.equal(obs.image[0], obs.image[1])
+        assert not torch.equal(obs.state[0], obs.state[2])
+        assert sim.max_episode_steps == 200  # from the env spec
+    finally:
+        sim.close()
+
+
+def test_no_render_gives_zero_images_and_default_instruction():
+    sim = GymSim(2, env_id="CartPole-v1", image_size=16, render_images=False)
+    try:
+        obs = sim.reset(0)
+        assert tuple(obs.image.shape) == (2, 16, 16, 3) and not obs.image.any()
+        assert obs.instruction[0] == "control the CartPole-v1 environment to maximise reward"
+    finally:
+        sim.close()
+
+
+# ---------------------------------------------------------------------------- chunks, success
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_chunk_ignores_actions_after_episode_end(vectorization):
+    sim = GymSim(2, env_id="MmrlTest/Counter-v0", render_images=False, vectorization=vectorization)
+    try:
+        sim.reset(0)
+        # Discrete(2): a < 0 -> 0 (continue), a >= 0 -> 1 (end with success)
+        chunk = torch.tensor([[[1.0], [-1.0], [-1.0]], [[-1.0], [-1.0], [1.0]]])
+        res = sim.step_chunk(chunk)
+        assert res.reward.tolist() == [1.0, 3.0]  # env 0 ended at its first step
+        assert res.terminated.tolist() == [True, True] and res.success.tolist() == [True, True]
+        assert res.info["num_steps"].tolist() == [1, 3]
+        assert res.final_obs.state[:, 0].tolist() == [1.0, 3.0]
+        assert res.obs.state[:, 0].tolist() == [0.0, 0.0]  # fresh episodes, not advanced
+        res = sim.step(torch.tensor([[-1.0], [-1.0]]))
+        assert res.obs.state[:, 0].tolist() == [1.0, 1.0] and not res.success.any()
+        assert res.final_obs is None
+    finally:
+        sim.close()
+
+
+def test_truncation_at_max_episode_steps():
+    sim = GymSim(2, env_id="MmrlTest/Counter-v0", render_images=False, max_episode_steps=3)
+    try:
+        sim.reset(0)
+        res = sim.step_chunk(-torch.ones(2, 5, 1))
+        assert res.truncated.all() and not res.terminated.any() and not res.success.any()
+        assert res.reward.tolist() == [3.0, 3.0] and res.final_obs.state[:, 0].tolist() == [3.0, 3.0]
+        with pytest.raises(ValueError, match="NaN"):
+            sim.step(torch.full((2, 1), float("nan")))
+    finally:
+        sim.close()
+
+
+# ---------------------------------------------------------------------------- trainer smoke run
+@needs_pygame
+@pytest.mark.slow
+def test_trainer_two_iterations_on_pendulum(tmp_path):
+    from mmrl.experiment import build_trainer, load_experiment
+
+    cfg = load_experiment(
+        "configs/quickstart.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "sim.type=gym",
+            "sim.num_envs=4",
+            "sim.eval_num_envs=4",
+            "sim.kwargs={env_id: Pendulum-v1, image_size: 32, max_episode_steps: 16}",
+            "warm_start.dataset=null",
+            "policy.dim=16",
+            "policy.expert_dim=16",
+            "policy.expert_layers=1",
+            "policy.chunk_size=4",
+            "algorithm.minibatch_size=16",
+            "algorithm.epochs=1",
+            "trainer.iterations=2",
+            "trainer.eval_episodes=4",
+            "trainer.video_episodes=2",
+        ],
+    )
+    results = build_trainer(cfg).run()
+    assert set(results) == {"start", "final"}
+    assert np.isfinite(results["final"]["return"])
