@@ -68,16 +68,20 @@ class Simulator:
         raise NotImplementedError
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        raise NotImplementedError
+        """One step of ``[N, A]`` actions: a chunk of length one."""
+        return self.step_chunk(actions[:, None])
 
     def step_chunk(self, actions: torch.Tensor) -> StepResult:
-        """Execute ``[N, C, A]`` chunks with `step`; envs that finish mid-chunk skip the rest.
+        """Execute ``[N, C, A]`` chunks; envs that finish mid-chunk skip the rest.
 
-        Adapters with a native chunk executor may override this.
+        Adapters with a native chunk executor implement `_run`; the others implement
+        `_step_masked` and this loops over the chunk.
         """
+        if actions.dim() != 3 or actions.shape[1] < 1:
+            raise ValueError(f"step_chunk needs [N, C, A] actions with C >= 1, got {tuple(actions.shape)}")
+        if self._native_chunks():
+            return self._run(actions, torch.ones(actions.shape[0], dtype=torch.bool, device=self.device))
         n, c, _ = actions.shape
-        if c < 1:
-            raise ValueError(f"step_chunk needs at least one action per env, got shape {tuple(actions.shape)}")
         reward = torch.zeros(n, device=self.device)
         terminated = torch.zeros(n, dtype=torch.bool, device=self.device)
         truncated = torch.zeros_like(terminated)
@@ -105,7 +109,17 @@ class Simulator:
     def _step_masked(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
         """Step only the ``active`` envs (the others keep their state, get reward 0 and are not
         done) and return a full-batch `StepResult`; used by the default `step_chunk`."""
-        raise NotImplementedError("override step_chunk or _step_masked")
+        if self._native_chunks():
+            return self._run(actions[:, None], active.bool())
+        raise NotImplementedError("implement _run (native chunks) or _step_masked")
+
+    def _run(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
+        """Native chunk executor: ``[N, C, A]`` actions; envs where ``active`` is False do not move;
+        each env stops at the end of its episode (auto reset, ``final_obs``) and skips the rest."""
+        raise NotImplementedError
+
+    def _native_chunks(self) -> bool:
+        return type(self)._run is not Simulator._run
 
     def close(self) -> None:
         pass

@@ -719,17 +719,6 @@ class LiberoSim(Simulator):
             {"num_steps": torch.from_numpy(executed).to(dev)},
         )
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        """One step of ``[N, 7]`` actions (clipped to ``[-1, 1]``)."""
-        return self._run(actions[:, None], torch.ones(self.num_envs, dtype=torch.bool))
-
-    def step_chunk(self, actions: torch.Tensor) -> StepResult:
-        """Native ``[N, C, 7]`` chunks: each worker runs its chunk, stopping at its episode's end."""
-        return self._run(actions, torch.ones(self.num_envs, dtype=torch.bool))
-
-    def _step_masked(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
-        return self._run(actions[:, None], active)
-
     # ------------------------------------------------------------------ snapshot / restore
     def get_state(self) -> dict:
         """Per-env MuJoCo states plus episode bookkeeping (copies)."""

@@ -592,17 +592,6 @@ class ManiSkillSim(Simulator):
         info = {"num_steps": torch.tensor([o["num_steps"] for o in outs], dtype=torch.long, device=dev)}
         return StepResult(obs, reward, terminated, truncated, success, final_obs, info)
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        return self._run(actions[:, None])
-
-    def step_chunk(self, actions: torch.Tensor) -> StepResult:
-        if actions.dim() != 3 or actions.shape[1] < 1:
-            raise ValueError(f"step_chunk needs [N, C, A] with C >= 1, got {tuple(actions.shape)}")
-        return self._run(actions)
-
-    def _step_masked(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
-        return self._run(actions[:, None], active.bool())
-
     def get_state(self) -> dict:
         if self._impl is not None:
             st = self._impl.get_state()

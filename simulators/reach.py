@@ -362,17 +362,6 @@ class ReachSim(Simulator):
             obs, reward, terminated, truncated, success, final_obs, {"num_steps": executed}
         )
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        """One step of ``[N, 2]`` actions (clipped to ``[-1, 1]``)."""
-        return self._run(actions[:, None], torch.ones(self.num_envs, dtype=torch.bool))
-
-    def step_chunk(self, actions: torch.Tensor) -> StepResult:
-        """Native ``[N, C, 2]`` chunk executor: C physics steps, one render at the end."""
-        return self._run(actions, torch.ones(self.num_envs, dtype=torch.bool))
-
-    def _step_masked(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
-        return self._run(actions[:, None], active)
-
     # ------------------------------------------------------------------ snapshot / restore
     def get_state(self) -> dict:
         return {

@@ -34,7 +34,8 @@ class NaiveChunk(ReachSim):
     """Runs every action of the chunk, even after the episode ended."""
 
     def step_chunk(self, actions):
-        results = [self.step(actions[:, i]) for i in range(actions.shape[1])]
+        every_env = torch.ones(self.num_envs, dtype=torch.bool)
+        results = [self._run(actions[:, i : i + 1], every_env) for i in range(actions.shape[1])]
         res = results[-1]
         res.reward = sum(r.reward for r in results)
         return res
