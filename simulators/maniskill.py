@@ -248,6 +248,16 @@ class _Obs:
         return _resize(img.to(torch.uint8), self.cfg["image_size"]), state
 
 
+def _open_env(cfg: dict, num_envs: int):
+    """(env, unwrapped, observation reader, max episode steps) for ``num_envs`` scenes of the task;
+    only Box action spaces are supported."""
+    env = make_env(cfg["task"], num_envs, cfg)
+    space = env.unwrapped.single_action_space
+    if not hasattr(space, "low"):
+        raise ValueError(f"ManiSkill task {cfg['task']} has a non-Box action space {space}; not supported")
+    return env, env.unwrapped, _Obs(env, cfg), int(cfg["max_episode_steps"])
+
+
 # ---------------------------------------------------------------------------------- one CPU env
 class _SingleEnv:
     """One single-scene CPU env with the contract's episode logic (runs in a worker or in-process)."""
@@ -255,13 +265,7 @@ class _SingleEnv:
     def __init__(self, cfg: dict, index: int):
         self.cfg = cfg
         self.index = index
-        self.env = make_env(cfg["task"], 1, cfg)
-        self.u = self.env.unwrapped
-        self.obs = _Obs(self.env, cfg)
-        space = self.u.single_action_space
-        if not hasattr(space, "low"):
-            raise ValueError(f"ManiSkill task {cfg['task']} has a non-Box action space {space}; not supported")
-        self.max_steps = int(cfg["max_episode_steps"])
+        self.env, self.u, self.obs, self.max_steps = _open_env(cfg, 1)
         self.elapsed = 0
         self.rng = np.random.default_rng([index])
         self.last = self._reset(int(self.rng.integers(2**31)))
@@ -637,13 +641,8 @@ class _GpuEnvs:
         self.cfg = cfg
         self.n = num_envs
         self.device = device
-        self.env = make_env(cfg["task"], num_envs, cfg)
-        self.u = self.env.unwrapped
-        self.obs = _Obs(self.env, cfg)
+        self.env, self.u, self.obs, self.max_steps = _open_env(cfg, num_envs)
         space = self.u.single_action_space
-        if not hasattr(space, "low"):
-            raise ValueError(f"ManiSkill task {cfg['task']} has a non-Box action space {space}; not supported")
-        self.max_steps = int(cfg["max_episode_steps"])
         self.elapsed = torch.zeros(num_envs, dtype=torch.long, device=device)
         self.rng = np.random.default_rng(0)
         self.u.reset(seed=list(range(num_envs)))

@@ -130,6 +130,10 @@ class FlowVLAPolicy(Policy):
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
         return prefix, mask
 
+    def encode_batch(self, batch: Batch):
+        """`encode` for observations stored in a `Batch` (instructions as UTF-8 bytes)."""
+        return self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
+
     def values(self, prefix: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
         if self.value_head is None:
             return None
@@ -189,7 +193,7 @@ class FlowVLAPolicy(Policy):
 
     def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
         c = self.cfg
-        prefix, mask = self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
+        prefix, mask = self.encode_batch(batch)
         logp_elem = chain_log_prob(self.model_fn(prefix, mask, c.method), batch["flow_chain"],
                                    self.grid, batch["flow_stoch"], c.method, noise_level=c.noise_level)
         stoch_elems = batch["flow_stoch"][..., None, None].expand_as(logp_elem)
@@ -199,13 +203,13 @@ class FlowVLAPolicy(Policy):
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
         """Conditional flow matching on demonstration chunks ``actions`` [B, C, A] (env units)."""
-        prefix, mask = self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
+        prefix, mask = self.encode_batch(batch)
         x0 = self.normalizer.normalize(batch["actions"].to(prefix.device))
         return flow_matching_loss(self.model_fn(prefix, mask, "ode"), x0)
 
     def likelihood_free_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
         """Advantage-weighted matching on the rollout's own chunks (no log-likelihood needed)."""
-        prefix, mask = self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
+        prefix, mask = self.encode_batch(batch)
         return awm_loss(self.model_fn(prefix, mask, "ode"), batch["flow_chain"][:, -1], advantages)
 
 

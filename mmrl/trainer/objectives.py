@@ -10,7 +10,7 @@ from mmrl.batch import Batch
 from mmrl.registry import ADVANTAGES
 
 
-def compute_advantages(batch: Batch, algo, policy) -> Batch:
+def compute_advantages(batch: Batch, algo) -> Batch:
     """Adds ``advantages`` [T, N] and ``returns`` [T, N] to a time-major episode batch.
 
     ``gae`` uses the critic's ``old_values``; every other estimator is group-based (GRPO family):

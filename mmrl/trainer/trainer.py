@@ -65,7 +65,7 @@ class Trainer:
             gen = self.generator("rl", it)
             batch, info = self.collect(it, gen)
             batch = self.reward(batch)
-            batch = compute_advantages(batch, self.cfg.algorithm, self.policy)
+            batch = compute_advantages(batch, self.cfg.algorithm)
             metrics = self.update(batch, gen)
             self.sync()
             self.state.iteration = it + 1
