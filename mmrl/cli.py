@@ -38,9 +38,11 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     from pathlib import Path
 
-    from mmrl.experiment import build_policy, build_sim, load_experiment, output_dir
+    import torch
+
+    from mmrl.experiment import build_policy, build_sim, eval_tasks, load_experiment, output_dir
     from mmrl.trainer.checkpoint import latest_path, load_policy
-    from mmrl.trainer.rollout import evaluate_policy
+    from mmrl.trainer.evaluation import evaluate_suite
 
     ckpt, overrides = _split_checkpoint(args.overrides)
     cfg = load_experiment(args.config, overrides)
@@ -49,20 +51,29 @@ def cmd_eval(args) -> int:
         print(f"error: no checkpoint at {ckpt or output_dir(cfg) / 'checkpoints'}; "
               "pass checkpoint=PATH (a folder holding state.pt)", file=sys.stderr)
         return 2
-    sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1)
-    policy = build_policy(cfg, sim)
-    load_policy(path, policy)
-    import torch
+    tasks = eval_tasks(cfg)
+    t, seed = cfg.trainer, cfg.run.seed + 1
 
+    def make_sim(task, num_envs):
+        return build_sim(cfg, num_envs, seed, evaluation=True, task=task)
+
+    probe = make_sim(tasks[0], 1)  # shapes for the policy; one env, closed at once
+    policy = build_policy(cfg, probe)
+    probe.close()
+    load_policy(path, policy)
     gen = torch.Generator(device=cfg.run.device).manual_seed(cfg.run.seed)
-    t = cfg.trainer
-    report = evaluate_policy(policy, sim, t.eval_episodes, t.eval_seed, gen,
-                             output_dir(cfg) / "videos" / "eval.mp4" if t.video_episodes else None,
-                             t.video_episodes)
+    out = output_dir(cfg)
+    report = evaluate_suite(policy, make_sim, tasks, t.eval_episodes, t.eval_seed, gen,
+                            out / "videos" if t.video_episodes else None, t.video_episodes,
+                            max_envs=cfg.sim.eval_num_envs)
     report["checkpoint"] = str(path)
-    out = output_dir(cfg) / "eval_report.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval_report.json").write_text(json.dumps(report, indent=2))
+    for row in report["tasks"]:
+        label = row.get("instruction") or ("as configured" if row["task"] is None else row["task"])
+        print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  {label}")
+    print(f"overall success {report['success_rate']:.3f} over {report['episodes']} episodes; "
+          f"report: {out / 'eval_report.json'}")
     print(json.dumps(report))
     return 0
 

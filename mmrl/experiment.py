@@ -8,6 +8,7 @@ simulator does not take all fail with the key path and the valid choices.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,12 +38,19 @@ class SimConfig:
     num_envs: int = 128  # training envs (one episode each per iteration)
     eval_num_envs: int = 256  # evaluation batch size (evaluation runs in batches of this)
     kwargs: dict[str, Any] = field(default_factory=dict)  # simulator constructor arguments
+    # tasks `mmrl eval` goes through: None = the configured task, "all" = the whole suite (e.g. the
+    # 10 tasks of libero_spatial), or a list of values of the simulator's task argument
+    eval_tasks: list[Any] | Literal["all"] | None = None
 
     def validate(self) -> None:
         if self.type not in SIMULATORS:
             raise ConfigError(f"'type' = {self.type!r} is not a registered simulator: "
                               f"{', '.join(SIMULATORS.names())}")
-        params = inspect.signature(SIMULATORS.get(self.type)).parameters
+        cls = SIMULATORS.get(self.type)
+        if self.eval_tasks is not None and cls.task_arg is None:
+            raise ConfigError(f"'eval_tasks' is set but simulator '{self.type}' has a single task: "
+                              "remove sim.eval_tasks")
+        params = inspect.signature(cls).parameters
         if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
             allowed = sorted(set(params) - {"self", "num_envs", "seed", "device"})
             for key in self.kwargs:
@@ -134,14 +142,30 @@ def output_dir(cfg: ExperimentConfig) -> Path:
     return Path(cfg.run.output_dir) / cfg.run.name
 
 
-def build_sim(cfg: ExperimentConfig, num_envs: int, seed: int):
-    return SIMULATORS.build(cfg.sim.type, num_envs=num_envs, seed=seed, device=cfg.run.device,
-                            **cfg.sim.kwargs)
+def build_sim(cfg: ExperimentConfig, num_envs: int, seed: int, evaluation: bool = False,
+              task: Any = None):
+    """A simulator of the experiment. ``evaluation`` adds the simulator's ``eval_kwargs`` (held-out
+    initial states); ``task`` overrides its task argument (one task of the suite)."""
+    cls = SIMULATORS.get(cfg.sim.type)
+    kwargs = {**cfg.sim.kwargs, **(cls.eval_kwargs if evaluation else {})}
+    if task is not None:
+        kwargs[cls.task_arg] = task
+    return SIMULATORS.build(cfg.sim.type, num_envs=num_envs, seed=seed, device=cfg.run.device, **kwargs)
+
+
+def eval_tasks(cfg: ExperimentConfig) -> list:
+    """The tasks `mmrl eval` evaluates (see `SimConfig.eval_tasks`); ``[None]`` = as configured."""
+    cls, chosen = SIMULATORS.get(cfg.sim.type), cfg.sim.eval_tasks
+    if chosen is None:
+        return [None]
+    return cls.suite_tasks(**cfg.sim.kwargs) if chosen == "all" else list(chosen)
 
 
 def build_policy(cfg: ExperimentConfig, sim):
-    policy = POLICIES.build(cfg.policy.type, cfg.policy, action_dim=sim.action_dim,
-                            state_dim=sim.state_dim)
+    pcfg = cfg.policy
+    if getattr(pcfg, "num_views", 0) is None:  # take the camera count from the simulator
+        pcfg = dataclasses.replace(pcfg, num_views=sim.image_shape[0] if len(sim.image_shape) == 4 else 1)
+    policy = POLICIES.build(cfg.policy.type, pcfg, action_dim=sim.action_dim, state_dim=sim.state_dim)
     return policy.to(cfg.run.device)
 
 
@@ -155,6 +179,6 @@ def build_trainer(cfg: ExperimentConfig):
         torch.set_num_threads(cfg.run.threads)
     torch.manual_seed(cfg.run.seed)
     sim = build_sim(cfg, cfg.sim.num_envs, cfg.run.seed)
-    eval_sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1)
+    eval_sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1, evaluation=True)
     policy = build_policy(cfg, sim)
     return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg))

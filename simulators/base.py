@@ -17,6 +17,7 @@ A simulator holds ``num_envs`` environments and is driven in batches of torch te
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -63,6 +64,20 @@ class Simulator:
     device: torch.device = torch.device("cpu")
     #: constructor argument set by a ``NAME:VALUE`` simulator name (``maniskill:PickCube-v1``)
     name_arg: str | None = None
+    #: constructor argument that picks one task of a suite (``mmrl eval`` evaluates task by task)
+    task_arg: str | None = None
+    #: constructor arguments that evaluation simulators get (e.g. LIBERO's held-out init states)
+    eval_kwargs: dict = {}
+
+    @classmethod
+    def suite_tasks(cls, **kwargs) -> list:
+        """Every task (values of ``task_arg``) of the suite the constructor ``kwargs`` describe.
+        Default: only the configured task."""
+        if cls.task_arg is None:
+            raise ValueError(f"simulator {cls.__name__} has no tasks to choose from")
+        if cls.task_arg in kwargs:
+            return [kwargs[cls.task_arg]]
+        return [inspect.signature(cls).parameters[cls.task_arg].default]
 
     def reset(self, seed: int | list[int] | None = None) -> Observation:
         raise NotImplementedError

@@ -220,6 +220,7 @@ class GymSim(Simulator):
     """Any registered gymnasium env id through a gymnasium vector env (images from render())."""
 
     name_arg = "env_id"  # `mmrl check simulator gym:CartPole-v1` sets env_id
+    task_arg = "env_id"
 
     def __init__(
         self,

@@ -535,6 +535,13 @@ class LiberoSim(Simulator):
     action_dim = 7
     state_dim = 8
     name_arg = "suite"  # `mmrl check simulator libero:libero_goal`
+    task_arg = "task_id"
+    eval_kwargs = {"split": "eval"}  # evaluation resets draw from the held-out init states
+
+    @classmethod
+    def suite_tasks(cls, suite: str = "libero_spatial", **_) -> list[int]:
+        """Task ids of every task in ``suite``."""
+        return [t.task_id for t in list_tasks(suite)]
 
     def __init__(
         self,

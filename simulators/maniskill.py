@@ -470,6 +470,7 @@ class ManiSkillSim(Simulator):
     """ManiSkill3 task under the simulator contract (GPU-batched, or one CPU process per env)."""
 
     name_arg = "task"  # `mmrl check simulator maniskill:PushCube-v1` sets task=
+    task_arg = "task"
 
     def __init__(
         self,

@@ -47,6 +47,7 @@ class FlowVLAConfig(PolicyConfig):
     backbone: str = "tiny"  # "tiny" (built-in) or a transformers image-text hub id / local path
     freeze_backbone: bool = False
     image_size: int = 32
+    num_views: int | None = None  # cameras per observation; None = the simulator's
     dim: int = 64  # built-in backbone width
     expert_dim: int = 64
     expert_layers: int = 2
@@ -217,7 +218,7 @@ def build_backbone(cfg: FlowVLAConfig) -> nn.Module:
     if cfg.backbone == "tiny":
         from mmrl.policies.tiny_backbone import TinyBackbone
 
-        return TinyBackbone(image_size=cfg.image_size, dim=cfg.dim)
+        return TinyBackbone(image_size=cfg.image_size, dim=cfg.dim, num_views=cfg.num_views or 1)
     from mmrl.policies.hf_backbone import HFImageTextBackbone  # needs mmrl[vlm]
 
     return HFImageTextBackbone.from_pretrained(cfg.backbone, freeze=cfg.freeze_backbone)

@@ -55,6 +55,10 @@ class TinyBackbone(nn.Module):
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, images: torch.Tensor, instructions: list[str], state: torch.Tensor | None = None):
+        views = images.shape[1] if images.dim() == 5 else 1
+        if views * 3 != self.conv1.in_channels:
+            raise ValueError(f"the backbone was built for {self.conv1.in_channels // 3} camera view(s), "
+                             f"got images {tuple(images.shape)} with {views}: set policy.num_views={views}")
         if images.dim() == 5:  # [B, V, H, W, 3] -> views stacked on channels
             images = images.permute(0, 2, 3, 1, 4).flatten(3)
         x = images.permute(0, 3, 1, 2).float().div(127.5).sub(1.0)

@@ -109,11 +109,14 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
 def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = None,
                 success: torch.Tensor | None = None, fps: int = 4, scale: int = 4) -> None:
     """frames uint8 [T, E, H, W, 3] -> an mp4 with the E episodes side by side, each upscaled, with
-    its instruction written underneath and a green border once ``success`` [T, E] is reached."""
+    its instruction written underneath and a green border once ``success`` [T, E] is reached.
+    Several cameras ([T, E, V, H, W, 3]) are shown next to each other inside an episode's tile."""
     import imageio.v2 as imageio
     import numpy as np
     from PIL import Image, ImageDraw
 
+    if frames.dim() == 6:
+        frames = frames.permute(0, 1, 3, 2, 4, 5).flatten(3, 4)  # [T, E, H, V*W, 3]
     t, e, h, w, _ = frames.shape
     tiles = frames.repeat_interleave(scale, 2).repeat_interleave(scale, 3)  # [T, E, sh, sw, 3]
     if success is not None:

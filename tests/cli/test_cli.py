@@ -68,6 +68,11 @@ def test_bad_config_fails_naming_key_and_choices(override, needles):
         assert needle in str(err.value), (needle, str(err.value))
 
 
+def test_eval_tasks_need_a_simulator_with_tasks(capsys):
+    assert main(["eval", "configs/quickstart.yaml", "sim.eval_tasks=all"]) == 2
+    assert "has a single task" in capsys.readouterr().err
+
+
 def test_train_with_bad_key_exits_before_any_work(tmp_path, capsys):
     code = main(["train", "configs/quickstart.yaml", f"run.output_dir={tmp_path}", "trainer.lrr=1"])
     assert code == 2
@@ -88,4 +93,5 @@ def test_eval_reports_success_of_a_checkpoint(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["episodes"] == 6 and 0.0 <= report["success_rate"] <= 1.0
+    assert len(report["tasks"]) == 1 and report["tasks"][0]["task"] is None  # the configured task
     assert json.loads((tmp_path / "e" / "eval_report.json").read_text())["checkpoint"] == str(ckpt)

@@ -1,0 +1,71 @@
+"""Suite evaluation: one bounded simulator per task, per-task rows, the episode-weighted overall,
+and videos (several cameras side by side)."""
+
+from __future__ import annotations
+
+import imageio.v2 as imageio
+import pytest
+import torch
+
+from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
+from mmrl.trainer.evaluation import evaluate_suite, task_slug
+from mmrl.trainer.rollout import evaluate_policy, write_video
+from simulators.reach import ReachSim
+
+
+def _policy():
+    torch.manual_seed(0)
+    return FlowVLAPolicy(FlowVLAConfig(dim=16, expert_dim=16, expert_layers=1), 2, 2)
+
+
+def test_suite_builds_one_bounded_sim_per_task_and_weights_the_overall(tmp_path):
+    made, closed = [], []
+
+    class Tracked(ReachSim):
+        def close(self):
+            closed.append(self.num_envs)
+
+    def make_sim(task, n):
+        made.append((task, n))
+        return Tracked(num_envs=n, num_objects={"two": 2, "four": 4}[task], max_episode_steps=12)
+
+    policy = _policy()
+    report = evaluate_suite(policy, make_sim, ["two", "four"], episodes=5, seed=7,
+                            generator=torch.Generator().manual_seed(3), video_dir=tmp_path,
+                            video_envs=2, max_envs=2)
+    assert made == [("two", 2), ("four", 2)] and closed == [2, 2]  # never more than max_envs at once
+    rows = report["tasks"]
+    assert [r["task"] for r in rows] == ["two", "four"] and report["episodes"] == 10
+    assert report["success_rate"] == pytest.approx((rows[0]["success_rate"] + rows[1]["success_rate"]) / 2)
+    assert report["length"] == pytest.approx((rows[0]["length"] + rows[1]["length"]) / 2)
+    # a task's row is exactly what evaluate_policy gives on that task alone
+    alone = evaluate_policy(policy, ReachSim(num_envs=2, num_objects=2, max_episode_steps=12), 5, 7,
+                            torch.Generator().manual_seed(3))
+    assert {k: rows[0][k] for k in alone} == alone
+    assert (tmp_path / "eval_two.mp4").stat().st_size > 0 and rows[1]["video"] == str(tmp_path / "eval_four.mp4")
+
+
+def test_suite_rejects_empty_input():
+    with pytest.raises(ValueError, match="at least one task"):
+        evaluate_suite(_policy(), lambda t, n: None, [], 4, 0)
+    with pytest.raises(ValueError, match="episodes >= 1"):
+        evaluate_suite(_policy(), lambda t, n: None, ["a"], 0, 0)
+
+
+def test_task_slug():
+    assert task_slug("PickCube-v1") == "PickCube-v1" and task_slug(3) == "3"
+    assert task_slug("a b/c") == "a_b_c" and task_slug(None) == "None"
+
+
+def test_video_tiles_episodes_and_cameras(tmp_path):
+    t, e, v, h, w = 3, 2, 2, 8, 8
+    frames = torch.zeros(t, e, v, h, w, 3, dtype=torch.uint8)
+    frames[:, 0, 1] = 255  # episode 0, second camera: white
+    path = tmp_path / "v.mp4"
+    write_video(frames, path, success=torch.tensor([[False, False], [True, False], [True, True]]), scale=2)
+    video = imageio.mimread(str(path))
+    assert len(video) == t and video[0].shape == (h * 2, e * v * w * 2, 3)  # no captions given
+    first = video[0].astype(int)
+    assert first[6:10, 20:28].mean() > 200 and first[6:10, 4:12].mean() < 30  # camera 1 right of camera 0
+    assert first[6:10, 36:44].mean() < 30  # episode 1 is dark
+    assert video[1][8, 1, 1] > 150 and video[0][8, 1, 1] < 60  # green border once episode 0 succeeded
