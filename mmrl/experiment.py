@@ -16,6 +16,7 @@ from typing import Any, Literal, Sequence
 
 from mmrl.config import ConfigError, load_config
 from mmrl.policies.base import PolicyConfig
+from mmrl.policies.diffusion import DiffusionConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.flow_vla import FlowVLAConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.token_vla import TokenVLAConfig  # noqa: F401  (registers the variant)
 from mmrl.registry import ADVANTAGES, POLICIES, SIMULATORS
@@ -78,6 +79,7 @@ class AlgorithmConfig:
     gamma: float = 0.99
     lam: float = 0.95
     normalize_advantages: bool = True
+    adv_clip: float | None = None  # clamp advantages to [-adv_clip, adv_clip] (Flow-GRPO: 5)
     clip_low: float = 0.2
     clip_high: float | None = None  # None = clip_low (symmetric); larger = DAPO clip-higher
     dual_clip: float | None = None  # c > 1 bounds the loss of negative-advantage samples
@@ -129,9 +131,10 @@ class ExperimentConfig:
                               f"'algorithm.group_size' ({self.algorithm.group_size})")
         if self.policy.type not in POLICIES:
             raise ConfigError(f"'policy.type' = {self.policy.type!r} is not a registered policy")
-        if self.algorithm.kl_coef and not POLICIES.get(self.policy.type).provides_ref_logp:
-            raise ConfigError(f"'algorithm.kl_coef' > 0 needs reference log-probs, which policy "
-                              f"'{self.policy.type}' does not provide: set algorithm.kl_coef=0")
+        fix = POLICIES.get(self.policy.type).kl_support(self.policy) if self.algorithm.kl_coef else None
+        if fix:
+            raise ConfigError(f"'algorithm.kl_coef' > 0 needs a reference model, which policy "
+                              f"'{self.policy.type}' does not provide as configured: {fix}")
 
 
 def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:

@@ -37,4 +37,10 @@ SIMULATORS.register(
     extra="sim",
 )
 
+SIMULATORS.register(
+    "prompts",
+    "simulators.prompts:PromptSim",
+    description="single-turn prompt -> image tasks scored by a reward model (diffusion alignment)",
+)
+
 __all__ = ["Observation", "StepResult", "Simulator", "check_simulator"]

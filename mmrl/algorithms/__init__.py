@@ -27,10 +27,17 @@ from mmrl.algorithms.losses import (
     ppo_clip_loss,
     value_loss,
 )
+import functools
+
 from mmrl.registry import ADVANTAGES
 
 ADVANTAGES.register(
     "grpo", grpo_advantages, description="GRPO: (r - group mean) / group std (unbiased)"
+)
+ADVANTAGES.register(
+    "grpo_global_std",
+    functools.partial(grpo_advantages, scale="batch_std"),
+    description="Flow-GRPO: (r - group mean) / std of the whole batch",
 )
 ADVANTAGES.register(
     "dr_grpo", dr_grpo_advantages, description="Dr.GRPO: r - group mean (no std division)"

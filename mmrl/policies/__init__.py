@@ -9,6 +9,13 @@ POLICIES.register(
 )
 
 POLICIES.register(
+    "diffusion",
+    "mmrl.policies.diffusion:DiffusionPolicy",
+    description="flow-matching text-to-image generator (built-in tiny pixel model or diffusers SD3 with LoRA): "
+                "Flow-GRPO and AWM",
+)
+
+POLICIES.register(
     "token_vla",
     "mmrl.policies.token_vla:TokenVLAPolicy",
     description="action-token VLA (OpenVLA / OpenVLA-OFT style): a transformers image-text LM emitting "

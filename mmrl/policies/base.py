@@ -66,6 +66,17 @@ class Policy(nn.Module):
     #: whether rollouts carry ``ref_logp`` (log-probs under a frozen reference) for a KL penalty
     provides_ref_logp: bool = False
 
+    @classmethod
+    def kl_support(cls, cfg) -> str | None:
+        """None if this policy (with config ``cfg``) can compute a KL to a reference, else the fix."""
+        return None if cls.provides_ref_logp else "set algorithm.kl_coef=0"
+
+    def after_warm_start(self) -> None:
+        """Called once the supervised warm start is done (e.g. to take a reference copy)."""
+
+    def after_step(self) -> None:
+        """Called after every optimizer step of the RL update (e.g. to update an EMA copy)."""
+
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
         raise NotImplementedError
 

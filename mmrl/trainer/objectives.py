@@ -46,6 +46,13 @@ def valid_samples(batch: Batch, normalize: bool) -> Batch:
     return flat
 
 
+def clip_advantages(samples: Batch, limit: float | None) -> Batch:
+    """Clamp advantages to ``[-limit, limit]`` (Flow-GRPO clips at 5); None leaves them."""
+    if limit is not None:
+        samples["advantages"] = samples["advantages"].clamp(-limit, limit)
+    return samples
+
+
 def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     """PPO-clip (clip-higher, dual clip) + value loss + optional entropy bonus, on a minibatch."""
     out = policy.evaluate(mb)
@@ -53,7 +60,9 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     adv = mb["advantages"].reshape(-1, *([1] * (logp.dim() - 1)))
     pg, stats = ppo_clip_loss(logp, old, adv, algo.clip_low, algo.clip_high, algo.dual_clip)
     per_token = pg.reshape(pg.shape[0], -1)
-    loss = aggregate_loss(per_token, torch.ones_like(per_token, dtype=torch.bool), algo.loss_agg)
+    mask = out.get("logp_mask")  # e.g. only the stochastic denoising steps of a per-step log-prob
+    mask = torch.ones_like(per_token, dtype=torch.bool) if mask is None else mask.reshape(per_token.shape).bool()
+    loss = aggregate_loss(per_token, mask, algo.loss_agg)
     metrics = {
         "policy_loss": loss.detach(),
         "clip_frac": stats["clipped"].float().mean(),
@@ -67,8 +76,8 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
         vl = value_loss(out["values"], mb["old_values"], mb["returns"], algo.value_clip).mean()
         loss = loss + algo.vf_coef * vl
         metrics["value_loss"] = vl.detach()
-    if algo.kl_coef:
-        kl = kl_penalty(logp, mb["ref_logp"], algo.kl_estimator).mean()
+    if algo.kl_coef:  # the policy's own KL (e.g. Flow-GRPO's mean drift), else an estimator on log-probs
+        kl = out["kl"].mean() if "kl" in out else kl_penalty(logp, mb["ref_logp"], algo.kl_estimator).mean()
         loss = loss + algo.kl_coef * kl
         metrics["kl"] = kl.detach()
     return loss, metrics

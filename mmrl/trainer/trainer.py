@@ -21,7 +21,7 @@ from tqdm import tqdm
 from mmrl.batch import Batch
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.logging import RunLogger
-from mmrl.trainer.objectives import OBJECTIVES, compute_advantages, valid_samples
+from mmrl.trainer.objectives import OBJECTIVES, clip_advantages, compute_advantages, valid_samples
 from mmrl.trainer.rollout import collect_episodes, episode_seeds, evaluate_policy
 
 TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
@@ -93,14 +93,17 @@ class Trainer:
             data = load_dataset(ws.dataset, num_episodes=ws.num_episodes, seed=self.cfg.run.seed,
                                 chunk_size=self.policy.cfg.chunk_size, **ws.kwargs)
             self.supervised(data, ws)
+        self.policy.after_warm_start()
         self.state.warm_started = True
         self.save()
 
     def supervised(self, data: dict, ws) -> None:
         from mmrl.policies.base import encode_text
 
-        batch = Batch(image=data["image"], actions=data["actions"].float(),
-                      instruction=encode_text(data["instruction"]))
+        texts = data["instruction"] if "instruction" in data else data["prompt"]
+        batch = Batch(image=data["image"], instruction=encode_text(texts, getattr(self.policy.cfg, "prompt_bytes", 96)))
+        if "actions" in data:  # demonstrations; a text-to-image set has only (image, prompt)
+            batch["actions"] = data["actions"].float()
         if "state" in data and self.sim.state_dim:
             batch["state"] = data["state"].float()
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
@@ -138,7 +141,7 @@ class Trainer:
 
     def update(self, batch: Batch, gen: torch.Generator) -> dict:
         algo = self.cfg.algorithm
-        samples = valid_samples(batch, algo.normalize_advantages)
+        samples = clip_advantages(valid_samples(batch, algo.normalize_advantages), algo.adv_clip)
         objective = OBJECTIVES[algo.objective]
         self.policy.train()
         sums: dict[str, float] = {}
@@ -147,6 +150,7 @@ class Trainer:
             for mb in samples.minibatches(algo.minibatch_size, gen):
                 loss, metrics = objective(self.policy, mb.to(self.device), algo)
                 if self.optimizer_step(self.optimizer, loss, algo.max_grad_norm):
+                    self.policy.after_step()
                     n += 1
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + float(v)

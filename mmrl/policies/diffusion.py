@@ -1,0 +1,260 @@
+"""Flow-matching text-to-image generators as policies: Flow-GRPO (PPO on SDE rollouts) and AWM.
+
+    prompt -> generator.encode -> cond
+    noise x_1 -> K denoising transitions (mmrl.flow samplers: ODE / Flow-SDE / CPS; stochastic on
+    all steps, one random step or a window) -> x_0 -> generator.decode -> image -> reward (PromptSim)
+
+Generators (one file each): the built-in pixel-space `TinyTextToImage` (``model: tiny``) and
+diffusers' SD3 family (`mmrl.policies.sd3`, ``model:`` a hub id such as
+``stabilityai/stable-diffusion-3.5-medium`` or a local pipeline folder; LoRA through peft by
+default). Training rollouts use ``num_steps`` transitions, evaluation ``eval_num_steps`` with
+``eval_method`` (ODE by default). Classifier-free guidance (``guidance_scale``, off = 1) is applied
+identically at rollout and at log-prob recomputation, so the PPO ratio is 1 before an update.
+
+Log-prob level: ``logp_level="step"`` is Flow-GRPO's: one ratio per stochastic transition, the
+per-element Gaussian log-prob averaged over the image (``old_logp [B, K]``, ``logp_mask`` = the
+stochastic transitions); ``"sample"`` sums the steps (``[B]``). The KL penalty of Flow-GRPO is the
+squared drift between the policy's and the reference's transition means over ``2 std^2``, per
+step (``kl_reference: true`` to compute it; the reference is the adapter switched off with LoRA,
+else a frozen copy taken after the warm start). AWM (``algorithm.objective: awm``) needs no
+log-probs: fresh noise at ``awm_timesteps`` stratified times per sample, the flow-matching error
+weighted by the advantage (uniform / t / pseudo-Huber), plus optional velocity regularisers to
+the reference (``awm_ref_coef``) and to an EMA copy of the policy (``awm_ema_coef``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from mmrl.batch import Batch
+from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
+from mmrl.flow.steps import transition
+from mmrl.policies.base import Policy, PolicyConfig, decode_text, encode_text
+
+
+@PolicyConfig.variant("diffusion")
+@dataclass
+class DiffusionConfig(PolicyConfig):
+    """Configuration of `DiffusionPolicy` (the ``policy`` section of a diffusion experiment)."""
+
+    type: str = "diffusion"
+    model: str = "tiny"  # "tiny" (built-in pixel generator) or a diffusers SD3 pipeline id / folder
+    image_size: int = 16  # generated image side (SD3: a multiple of 16)
+    width: int = 64  # tiny generator channels
+    finetune: Literal["lora", "full"] = "lora"  # SD3; the tiny generator is always fully trained
+    lora_rank: int = 32
+    lora_alpha: int = 64
+    num_steps: int = 10  # denoising transitions of training rollouts
+    eval_num_steps: int = 20
+    shift: float = 1.0  # SD3 time shift of the grid (SD3.5 uses 3.0)
+    method: Literal["sde", "cps"] = "sde"
+    noise_level: float = 0.7
+    stochastic: Literal["all", "one", "window"] = "all"  # which transitions are sampled and trained
+    window: list[int] | None = None
+    eval_method: Literal["ode", "sde", "cps"] = "ode"
+    guidance_scale: float = 1.0  # CFG in training rollouts and their log-probs (1 = off)
+    eval_guidance_scale: float = 1.0
+    cfg_dropout: float = 0.1  # prompts dropped while pretraining (enables CFG)
+    logp_level: Literal["step", "sample"] = "step"
+    kl_reference: bool = False  # compute Flow-GRPO's KL to the reference (set algorithm.kl_coef)
+    awm_timesteps: int = 4
+    awm_weighting: Literal["uniform", "t", "huber"] = "uniform"
+    awm_huber_c: float | None = None
+    awm_ref_coef: float = 0.0  # ||v - v_ref||^2 regulariser of AWM
+    awm_ema_coef: float = 0.0  # ||v - v_ema||^2 regulariser of AWM
+    ema_decay: float = 0.95
+    prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
+
+
+def _cat(a, b):
+    return tuple(torch.cat([x, y]) for x, y in zip(a, b)) if isinstance(a, tuple) else torch.cat([a, b])
+
+
+class DiffusionPolicy(Policy):
+    """A flow-matching generator behind the policy contract (see the module docstring)."""
+
+    has_critic = False
+
+    def __init__(self, cfg: DiffusionConfig, action_dim: int, state_dim: int | None = None,
+                 generator: nn.Module | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.gen = generator if generator is not None else build_generator(cfg)
+        c, h, w = self.gen.sample_shape
+        if action_dim != cfg.image_size * cfg.image_size * 3:
+            raise ValueError(f"the simulator's actions have {action_dim} values but policy.image_size="
+                             f"{cfg.image_size} makes {cfg.image_size ** 2 * 3}: set sim.kwargs.image_size "
+                             "and policy.image_size to the same value")
+        self.uses_adapter = bool(getattr(self.gen, "has_adapter", False))
+        needs_ref = cfg.kl_reference or cfg.awm_ref_coef > 0
+        self.ref = copy.deepcopy(self.gen).requires_grad_(False) if needs_ref and not self.uses_adapter else None
+        self._ema_keys = [k for k, p in self.gen.named_parameters() if p.requires_grad] if cfg.awm_ema_coef > 0 else []
+        for k, p in self.gen.named_parameters():  # EMA weights as buffers: saved in checkpoints
+            if k in self._ema_keys:
+                self.register_buffer("ema__" + k.replace(".", "__"), p.detach().clone())
+        self.logp_shape = (cfg.num_steps,) if cfg.logp_level == "step" else ()
+        self.register_buffer("grid", time_grid(cfg.num_steps, cfg.shift), persistent=False)
+        self.register_buffer("eval_grid", time_grid(cfg.eval_num_steps, cfg.shift), persistent=False)
+
+    @classmethod
+    def kl_support(cls, cfg: DiffusionConfig) -> str | None:
+        return None if cfg.kl_reference else "set policy.kl_reference=true (Flow-GRPO's KL to the reference)"
+
+    # ---- velocity functions -------------------------------------------------------------------
+    def _ema_params(self) -> dict[str, torch.Tensor]:
+        return {k: getattr(self, "ema__" + k.replace(".", "__")) for k in self._ema_keys}
+
+    def _velocity(self, which: str):
+        if which == "policy":
+            return self.gen
+        if which == "ema":  # the generator run with its EMA weights
+            return lambda x, t, cond: torch.func.functional_call(self.gen, self._ema_params(), (x, t, cond),
+                                                                 strict=False)
+        if self.uses_adapter:
+            def ref(x, t, cond):
+                with self.gen.disable_adapter():
+                    return self.gen(x, t, cond)
+            return ref
+        return self.ref
+
+    def model_fn(self, cond, null, guidance: float, which: str = "policy"):
+        """``(x, t) -> (v, None)`` with classifier-free guidance when ``guidance != 1``."""
+        vel = self._velocity(which)
+
+        def fn(x, t):
+            if guidance == 1.0:
+                return vel(x, t, cond), None
+            vc, vu = vel(torch.cat([x, x]), torch.cat([t, t]), _cat(cond, null)).chunk(2)
+            return vu + guidance * (vc - vu), None
+
+        return fn
+
+    def _conds(self, prompts: list[str], guidance: float):
+        cond = self.gen.encode(prompts)
+        null = self.gen.encode([""] * len(prompts)) if guidance != 1.0 else None
+        return cond, null
+
+    # ---- the policy contract ------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+        c = self.cfg
+        prompts = list(obs.instruction)
+        train = mode == "train"
+        guidance = c.guidance_scale if train else c.eval_guidance_scale
+        grid = self.grid if train else self.eval_grid
+        method = c.method if train else c.eval_method
+        cond, null = self._conds(prompts, guidance)
+        dev = grid.device
+        noise = torch.randn(len(prompts), *self.gen.sample_shape, generator=generator, device=dev)
+        k = grid.shape[0] - 1
+        stoch = stochastic_mask(len(prompts), k, "none" if method == "ode" else c.stochastic, generator=generator,
+                                window=tuple(c.window) if c.window else None, device=dev)
+        out = sample(self.model_fn(cond, null, guidance), noise, grid, method, noise_level=c.noise_level,
+                     stoch=stoch, generator=generator)
+        images = self.gen.decode(out.x0)  # [B, 3, H, W] in [-1, 1]
+        batch = Batch(
+            instruction=encode_text(prompts, c.prompt_bytes).to(dev),
+            actions=images.permute(0, 2, 3, 1).reshape(len(prompts), 1, -1).float(),
+        )
+        if train:  # the replay inputs (evaluation rollouts are never trained on)
+            batch.update(flow_chain=out.chain, flow_stoch=out.stoch, old_logp=self._reduce(out.logp, out.stoch))
+        return batch
+
+    def _reduce(self, logp_elem: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor:
+        step = "none" if self.cfg.logp_level == "step" else "sum"
+        return reduce_log_prob(logp_elem, stoch, elem_dims=3, elem_reduce="mean", step_reduce=step)
+
+    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+        c = self.cfg
+        cond, null = self._conds(decode_text(batch["instruction"]), c.guidance_scale)
+        chain, stoch = batch["flow_chain"], batch["flow_stoch"]
+        logp_elem = chain_log_prob(self.model_fn(cond, null, c.guidance_scale), chain, self.grid, stoch,
+                                   c.method, noise_level=c.noise_level)
+        out = {"logp": self._reduce(logp_elem, stoch), "values": None,
+               "entropy": -(logp_elem.mean((2, 3, 4)) * stoch).sum() / stoch.sum().clamp(min=1)}
+        if c.logp_level == "step":
+            out["logp_mask"] = stoch
+        if c.kl_reference:
+            out["kl"] = self._kl(chain, stoch, cond, null)
+        return out
+
+    def _kl(self, chain, stoch, cond, null) -> torch.Tensor:
+        """Flow-GRPO's KL per sample: mean over stochastic steps of mean_E (mu - mu_ref)^2 / (2 std^2)."""
+        c = self.cfg
+        steps = stoch.any(0).nonzero().flatten()
+        b, kp = chain.shape[0], steps.numel()
+        x = chain[:, steps].reshape(b * kp, *chain.shape[2:])
+        t = self.grid[steps].repeat(b)
+        t_next = self.grid[steps + 1].repeat(b)
+        v, _ = self.model_fn(cond, null, c.guidance_scale)(x, t)
+        with torch.no_grad():
+            v_ref, _ = self.model_fn(cond, null, c.guidance_scale, "ref")(x, t)
+        mean, std = transition(c.method, x, v, t, t_next, c.noise_level)
+        mean_ref, _ = transition(c.method, x, v_ref, t, t_next, c.noise_level)
+        std = torch.broadcast_to(torch.as_tensor(std, dtype=mean.dtype), mean.shape)
+        kl = ((mean - mean_ref) ** 2 / (2 * std.clamp(min=1e-8) ** 2)).mean((1, 2, 3)).reshape(b, kp)
+        m = stoch[:, steps].to(kl.dtype)
+        return (kl * m).sum(1) / m.sum(1).clamp(min=1)
+
+    def supervised_loss(self, batch: Batch) -> torch.Tensor:
+        """Pretraining / SFT: flow matching on ``image`` uint8 [B, H, W, 3] given its prompt
+        (``cfg_dropout`` of the prompts replaced by the empty prompt)."""
+        prompts = decode_text(batch["instruction"])
+        drop = torch.rand(len(prompts)) < self.cfg.cfg_dropout
+        prompts = ["" if d else p for p, d in zip(prompts, drop.tolist())]
+        x0 = self.gen.encode_images(batch["image"])
+        return flow_matching_loss(self.model_fn(self.gen.encode(prompts), None, 1.0), x0)
+
+    def likelihood_free_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
+        """AWM on the rollout's own samples (detached), plus the optional velocity regularisers."""
+        c = self.cfg
+        cond = self.gen.encode(decode_text(batch["instruction"]))
+        seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        policy_fn = self.model_fn(cond, None, 1.0)
+
+        def fn(x, t):
+            v, _ = policy_fn(x, t)
+            seen.append((x, t, v))
+            return v, None
+
+        loss = awm_loss(fn, batch["flow_chain"][:, -1], advantages, c.awm_timesteps, c.awm_weighting,
+                        huber_c=c.awm_huber_c)
+        x, t, v = seen[0]
+        for coef, which in ((c.awm_ref_coef, "ref"), (c.awm_ema_coef, "ema")):
+            if coef > 0:
+                with torch.no_grad():
+                    target, _ = self.model_fn(cond, None, 1.0, which)(x, t)
+                loss = loss + coef * ((v - target) ** 2).mean((1, 2, 3)).reshape(len(loss), -1).mean(1)
+        return loss
+
+    # ---- hooks the trainer calls --------------------------------------------------------------
+    @torch.no_grad()
+    def after_warm_start(self) -> None:
+        """The reference and the EMA start from the warm-started (pretrained) generator."""
+        if self.ref is not None:
+            self.ref.load_state_dict(self.gen.state_dict())
+        params = dict(self.gen.named_parameters())
+        for k, e in self._ema_params().items():
+            e.copy_(params[k].detach())
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        params, d = dict(self.gen.named_parameters()), self.cfg.ema_decay
+        for k, e in self._ema_params().items():
+            e.mul_(d).add_(params[k].detach(), alpha=1 - d)
+
+
+def build_generator(cfg: DiffusionConfig) -> nn.Module:
+    if cfg.model == "tiny":
+        from mmrl.policies.tiny_generator import TinyTextToImage
+
+        return TinyTextToImage(image_size=cfg.image_size, ch=cfg.width)
+    from mmrl.policies.sd3 import SD3Generator  # needs mmrl[diffusion]
+
+    return SD3Generator.from_pretrained(cfg.model, image_size=cfg.image_size, finetune=cfg.finetune,
+                                       lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)

@@ -1,0 +1,135 @@
+"""Diffusion policy: the built-in tiny generator and a tiny random-weight diffusers SD3 pipeline
+with LoRA behind the policy contract (ratio 1 before an update, KL 0 against itself, CFG formula,
+image layout, AWM regularisers, EMA)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mmrl.policies.diffusion import DiffusionConfig, DiffusionPolicy
+from simulators.base import Observation
+
+PROMPTS = ["a red circle on the left", "a red circle on the left", "two blue squares", "two blue squares"]
+
+
+def _obs(n=4, size=16):
+    return Observation(torch.zeros(n, size, size, 3, dtype=torch.uint8), PROMPTS[:n])
+
+
+def _tiny(**kw):
+    torch.manual_seed(0)
+    return DiffusionPolicy(DiffusionConfig(num_steps=4, width=16, **kw), 16 * 16 * 3)
+
+
+@pytest.mark.parametrize("kw", [{}, {"stochastic": "one", "guidance_scale": 3.0}, {"logp_level": "sample", "method": "cps"}])
+def test_ratio_is_one_before_an_update(kw):
+    pol = _tiny(**kw)
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    out = pol.evaluate(batch)
+    assert out["logp"].shape == batch["old_logp"].shape == ((4, 4) if pol.cfg.logp_level == "step" else (4,))
+    assert torch.allclose(out["logp"], batch["old_logp"], atol=1e-5)
+    if pol.cfg.logp_level == "step":
+        assert torch.equal(out["logp_mask"], batch["flow_stoch"])
+        assert (out["logp"][~batch["flow_stoch"]] == 0).all()
+
+
+def test_actions_are_the_decoded_images_in_hwc_order():
+    pol = _tiny()
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(1))
+    x0 = batch["flow_chain"][:, -1]  # pixel space: the image itself
+    img = batch["actions"].reshape(4, 16, 16, 3)
+    assert torch.allclose(img, x0.clamp(-1, 1).permute(0, 2, 3, 1))
+    assert batch["actions"].shape == (4, 1, 768) and batch["flow_chain"].shape == (4, 5, 3, 16, 16)
+    ev = pol.rollout(_obs(), torch.Generator().manual_seed(1), mode="eval")  # ODE, eval grid, no replay
+    assert "flow_chain" not in ev and ev["actions"].shape == (4, 1, 768)
+
+
+def test_classifier_free_guidance_formula():
+    pol = _tiny(guidance_scale=3.0)
+    cond, null = pol._conds(PROMPTS, 3.0)
+    x, t = torch.randn(4, 3, 16, 16), torch.full((4,), 0.5)
+    with torch.no_grad():
+        pol.gen.out[-1].weight.normal_(0, 0.1)  # a non-zero output layer, so v depends on the prompt
+        v, _ = pol.model_fn(cond, null, 3.0)(x, t)
+        vc, vu = pol.gen(x, t, cond), pol.gen(x, t, null)
+    assert torch.allclose(v, vu + 3.0 * (vc - vu), atol=1e-5) and not torch.allclose(vc, vu)
+
+
+def test_kl_to_reference_is_zero_then_positive():
+    pol = _tiny(kl_reference=True)
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    assert torch.allclose(pol.evaluate(batch)["kl"], torch.zeros(4))
+    with torch.no_grad():
+        pol.gen.out[-1].bias.add_(0.1)  # velocity +0.1 everywhere: mean drift = dt * 0.1
+    kl = pol.evaluate(batch)["kl"]
+    grid, a = pol.grid, pol.cfg.noise_level
+    # hand computation for Flow-SDE: mean = x + [v + sigma^2/(2t) (x + (1-t) v)] dt, so a velocity
+    # shift dv moves the mean by (1 + sigma^2 (1-t) / (2t)) dv dt; std = sigma sqrt(-dt)
+    expected = []
+    for k in range(4):
+        t, tn = grid[k].double(), grid[k + 1].double()
+        dt = tn - t
+        sigma = a * torch.sqrt(t / (1 - (tn if t >= 1 else t)))
+        drift = (1 + sigma**2 * (1 - t) / (2 * t)) * 0.1 * dt
+        expected.append(drift**2 / (2 * sigma**2 * -dt))
+    assert torch.allclose(kl, torch.stack(expected).mean().float().expand(4), rtol=1e-3)
+
+
+def test_awm_regularisers_and_ema():
+    pol = _tiny(awm_ref_coef=1.0, awm_ema_coef=1.0, ema_decay=0.5)
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    adv = torch.zeros(4)
+    torch.manual_seed(0)
+    assert torch.allclose(pol.likelihood_free_loss(batch, adv), torch.zeros(4), atol=1e-7)  # v == v_ref == v_ema
+    before = {k: v.clone() for k, v in pol._ema_params().items()}
+    with torch.no_grad():
+        pol.gen.out[-1].bias.add_(0.2)
+    pol.after_step()
+    key = "out.2.bias"
+    assert torch.allclose(pol._ema_params()[key], 0.5 * before[key] + 0.5 * pol.gen.out[-1].bias)
+    torch.manual_seed(0)
+    loss = pol.likelihood_free_loss(batch, adv)  # advantage 0: only the regularisers remain
+    assert torch.allclose(loss, torch.full((4,), 0.2**2 + 0.1**2), atol=1e-5)
+    assert "ema__out__2__bias" in pol.state_dict()  # EMA weights are checkpointed
+    pol.after_warm_start()
+    assert torch.equal(pol._ema_params()[key], pol.gen.out[-1].bias)
+
+
+def test_supervised_loss_and_size_mismatch():
+    pol = _tiny()
+    from mmrl.policies.base import encode_text
+
+    batch = {"image": torch.randint(0, 256, (4, 16, 16, 3), dtype=torch.uint8), "instruction": encode_text(PROMPTS)}
+    loss = pol.supervised_loss(batch)
+    assert loss.shape == (4,) and torch.isfinite(loss).all()
+    with pytest.raises(ValueError, match="policy.image_size"):
+        DiffusionPolicy(DiffusionConfig(image_size=16), 32 * 32 * 3)
+
+
+@pytest.fixture(scope="module")
+def tiny_sd3(tmp_path_factory):
+    from mmrl.utils.compat import patch_torchvision
+
+    patch_torchvision()  # peft imports transformers models, which import torchvision
+    pytest.importorskip("diffusers")
+    pytest.importorskip("peft")
+    from mmrl.testing.tiny_diffusers import tiny_sd3_pipeline
+
+    return tiny_sd3_pipeline(tmp_path_factory.mktemp("sd3"))
+
+
+def test_sd3_lora_ratio_reference_and_training(tiny_sd3):
+    torch.manual_seed(0)
+    cfg = DiffusionConfig(model=str(tiny_sd3), num_steps=3, lora_rank=4, lora_alpha=8, kl_reference=True,
+                          guidance_scale=2.0)
+    pol = DiffusionPolicy(cfg, 16 * 16 * 3)
+    trainable = [n for n, p in pol.named_parameters() if p.requires_grad]
+    assert trainable and all("lora" in n for n in trainable) and pol.ref is None  # reference = adapter off
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    assert batch["flow_chain"].shape == (4, 4, 4, 16, 16) and batch["actions"].shape == (4, 1, 768)
+    out = pol.evaluate(batch)
+    assert torch.allclose(out["logp"], batch["old_logp"], atol=1e-4)
+    assert torch.allclose(out["kl"], torch.zeros(4), atol=1e-8)  # LoRA B starts at 0
+    (out["logp"].sum() + pol.likelihood_free_loss(batch, torch.ones(4)).sum()).backward()
+    assert all(p.grad is not None for n, p in pol.named_parameters() if p.requires_grad and "lora_B" in n)
