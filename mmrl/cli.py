@@ -4,6 +4,7 @@
     mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
     mmrl list                                              every registered component
     mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
+    mmrl check reward NAME [key=value ...]                 run the reward contract checker
 """
 
 from __future__ import annotations
@@ -88,34 +89,51 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_check(args) -> int:
-    if args.kind != "simulator":
-        print(f"error: unknown check kind {args.kind!r}; valid: simulator", file=sys.stderr)
-        return 2
+def _kwargs(items: list[str]) -> dict:
     import yaml
 
-    from mmrl.registry import SIMULATORS
-    from simulators.check import check_simulator
-
-    kwargs = {}
-    for item in args.overrides:
+    out = {}
+    for item in items:
         if "=" not in item:
-            print(f"error: argument {item!r} must look like key=value", file=sys.stderr)
-            return 2
+            raise ValueError(f"argument {item!r} must look like key=value")
         k, v = item.split("=", 1)
-        kwargs[k] = yaml.safe_load(v)
-    base, _, variant = args.name.partition(":")  # e.g. maniskill:PickCube-v1, gym:CartPole-v1
-    cls = SIMULATORS.get(base)
-    if variant:
-        key = getattr(cls, "name_arg", None)
-        if key is None:
-            print(f"error: simulator '{base}' takes no ':' suffix", file=sys.stderr)
-            return 2
-        kwargs[key] = variant
-    passed = check_simulator(lambda **kw: cls(**{**kwargs, **kw}))
+        out[k] = yaml.safe_load(v)
+    return out
+
+
+def cmd_check(args) -> int:
+    if args.kind not in ("simulator", "reward"):
+        print(f"error: unknown check kind {args.kind!r}; valid: simulator, reward", file=sys.stderr)
+        return 2
+    try:
+        kwargs = _kwargs(args.overrides)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.kind == "reward":
+        import rewards  # noqa: F401  (registers the built-ins)
+        from mmrl.registry import REWARDS
+        from rewards.check import check_reward
+
+        cls = REWARDS.get(args.name)
+        reward = cls(**kwargs)
+        passed = check_reward(reward, kind=getattr(reward, "kind", "image"))
+    else:
+        from mmrl.registry import SIMULATORS
+        from simulators.check import check_simulator
+
+        base, _, variant = args.name.partition(":")  # e.g. maniskill:PickCube-v1, gym:CartPole-v1
+        cls = SIMULATORS.get(base)
+        if variant:
+            key = getattr(cls, "name_arg", None)
+            if key is None:
+                print(f"error: simulator '{base}' takes no ':' suffix", file=sys.stderr)
+                return 2
+            kwargs[key] = variant
+        passed = check_simulator(lambda **kw: cls(**{**kwargs, **kw}))
     for name in passed:
         print(f"  ok  {name}")
-    print(f"simulator '{args.name}' passed {len(passed)} contract checks")
+    print(f"{args.kind} '{args.name}' passed {len(passed)} contract checks")
     return 0
 
 
@@ -134,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("list", help="list registered components")
     p.set_defaults(fn=cmd_list)
     p = sub.add_parser("check", help="run a contract checker")
-    p.add_argument("kind", help="simulator")
+    p.add_argument("kind", help="simulator or reward")
     p.add_argument("name")
     p.add_argument("overrides", nargs="*", help="constructor arguments key=value")
     p.set_defaults(fn=cmd_check)

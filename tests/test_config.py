@@ -1,6 +1,7 @@
 """Tests for mmrl.config: loading, overrides, variants, errors, round trip."""
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -289,3 +290,13 @@ def test_variant_decorator_misuse():
         @dataclass
         class Again(AlgoConfig):
             pass
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    """Every file in configs/ validates (keys, registered names, simulator arguments) as shipped."""
+    from mmrl.experiment import load_experiment
+
+    cfg = load_experiment(path)
+    assert cfg.run.name == path.stem

@@ -130,3 +130,100 @@ def tiny_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0):
 
 
 __all__ = ["tiny_image_text_model", "tiny_tokenizer", "synthetic_sentences", "IMAGE_SIZE", "IMAGE_SEQ_LEN"]
+
+
+# --------------------------------------------------------------------------- tiny CLIP models
+# For reward-model tests (rewards/clip_score.py, pickscore.py, aesthetic.py): the real open_clip and
+# transformers CLIP classes with hidden sizes of 32 and 32 px images, random weights, nothing downloaded.
+
+TINY_OPEN_CLIP = "mmrl-tiny-clip"
+TINY_OPEN_CLIP_CONFIG = {
+    "embed_dim": 32,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 8},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
+
+
+@lru_cache(maxsize=1)
+def register_tiny_open_clip() -> str:
+    """Register the tiny open_clip config (once per process) and return its model name.
+
+    ``open_clip.add_model_config`` reads json files from a folder, so the config is written to a
+    temporary folder. The tokenizer is open_clip's default BPE tokenizer, shipped in its wheel.
+    """
+    import json
+    import tempfile
+
+    patch_torchvision()
+    import open_clip
+
+    folder = Path(tempfile.mkdtemp(prefix="mmrl-open-clip-"))
+    (folder / f"{TINY_OPEN_CLIP}.json").write_text(json.dumps(TINY_OPEN_CLIP_CONFIG))
+    open_clip.add_model_config(folder)
+    return TINY_OPEN_CLIP
+
+
+def tiny_open_clip(seed: int = 0):
+    """A tiny random-weight ``open_clip.model.CLIP`` (eval mode, float32, CPU); global RNG untouched."""
+    import logging
+
+    name = register_tiny_open_clip()
+    import open_clip
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))  # open_clip warns "No pretrained weights loaded" on the root logger
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return open_clip.create_model(name, pretrained=None).eval()
+    finally:
+        root.setLevel(level)
+
+
+def tiny_clip_tokenizer():
+    """A real ``CLIPTokenizer`` with a character-level vocabulary (every byte, with and without the
+    ``</w>`` end-of-word suffix, and no merges): any text tokenizes, no training or download needed."""
+    patch_torchvision()
+    from tokenizers import pre_tokenizers
+    from transformers import CLIPTokenizer
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokens = ["<|startoftext|>", "<|endoftext|>"] + alphabet + [c + "</w>" for c in alphabet]
+    return CLIPTokenizer(vocab={t: i for i, t in enumerate(tokens)}, merges=[], model_max_length=77)
+
+
+def tiny_clip_model(tmp_dir: str | Path | None = None, seed: int = 0):
+    """A tiny random-weight transformers ``CLIPModel`` and its ``CLIPProcessor`` (32 px images).
+
+    Same classes and ``save_pretrained`` layout as ``yuvalkirstain/PickScore_v1`` /
+    ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``. With ``tmp_dir`` both are saved there.
+    Returns ``(model, processor)``; the model is in eval mode; the global RNG is left untouched.
+    """
+    patch_torchvision()
+    from transformers import CLIPConfig, CLIPModel, CLIPProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    tokenizer = tiny_clip_tokenizer()
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    processor = CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+               pad_token_id=tokenizer.pad_token_id)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=77, **ids),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        projection_dim=32,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = CLIPModel(config).eval()
+    if tmp_dir is not None:
+        Path(tmp_dir).mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(tmp_dir)
+        processor.save_pretrained(tmp_dir)
+    return model, processor
+
+
+__all__ += ["tiny_open_clip", "register_tiny_open_clip", "tiny_clip_tokenizer", "tiny_clip_model", "TINY_OPEN_CLIP"]

@@ -95,3 +95,10 @@ def test_eval_reports_success_of_a_checkpoint(tmp_path):
     assert report["episodes"] == 6 and 0.0 <= report["success_rate"] <= 1.0
     assert len(report["tasks"]) == 1 and report["tasks"][0]["task"] is None  # the configured task
     assert json.loads((tmp_path / "e" / "eval_report.json").read_text())["checkpoint"] == str(ckpt)
+
+
+def test_check_reward_command(capsys):
+    assert main(["check", "reward", "jpeg_compressibility", "quality=80"]) == 0
+    assert "passed 9 contract checks" in capsys.readouterr().out
+    assert main(["check", "reward", "jpeg_compressibility", "quality"]) == 2
+    assert "key=value" in capsys.readouterr().err

@@ -1,0 +1,227 @@
+"""Run any reward behind a local HTTP server, and score through it with `RemoteReward`.
+
+Useful when a reward model needs packages that clash with the trainer's environment, or a device of
+its own (as DDPO and Flow-GRPO do with their reward servers). Standard library only on both sides.
+
+Serve (blocks; Ctrl-C stops)::
+
+    python -m rewards.http jpeg_compressibility --port 8000 --kwargs '{"quality": 90}'
+
+or from Python: ``server = RewardServer(reward, port=0).start(); server.url; server.close()``.
+Score from the trainer with ``RemoteReward(url="http://127.0.0.1:8000")`` (registered as ``http``).
+
+Protocol (JSON over HTTP):
+
+- ``GET /info`` -> ``{"name": ..., "kind": "image" | "text"}``
+- ``POST /score`` with ``{"prompts": [...], "meta": [...] | null, "samples": S}`` where ``S`` is a
+  list of strings (text) or, for images, ``{"encoding": "raw", "shape": [B, H, W, 3], "data":
+  base64(uint8 bytes)}`` or ``{"encoding": "png", "data": [base64(PNG), ...]}`` (both lossless).
+  -> ``{"scores": [...]}``; on failure HTTP 400 (bad input, the reward raised ``ValueError``) or
+  500 (anything else) with ``{"error": message, "type": exception class name}``.
+
+Scores travel as JSON floats, which round-trip float32 exactly. Requests are accepted concurrently
+(``ThreadingHTTPServer``) and scored one at a time (a lock: reward models need not be thread-safe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import Reward, RewardError
+
+
+class RemoteRewardError(RewardError):
+    """The reward server could not be reached or failed; the message names the URL."""
+
+
+# ----------------------------------------------------------------------------- wire format (pure)
+def encode_images(images: torch.Tensor, encoding: str = "raw") -> dict:
+    """uint8 ``[B, H, W, 3]`` -> JSON-able dict (``raw`` bytes or per-image ``png``), lossless."""
+    arr = np.ascontiguousarray(images.cpu().numpy())
+    if encoding == "raw":
+        return {"encoding": "raw", "shape": list(arr.shape), "data": base64.b64encode(arr.tobytes()).decode()}
+    if encoding == "png":
+        from PIL import Image
+
+        pngs = []
+        for a in arr:
+            buf = io.BytesIO()
+            Image.fromarray(a).save(buf, format="PNG")
+            pngs.append(base64.b64encode(buf.getvalue()).decode())
+        return {"encoding": "png", "data": pngs}
+    raise ValueError(f"image encoding must be 'raw' or 'png', got {encoding!r}")
+
+
+def decode_images(payload: dict) -> torch.Tensor:
+    """Inverse of `encode_images`; raises ``ValueError`` on a malformed payload."""
+    try:
+        if payload["encoding"] == "raw":
+            shape = tuple(int(s) for s in payload["shape"])
+            arr = np.frombuffer(base64.b64decode(payload["data"]), dtype=np.uint8).reshape(shape)
+        elif payload["encoding"] == "png":
+            from PIL import Image
+
+            arrs = [np.asarray(Image.open(io.BytesIO(base64.b64decode(d))).convert("RGB")) for d in payload["data"]]
+            arr = np.stack(arrs) if arrs else np.zeros((0, 1, 1, 3), np.uint8)
+        else:
+            raise ValueError(f"unknown image encoding {payload['encoding']!r}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed images payload: {exc}") from exc
+    return torch.from_numpy(arr.copy())
+
+
+# ----------------------------------------------------------------------------- server
+class RewardServer(ThreadingHTTPServer):
+    """Serves one reward on ``host:port`` (``port=0``: a free port); ``url`` once bound."""
+
+    daemon_threads = True
+
+    def __init__(self, reward: Reward, host: str = "127.0.0.1", port: int = 0):
+        self.reward, self.lock, self.thread = reward, threading.Lock(), None
+        super().__init__((host, port), _Handler)
+        self.url = f"http://{self.server_address[0]}:{self.server_address[1]}"
+
+    def start(self) -> "RewardServer":
+        """Serve in a background daemon thread; returns self."""
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="reward-server",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def handle_score(self, request: dict) -> list[float]:
+        if not isinstance(request, dict) or "prompts" not in request or "samples" not in request:
+            raise ValueError("request must be a JSON object with 'samples', 'prompts' and optionally 'meta'")
+        samples = request["samples"]
+        if self.reward.kind == "image":
+            if not isinstance(samples, dict):
+                raise ValueError("an image reward needs 'samples' as an encoded image batch")
+            samples = decode_images(samples)
+        with self.lock:
+            return self.reward(samples, request["prompts"], request.get("meta")).tolist()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: RewardServer
+
+    def reply(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        if self.path.rstrip("/") == "/info":
+            self.reply(200, {"name": self.server.reward.name, "kind": self.server.reward.kind})
+        else:
+            self.reply(404, {"error": f"no such path {self.path!r}: use GET /info or POST /score", "type": "NotFound"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path.rstrip("/") != "/score":
+            self.reply(404, {"error": f"no such path {self.path!r}: use POST /score", "type": "NotFound"})
+            return
+        try:
+            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+            self.reply(200, {"scores": self.server.handle_score(request)})
+        except ValueError as exc:  # bad input (json.JSONDecodeError included)
+            self.reply(400, {"error": str(exc), "type": type(exc).__name__})
+        except Exception as exc:  # noqa: BLE001 - report every failure to the client
+            self.reply(500, {"error": f"{type(exc).__name__}: {exc}", "type": type(exc).__name__})
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: one line per request is noise
+        pass
+
+
+# ----------------------------------------------------------------------------- client
+class RemoteReward(Reward):
+    """A reward scored by a `RewardServer` at ``url`` (same contract as a local reward)."""
+
+    name = "http"
+
+    def __init__(self, *, url: str = "http://127.0.0.1:8000", kind: str = "image", name: str | None = None,
+                 encoding: str = "raw", timeout: float = 600.0):
+        if kind not in ("image", "text"):
+            raise ValueError(f"kind must be 'image' or 'text', got {kind!r}")
+        self.url, self.kind, self.encoding, self.timeout = url.rstrip("/"), kind, encoding, timeout
+        self.name = name or f"http({self.url})"
+
+    def info(self) -> dict:
+        """The server's ``{"name", "kind"}``."""
+        return self._request("GET", "/info")
+
+    def score(self, samples, prompts, meta) -> torch.Tensor:
+        body = {
+            "samples": encode_images(samples, self.encoding) if self.kind == "image" else list(samples),
+            "prompts": list(prompts),
+            "meta": meta,
+        }
+        scores = self._request("POST", "/score", body)["scores"]
+        return torch.tensor(scores, dtype=torch.float32)
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        url = self.url + path
+        try:
+            data = None if body is None else json.dumps(body).encode()
+        except TypeError as exc:
+            raise ValueError(f"cannot send to the reward server at {self.url}: {exc} (meta must be JSON-able)") from exc
+        req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                err = json.loads(exc.read())
+            except ValueError:
+                err = {"error": exc.reason, "type": str(exc.code)}
+            msg = f"reward server at {self.url} answered {exc.code}: {err.get('error')}"
+            if exc.code == 400:
+                raise ValueError(msg) from None
+            raise RemoteRewardError(msg) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise RemoteRewardError(
+                f"reward server at {self.url} is unreachable ({reason}); start one with "
+                f"`python -m rewards.http REWARD_NAME --port PORT`"
+            ) from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m rewards.http NAME [--host H] [--port P] [--kwargs JSON]``: serve a registered reward."""
+    from mmrl.registry import REWARDS
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("name", help=f"a registered reward: {', '.join(REWARDS.names())}")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--kwargs", default="{}", help="constructor keyword arguments as a JSON object")
+    args = parser.parse_args(argv)
+    server = RewardServer(REWARDS.build(args.name, **json.loads(args.kwargs)), args.host, args.port)
+    print(f"serving reward '{args.name}' at {server.url}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+__all__ = ["RemoteReward", "RewardServer", "RemoteRewardError", "encode_images", "decode_images"]
+
+if __name__ == "__main__":
+    main()
