@@ -13,6 +13,7 @@ keyword arguments only, default to the real checkpoints, and accept a built mode
 - ``aesthetic``: LAION aesthetic predictor v2 (CLIP ViT-L/14 + MLP)                   extra ``clip``
 - ``jpeg_compressibility`` / ``jpeg_incompressibility``: -/+ JPEG size in kB (DDPO)   (Pillow)
 - ``ocr``: 1 - normalised edit distance of OCR'd text to the target (rapidocr-onnxruntime or tesseract)
+- ``shapes``: programmatic prompt following on the synthetic `shapes` grammar (embedded demo)
 - ``weighted_sum``: ``sum_i w_i * r_i`` over rewards of one kind (`rewards.base.WeightedSum`)
 - ``http``: a reward served by ``python -m rewards.http NAME`` (`rewards.http.RemoteReward`)
 
@@ -47,6 +48,10 @@ REWARDS.register(
 REWARDS.register(
     "ocr", "rewards.ocr:OCRScore", extra="ocr",
     description="1 - normalised edit distance between OCR'd text and the quoted target text (rapidocr / tesseract)",
+)
+REWARDS.register(
+    "shapes", "rewards.shapes:ShapesReward",
+    description="programmatic prompt following for the synthetic shapes dataset (colour, count, shape, position, purity)",
 )
 REWARDS.register(
     "weighted_sum", "rewards.base:WeightedSum",

@@ -1,0 +1,43 @@
+"""Build `shapes_prompts`: every prompt of one split of the synthetic `shapes` grammar, with its
+ground truth, for RL (`simulators.prompts.PromptSim` deals them out; `rewards.shapes` scores them).
+
+``build(split="train"|"eval", eval_fraction=0.2, tags=None)`` -> ``{"prompt": [P str], "meta": [P dict]}``
+in a fixed order. The split rule is the `shapes` dataset's (a hash of each prompt, per tag), so
+train and eval prompts never overlap.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+try:
+    from rewards.shapes import describe, make_meta
+except ImportError:  # run as a script from outside the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from rewards.shapes import describe, make_meta
+
+
+def _shapes_builder():
+    path = Path(__file__).resolve().parent.parent / "shapes" / "builder.py"
+    spec = importlib.util.spec_from_file_location("mmrl_dataset_shapes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(split: str = "train", eval_fraction: float = 0.2, tags=None, **_ignored) -> dict:
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    pool = _shapes_builder().spec_pool(split, eval_fraction)
+    prompts, meta = [], []
+    for tag, specs in pool.items():
+        if tags is not None and tag not in tags:
+            continue
+        for objects in specs:
+            prompts.append(describe(objects))
+            meta.append(make_meta(objects, tag))
+    if not prompts:
+        raise ValueError(f"no prompts left for tags={tags!r}; tags: {', '.join(pool)}")
+    return {"prompt": prompts, "meta": meta}
