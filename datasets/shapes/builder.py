@@ -208,10 +208,11 @@ def palette_rgb() -> torch.Tensor:
     return torch.tensor(list(COLORS.values()), dtype=torch.long)
 
 
-def build(num_samples: int, seed: int = 0, image_size: int = 16, split: str = "all", tags=None,
+def build(num_samples: int | None = None, seed: int = 0, image_size: int = 16, split: str = "all", tags=None,
           caption_noise: float = 0.0, color_jitter: int = 0, eval_fraction: float = 0.2,
-          prompts_only: bool = False) -> dict:
-    """Images with describing prompts (see CARD.md).
+          prompts_only: bool = False, num_episodes: int | None = None, chunk_size: int | None = None) -> dict:
+    """Images with describing prompts (see CARD.md). ``num_episodes`` is an alias of
+    ``num_samples`` (what the trainer's warm start passes); ``chunk_size`` is ignored.
 
     Returns ``image`` uint8 [M, H, W, 3] (H = W = ``image_size``, even, 16-64; designed for 16-32),
     ``prompt`` (list of M str) and ``meta`` (list of M dicts: the prompt's ``tag`` / ``objects`` /
@@ -226,9 +227,10 @@ def build(num_samples: int, seed: int = 0, image_size: int = 16, split: str = "a
     split="train", num_samples=...)`` works by name. Sample i depends only on (seed, i) and the
     other arguments, never on ``num_samples``.
     """
+    num_samples = num_samples if num_samples is not None else num_episodes
     if prompts_only:
         return build_prompts(num_samples, seed, split, tags, eval_fraction)
-    if num_samples < 1:
+    if num_samples is None or num_samples < 1:
         raise ValueError("num_samples must be >= 1")
     if image_size % 2 or not 16 <= image_size <= 64:
         raise ValueError(f"image_size must be even and in [16, 64], got {image_size}")

@@ -45,6 +45,7 @@ class DiffusionConfig(PolicyConfig):
     type: str = "diffusion"
     model: str = "tiny"  # "tiny" (built-in pixel generator) or a diffusers SD3 pipeline id / folder
     image_size: int = 16  # generated image side (SD3: a multiple of 16)
+    chunk_size: int = 1  # one image per episode (the simulator contract's action chunk)
     width: int = 64  # tiny generator channels
     finetune: Literal["lora", "full"] = "lora"  # SD3; the tiny generator is always fully trained
     lora_rank: int = 32

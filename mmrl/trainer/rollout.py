@@ -110,7 +110,8 @@ def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = N
                 success: torch.Tensor | None = None, fps: int = 4, scale: int = 4) -> None:
     """frames uint8 [T, E, H, W, 3] -> an mp4 with the E episodes side by side, each upscaled, with
     its instruction written underneath and a green border once ``success`` [T, E] is reached.
-    Several cameras ([T, E, V, H, W, 3]) are shown next to each other inside an episode's tile."""
+    Several cameras ([T, E, V, H, W, 3]) are shown next to each other inside an episode's tile.
+    The last frame is also saved as a PNG beside it (for generated images: the sample grid)."""
     import imageio.v2 as imageio
     import numpy as np
     from PIL import Image, ImageDraw
@@ -137,3 +138,4 @@ def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = N
         out[:, h * scale :] = np.asarray(strip)[None]
     path.parent.mkdir(parents=True, exist_ok=True)
     imageio.mimwrite(str(path), list(out), fps=fps, macro_block_size=1)
+    imageio.imwrite(str(path.with_suffix(".png")), out[-1])  # the last frames as a still grid

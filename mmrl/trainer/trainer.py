@@ -36,6 +36,7 @@ class TrainState:
     skipped_steps: int = 0  # optimizer steps skipped for a non-finite loss or gradient
     env_steps: int = 0
     episodes: int = 0
+    rl_seconds: float = 0.0  # wall time spent in RL iterations (evaluation and checkpoints excluded)
     results: dict = field(default_factory=dict)  # evaluation results by name
 
 
@@ -69,6 +70,7 @@ class Trainer:
             metrics = self.update(batch, gen)
             self.sync()
             self.state.iteration = it + 1
+            self.state.rl_seconds += time.time() - t0
             metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
             self.logger.log(self.state.iteration, metrics)
             bar.set_postfix(success=f"{metrics['train/success']:.2f}", skipped=self.state.skipped_steps)
@@ -182,7 +184,8 @@ class Trainer:
         video = self.out_dir / "videos" / f"{name}.mp4" if t.video_episodes else None
         res = evaluate_policy(self.policy, self.eval_sim, t.eval_episodes, t.eval_seed,
                               self.generator("eval", 0), video, t.video_episodes)
-        res["iteration"] = self.state.iteration
+        res.update(iteration=self.state.iteration, rl_seconds=self.state.rl_seconds,
+                   train_episodes=self.state.episodes)
         self.state.results[name] = res
         self.logger.log(self.state.iteration, {f"eval/{k}": v for k, v in res.items()})
         tqdm.write(f"[eval {name}] success {res['success_rate']:.3f} over {res['episodes']} episodes")
