@@ -72,13 +72,13 @@ def main() -> None:
     t0 = time.time()
     pre = build_trainer(load_experiment(ROOT / CONFIGS["flow_grpo"], [*common, "run.name=pretrain"]))
     pre.warm_start()
-    pretrained = {k: v.clone() for k, v in pre.policy.state_dict().items()}
+    pretrained = {k: v.clone() for k, v in pre.policy.gen.state_dict().items()}
     pretrain_s = time.time() - t0
     print(f"pretrained the generator in {pretrain_s:.0f} s")
     curves, finals = {}, {}
     for name, path in CONFIGS.items():
         trainer = build_trainer(load_experiment(ROOT / path, [*common, f"run.name={name}"]))
-        trainer.policy.load_state_dict(pretrained)
+        trainer.policy.gen.load_state_dict(pretrained)
         trainer.policy.after_warm_start()
         trainer.state.warm_started = True
         results = trainer.run()
