@@ -9,6 +9,7 @@ more through the ``mmrl.datasets`` entry-point group.
 from __future__ import annotations
 
 import importlib.util
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,19 @@ def _card_summary(folder: Path) -> str:
     return ""
 
 
+@lru_cache(maxsize=None)
+def builder_module(name: str):
+    """The module ``datasets/<name>/builder.py``, imported by path (builders reuse each other so)."""
+    folder = DATASETS_DIR / name
+    spec = importlib.util.spec_from_file_location(f"mmrl_dataset_{name}", folder / "builder.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _builder(folder: Path):
     def build(**kwargs: Any):
-        spec = importlib.util.spec_from_file_location(f"mmrl_dataset_{folder.name}", folder / "builder.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.build(**kwargs)
+        return builder_module(folder.name).build(**kwargs)
 
     build.__doc__ = _card_summary(folder)
     return build

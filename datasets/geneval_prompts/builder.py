@@ -9,7 +9,6 @@ Loads a copy the user downloaded (never downloads): GenEval's ``prompts/evaluati
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 DOWNLOAD = (
@@ -25,11 +24,9 @@ TAGS = ("single_object", "two_object", "counting", "colors", "position", "color_
 
 
 def _prompt_list():
-    path = Path(__file__).resolve().parents[1] / "prompt_list" / "builder.py"
-    spec = importlib.util.spec_from_file_location("mmrl_dataset_prompt_list_io", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from mmrl.data import builder_module
+
+    return builder_module("prompt_list")
 
 
 def resolve(path, split: str = "test") -> Path:

@@ -9,7 +9,6 @@ reward compares with what it reads. See CARD.md.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -23,11 +22,9 @@ _QUOTED = re.compile(r'"([^"]*)"|\u201c([^\u201d]*)\u201d')  # straight or curly
 
 
 def _prompt_list():
-    path = Path(__file__).resolve().parents[1] / "prompt_list" / "builder.py"
-    spec = importlib.util.spec_from_file_location("mmrl_dataset_prompt_list_io", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from mmrl.data import builder_module
+
+    return builder_module("prompt_list")
 
 
 def target_text(prompt: str) -> str | None:

@@ -8,7 +8,6 @@ Loads a copy the user downloaded (never downloads): Flow-GRPO's ``dataset/picksc
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 DOWNLOAD = (
@@ -20,11 +19,9 @@ DOWNLOAD = (
 
 
 def _prompt_list():
-    path = Path(__file__).resolve().parents[1] / "prompt_list" / "builder.py"
-    spec = importlib.util.spec_from_file_location("mmrl_dataset_prompt_list_io", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from mmrl.data import builder_module
+
+    return builder_module("prompt_list")
 
 
 def _parquet_captions(files: list[Path]) -> list[str]:

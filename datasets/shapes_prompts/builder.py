@@ -8,7 +8,6 @@ train and eval prompts never overlap.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -20,11 +19,9 @@ except ImportError:  # run as a script from outside the repository root
 
 
 def _shapes_builder():
-    path = Path(__file__).resolve().parent.parent / "shapes" / "builder.py"
-    spec = importlib.util.spec_from_file_location("mmrl_dataset_shapes", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from mmrl.data import builder_module
+
+    return builder_module("shapes")
 
 
 def build(split: str = "train", eval_fraction: float = 0.2, tags=None, **_ignored) -> dict:
