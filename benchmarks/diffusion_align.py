@@ -62,8 +62,6 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    import torch
-
     from mmrl.experiment import build_trainer, load_experiment
 
     common = [f"run.output_dir={args.output_dir}", f"run.seed={args.seed}", "trainer.resume=false",
@@ -84,7 +82,6 @@ def main() -> None:
         results = trainer.run()
         curves[name] = curve(results)
         finals[name] = results["final"]["return"]
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
     start = curves["flow_grpo"][0]["reward"]
     best = min(max(p["reward"] for p in curves[n]) for n in CONFIGS)
     level = start + args.level_frac * (best - start)

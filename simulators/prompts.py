@@ -23,8 +23,6 @@ model failures raise `rewards.base.RewardError` naming the reward, the prompts, 
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from .base import Observation, Simulator, StepResult
@@ -128,6 +126,3 @@ class PromptSim(Simulator):
 
     def set_state(self, state: dict) -> None:
         self._idx, self._next_seed = state["idx"].clone(), int(state["next_seed"])
-
-    def describe(self) -> dict[str, Any]:
-        return {"prompts": len(self.prompts), "reward": self.reward_name, "split": self.split}

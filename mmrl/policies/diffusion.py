@@ -33,6 +33,7 @@ from torch import nn
 
 from mmrl.batch import Batch
 from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
+from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
 from mmrl.policies.base import Policy, PolicyConfig, decode_text, encode_text
 
@@ -70,6 +71,17 @@ class DiffusionConfig(PolicyConfig):
     awm_ema_coef: float = 0.0  # ||v - v_ema||^2 regulariser of AWM
     ema_decay: float = 0.95
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
+
+
+def _recording(fn, seen: list):
+    """Wrap a model function so every call's ``(x, t, v)`` is appended to ``seen``."""
+
+    def wrapped(x, t):
+        v, std = fn(x, t)
+        seen.append((x, t, v))
+        return v, std
+
+    return wrapped
 
 
 def _cat(a, b):
@@ -174,25 +186,30 @@ class DiffusionPolicy(Policy):
         c = self.cfg
         cond, null = self._conds(decode_text(batch["instruction"]), c.guidance_scale)
         chain, stoch = batch["flow_chain"], batch["flow_stoch"]
-        logp_elem = chain_log_prob(self.model_fn(cond, null, c.guidance_scale), chain, self.grid, stoch,
-                                   c.method, noise_level=c.noise_level)
+        seen: list = []  # the one batched model call of chain_log_prob, reused by the KL
+        logp_elem = chain_log_prob(_recording(self.model_fn(cond, null, c.guidance_scale), seen), chain,
+                                   self.grid, stoch, c.method, noise_level=c.noise_level)
         out = {"logp": self._reduce(logp_elem, stoch), "values": None,
                "entropy": -(logp_elem.mean((2, 3, 4)) * stoch).sum() / stoch.sum().clamp(min=1)}
         if c.logp_level == "step":
             out["logp_mask"] = stoch
         if c.kl_reference:
-            out["kl"] = self._kl(chain, stoch, cond, null)
+            out["kl"] = self._kl(seen, stoch, cond, null)
         return out
 
-    def _kl(self, chain, stoch, cond, null) -> torch.Tensor:
-        """Flow-GRPO's KL per sample: mean over stochastic steps of mean_E (mu - mu_ref)^2 / (2 std^2)."""
-        c = self.cfg
+    def _kl(self, seen: list, stoch, cond, null) -> torch.Tensor:
+        """Flow-GRPO's KL per sample: mean over stochastic steps of mean_E (mu - mu_ref)^2 / (2 std^2).
+
+        ``seen`` holds the policy's ``(x, t, v)`` from `chain_log_prob`'s batched call: rows
+        sample-major over the transitions where some sample is stochastic with std > 0."""
+        c, b = self.cfg, stoch.shape[0]
+        if not seen:  # no stochastic transition with a density: nothing drifts
+            return torch.zeros(b, device=stoch.device)
+        x, t, v = seen[0]
+        stoch = stoch & noisy_steps(self.grid, c.method, c.noise_level)[None]
         steps = stoch.any(0).nonzero().flatten()
-        b, kp = chain.shape[0], steps.numel()
-        x = chain[:, steps].reshape(b * kp, *chain.shape[2:])
-        t = self.grid[steps].repeat(b)
+        kp = steps.numel()
         t_next = self.grid[steps + 1].repeat(b)
-        v, _ = self.model_fn(cond, null, c.guidance_scale)(x, t)
         with torch.no_grad():
             v_ref, _ = self.model_fn(cond, null, c.guidance_scale, "ref")(x, t)
         mean, std = transition(c.method, x, v, t, t_next, c.noise_level)
@@ -215,15 +232,8 @@ class DiffusionPolicy(Policy):
         """AWM on the rollout's own samples (detached), plus the optional velocity regularisers."""
         c = self.cfg
         cond = self.gen.encode(decode_text(batch["instruction"]))
-        seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        policy_fn = self.model_fn(cond, None, 1.0)
-
-        def fn(x, t):
-            v, _ = policy_fn(x, t)
-            seen.append((x, t, v))
-            return v, None
-
-        loss = awm_loss(fn, batch["flow_chain"][:, -1], advantages, c.awm_timesteps, c.awm_weighting,
+        seen: list = []
+        loss = awm_loss(_recording(self.model_fn(cond, None, 1.0), seen), batch["flow_chain"][:, -1], advantages, c.awm_timesteps, c.awm_weighting,
                         huber_c=c.awm_huber_c)
         x, t, v = seen[0]
         for coef, which in ((c.awm_ref_coef, "ref"), (c.awm_ema_coef, "ema")):

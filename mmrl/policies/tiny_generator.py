@@ -14,19 +14,11 @@ Interface shared with the diffusers generators (`mmrl.policies.sd3`): ``encode(p
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
+from mmrl.policies.flow_vla import timestep_embedding
 from mmrl.policies.tiny_backbone import hash_tokenize
-
-
-def time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
-    half = dim // 2
-    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, device=t.device) / half)
-    args = t.float()[:, None] * 1000.0 * freqs[None]
-    return torch.cat([args.sin(), args.cos()], dim=-1)
 
 
 class ResBlock(nn.Module):
@@ -92,7 +84,7 @@ class TinyTextToImage(nn.Module):
         if reps > 1:  # several noisy samples per prompt (chain steps, AWM timesteps): sample-major
             tok, mask = tok.repeat_interleave(reps, 0), mask.repeat_interleave(reps, 0)
         m = mask.unsqueeze(-1).to(tok.dtype)
-        c = (tok * m).sum(1) / m.sum(1) + self.time(time_embedding(t, self.dim))
+        c = (tok * m).sum(1) / m.sum(1) + self.time(timestep_embedding(t, self.dim))
         h = self.inp(x)
         for block in self.down1:
             h = block(h, c)

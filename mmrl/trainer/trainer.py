@@ -100,10 +100,10 @@ class Trainer:
         self.save()
 
     def supervised(self, data: dict, ws) -> None:
-        from mmrl.policies.base import encode_text
+        from mmrl.policies.base import TEXT_BYTES, encode_text
 
         texts = data["instruction"] if "instruction" in data else data["prompt"]
-        batch = Batch(image=data["image"], instruction=encode_text(texts, getattr(self.policy.cfg, "prompt_bytes", 96)))
+        batch = Batch(image=data["image"], instruction=encode_text(texts, getattr(self.policy.cfg, "prompt_bytes", TEXT_BYTES)))
         if "actions" in data:  # demonstrations; a text-to-image set has only (image, prompt)
             batch["actions"] = data["actions"].float()
         if "state" in data and self.sim.state_dim:
