@@ -19,6 +19,7 @@ from mmrl.policies.base import PolicyConfig
 from mmrl.policies.diffusion import DiffusionConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.flow_vla import FlowVLAConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.token_vla import TokenVLAConfig  # noqa: F401  (registers the variant)
+from mmrl.policies.vlm import VLMConfig  # noqa: F401  (registers the variant)
 from mmrl.registry import ADVANTAGES, POLICIES, SIMULATORS
 
 
@@ -80,6 +81,9 @@ class AlgorithmConfig:
     lam: float = 0.95
     normalize_advantages: bool = True
     adv_clip: float | None = None  # clamp advantages to [-adv_clip, adv_clip] (Flow-GRPO: 5)
+    ratio: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, collect more
+    max_sampling_rounds: int = 4  # dynamic sampling: rollout rounds per iteration at most
     clip_low: float = 0.2
     clip_high: float | None = None  # None = clip_low (symmetric); larger = DAPO clip-higher
     dual_clip: float | None = None  # c > 1 bounds the loss of negative-advantage samples
@@ -98,6 +102,10 @@ class AlgorithmConfig:
         if self.advantage not in ADVANTAGES:
             raise ConfigError(f"'advantage' = {self.advantage!r} is not one of: "
                               f"{', '.join(ADVANTAGES.names())}")
+        if self.max_sampling_rounds < 1:
+            raise ConfigError(f"'max_sampling_rounds' must be >= 1, got {self.max_sampling_rounds}")
+        if self.dynamic_sampling and self.advantage == "gae":
+            raise ConfigError("'dynamic_sampling' filters groups: use a group estimator (grpo, dr_grpo, rloo, ...)")
         if self.advantage != "gae" and self.group_size < 2:
             raise ConfigError(f"'advantage' = {self.advantage!r} compares episodes within a group: "
                               "set group_size >= 2")
@@ -184,4 +192,7 @@ def build_trainer(cfg: ExperimentConfig):
     sim = build_sim(cfg, cfg.sim.num_envs, cfg.run.seed)
     eval_sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1, evaluation=True)
     policy = build_policy(cfg, sim)
+    if hasattr(policy, "check_prompts"):  # e.g. VLM: no question may be truncated through its images
+        policy.check_prompts(sim)
+        policy.check_prompts(eval_sim)
     return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg))

@@ -16,6 +16,17 @@ keyword arguments only, default to the real checkpoints, and accept a built mode
 - ``shapes``: programmatic prompt following on the synthetic `shapes` grammar (embedded demo)
 - ``weighted_sum``: ``sum_i w_i * r_i`` over rewards of one kind (`rewards.base.WeightedSum`)
 - ``http``: a reward served by ``python -m rewards.http NAME`` (`rewards.http.RemoteReward`)
+- ``math_answer``: 1/0 final answer (last ``\\boxed{}`` / ``<answer>`` / number) matches meta["answer"]
+- ``multiple_choice``: 1/0 chosen letter (or option text) matches meta["answer"]
+- ``counting``: 1/0 integer answer (digits or zero..twenty) matches meta["answer"]
+- ``grounding_iou``: IoU in [0, 1] of the predicted box with meta["box"] (or 1/0 at a threshold)
+- ``format``: 1/0 completion is ``<think>...</think><answer>...</answer>``
+- ``overlong_penalty``: DAPO soft overlong punishment in [-1, 0]
+- ``math_with_format``: ``(1 - w) * math_answer + w * format`` (`rewards.verifiable`, all text rewards)
+- ``clip_contrast_goal``: VLM-RL contrasting-language-goal reward in [0, 1] (`rewards.clip_goal`) extra ``clip``
+- ``clip_goal_baseline``: VLM-RM goal-baseline projected CLIP reward (`rewards.clip_goal`)     extra ``clip``
+- ``clip_cosine``: image-instruction CLIP cosine, default ViT-B-32 / laion2b (`rewards.clip_goal`) extra ``clip``
+- ``vlm_judge``: a VLM answers a yes/no or 0-10 question, parsed to [0, 1] (`rewards.vlm_judge`)
 
 Third-party packages register more under the ``mmrl.rewards`` entry-point group.
 """
@@ -60,6 +71,50 @@ REWARDS.register(
 REWARDS.register(
     "http", "rewards.http:RemoteReward",
     description="a reward served over HTTP by `python -m rewards.http NAME` (stdlib client)",
+)
+REWARDS.register(
+    "math_answer", "rewards.verifiable:MathAnswer",
+    description="1/0: the last \\boxed{} / <answer> / number matches meta['answer'] (fractions; rel_tol decimals)",
+)
+REWARDS.register(
+    "multiple_choice", "rewards.verifiable:MultipleChoice",
+    description="1/0: the chosen letter (\\boxed{B}, Answer: (B), a lone B, or an option text) matches meta['answer']",
+)
+REWARDS.register(
+    "counting", "rewards.verifiable:Counting",
+    description="1/0: the integer answer (digits or zero..twenty in words) matches meta['answer']",
+)
+REWARDS.register(
+    "grounding_iou", "rewards.verifiable:GroundingIoU",
+    description="IoU of the predicted [x1, y1, x2, y2] box with meta['box'] (1/0 with threshold)",
+)
+REWARDS.register(
+    "format", "rewards.verifiable:FormatReward",
+    description="1/0: the completion is <think>...</think> <answer>...</answer> (or just <answer>...</answer>)",
+)
+REWARDS.register(
+    "overlong_penalty", "rewards.verifiable:OverlongPenalty",
+    description="DAPO soft overlong punishment in [-1, 0] over the last cache_length tokens before max_length",
+)
+REWARDS.register(
+    "math_with_format", "rewards.verifiable:MathWithFormat",
+    description="(1 - format_weight) * math_answer + format_weight * format, each part reported",
+)
+REWARDS.register(
+    "clip_contrast_goal", "rewards.clip_goal:CLIPContrastGoal", extra="clip",
+    description="VLM-RL contrasting language goal (positive vs negative goal text) CLIP reward in [0, 1]",
+)
+REWARDS.register(
+    "clip_goal_baseline", "rewards.clip_goal:CLIPGoalBaseline", extra="clip",
+    description="VLM-RM goal-baseline regularised CLIP reward 1 - 0.5||(aP + (1-a)I)(s - g)||^2",
+)
+REWARDS.register(
+    "clip_cosine", "rewards.clip_goal:CLIPCosine", extra="clip",
+    description="CLIP cosine between image and instruction (open_clip; default ViT-B-32 / laion2b_s34b_b79k)",
+)
+REWARDS.register(
+    "vlm_judge", "rewards.vlm_judge:VLMJudge", extra="vlm",
+    description="VLM judge: a templated yes/no or 0-10 question per image, parsed to [0, 1] (callable or HTTP)",
 )
 
 __all__ = ["Reward", "RewardError", "WeightedSum", "check_reward"]

@@ -43,4 +43,10 @@ SIMULATORS.register(
     description="single-turn prompt -> image tasks scored by a reward model (diffusion alignment)",
 )
 
+SIMULATORS.register(
+    "qa",
+    "simulators.qa:QASim",
+    description="visual question answering with a checkable answer scored by a text reward (VLM RL)",
+)
+
 __all__ = ["Observation", "StepResult", "Simulator", "check_simulator"]

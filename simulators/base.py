@@ -28,6 +28,9 @@ class Observation:
     image: torch.Tensor  # uint8 [N, H, W, 3] (several cameras: [N, V, H, W, 3])
     instruction: list[str]  # one natural-language instruction per env
     state: torch.Tensor | None = None  # float [N, D] proprio / low-dim state, if the sim has one
+    #: per env, the full-resolution images of a question (uint8 [H, W, 3] each, any size and count);
+    #: VLM question sims set it and ``image`` then holds fixed-size thumbnails for videos
+    images: list[list[torch.Tensor]] | None = None
 
     def index(self, idx: torch.Tensor) -> "Observation":
         rows = idx.tolist() if idx.dtype != torch.bool else idx.nonzero().flatten().tolist()
@@ -35,6 +38,7 @@ class Observation:
             self.image[idx],
             [self.instruction[i] for i in rows],
             None if self.state is None else self.state[idx],
+            None if self.images is None else [self.images[i] for i in rows],
         )
 
 
@@ -152,11 +156,14 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
         return acc
     if acc is None:
         return Observation(
-            new.image.clone(), list(new.instruction), None if new.state is None else new.state.clone()
+            new.image.clone(), list(new.instruction), None if new.state is None else new.state.clone(),
+            None if new.images is None else list(new.images),
         )
     acc.image[rows] = new.image[rows]
     if acc.state is not None:
         acc.state[rows] = new.state[rows]
     for i in rows.nonzero().flatten().tolist():
         acc.instruction[i] = new.instruction[i]
+        if acc.images is not None:
+            acc.images[i] = new.images[i]
     return acc

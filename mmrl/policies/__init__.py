@@ -22,3 +22,11 @@ POLICIES.register(
                 "action-bin tokens, autoregressive or parallel decoding",
     extra="vlm",
 )
+
+POLICIES.register(
+    "vlm",
+    "mmrl.policies.vlm:VLMPolicy",
+    description="vision-language model answering questions (transformers image-text LM; HF generate or vLLM "
+                "rollouts; full or LoRA fine-tuning): GRPO / DAPO / GSPO / RLOO on verifiable rewards",
+    extra="vlm",
+)

@@ -77,6 +77,14 @@ class Policy(nn.Module):
     def after_step(self) -> None:
         """Called after every optimizer step of the RL update (e.g. to update an EMA copy)."""
 
+    def sync_rollout(self) -> None:
+        """Called after each RL update: push weights to an out-of-process rollout engine and release
+        per-iteration caches (default: nothing; the policy samples with its own weights)."""
+
+    def rollout_stats(self) -> dict[str, float]:
+        """Metrics of the last training rollout for the log (e.g. engine-vs-trainer log-prob mismatch)."""
+        return {}
+
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
         raise NotImplementedError
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.algorithms import aggregate_loss, gae, kl_penalty, ppo_clip_loss, value_loss
+from mmrl.algorithms.losses import gspo_log_ratio
 from mmrl.batch import Batch
 from mmrl.registry import ADVANTAGES
 
@@ -57,17 +58,24 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     """PPO-clip (clip-higher, dual clip) + value loss + optional entropy bonus, on a minibatch."""
     out = policy.evaluate(mb)
     logp, old = out["logp"], mb["old_logp"]
+    mask = out.get("logp_mask")  # e.g. the real tokens of a completion, the stochastic denoising steps
+    flat_mask = torch.ones(logp.shape[0], logp[0].numel(), dtype=torch.bool, device=logp.device) if mask is None \
+        else mask.reshape(logp.shape[0], -1).bool()
+    surrogate = logp
+    if algo.ratio == "sequence":  # GSPO: every token carries its sequence's ratio (gradient per token)
+        seq = gspo_log_ratio(logp.reshape(flat_mask.shape), old.reshape(flat_mask.shape), flat_mask).detach()
+        surrogate = old + seq.reshape(-1, *([1] * (logp.dim() - 1))) + logp - logp.detach()
     adv = mb["advantages"].reshape(-1, *([1] * (logp.dim() - 1)))
-    pg, stats = ppo_clip_loss(logp, old, adv, algo.clip_low, algo.clip_high, algo.dual_clip)
-    per_token = pg.reshape(pg.shape[0], -1)
-    mask = out.get("logp_mask")  # e.g. only the stochastic denoising steps of a per-step log-prob
-    mask = torch.ones_like(per_token, dtype=torch.bool) if mask is None else mask.reshape(per_token.shape).bool()
-    loss = aggregate_loss(per_token, mask, algo.loss_agg)
+    pg, stats = ppo_clip_loss(surrogate, old, adv, algo.clip_low, algo.clip_high, algo.dual_clip)
+    if "is_weight" in mb:  # truncated importance sampling: trainer vs rollout-engine probabilities
+        pg = pg * mb["is_weight"].to(pg.device)
+    per_token = pg.reshape(flat_mask.shape)
+    loss = aggregate_loss(per_token, flat_mask, algo.loss_agg)
     metrics = {
         "policy_loss": loss.detach(),
-        "clip_frac": stats["clipped"].float().mean(),
-        "approx_kl": stats["approx_kl"].mean(),
-        "ratio_max": stats["ratio"].max(),
+        "clip_frac": stats["clipped"].reshape(flat_mask.shape)[flat_mask].float().mean(),
+        "approx_kl": stats["approx_kl"].reshape(flat_mask.shape)[flat_mask].mean(),
+        "ratio_max": stats["ratio"].reshape(flat_mask.shape)[flat_mask].max(),
         "entropy": out["entropy"].detach(),
     }
     if algo.ent_coef:
@@ -77,7 +85,11 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
         loss = loss + algo.vf_coef * vl
         metrics["value_loss"] = vl.detach()
     if algo.kl_coef:  # the policy's own KL (e.g. Flow-GRPO's mean drift), else an estimator on log-probs
-        kl = out["kl"].mean() if "kl" in out else kl_penalty(logp, mb["ref_logp"], algo.kl_estimator).mean()
+        if "kl" in out:
+            kl = out["kl"].mean()
+        else:
+            per = kl_penalty(logp, mb["ref_logp"].to(logp.device), algo.kl_estimator).reshape(flat_mask.shape)
+            kl = per[flat_mask].mean()
         loss = loss + algo.kl_coef * kl
         metrics["kl"] = kl.detach()
     return loss, metrics

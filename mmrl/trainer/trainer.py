@@ -40,6 +40,29 @@ class TrainState:
     results: dict = field(default_factory=dict)  # evaluation results by name
 
 
+def accepted_kwargs(dataset: str, **kwargs) -> dict:
+    """The ``kwargs`` that dataset ``dataset``'s builder accepts (all of them if it takes ``**kwargs``)."""
+    import inspect
+
+    from mmrl.data import builder_module
+
+    try:
+        params = inspect.signature(builder_module(dataset).build).parameters
+    except (FileNotFoundError, AttributeError):  # a dataset registered by another package
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def pad_time(batch: Batch, horizon: int) -> Batch:
+    """[T, N, ...] -> [horizon, N, ...], the added decisions zero (so ``valid`` False)."""
+    t = batch["valid"].shape[0]
+    if t == horizon:
+        return batch
+    return Batch({k: torch.cat([v, v.new_zeros(horizon - t, *v.shape[1:])]) for k, v in batch.items()})
+
+
 class Trainer:
     def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None):
         self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
@@ -92,22 +115,19 @@ class Trainer:
         if ws.dataset:
             from mmrl.data import load_dataset
 
-            data = load_dataset(ws.dataset, num_episodes=ws.num_episodes, seed=self.cfg.run.seed,
-                                chunk_size=self.policy.cfg.chunk_size, **ws.kwargs)
+            data = load_dataset(ws.dataset, **accepted_kwargs(
+                ws.dataset, num_episodes=ws.num_episodes, num_samples=ws.num_episodes, seed=self.cfg.run.seed,
+                chunk_size=self.policy.cfg.chunk_size), **ws.kwargs)
             self.supervised(data, ws)
         self.policy.after_warm_start()
         self.state.warm_started = True
         self.save()
 
     def supervised(self, data: dict, ws) -> None:
-        from mmrl.policies.base import TEXT_BYTES, encode_text
-
-        texts = data["instruction"] if "instruction" in data else data["prompt"]
-        batch = Batch(image=data["image"], instruction=encode_text(texts, getattr(self.policy.cfg, "prompt_bytes", TEXT_BYTES)))
-        if "actions" in data:  # demonstrations; a text-to-image set has only (image, prompt)
-            batch["actions"] = data["actions"].float()
-        if "state" in data and self.sim.state_dim:
-            batch["state"] = data["state"].float()
+        if hasattr(self.policy, "supervised_batch"):  # the policy keeps its own records (e.g. VLM questions)
+            batch = self.policy.supervised_batch(data)
+        else:
+            batch = self.demo_batch(data)
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / ws.steps)) if ws.schedule == "cosine" else 1.0)
@@ -124,9 +144,51 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss.item():.4f}")
                 self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()})
 
+    def demo_batch(self, data: dict) -> Batch:
+        """Demonstrations (image, instruction, actions[, state]) or text-to-image pairs as a Batch."""
+        from mmrl.policies.base import TEXT_BYTES, encode_text
+
+        texts = data["instruction"] if "instruction" in data else data["prompt"]
+        batch = Batch(image=data["image"], instruction=encode_text(texts, getattr(self.policy.cfg, "prompt_bytes", TEXT_BYTES)))
+        if "actions" in data:  # demonstrations; a text-to-image set has only (image, prompt)
+            batch["actions"] = data["actions"].float()
+        if "state" in data and self.sim.state_dim:
+            batch["state"] = data["state"].float()
+        return batch
+
     def collect(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
+        """One rollout round, or with DAPO dynamic sampling up to ``max_sampling_rounds`` rounds
+        keeping only groups whose rewards differ, until N / G groups are kept (metrics of the
+        first round, so the logged return is not biased by the filter)."""
         algo = self.cfg.algorithm
-        base = self.cfg.run.seed * TRAIN_SEED_STRIDE + it * self.sim.num_envs
+        if not algo.dynamic_sampling:
+            return self.collect_round(it, gen)
+        from mmrl.algorithms.dynamic_sampling import nonconstant_group_mask
+
+        rounds, target = algo.max_sampling_rounds, self.sim.num_envs // algo.group_size
+        kept, first, num_kept = [], None, 0
+        for r in range(rounds):
+            batch, info = self.collect_round(it * rounds + r, gen)
+            first = first or info
+            keep = nonconstant_group_mask(info["return"], batch["group"][0])
+            groups = batch["group"][0][keep].unique()[: target - num_kept]
+            cols = torch.isin(batch["group"][0], groups)
+            if cols.any():
+                part = Batch({k: v[:, cols] for k, v in batch.items()})
+                part["group"] = part["group"] + r * target  # ids unique across rounds
+                kept.append(part)
+                num_kept += len(groups)
+            if num_kept >= target:
+                break
+        first.update(kept_groups=num_kept, sampling_rounds=r + 1)
+        if not kept:  # every group constant: zero advantages, train on the last round as it is
+            return batch, first
+        horizon = max(b["valid"].shape[0] for b in kept)
+        return Batch.cat([pad_time(b, horizon) for b in kept], dim=1), first
+
+    def collect_round(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
+        algo = self.cfg.algorithm
+        base = self.cfg.run.seed * TRAIN_SEED_STRIDE + it * (self.sim.num_envs // algo.group_size)
         seeds = episode_seeds(base, self.sim.num_envs, algo.group_size)
         torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
         self.policy.eval()
@@ -177,7 +239,8 @@ class Trainer:
         return True
 
     def sync(self) -> None:
-        """Weight sync to the rollout engine. The in-process engine shares the trainer's weights."""
+        """Weight sync to the rollout engine and release of per-iteration caches (the policy's job)."""
+        self.policy.sync_rollout()
 
     def evaluate(self, name: str) -> dict:
         t = self.cfg.trainer
@@ -193,12 +256,13 @@ class Trainer:
         return res
 
     def rollout_metrics(self, info: dict) -> dict:
-        return {
+        return {**{f"train/{k}": v for k, v in self.policy.rollout_stats().items()},
             "train/success": info["success"].float().mean().item(),
             "train/return": info["return"].mean().item(),
             "train/length": info["length"].float().mean().item(),
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
+            **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds") if k in info},
         }
 
     def generator(self, purpose: str, index: int) -> torch.Generator:

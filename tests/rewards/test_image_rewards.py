@@ -196,11 +196,17 @@ def _factories(tiny_oc, tiny_hf_clip, server):
         "weighted_sum": lambda: REWARDS.build(
             "weighted_sum", {"a": JpegCompressibility(), "b": JpegIncompressibility()}, weights=[1.0, 0.25]),
         "http": lambda: REWARDS.build("http", url=server.url),
+        "clip_contrast_goal": lambda: REWARDS.build("clip_contrast_goal", model=oc, model_name=oc_name,
+                                                    negative="a robot that failed to {prompt}", device="cpu"),
+        "clip_goal_baseline": lambda: REWARDS.build("clip_goal_baseline", model=oc, model_name=oc_name, device="cpu"),
+        "clip_cosine": lambda: REWARDS.build("clip_cosine", model=oc, model_name=oc_name, device="cpu"),
+        "vlm_judge": lambda: REWARDS.build(
+            "vlm_judge", generate_fn=lambda ims, qs: ["yes" if i.getpixel((0, 0))[0] > 127 else "no" for i in ims]),
     }
 
 
 BUILTIN = ["clip_score", "pickscore", "aesthetic", "jpeg_compressibility", "jpeg_incompressibility", "ocr",
-           "weighted_sum", "http"]
+           "weighted_sum", "http", "clip_contrast_goal", "clip_goal_baseline", "clip_cosine", "vlm_judge"]
 # every reward registered by this package: the built-ins above need tiny models injected; any other
 # one (added later) is built with its defaults and checked with its own `example_prompts` if it has them
 REGISTERED = sorted(set(BUILTIN) | {n for n in REWARDS.names() if str(REWARDS._entries[n].spec).startswith("rewards.")})

@@ -1,0 +1,1 @@
+"""Rollout engines (HF generate, vLLM) behind `mmrl.engines.base.RolloutEngine`."""

@@ -1,0 +1,444 @@
+"""Vision-language model policy for reasoning RL (GRPO family): image(s) + question -> text answer.
+
+    question images (any size, pixel budget applied by the dataset) + question text
+      -> chat template (optional system prompt; one image placeholder per image, then the text)
+      -> rollout engine (`mmrl.engines`: Hugging Face ``generate`` or vLLM) samples a completion
+      -> the completion's text goes to the simulator (`simulators.qa.QASim`) as bytes, scored there
+
+Models: any transformers ``AutoModelForImageTextToText`` checkpoint by hub id or local path
+(Qwen2.5-VL / Qwen3-VL, SmolVLM, Gemma 3, ...), or ``model: tiny``: a tiny random-weight SmolVLM
+(`mmrl.testing.tiny_models`, real Idefics3 classes, offline-trained tokenizer) for the embedded
+demo and tests. Fine-tuning: ``full`` or ``lora`` (peft, on every linear layer of the language
+model; the vision tower gets no adapter unless ``lora_vision``); ``freeze_vision`` freezes the
+vision encoder in full fine-tuning.
+
+Log-probs. ``logp`` is per completion token, ``[B, max_new_tokens]`` with ``logp_mask`` marking
+the real tokens (the stop token included): ``log_softmax(logits / temperature)`` at the token,
+teacher-forced in one forward pass over [prompt, completion]. Rollout log-probs: the engine's
+(``recompute_logp: false``, the default for the in-process HF engine, whose weights are the
+trainer's) or recomputed by this forward pass before the update (``true``, the default with vLLM);
+then ``engine_logp`` is kept beside ``old_logp``, ``rollout_stats`` reports their mismatch
+(mean |diff| and max) and ``tis_cap`` = C adds truncated importance-sampling weights
+``min(exp(old_logp - engine_logp), C)`` (``is_weight``) that the PPO loss multiplies in.
+
+Replay. A rollout keeps each sample's processor outputs (prompt token ids, pixel values, grids) in
+a per-iteration cache keyed by the batch's ``uid``; `evaluate` collates them (left-padded prompts,
+pixel tensors concatenated on dim 0, zero-padded where image sizes differ) so images are processed
+once per iteration; `sync_rollout` (after each update) clears the cache and releases the engine's
+multi-modal caches, so memory stays bounded.
+
+Reference for the KL term (``reference``): ``adapter`` (LoRA switched off) or ``copy`` (a frozen
+copy of the weights after the warm start); rollouts then carry ``ref_logp``.
+
+Prompt lengths are checked when the experiment is built (`check_prompts`): a question whose
+processed prompt exceeds ``max_prompt_tokens`` fails with its index and token counts, instead of
+being truncated through its image tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmrl.batch import Batch
+from mmrl.config import ConfigError
+from mmrl.engines.base import GenRequest, SamplingConfig
+from mmrl.policies.base import Policy, PolicyConfig
+from mmrl.policies.token_vla import VISION_TOWER_NAMES, freeze_vision_tower
+
+MM_SKIP = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
+
+
+@PolicyConfig.variant("vlm")
+@dataclass
+class VLMConfig(PolicyConfig):
+    """Configuration of `VLMPolicy` (the ``policy`` section of an experiment)."""
+
+    type: str = "vlm"
+    model: str = "Qwen/Qwen2.5-VL-3B-Instruct"  # hub id / local path, or "tiny" (built here, random)
+    trust_remote_code: bool = False
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    chunk_size: int = 1  # one answer per episode
+    engine: Literal["hf", "vllm"] = "hf"
+    engine_kwargs: dict = field(default_factory=dict)  # e.g. vLLM gpu_memory_utilization, max_model_len
+    system_prompt: str | None = None
+    prompt: str = "{question}"
+    max_prompt_tokens: int = 2048  # processed prompt (image tokens included); longer ones fail at load
+    max_new_tokens: int = 64
+    temperature: float = 1.0  # rollout sampling temperature (log-probs use the same one)
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    eval_temperature: float = 0.0  # 0 = greedy evaluation
+    finetune: Literal["full", "lora"] = "full"
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_vision: bool = False  # adapters on the vision tower too
+    freeze_vision: bool = False  # full fine-tuning: keep the vision encoder fixed
+    reference: Literal["none", "adapter", "copy"] = "none"  # KL reference (algorithm.kl_coef > 0)
+    recompute_logp: bool | None = None  # None: False with the HF engine, True with vLLM
+    tis_cap: float | None = None  # truncated importance sampling cap (with recompute_logp)
+    gradient_checkpointing: bool = False
+    tiny_seed: int = 0
+
+    def validate(self) -> None:
+        if "{question}" not in self.prompt:
+            raise ConfigError("'prompt' must contain the placeholder {question}")
+        if self.chunk_size != 1:
+            raise ConfigError(f"'chunk_size' must be 1 for a VLM (one answer per episode), got {self.chunk_size}")
+        if self.max_new_tokens < 1 or self.max_prompt_tokens < 1:
+            raise ConfigError("'max_new_tokens' and 'max_prompt_tokens' must be >= 1")
+        if self.temperature <= 0:
+            raise ConfigError(f"'temperature' must be > 0 for RL rollouts, got {self.temperature}")
+        if self.reference == "adapter" and self.finetune != "lora":
+            raise ConfigError("'reference: adapter' needs finetune: lora; use reference: copy for full fine-tuning")
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ConfigError(f"'tis_cap' must be > 0 or null, got {self.tis_cap}")
+
+
+class VLMPolicy(Policy):
+    """A transformers image-text LM answering questions; see the module docstring."""
+
+    def __init__(self, cfg: VLMConfig, action_dim: int, state_dim: int | None = None,
+                 model: nn.Module | None = None, processor=None):
+        super().__init__()
+        if (model is None) != (processor is None):
+            raise ValueError("pass both model and processor, or neither (then cfg.model is loaded)")
+        if model is None:
+            model, processor = load_vlm(cfg)
+        self.cfg, self.processor = cfg, processor
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.answer_bytes = int(action_dim) - 1
+        if self.answer_bytes < 1:
+            raise ValueError(f"a VLM needs a question simulator (action_dim = 1 + answer bytes), got {action_dim}")
+        if cfg.freeze_vision:
+            freeze_vision_tower(model)
+        if cfg.finetune == "lora":
+            model = add_lora(model, cfg)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.model = model
+        self.ref_model = None
+        if cfg.reference == "copy":  # refreshed after the warm start; a submodule so checkpoints keep it
+            self.ref_model = copy.deepcopy(model).requires_grad_(False).eval()
+        self.logp_shape = (cfg.max_new_tokens,)
+        self.provides_ref_logp = cfg.reference != "none"
+        self.recompute = cfg.recompute_logp if cfg.recompute_logp is not None else cfg.engine == "vllm"
+        if cfg.tis_cap is not None and not self.recompute:
+            raise ConfigError("'tis_cap' needs recompute_logp: true (the engine's log-probs are the old ones)")
+        self._engine = None
+        self._cache: dict[int, dict] = {}
+        self._next_uid = 0
+        self._sft: dict | None = None
+        self._stats: dict[str, float] = {}
+        from mmrl.engines.hf_engine import stop_token_ids
+
+        self.stop_id = stop_token_ids(self._lm(), self.tokenizer)[-1]  # end of turn (SFT targets end so)
+
+    @classmethod
+    def kl_support(cls, cfg) -> str | None:
+        return None if cfg.reference != "none" else "set policy.reference=adapter (LoRA) or copy"
+
+    # ---- model plumbing ---------------------------------------------------------------------
+    def _lm(self, model: nn.Module | None = None) -> nn.Module:
+        model = self.model if model is None else model
+        return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def engine(self):
+        if self._engine is None:
+            if self.cfg.engine == "hf":
+                from mmrl.engines.hf_engine import HFEngine
+
+                self._engine = HFEngine(self._lm(), self.processor)
+            else:
+                from mmrl.engines.vllm_engine import VLLMEngine
+
+                self._engine = VLLMEngine(self._export_dir(), seed=self.cfg.tiny_seed, **self.cfg.engine_kwargs)
+                self._push_weights()
+        return self._engine
+
+    def _export_dir(self) -> str:
+        """A local folder vLLM can load: the configured path, or the current weights saved."""
+        from pathlib import Path
+
+        if self.cfg.model != "tiny" and Path(self.cfg.model).exists() and self.cfg.finetune == "full":
+            return self.cfg.model
+        folder = tempfile.mkdtemp(prefix="mmrl_vllm_")
+        lm = self._lm()
+        state = merged_state_dict(self.model)
+        lm.save_pretrained(folder, state_dict=state)
+        self.processor.save_pretrained(folder)
+        return folder
+
+    def _push_weights(self) -> None:
+        if self._engine is not None and self.cfg.engine != "hf":
+            self._engine.load_weights(merged_state_dict(self.model).items())
+
+    def question_text(self, question: str, num_images: int) -> str:
+        text = self.cfg.prompt.format(question=question)
+        messages = []
+        if self.cfg.system_prompt:
+            messages.append({"role": "system", "content": [{"type": "text", "text": self.cfg.system_prompt}]})
+        content = [{"type": "image"} for _ in range(num_images)] + [{"type": "text", "text": text}]
+        messages.append({"role": "user", "content": content})
+        if getattr(self.processor, "chat_template", None):
+            return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        token = getattr(self.processor, "image_token", None) or "<image>"
+        return token * num_images + text
+
+    def requests(self, questions: list[str], images: list[list[torch.Tensor]]) -> list[GenRequest]:
+        from PIL import Image
+
+        return [GenRequest(self.question_text(q, len(imgs)), [Image.fromarray(im.cpu().numpy()) for im in imgs])
+                for q, imgs in zip(questions, images)]
+
+    def encode_one(self, req: GenRequest) -> dict:
+        """Processor outputs of one request: ``prompt_ids`` [Lp] and the pixel tensors."""
+        kw = {"images": [req.images]} if req.images else {}
+        enc = self.processor(text=[req.text], return_tensors="pt", **kw)
+        out = {"prompt_ids": enc["input_ids"][0]}
+        out.update({k: v for k, v in enc.items() if k not in MM_SKIP and isinstance(v, torch.Tensor)})
+        return out
+
+    @staticmethod
+    def _obs_images(obs) -> list[list[torch.Tensor]]:
+        if obs.images is not None:
+            return [list(x) for x in obs.images]
+        img = obs.image
+        return [list(img[i]) if img.dim() == 5 else [img[i]] for i in range(img.shape[0])]
+
+    # ---- forward over [prompt, completion] ----------------------------------------------------
+    def _forward_logp(self, entries: list[dict], completion: torch.Tensor, mask: torch.Tensor,
+                      model: nn.Module | None = None, entropy: bool = False):
+        """Teacher-forced ``log_softmax(logits / T)`` of ``completion`` [B, L] -> ([B, L], entropy)."""
+        lm = self._lm(model)
+        dev = self.device
+        plen = max(int(e["prompt_ids"].shape[0]) for e in entries)
+        pad = self.tokenizer.pad_token_id or 0
+        prompt = torch.full((len(entries), plen), pad, dtype=torch.long)
+        pmask = torch.zeros(len(entries), plen, dtype=torch.long)
+        for i, e in enumerate(entries):  # left padding
+            n = e["prompt_ids"].shape[0]
+            prompt[i, plen - n:], pmask[i, plen - n:] = e["prompt_ids"], 1
+        ids = torch.cat([prompt, completion.cpu()], 1).to(dev)
+        attn = torch.cat([pmask, mask.cpu().long()], 1).to(dev)
+        kw = collate_pixels(entries, dev, next(lm.parameters()).dtype)
+        base = lm.model
+        if not hasattr(base, "get_rope_index"):  # 1-D rotary positions: count real tokens only
+            kw["position_ids"] = (attn.cumsum(-1) - 1).clamp(min=0)
+        hidden = base(input_ids=ids, attention_mask=attn, return_dict=True, **kw).last_hidden_state
+        pred = hidden[:, plen - 1: plen - 1 + completion.shape[1]]
+        logits = lm.get_output_embeddings()(pred).float() / self.cfg.temperature
+        logp_all = logits.log_softmax(-1)
+        logp = logp_all.gather(-1, completion.to(dev)[..., None]).squeeze(-1)
+        ent = None
+        if entropy:
+            m = mask.to(dev).float()
+            ent = (-(logp_all.exp() * logp_all).sum(-1) * m).sum() / m.sum().clamp(min=1)
+        return logp, ent
+
+    # ---- the policy contract ------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+        from simulators.qa import encode_answers
+
+        train = mode == "train"
+        reqs = self.requests(list(obs.instruction), self._obs_images(obs))
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device)) \
+            if generator is not None else None
+        sampling = SamplingConfig(n=1, temperature=self.cfg.temperature if train else self.cfg.eval_temperature,
+                                  top_p=self.cfg.top_p, top_k=self.cfg.top_k,
+                                  max_new_tokens=self.cfg.max_new_tokens, seed=seed)
+        gens = self.engine().generate(reqs, sampling)
+        b, width = len(reqs), self.cfg.max_new_tokens
+        completion = torch.full((b, width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros(b, width, dtype=torch.bool)
+        engine_logp = torch.zeros(b, width)
+        for g in gens:
+            n = len(g.token_ids)
+            completion[g.request_index, :n] = torch.tensor(g.token_ids, dtype=torch.long)
+            mask[g.request_index, :n] = True
+            engine_logp[g.request_index, :n] = torch.tensor(g.logprobs)
+        texts = [g.text for g in sorted(gens, key=lambda g: g.request_index)]
+        lengths = mask.sum(1).tolist()
+        batch = Batch(actions=encode_answers(texts, lengths, self.answer_bytes).to(self.device),
+                      completion=completion, completion_mask=mask, old_logp=engine_logp)
+        if not train:
+            return batch
+        entries = [self.encode_one(r) for r in reqs]
+        uids = list(range(self._next_uid, self._next_uid + b))
+        self._next_uid += b
+        self._cache.update(zip(uids, entries))
+        batch["uid"] = torch.tensor(uids, dtype=torch.long)
+        if self.recompute:
+            old, _ = self._forward_logp(entries, completion, mask)
+            old = old.cpu() * mask
+            diff = (old - engine_logp).abs()[mask]
+            self._stats = {"logp_mismatch_mean": float(diff.mean()) if diff.numel() else 0.0,
+                           "logp_mismatch_max": float(diff.max()) if diff.numel() else 0.0}
+            batch["engine_logp"], batch["old_logp"] = engine_logp, old
+            if self.cfg.tis_cap is not None:
+                batch["is_weight"] = torch.exp(old - engine_logp).clamp(max=self.cfg.tis_cap) * mask
+        if self.provides_ref_logp:
+            batch["ref_logp"] = self.reference_logp(entries, completion, mask).cpu() * mask
+        return batch
+
+    def reference_logp(self, entries, completion, mask) -> torch.Tensor:
+        if self.cfg.reference == "adapter":
+            with self.model.disable_adapter():
+                return self._forward_logp(entries, completion, mask)[0]
+        return self._forward_logp(entries, completion, mask, model=self.ref_model)[0]
+
+    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+        uids = batch["uid"].tolist()
+        missing = [u for u in uids if u not in self._cache]
+        if missing:
+            raise RuntimeError(f"VLM rollout cache has no entry for uids {missing[:4]}: evaluate() must run on "
+                               "the current iteration's rollouts (the cache is cleared by sync_rollout)")
+        mask = batch["completion_mask"].to(self.device)
+        logp, ent = self._forward_logp([self._cache[u] for u in uids], batch["completion"], mask, entropy=True)
+        return {"logp": logp, "logp_mask": mask, "values": None, "entropy": ent}
+
+    def rollout_stats(self) -> dict[str, float]:
+        return dict(self._stats)
+
+    def sync_rollout(self) -> None:
+        """After an update: clear the rollout cache, push weights to an out-of-process engine and
+        release its multi-modal caches."""
+        self._cache.clear()
+        self._push_weights()
+        if self._engine is not None:
+            self._engine.release_cache()
+
+    def after_warm_start(self) -> None:
+        if self.ref_model is not None:
+            self.ref_model.load_state_dict(self.model.state_dict())
+        self._push_weights()
+
+    # ---- supervised warm start (SFT) ----------------------------------------------------------
+    def supervised_batch(self, data: dict) -> Batch:
+        """Keep a VLM dataset (prompt, images, solution) for `supervised_loss`; rows are indices."""
+        for key in ("prompt", "images"):
+            if key not in data:
+                raise ValueError(f"VLM warm start needs a dataset with '{key}' (and 'solution' or meta answers)")
+        sol = data.get("solution") or [str(m["answer"]) for m in data["meta"]]
+        self._sft = {"prompt": list(data["prompt"]), "images": list(data["images"]), "solution": list(sol)}
+        return Batch(index=torch.arange(len(sol)))
+
+    def supervised_loss(self, batch: Batch) -> torch.Tensor:
+        """Mean cross-entropy [B] of the solution tokens (then the end-of-turn token)."""
+        rows = batch["index"].tolist()
+        d = self._sft
+        reqs = self.requests([d["prompt"][i] for i in rows], [d["images"][i] for i in rows])
+        targets = [self.tokenizer(d["solution"][i], add_special_tokens=False)["input_ids"] + [self.stop_id]
+                   for i in rows]
+        width = max(len(t) for t in targets)
+        completion = torch.full((len(rows), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, t in enumerate(targets):
+            completion[i, :len(t)], mask[i, :len(t)] = torch.tensor(t), True
+        logp, _ = self._forward_logp([self.encode_one(r) for r in reqs], completion, mask)
+        m = mask.to(logp.device).float()
+        return -(logp * m).sum(1) / m.sum(1)
+
+    # ---- load-time checks ---------------------------------------------------------------------
+    def check_prompts(self, sim) -> None:
+        """Fail if any question of ``sim`` (a `QASim`) exceeds ``max_prompt_tokens`` once processed."""
+        from tqdm import tqdm
+
+        limit, image_id = self.cfg.max_prompt_tokens, getattr(self.processor, "image_token_id", None)
+        items = range(len(sim.prompts))
+        for i in tqdm(items, desc="checking prompt lengths", disable=len(items) < 2000):
+            rec = sim.record(i)
+            ids = self.encode_one(self.requests([rec["prompt"]], [rec["images"]])[0])["prompt_ids"]
+            if ids.shape[0] > limit:
+                n_img = int((ids == image_id).sum()) if image_id is not None else "?"
+                raise ValueError(
+                    f"question {i} of '{sim.dataset_name}' ({sim.split}) needs {ids.shape[0]} prompt tokens "
+                    f"({n_img} of them image tokens) > policy.max_prompt_tokens={limit}; truncating it would cut "
+                    f"image tokens. Fix: raise policy.max_prompt_tokens or lower the dataset's max_pixels "
+                    f"(question: {rec['prompt'][:60]!r})")
+
+
+# ---- loading, LoRA, weights -----------------------------------------------------------------
+def load_vlm(cfg: VLMConfig):
+    """``AutoModelForImageTextToText`` + ``AutoProcessor`` from ``cfg.model`` (or the tiny SmolVLM)."""
+    from mmrl.utils.compat import patch_torchvision
+
+    patch_torchvision()
+    if cfg.model == "tiny":
+        from mmrl.testing.tiny_models import tiny_image_text_model
+
+        return tiny_image_text_model(seed=cfg.tiny_seed)
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    dtype = cfg.dtype if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
+    model = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
+    processor = AutoProcessor.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
+    return model, processor
+
+
+def lora_targets(model: nn.Module, vision: bool = False) -> list[str]:
+    """Names of the linear layers that get LoRA adapters: all of the language model (and the
+    projector), not the output head, and not the vision tower unless ``vision``."""
+    names = []
+    for name, mod in model.named_modules():
+        if not isinstance(mod, nn.Linear) or name.split(".")[-1] == "lm_head":
+            continue
+        if not vision and any(part in VISION_TOWER_NAMES for part in name.split(".")):
+            continue
+        names.append(name)
+    if not names:
+        raise ValueError(f"no linear layers for LoRA in {type(model).__name__}")
+    return names
+
+
+def add_lora(model: nn.Module, cfg: VLMConfig) -> nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                        target_modules=lora_targets(model, cfg.lora_vision))
+    return get_peft_model(model, config)
+
+
+@torch.no_grad()
+def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """HF-named weights with LoRA merged in (what a rollout engine loads); the model is unchanged."""
+    if not hasattr(model, "get_base_model"):
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    merged = copy.deepcopy(model).merge_and_unload()
+    return {k: v.detach() for k, v in merged.state_dict().items()}
+
+
+def collate_pixels(entries: list[dict], device, dtype) -> dict[str, torch.Tensor]:
+    """Per-sample processor tensors -> one batch: concatenated on dim 0, zero-padded on the other
+    dims where sizes differ (Idefics3's pixel mask marks the padding; Qwen-VL's flat patches and
+    grids concatenate as they are)."""
+    out = {}
+    for key in entries[0]:
+        if key == "prompt_ids":
+            continue
+        parts = [e[key] for e in entries]
+        shape = [max(p.shape[d] for p in parts) for d in range(1, parts[0].dim())]
+        padded = []
+        for p in parts:
+            pad = []
+            for d in reversed(range(1, p.dim())):
+                pad += [0, shape[d - 1] - p.shape[d]]
+            padded.append(F.pad(p, pad) if any(pad) else p)
+        x = torch.cat(padded, 0).to(device)
+        out[key] = x.to(dtype) if x.is_floating_point() else x
+    return out
+
+
+__all__ = ["VLMConfig", "VLMPolicy", "load_vlm", "lora_targets", "merged_state_dict", "collate_pixels"]

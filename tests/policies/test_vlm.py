@@ -1,0 +1,112 @@
+"""The VLM policy on a tiny random-weight SmolVLM (real Idefics3 classes): rollout log-probs equal
+the teacher-forced recomputation (ratio 1), LoRA leaves the vision tower alone and its reference is
+the adapter switched off, SFT learns, prompts that would be truncated fail at load, pixel tensors
+of different sizes collate."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from mmrl.policies.vlm import VLMConfig, VLMPolicy, collate_pixels, lora_targets  # noqa: E402
+from simulators.qa import QASim, decode_answers  # noqa: E402
+
+KW = dict(dataset="shapes_vqa", dataset_kwargs={"num_samples": 16, "tasks": ["count"]}, reward="counting")
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return QASim(num_envs=4, **KW)
+
+
+def make(sim, **kw):
+    torch.manual_seed(0)
+    return VLMPolicy(VLMConfig(model="tiny", max_new_tokens=6, max_prompt_tokens=64, **kw), action_dim=sim.action_dim)
+
+
+def test_rollout_logp_equals_recomputation_and_actions_carry_the_text(sim):
+    pol = make(sim)
+    obs = sim.reset([0, 0, 1, 1])
+    batch = pol.rollout(obs, torch.Generator().manual_seed(0))
+    mask = batch["completion_mask"]
+    assert mask.shape == (4, 6) and mask.any(1).all() and (mask[:, :-1] >= mask[:, 1:]).all()  # prefix masks
+    out = pol.evaluate(batch)
+    diff = ((out["logp"] - batch["old_logp"]).abs() * mask).max()
+    assert diff < 1e-4, diff
+    assert torch.isfinite(out["entropy"]) and out["entropy"] > 0
+    texts, lengths = decode_answers(batch["actions"][:, 0])
+    ids = [batch["completion"][i, : lengths[i]].tolist() for i in range(4)]
+    assert texts == [pol.tokenizer.decode(t, skip_special_tokens=True)[: sim.answer_bytes] for t in ids]
+    assert lengths == mask.sum(1).tolist()
+    pol.sync_rollout()  # the per-iteration cache is released
+    with pytest.raises(RuntimeError, match="cache"):
+        pol.evaluate(batch)
+
+
+def test_recompute_mode_logs_the_mismatch_and_tis_weights(sim):
+    pol = make(sim, recompute_logp=True, tis_cap=2.0)
+    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(1))
+    stats = pol.rollout_stats()
+    assert stats["logp_mismatch_max"] < 1e-4
+    m = batch["completion_mask"]
+    assert torch.allclose(batch["is_weight"][m], torch.ones(int(m.sum())), atol=1e-4)
+
+
+def test_eval_rollouts_are_greedy_and_reproducible(sim):
+    pol = make(sim)
+    obs = sim.reset([3, 4, 5, 6])
+    a = pol.rollout(obs, torch.Generator().manual_seed(0), mode="eval")["completion"]
+    b = pol.rollout(obs, torch.Generator().manual_seed(9), mode="eval")["completion"]
+    assert torch.equal(a, b)
+
+
+def test_lora_skips_the_vision_tower_and_its_reference_is_the_base_model(sim):
+    pol = make(sim, finetune="lora", reference="adapter", lora_rank=4)
+    names = lora_targets(pol._lm())
+    assert names and not any("vision_model" in n for n in names) and not any(n.endswith("lm_head") for n in names)
+    trainable = [n for n, p in pol.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(0))
+    m = batch["completion_mask"]
+    # peft initialises B = 0: before training the adapter changes nothing, so ref == policy
+    assert ((batch["ref_logp"] - batch["old_logp"]).abs() * m).max() < 1e-4
+    opt = torch.optim.SGD([p for p in pol.parameters() if p.requires_grad], lr=1.0)
+    (-pol.evaluate(batch)["logp"][m].sum()).backward()
+    opt.step()
+    entries = [pol._cache[u] for u in batch["uid"].tolist()]
+    after = pol._forward_logp(entries, batch["completion"], m)[0]
+    ref = pol.reference_logp(entries, batch["completion"], m)
+    assert ((after - batch["old_logp"]).abs() * m).max() > 1e-3  # the adapter moved
+    assert ((ref - batch["ref_logp"]).abs() * m).max() < 1e-4  # the reference did not
+
+
+def test_sft_lowers_the_loss(sim):
+    pol = make(sim)
+    data = {"prompt": sim.prompts[:8], "images": sim.images[:8], "solution": sim.solutions[:8]}
+    batch = pol.supervised_batch(data)
+    opt = torch.optim.Adam(pol.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss = pol.supervised_loss(batch).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_a_prompt_that_would_be_truncated_fails_at_load_naming_it(sim):
+    pol = make(sim)
+    pol.cfg.max_prompt_tokens = 20
+    with pytest.raises(ValueError, match=r"question 0 of 'shapes_vqa' \(train\) needs \d+ prompt tokens"):
+        pol.check_prompts(sim)
+
+
+def test_collate_pads_pixel_tensors_of_different_sizes():
+    a = {"prompt_ids": torch.ones(3), "pixel_values": torch.ones(1, 1, 3, 4, 4), "grid": torch.tensor([[1, 2, 2]])}
+    b = {"prompt_ids": torch.ones(5), "pixel_values": torch.full((1, 2, 3, 2, 6), 2.0), "grid": torch.tensor([[1, 4, 4]])}
+    out = collate_pixels([a, b], "cpu", torch.float32)
+    assert out["pixel_values"].shape == (2, 2, 3, 4, 6) and "prompt_ids" not in out
+    assert out["pixel_values"][0, 1].abs().sum() == 0 and out["pixel_values"][1, :, :, 2:].abs().sum() == 0
+    assert out["pixel_values"][0, 0, :, :4, :4].eq(1).all() and out["pixel_values"][0, 0, :, :, 4:].eq(0).all()
+    assert out["grid"].tolist() == [[1, 2, 2], [1, 4, 4]] and out["grid"].dtype == torch.long
