@@ -95,6 +95,7 @@ class QASim(Simulator):
         self._next_seed = int(seed) * 1_000_003
         self._perms: dict[int, torch.Tensor] = {}
         self._idx = torch.zeros(self.num_envs, dtype=torch.long)
+        self._thumbs: dict[int, torch.Tensor] = {}  # question -> thumbnail, made on first use
 
     # ------------------------------------------------------------------ data order
     def question_index(self, seeds: list[int]) -> torch.Tensor:
@@ -112,9 +113,11 @@ class QASim(Simulator):
 
     def _obs(self) -> Observation:
         rows = self._idx.tolist()
-        blank = torch.zeros(self.image_shape, dtype=torch.uint8)
-        thumbs = torch.stack([thumbnail(self.images[i][0], self.thumb_size) if self.images[i] else blank
-                              for i in rows])
+        for i in rows:
+            if i not in self._thumbs:
+                self._thumbs[i] = thumbnail(self.images[i][0], self.thumb_size) if self.images[i] else \
+                    torch.zeros(self.image_shape, dtype=torch.uint8)
+        thumbs = torch.stack([self._thumbs[i] for i in rows])
         return Observation(thumbs.to(self.device), [self.prompts[i] for i in rows],
                            images=[self.images[i] for i in rows])
 

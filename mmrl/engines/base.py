@@ -33,6 +33,8 @@ class SamplingConfig:
     top_k: int = 0  # 0: off
     max_new_tokens: int = 32
     seed: int | None = None
+    #: tokens never sampled (e.g. image placeholders: a sampled one would take image features on recompute)
+    banned_token_ids: tuple[int, ...] = ()
 
 
 @dataclass

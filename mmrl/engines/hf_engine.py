@@ -54,6 +54,9 @@ class HFEngine(RolloutEngine):
         kw = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.n,
                   output_logits=True, return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
                   eos_token_id=self.stop_ids, do_sample=not greedy)
+        banned = list(sampling.banned_token_ids)
+        if banned:
+            kw["suppress_tokens"] = banned
         if not greedy:
             kw.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
         else:
@@ -68,6 +71,8 @@ class HFEngine(RolloutEngine):
         plen = enc["input_ids"].shape[1]
         tokens = out.sequences[:, plen:]  # [R*n, T]
         logits = torch.stack(out.logits, 1).float()  # [R*n, T, V] raw
+        if banned:  # the distribution actually sampled from
+            logits[..., banned] = float("-inf")
         scale = 1.0 if greedy else sampling.temperature
         logp = (logits / scale).log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1)
         gens = []

@@ -140,6 +140,7 @@ class VLMPolicy(Policy):
         from mmrl.engines.hf_engine import stop_token_ids
 
         self.stop_id = stop_token_ids(self._lm(), self.tokenizer)[-1]  # end of turn (SFT targets end so)
+        self.banned_ids = image_placeholder_ids(self.tokenizer)  # never sampled, masked in log-probs too
 
     @classmethod
     def kl_support(cls, cfg) -> str | None:
@@ -210,6 +211,17 @@ class VLMPolicy(Policy):
         out.update({k: v for k, v in enc.items() if k not in MM_SKIP and isinstance(v, torch.Tensor)})
         return out
 
+    def encode_unique(self, reqs: list[GenRequest]) -> list[dict]:
+        """`encode_one` per request, once per distinct (text, images) -- a GRPO group shares one."""
+        done: dict = {}
+        out = []
+        for r in reqs:
+            key = (r.text, tuple(im.tobytes() for im in r.images))
+            if key not in done:
+                done[key] = self.encode_one(r)
+            out.append(done[key])
+        return out
+
     @staticmethod
     def _obs_images(obs) -> list[list[torch.Tensor]]:
         if obs.images is not None:
@@ -239,12 +251,15 @@ class VLMPolicy(Policy):
         hidden = base(input_ids=ids, attention_mask=attn, return_dict=True, **kw).last_hidden_state
         pred = hidden[:, plen - 1: plen - 1 + completion.shape[1]]
         logits = lm.get_output_embeddings()(pred).float() / self.cfg.temperature
+        if self.banned_ids:  # the sampling distribution: image placeholders are never sampled
+            logits[..., self.banned_ids] = float("-inf")
         logp_all = logits.log_softmax(-1)
         logp = logp_all.gather(-1, completion.to(dev)[..., None]).squeeze(-1)
         ent = None
         if entropy:
             m = mask.to(dev).float()
-            ent = (-(logp_all.exp() * logp_all).sum(-1) * m).sum() / m.sum().clamp(min=1)
+            plogp = torch.where(torch.isinf(logp_all), torch.zeros_like(logp_all), logp_all.exp() * logp_all)
+            ent = (-plogp.sum(-1) * m).sum() / m.sum().clamp(min=1)
         return logp, ent
 
     # ---- the policy contract ------------------------------------------------------------------
@@ -258,7 +273,8 @@ class VLMPolicy(Policy):
             if generator is not None else None
         sampling = SamplingConfig(n=1, temperature=self.cfg.temperature if train else self.cfg.eval_temperature,
                                   top_p=self.cfg.top_p, top_k=self.cfg.top_k,
-                                  max_new_tokens=self.cfg.max_new_tokens, seed=seed)
+                                  max_new_tokens=self.cfg.max_new_tokens, seed=seed,
+                                  banned_token_ids=tuple(self.banned_ids))
         gens = self.engine().generate(reqs, sampling)
         b, width = len(reqs), self.cfg.max_new_tokens
         completion = torch.full((b, width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
@@ -275,7 +291,7 @@ class VLMPolicy(Policy):
                       completion=completion, completion_mask=mask, old_logp=engine_logp)
         if not train:
             return batch
-        entries = [self.encode_one(r) for r in reqs]
+        entries = self.encode_unique(reqs)
         uids = list(range(self._next_uid, self._next_uid + b))
         self._next_uid += b
         self._cache.update(zip(uids, entries))
@@ -347,7 +363,7 @@ class VLMPolicy(Policy):
         mask = torch.zeros(len(rows), width, dtype=torch.bool)
         for i, t in enumerate(targets):
             completion[i, :len(t)], mask[i, :len(t)] = torch.tensor(t), True
-        logp, _ = self._forward_logp([self.encode_one(r) for r in reqs], completion, mask)
+        logp, _ = self._forward_logp(self.encode_unique(reqs), completion, mask)
         m = mask.to(logp.device).float()
         return -(logp * m).sum(1) / m.sum(1)
 
@@ -377,6 +393,10 @@ def load_vlm(cfg: VLMConfig):
 
     patch_torchvision()
     if cfg.model == "tiny":
+        if cfg.engine == "vllm":  # vLLM's CPU attention needs head size >= 32
+            from mmrl.testing.tiny_vllm import tiny_vllm_image_text_model
+
+            return tiny_vllm_image_text_model(seed=cfg.tiny_seed)
         from mmrl.testing.tiny_models import tiny_image_text_model
 
         return tiny_image_text_model(seed=cfg.tiny_seed)
@@ -386,6 +406,15 @@ def load_vlm(cfg: VLMConfig):
     model = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     processor = AutoProcessor.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
     return model, processor
+
+
+def image_placeholder_ids(tokenizer) -> list[int]:
+    """Ids of the special tokens that stand for image content (``<image>``, ``<|image_pad|>``,
+    ``<fake_token_around_image>``, ``<row_1_col_1>``, ``<|vision_start|>``, ...): a completion must
+    not contain one, or the recomputation would try to put image features there."""
+    words = ("image", "img", "vision", "video", "<row_")
+    special = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return sorted(int(i) for i, tok in special.items() if any(w in str(tok).lower() for w in words))
 
 
 def lora_targets(model: nn.Module, vision: bool = False) -> list[str]:

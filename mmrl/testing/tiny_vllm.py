@@ -1,0 +1,72 @@
+"""A tiny random-weight Idefics3 (SmolVLM) model that vLLM's CPU backend can serve, built offline.
+
+Same model class, processor, tokenizer, chat template and image size as
+`mmrl.testing.tiny_models.tiny_image_text_model`, with one change: the text model has **2 attention
+heads of size 32** (and 1 key/value head) instead of 4 heads of size 16. vLLM's CPU paged-attention
+kernel only takes head sizes in ``{32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}``
+(``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes`` in 0.32); the
+head size 16 of the generic tiny model fails at the first forward with ``Unsupported CPU attention
+configuration: head_dim=16``. The vision tower (head size 16) does not go through that kernel and is
+left as is. Used by ``tests/engines/test_vllm_engine.py``; the trainer's HF path keeps the generic model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mmrl.testing.tiny_models import CHAT_TEMPLATE, IMAGE_SEQ_LEN, IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR, tiny_tokenizer
+from mmrl.utils.compat import patch_torchvision
+
+#: text-model head size; must be one vLLM's CPU attention supports (see the module docstring)
+VLLM_HEAD_DIM = 32
+
+
+def tiny_vllm_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0, dtype: torch.dtype = torch.float32):
+    """Build a tiny ``Idefics3ForConditionalGeneration`` + ``Idefics3Processor`` that vLLM (CPU) loads.
+
+    Returns ``(model, processor)`` (eval mode, CPU, ``dtype``); with ``tmp_dir`` both are saved there
+    (``save_pretrained``, safetensors, config ``dtype`` = ``dtype``) so ``vllm.LLM(model=tmp_dir)`` and
+    ``AutoModelForImageTextToText.from_pretrained(tmp_dir)`` load the same weights. Weights are a
+    deterministic function of ``seed``; the global RNG is left untouched.
+    """
+    patch_torchvision()
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    tokenizer = tiny_tokenizer()
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=False,
+        size={"longest_edge": IMAGE_SIZE},
+        max_image_size={"longest_edge": IMAGE_SIZE},
+    )
+    processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=IMAGE_SEQ_LEN, chat_template=CHAT_TEMPLATE)
+    pad_id = tokenizer.pad_token_id
+    hidden, heads = 64, 64 // VLLM_HEAD_DIM
+    config = Idefics3Config(
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            image_size=IMAGE_SIZE, patch_size=PATCH_SIZE,
+        ),
+        text_config=dict(
+            model_type="llama", hidden_size=hidden, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=heads, num_key_value_heads=1, head_dim=VLLM_HEAD_DIM,
+            vocab_size=len(tokenizer), max_position_embeddings=512, pad_token_id=pad_id,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        ),
+        scale_factor=SCALE_FACTOR,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        pad_token_id=pad_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Idefics3ForConditionalGeneration(config).to(dtype).eval()
+    if tmp_dir is not None:
+        Path(tmp_dir).mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(tmp_dir)
+        processor.save_pretrained(tmp_dir)
+    return model, processor
+
+
+__all__ = ["tiny_vllm_image_text_model", "VLLM_HEAD_DIM"]
