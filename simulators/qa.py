@@ -64,7 +64,7 @@ class QASim(Simulator):
     eval_kwargs = {"split": "eval"}
 
     def __init__(self, num_envs: int = 8, dataset: str = "shapes_vqa", dataset_kwargs: dict | None = None,
-                 reward: str = "counting", reward_kwargs: dict | None = None, split: str = "train",
+                 reward: str = "math_answer", reward_kwargs: dict | None = None, split: str = "train",
                  answer_bytes: int = 256, thumb_size: int = 64, success_threshold: float = 1.0,
                  shuffle_seed: int = 0, device: str | torch.device = "cpu", seed: int = 0):
         from mmrl.data import load_dataset
