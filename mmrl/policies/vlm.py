@@ -164,7 +164,8 @@ class VLMPolicy(Policy):
             else:
                 from mmrl.engines.vllm_engine import VLLMEngine
 
-                self._engine = VLLMEngine(self._export_dir(), seed=self.cfg.tiny_seed, **self.cfg.engine_kwargs)
+                kw = {"max_model_len": self.cfg.max_prompt_tokens + self.cfg.max_new_tokens, **self.cfg.engine_kwargs}
+                self._engine = VLLMEngine(self._export_dir(), seed=self.cfg.tiny_seed, **kw)
                 self._push_weights()
         return self._engine
 

@@ -1,0 +1,106 @@
+"""The ``placement`` section: where each role runs and how rollout collection is laid out.
+
+Roles: ``render`` (the simulator), ``rollout`` (policy inference), ``train`` (the update) and
+``reward`` (reward models). Modes:
+
+- ``collocated``: one process simulates then infers, in sequence (`collect_episodes` itself);
+- ``disaggregated``: the simulator lives in its own worker process, inference in the main
+  process; no overlap (``stages`` = 1);
+- ``hybrid``: the N environments are split into ``stages`` contiguous slices, one sim worker each,
+  so that stage s simulates while stage s+1 runs inference (``stages`` >= 2).
+
+Backends: ``local`` (worker processes on this machine, the default) and ``ray`` (multi-node, via
+Ray placement groups; not implemented yet: `check_backend` says what is missing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mmrl.config import ConfigError
+
+MODES = ("collocated", "disaggregated", "hybrid")
+BACKENDS = ("local", "ray")
+ROLES = ("render", "rollout", "train", "reward")
+
+
+@dataclass
+class PlacementConfig:
+    mode: Literal["collocated", "disaggregated", "hybrid"] = "collocated"
+    stages: int = 1  # hybrid: env-batch slices (one sim worker each) pipelined against inference
+    backend: Literal["local", "ray"] = "local"
+    # device of each role ("cpu", "cuda", "cuda:1"); on the local backend `render` is where the
+    # sim workers build their simulators, `rollout` / `train` are where the policy already lives
+    render_device: str = "cpu"
+    rollout_device: str = "cpu"
+    train_device: str = "cpu"
+    reward_device: str = "cpu"
+    torch_threads: int = 1  # intra-op threads of each sim worker process (0 = torch's default)
+    max_restarts: int = 3  # per sim worker: crashes survived (lost episodes counted) before giving up
+    step_timeout_s: float | None = None  # a worker silent for this long is killed and restarted
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"placement.mode = {self.mode!r} is not one of: {', '.join(MODES)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"placement.backend = {self.backend!r} is not one of: {', '.join(BACKENDS)}")
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1:
+            raise ConfigError(f"placement.stages = {self.stages!r} must be an int >= 1 "
+                              "(1 for collocated / disaggregated, >= 2 for hybrid)")
+        if self.mode in ("collocated", "disaggregated") and self.stages != 1:
+            raise ConfigError(f"placement.stages = {self.stages} needs mode hybrid; valid for mode "
+                              f"{self.mode!r}: 1")
+        if self.mode == "hybrid" and self.stages < 2:
+            raise ConfigError("placement.stages = 1 with mode 'hybrid': valid stages are >= 2 "
+                              "(one stage without overlap is mode 'disaggregated')")
+        for role in ROLES:
+            dev = getattr(self, f"{role}_device")
+            if not _valid_device(dev):
+                raise ConfigError(f"placement.{role}_device = {dev!r} is not a device; valid: "
+                                  "cpu, cuda, cuda:<index>, mps")
+        if self.torch_threads < 0:
+            raise ConfigError(f"placement.torch_threads = {self.torch_threads} must be >= 0")
+        if self.max_restarts < 0:
+            raise ConfigError(f"placement.max_restarts = {self.max_restarts} must be >= 0")
+        if self.step_timeout_s is not None and self.step_timeout_s <= 0:
+            raise ConfigError(f"placement.step_timeout_s = {self.step_timeout_s} must be > 0 or null")
+
+    @property
+    def num_workers(self) -> int:
+        """Sim worker processes this placement starts (0: collocated simulates in-process)."""
+        return 0 if self.mode == "collocated" else self.stages
+
+    def check_backend(self) -> None:
+        """Raise NotImplementedError naming what is missing for a backend this build cannot run."""
+        if self.backend == "ray":
+            raise NotImplementedError(
+                "placement.backend = 'ray' is not implemented yet: missing a Ray actor wrapping "
+                "SimWorker (one per stage, placed by a Ray placement group with a bundle per role "
+                "device), the object-ref transport for observations/actions, and the trainer-side "
+                "weight sync to remote rollout workers. Use backend 'local' (one machine).")
+
+    def stage_slices(self, num_envs: int) -> list[slice]:
+        """The contiguous env slice of every stage (all the envs for collocated / disaggregated)."""
+        s = self.stages
+        if num_envs % s:
+            raise ConfigError(f"placement.stages = {s} must divide the number of envs ({num_envs}); "
+                              f"valid stages for {num_envs} envs: "
+                              f"{', '.join(str(d) for d in range(1, num_envs + 1) if num_envs % d == 0)}")
+        n = num_envs // s
+        return [slice(i * n, (i + 1) * n) for i in range(s)]
+
+
+def _valid_device(dev: object) -> bool:
+    if not isinstance(dev, str):
+        return False
+    import torch
+
+    try:
+        torch.device(dev)
+    except (RuntimeError, ValueError):
+        return False
+    return True

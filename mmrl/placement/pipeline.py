@@ -1,0 +1,193 @@
+"""`collect_pipelined`: `collect_episodes` over sim workers, overlapping simulation and inference.
+
+The N environments are split into S stages (contiguous slices, one `SimWorker` each). The main
+process runs the policy stage by stage; as soon as stage s's actions are sent, its worker
+simulates them while the main process runs inference on stage s+1::
+
+    main    | P0(t) | P1(t) | P0(t+1) | P1(t+1) | ...
+    worker0 |       | S0(t) |         | S0(t+1) |
+    worker1 |       |       | S1(t)   |         | S1(t+1)
+
+With S = 1 (disaggregated) nothing overlaps: the same loop, the simulator in another process.
+
+Same seeds, same episodes. The loop keeps `collect_episodes`'s semantics exactly: every stage is
+stepped until every episode of the whole batch has ended (finished envs keep stepping with
+``valid = False``), and the policy is called stage 0, 1, ..., S-1 within each decision, so a
+shared ``generator`` is consumed in the same order as one full-batch call whenever the policy
+draws its noise in one batch-sized call per decision (eval / ODE sampling of the flow VLA):
+
+- a stage may start decision t+1 before the last stage has reported decision t; if it turns out
+  that every episode had already ended, that speculative work is thrown away and the generator
+  (and torch's global CPU RNG) is restored to its state before it;
+- torch's CPU normal sampler works in blocks of 16 numbers, so one draw of ``N*k`` numbers equals
+  S consecutive draws of ``N/S*k`` exactly when ``N/S*k`` is a multiple of 16 (flow VLA, chunk 4,
+  2 action dims: an even number of envs per stage). CUDA generators do not split that way.
+- a policy that makes several draws per call (Flow-SDE train rollouts: the start noise, then one
+  draw per stochastic denoising step) interleaves them differently for S > 1: the episodes are
+  then equal in distribution, not bit for bit. Exact train-mode equality needs per-env noise
+  streams in the policy (counter-based, like `simulators.reach.hash_uniform`).
+- Only ``valid`` rows are identical: after an episode ends, its env auto-resets from the worker
+  simulator's own generator, which is seeded from that worker's slice of the seeds.
+
+Crashes: if a worker dies mid-collection it is restarted (`SimWorker.restart`), reset with its
+stage's seeds, and the episodes that were in progress in it are lost: their columns are marked
+``valid = False`` for the whole rollout, ``info["lost"]`` flags them and ``info["lost_episodes"]``
+counts them (their ``return`` / ``length`` read 0). Episodes that had ended before the crash are
+kept. A crash while resetting costs no episode: the worker is restarted and the reset retried.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+
+import torch
+
+from mmrl.batch import Batch
+from mmrl.placement.worker import SimWorker, WorkerCrashed
+from simulators.base import StepResult
+
+
+def stage_torch_seed(seeds: list[int]) -> int:
+    """Seed of a worker's global torch RNG for a reset with ``seeds`` (any global-RNG use in it)."""
+    return zlib.crc32(repr([int(s) for s in seeds]).encode())
+
+
+@torch.no_grad()
+def collect_pipelined(policy, sim_workers: list[SimWorker], seeds: list[int],
+                      generator: torch.Generator | None, mode: str = "train") -> tuple[Batch, dict]:
+    """Run one episode per env over ``sim_workers`` (stage s = worker s's envs, in order).
+
+    Returns what `mmrl.trainer.rollout.collect_episodes` returns, (Batch [T, N, ...], info with
+    ``return`` / ``success`` / ``length`` [N]), plus in info ``lost`` bool [N], ``lost_episodes``,
+    ``worker_restarts`` (crashes survived in this call) and ``policy_s`` / ``sim_wait_s`` (seconds
+    the main process spent in inference / waiting for a simulator). No video frames.
+    """
+    workers = list(sim_workers)
+    sizes = [w.num_envs for w in workers]
+    n = sum(sizes)
+    if len(seeds) != n:
+        raise ValueError(f"got {len(seeds)} seeds for {n} envs ({len(workers)} workers of {sizes})")
+    if len({w.max_episode_steps for w in workers}) != 1:
+        raise ValueError("sim workers disagree on max_episode_steps: "
+                         f"{[w.max_episode_steps for w in workers]}")
+    bounds = [0]
+    for k in sizes:
+        bounds.append(bounds[-1] + k)
+    stage_seeds = [[int(x) for x in seeds[bounds[s]:bounds[s + 1]]] for s in range(len(workers))]
+    S = len(workers)
+    horizon = math.ceil(workers[0].max_episode_steps / policy.cfg.chunk_size)
+    timing = {"policy_s": 0.0, "sim_wait_s": 0.0}
+    lost = [torch.zeros(k, dtype=torch.bool) for k in sizes]
+    crashes = 0
+
+    def restart_and_reset(s: int):
+        nonlocal crashes
+        while True:  # a crash during the reset itself: restart again (bounded by max_restarts)
+            crashes += 1
+            workers[s].restart()
+            try:
+                return workers[s].reset(stage_seeds[s], stage_torch_seed(stage_seeds[s]))
+            except WorkerCrashed:
+                continue
+
+    # ---- reset every stage (in parallel) ---------------------------------------------------------
+    for s, w in enumerate(workers):
+        w.submit("reset", stage_seeds[s], stage_torch_seed(stage_seeds[s]))
+    obs = []
+    t0 = time.perf_counter()
+    for s, w in enumerate(workers):
+        try:
+            obs.append(w.result())
+        except WorkerCrashed:
+            obs.append(restart_and_reset(s))
+    timing["sim_wait_s"] += time.perf_counter() - t0
+    alive = [torch.ones(k, dtype=torch.bool) for k in sizes]
+
+    # ---- the pipeline --------------------------------------------------------------------------
+    steps: list[list[Batch]] = []
+    waiting: list[Batch | None] = [None] * S  # policy output whose simulation is in flight
+    for t in range(horizon + 1):
+        last = t == horizon
+        finished = False
+        rng_before: tuple | None = None  # RNG states before a decision t started speculatively
+        for s in range(S):
+            if t > 0:  # stage s's result of decision t-1
+                t0 = time.perf_counter()
+                try:
+                    res = workers[s].result()
+                except WorkerCrashed:
+                    lost[s] |= alive[s]  # its episodes in progress are gone
+                    alive[s] &= ~lost[s]
+                    res = _nothing_happened(restart_and_reset(s))
+                timing["sim_wait_s"] += time.perf_counter() - t0
+                out = waiting[s]
+                out.update(rewards=res.reward.float(), dones=res.done, terminated=res.terminated,
+                           success=res.success, valid=alive[s].clone())
+                steps[t - 1][s] = out.to("cpu")
+                alive[s] &= ~res.done.cpu()
+                obs[s] = res.obs
+                if s == S - 1 and not any(bool(a.any()) for a in alive):
+                    finished = True  # every episode has ended: decision t never happens
+                    if rng_before is not None:  # stages 0..S-2 already ran decision t: undo
+                        for w in workers[: S - 1]:
+                            w.discard_pending()
+                        _set_rng(generator, rng_before)
+                        steps.pop()
+                    break
+            if last:
+                continue
+            if s == 0:
+                steps.append([None] * S)
+                rng_before = _get_rng(generator) if S > 1 else None
+            t0 = time.perf_counter()
+            out = policy.rollout(obs[s], generator=generator, mode=mode)
+            timing["policy_s"] += time.perf_counter() - t0
+            workers[s].submit("step_chunk", out["actions"].detach().cpu(), False)
+            waiting[s] = out
+        if finished or last:
+            break
+    batch = Batch.stack([Batch.cat(row, dim=0) for row in steps])  # [T, N, ...]
+    lost_all = torch.cat(lost)
+    if lost_all.any():
+        batch["valid"][:, lost_all] = False
+    valid = batch["valid"]
+    info = {
+        "return": (batch["rewards"] * valid).sum(0),
+        "success": (batch["success"] & valid).any(0),
+        "length": valid.sum(0),
+        "lost": lost_all,
+        "lost_episodes": int(lost_all.sum()),
+        "worker_restarts": crashes,
+        **timing,
+    }
+    return batch, info
+
+
+def _nothing_happened(obs) -> StepResult:
+    """Stand-in result of a decision whose simulation was lost with its worker."""
+    k = obs.image.shape[0]
+    zeros = torch.zeros(k, dtype=torch.bool)
+    return StepResult(obs, torch.zeros(k), zeros, zeros.clone(), zeros.clone(), None,
+                      {"num_steps": torch.zeros(k, dtype=torch.long)})
+
+
+def _get_rng(generator: torch.Generator | None) -> tuple:
+    return (None if generator is None else generator.get_state(), torch.random.get_rng_state())
+
+
+def _set_rng(generator: torch.Generator | None, state: tuple) -> None:
+    if generator is not None:
+        generator.set_state(state[0])
+    torch.random.set_rng_state(state[1])
+
+
+def collect(policy, sim, seeds: list[int], generator: torch.Generator | None, mode: str = "train",
+            sim_workers: list[SimWorker] | None = None) -> tuple[Batch, dict]:
+    """`collect_pipelined` over ``sim_workers`` when given, else `collect_episodes` on ``sim``."""
+    if sim_workers:
+        return collect_pipelined(policy, sim_workers, seeds, generator, mode)
+    from mmrl.trainer.rollout import collect_episodes
+
+    return collect_episodes(policy, sim, seeds, generator, mode)

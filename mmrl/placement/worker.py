@@ -1,0 +1,352 @@
+"""`SimWorker`: a simulator owned by its own process (the ``render`` role of the local backend).
+
+The worker is a ``spawn``-ed process that builds its simulator from a picklable ``factory`` (a
+top-level function or a ``functools.partial`` of one, e.g. `registered_sim`) and serves requests
+over a pipe: ``reset``, ``step_chunk``, ``get_state`` / ``set_state``, ``close``. Tensors cross
+the pipe as numpy buffers (a copy, no shared-memory segments to leak); everything arrives on CPU.
+
+Requests are asynchronous underneath (`submit` then `result`), which is what lets the pipelined
+collector simulate one stage while it runs inference on another; `reset` / `step_chunk` are the
+blocking forms with the `Simulator` signatures. Results come back in request order; a request
+marked with `discard_pending` is answered but its answer is dropped.
+
+Failures: an exception inside the simulator comes back as `WorkerError` (a bug: not retried). A
+worker process that dies (or stays silent longer than ``timeout_s``) raises `WorkerCrashed`;
+`restart` starts a fresh process from the same factory (at most ``max_restarts`` times).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import multiprocessing as mp
+import os
+import pickle
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+STARTUP_TIMEOUT_S = 120.0  # spawn + import torch + build the simulator
+
+
+class WorkerError(RuntimeError):
+    """The simulator raised inside the worker; the message holds the remote traceback."""
+
+
+class WorkerCrashed(RuntimeError):
+    """The worker process died (or timed out); `SimWorker.restart` brings a fresh one."""
+
+
+# ---------------------------------------------------------------------------------- wire format
+class _Arr:
+    """A tensor on the wire: a numpy buffer plus its torch dtype (bfloat16 travels as int16)."""
+
+    __slots__ = ("data", "dtype")
+
+    def __init__(self, t: torch.Tensor):
+        t = t.detach().cpu().contiguous()
+        self.dtype = str(t.dtype).removeprefix("torch.")
+        self.data = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+    def __getstate__(self):
+        return self.data, self.dtype
+
+    def __setstate__(self, state):
+        self.data, self.dtype = state
+
+    def tensor(self) -> torch.Tensor:
+        t = torch.from_numpy(self.data)
+        return t.view(torch.bfloat16) if self.dtype == "bfloat16" else t
+
+
+def _to_wire(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return _Arr(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_wire(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_wire(v) for k, v in x.items()}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return type(x)(**{f.name: _to_wire(getattr(x, f.name)) for f in dataclasses.fields(x)})
+    return x
+
+
+def _from_wire(x: Any) -> Any:
+    if isinstance(x, _Arr):
+        return x.tensor()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_from_wire(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _from_wire(v) for k, v in x.items()}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return type(x)(**{f.name: _from_wire(getattr(x, f.name)) for f in dataclasses.fields(x)})
+    return x
+
+
+def _dumps(x: Any) -> bytes:
+    return pickle.dumps(_to_wire(x), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+# ---------------------------------------------------------------------------------- the process
+def _meta(sim) -> dict:
+    return {
+        "num_envs": int(sim.num_envs), "action_dim": int(sim.action_dim),
+        "max_episode_steps": int(sim.max_episode_steps), "image_shape": tuple(sim.image_shape),
+        "state_dim": sim.state_dim, "device": str(sim.device), "pid": os.getpid(),
+    }
+
+
+def _serve(factory: Callable, conn, torch_threads: int) -> None:
+    """Body of the worker process: build the simulator, then answer requests until ``close``."""
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+    try:
+        sim = factory()
+        conn.send_bytes(_dumps(("ok", _meta(sim))))
+    except Exception:
+        conn.send_bytes(_dumps(("error", traceback.format_exc())))
+        return
+    try:
+        while True:
+            try:
+                method, args = pickle.loads(conn.recv_bytes())
+            except EOFError:  # the main process went away
+                break
+            if method == "close":
+                break
+            try:
+                args = _from_wire(args)
+                if method == "reset":
+                    seeds, torch_seed = args
+                    if torch_seed is not None:  # global-RNG use inside the simulator
+                        torch.manual_seed(torch_seed)
+                    reply = ("ok", sim.reset(seeds))
+                elif method == "step_chunk":
+                    actions, with_final_obs = args
+                    res = sim.step_chunk(actions.to(sim.device))
+                    if not with_final_obs:
+                        res.final_obs = None  # not needed by the collector: half the traffic
+                    reply = ("ok", res)
+                elif method in ("get_state", "set_state"):
+                    reply = ("ok", getattr(sim, method)(*args))
+                else:
+                    reply = ("error", f"unknown request {method!r}")
+            except Exception:
+                reply = ("error", traceback.format_exc())
+            conn.send_bytes(_dumps(reply))
+    finally:
+        sim.close()
+
+
+# ---------------------------------------------------------------------------------- main side
+class SimWorker:
+    """A simulator in its own process; mirrors the simulator's shape attributes once ready."""
+
+    num_envs: int
+    action_dim: int
+    max_episode_steps: int
+    image_shape: tuple
+    state_dim: int | None
+    device: torch.device = torch.device("cpu")  # where results arrive (always CPU)
+
+    def __init__(self, factory: Callable, *, name: str = "sim", torch_threads: int = 1,
+                 max_restarts: int = 3, timeout_s: float | None = None, start: bool = True):
+        self.factory, self.name = factory, name
+        self.torch_threads, self.max_restarts, self.timeout_s = torch_threads, max_restarts, timeout_s
+        self.restarts = 0
+        self.sim_device = "cpu"
+        self._ctx = mp.get_context("spawn")
+        self._proc = None
+        self._conn = None
+        self._pending: list[bool] = []  # per outstanding request: keep its answer?
+        self._broken = False
+        if start:
+            self.start()
+            self.wait_ready()
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn the process (returns at once; `wait_ready` waits for the simulator to be built)."""
+        parent, child = self._ctx.Pipe(duplex=True)
+        self._proc = self._ctx.Process(target=_serve, args=(self.factory, child, self.torch_threads),
+                                       name=f"mmrl-{self.name}", daemon=True)
+        self._proc.start()
+        child.close()  # so that the worker's death reads as EOF here
+        self._conn, self._pending, self._broken = parent, [True], False  # the ready message
+
+    def wait_ready(self) -> "SimWorker":
+        meta = self.result(timeout_s=STARTUP_TIMEOUT_S)
+        for key in ("num_envs", "action_dim", "max_episode_steps", "image_shape", "state_dim"):
+            setattr(self, key, meta[key])
+        self.sim_device = meta["device"]
+        return self
+
+    def restart(self) -> None:
+        """Replace a crashed process by a fresh one built from the same factory."""
+        if self.restarts >= self.max_restarts:
+            self.close()
+            raise WorkerCrashed(f"sim worker {self.name!r} crashed more than max_restarts="
+                                f"{self.max_restarts} times; giving up")
+        self._shutdown(kill=True)
+        self.restarts += 1
+        self.start()
+        self.wait_ready()
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.is_alive() and not self._broken:
+            try:
+                self._conn.send_bytes(pickle.dumps(("close", None)))
+            except OSError:
+                pass
+        self._shutdown(kill=False)
+
+    def _shutdown(self, kill: bool) -> None:
+        if self._proc is None:
+            return
+        if kill and self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join(timeout=5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+        self._conn.close()
+        self._proc, self._conn, self._pending = None, None, []
+
+    def __enter__(self) -> "SimWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def is_alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    # ---- requests -----------------------------------------------------------------------------
+    def submit(self, method: str, *args) -> None:
+        """Send a request without waiting; its answer is the next `result`."""
+        if self._proc is None:
+            raise RuntimeError(f"sim worker {self.name!r} is closed")
+        self._pending.append(True)
+        if self._broken:
+            return
+        try:
+            self._conn.send_bytes(_dumps((method, args)))
+        except OSError:  # broken pipe: the process is gone; `result` reports the crash
+            self._broken = True
+
+    def poll(self, timeout_s: float = 0.0) -> bool:
+        """Whether an answer (or the worker's end of the pipe) is ready to be read."""
+        return self._conn is not None and self._conn.poll(timeout_s)
+
+    def discard_pending(self) -> None:
+        """Drop the answers of every outstanding request (they are still read, in order)."""
+        self._pending = [False] * len(self._pending)
+
+    def result(self, timeout_s: float | None = None) -> Any:
+        """The answer of the oldest kept request (blocking); raises WorkerCrashed / WorkerError."""
+        if not any(self._pending):
+            raise RuntimeError(f"sim worker {self.name!r}: no request waiting for a result")
+        while True:
+            keep = self._pending[0]
+            status, payload = self._recv(timeout_s if timeout_s is not None else self.timeout_s)
+            self._pending.pop(0)
+            if not keep:
+                continue
+            if status == "error":
+                raise WorkerError(f"sim worker {self.name!r} failed:\n{payload}")
+            return _from_wire(payload)
+
+    def _recv(self, timeout_s: float | None) -> tuple:
+        start = time.monotonic()
+        while True:
+            if self._broken:
+                raise self._crashed("the pipe to it is broken")
+            try:
+                if self._conn.poll(0.05):
+                    return pickle.loads(self._conn.recv_bytes())
+            except (EOFError, OSError):
+                self._broken = True
+                raise self._crashed("it closed its pipe") from None
+            if not self._proc.is_alive() and not self._conn.poll(0):
+                self._broken = True
+                raise self._crashed(f"exit code {self._proc.exitcode}")
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                self._proc.kill()
+                self._broken = True
+                raise self._crashed(f"no answer within {timeout_s:g} s (killed)")
+
+    def _crashed(self, why: str) -> WorkerCrashed:
+        return WorkerCrashed(f"sim worker {self.name!r} (pid {self.pid}) died: {why}")
+
+    # ---- the Simulator-shaped blocking API ----------------------------------------------------
+    def reset(self, seed: int | list[int] | None = None, torch_seed: int | None = None):
+        self.submit("reset", seed, torch_seed)
+        return self.result()
+
+    def step_chunk(self, actions: torch.Tensor, with_final_obs: bool = True):
+        self.submit("step_chunk", actions, with_final_obs)
+        return self.result()
+
+    def step(self, actions: torch.Tensor):
+        return self.step_chunk(actions[:, None])
+
+    def get_state(self) -> dict:
+        self.submit("get_state")
+        return self.result()
+
+    def set_state(self, state: dict) -> None:
+        self.submit("set_state", state)
+        self.result()
+
+
+# ---------------------------------------------------------------------------------- factories
+def build_registered_sim(sim_type: str, num_envs: int, seed: int = 0, device: str = "cpu", **kwargs):
+    """Build registered simulator ``sim_type`` (a picklable factory target for worker processes)."""
+    import simulators  # noqa: F401  (registers the built-ins)
+    from mmrl.registry import SIMULATORS
+
+    return SIMULATORS.build(sim_type, num_envs=num_envs, seed=seed, device=device, **kwargs)
+
+
+def registered_sim(sim_type: str, **kwargs) -> Callable:
+    """A factory ``f(num_envs=, seed=, device=)`` of a registered simulator, for `start_sim_workers`."""
+    return functools.partial(build_registered_sim, sim_type, **kwargs)
+
+
+def start_sim_workers(factory: Callable, num_envs: int, placement, seed: int = 0) -> list[SimWorker]:
+    """One worker per stage of ``placement`` (a `PlacementConfig`), stage s holding the envs of
+    ``placement.stage_slices(num_envs)[s]``. ``factory(num_envs=, seed=, device=)`` builds a
+    simulator; the processes start in parallel."""
+    placement.validate()
+    placement.check_backend()
+    if placement.mode == "collocated":
+        raise ValueError("placement.mode = 'collocated' simulates in the main process: no workers "
+                         "to start (valid modes for workers: disaggregated, hybrid)")
+    workers = []
+    try:
+        for s, part in enumerate(placement.stage_slices(num_envs)):
+            f = functools.partial(factory, num_envs=part.stop - part.start, seed=seed + s,
+                                  device=placement.render_device)
+            workers.append(SimWorker(f, name=f"sim{s}", torch_threads=placement.torch_threads,
+                                     max_restarts=placement.max_restarts,
+                                     timeout_s=placement.step_timeout_s, start=False))
+            workers[-1].start()
+        for w in workers:
+            w.wait_ready()
+    except BaseException:
+        close_workers(workers)
+        raise
+    return workers
+
+
+def close_workers(workers: list[SimWorker]) -> None:
+    for w in workers:
+        w.close()

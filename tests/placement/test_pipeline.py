@@ -1,0 +1,150 @@
+"""collect_pipelined over sim worker processes: same seeds -> same episodes as collect_episodes
+(collocated), and a killed sim worker is restarted with its in-progress episodes counted as lost.
+
+One module-scoped set of workers (two stages of 4 envs, one worker of 8) serves every test; the
+crash test runs last because it finally exhausts a worker's restarts.
+"""
+
+import os
+import signal
+
+import pytest
+import torch
+
+from mmrl.placement import (
+    PlacementConfig,
+    WorkerCrashed,
+    WorkerError,
+    close_workers,
+    collect_pipelined,
+    registered_sim,
+    start_sim_workers,
+)
+from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
+from mmrl.trainer.rollout import collect_episodes
+from simulators.reach import ReachSim
+
+N = 8
+# a large success radius makes a random policy's episodes end at different decisions
+SIM = dict(success_radius=0.7, max_episode_steps=40, min_separation=0.2)
+EARLY = list(range(0, N))  # every episode ends by decision 2 (of 10): the pipeline stops early
+LONG = list(range(200, 200 + N))  # lengths [10, 10, 1, 10, 10, 3, 10, 1]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.manual_seed(0)
+    return FlowVLAPolicy(FlowVLAConfig(chunk_size=4, num_steps=4), action_dim=2, state_dim=2).eval()
+
+
+@pytest.fixture(scope="module")
+def workers():
+    factory = registered_sim("reach", **SIM)
+    hybrid = PlacementConfig(mode="hybrid", stages=2)
+    two = start_sim_workers(factory, N, hybrid)
+    one = start_sim_workers(factory, N, PlacementConfig(mode="disaggregated"))
+    yield {"hybrid": two, "disaggregated": one}
+    close_workers(two + one)
+
+
+def reference(policy, seeds, mode, gen_seed=3):
+    gen = torch.Generator().manual_seed(gen_seed)
+    batch, info = collect_episodes(policy, ReachSim(num_envs=N, **SIM), seeds, gen, mode)
+    return batch, info, gen
+
+
+def pipelined(policy, workers, seeds, mode, gen_seed=3):
+    gen = torch.Generator().manual_seed(gen_seed)
+    batch, info = collect_pipelined(policy, workers, seeds, gen, mode)
+    return batch, info, gen
+
+
+def assert_same_episodes(ref, got, cols=slice(None)):
+    (rb, ri, _), (gb, gi, _) = ref, got
+    assert torch.equal(ri["length"][cols], gi["length"][cols])
+    assert torch.equal(ri["return"][cols], gi["return"][cols])
+    assert torch.equal(ri["success"][cols], gi["success"][cols])
+    valid = rb["valid"][:, cols]
+    assert rb.keys() == gb.keys()
+    for key in rb:
+        assert torch.equal(rb[key][:, cols][valid], gb[key][:, cols][valid]), key
+
+
+@pytest.mark.parametrize("seeds", [EARLY, LONG], ids=["early_stop", "full_horizon"])
+def test_hybrid_s2_equals_collocated_in_eval_mode(policy, workers, seeds):
+    ref = reference(policy, seeds, "eval")
+    got = pipelined(policy, workers["hybrid"], seeds, "eval")
+    assert ref[0]["valid"].shape == got[0]["valid"].shape  # same number of decisions
+    assert_same_episodes(ref, got)
+    # the generator ends where collocated leaves it (speculative draws are undone)
+    assert torch.equal(ref[2].get_state(), got[2].get_state())
+    assert got[1]["lost_episodes"] == 0 and got[1]["worker_restarts"] == 0
+    if seeds is EARLY:
+        assert ref[0]["valid"].shape[0] < 10  # the early-stop path was exercised
+
+
+def test_disaggregated_equals_collocated_even_in_train_mode(policy, workers):
+    # one stage draws the generator exactly like collocated, Flow-SDE noise included
+    ref = reference(policy, LONG, "train")
+    got = pipelined(policy, workers["disaggregated"], LONG, "train")
+    assert_same_episodes(ref, got)
+    assert torch.equal(ref[2].get_state(), got[2].get_state())
+
+
+def test_hybrid_train_mode_runs_the_same_envs(policy, workers):
+    # Flow-SDE draws several times per call, so S=2 interleaves the noise differently: same
+    # initial states and shapes, episodes equal in distribution (documented in the pipeline)
+    ref = reference(policy, LONG, "train")
+    got = pipelined(policy, workers["hybrid"], LONG, "train")
+    assert torch.equal(ref[0]["image"][0], got[0]["image"][0])
+    assert ref[0]["actions"].shape[1:] == got[0]["actions"].shape[1:]
+
+
+def test_simulator_errors_come_back_without_a_restart(workers):
+    w = workers["disaggregated"][0]
+    with pytest.raises(WorkerError, match="actions must be"):
+        w.step_chunk(torch.zeros(3, 1, 2))
+    assert w.restarts == 0 and w.is_alive()
+    assert w.reset(list(range(N))).image.shape == (N, 32, 32, 3)
+
+
+class KillWorker:
+    """Wraps a policy; on its ``at``-th call, SIGKILLs ``worker`` once it has answered."""
+
+    def __init__(self, policy, worker, at):
+        self.policy, self.worker, self.at, self.calls = policy, worker, at, 0
+        self.cfg = policy.cfg
+
+    def rollout(self, obs, generator=None, mode="train"):
+        self.calls += 1
+        if self.calls == self.at:
+            assert self.worker.poll(30)  # its answer is in the pipe: the kill is deterministic
+            os.kill(self.worker.pid, signal.SIGKILL)
+        return self.policy.rollout(obs, generator=generator, mode=mode)
+
+
+def test_killed_worker_is_restarted_and_lost_episodes_counted(policy, workers):
+    stages = workers["hybrid"]
+    ref = reference(policy, LONG, "eval")
+    # calls: decision 0 -> stage 0, 1; decision 1 -> 3, 4; the 5th call (stage 0, decision 2)
+    # kills stage 1's worker after it answered decision 1: decision 2 of stage 1 is lost
+    killer = KillWorker(policy, stages[1], at=5)
+    got = pipelined(killer, stages, LONG, "eval")
+    batch, info, _ = got
+    in_progress = torch.zeros(N, dtype=torch.bool)
+    in_progress[4:] = ref[1]["length"][4:] > 2  # stage 1's episodes still running at decision 2
+    assert info["worker_restarts"] == 1 and stages[1].restarts == 1 and stages[1].is_alive()
+    assert info["lost_episodes"] == int(in_progress.sum()) == 3
+    assert torch.equal(info["lost"], in_progress)
+    assert not batch["valid"][:, in_progress].any()
+    assert info["length"][in_progress].eq(0).all()
+    assert_same_episodes(ref, got, cols=~in_progress)  # stage 0 and stage 1's finished episode
+    assert batch["valid"].shape[0] == ref[0]["valid"].shape[0]
+
+    # the restarted worker collects like before
+    assert_same_episodes(ref, pipelined(policy, stages, LONG, "eval"))
+
+    # past max_restarts the collection gives up with a clear error
+    stages[1].max_restarts = 1
+    with pytest.raises(WorkerCrashed, match="max_restarts=1"):
+        pipelined(KillWorker(policy, stages[1], at=5), stages, LONG, "eval")

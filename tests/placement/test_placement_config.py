@@ -1,0 +1,51 @@
+"""PlacementConfig: bad values fail with the valid ones listed; the Ray backend says what is missing."""
+
+import pytest
+
+from mmrl.config import ConfigError, load_config
+from mmrl.placement import PlacementConfig, registered_sim, start_sim_workers
+
+
+def test_defaults_are_collocated_local_cpu():
+    cfg = PlacementConfig()
+    assert (cfg.mode, cfg.stages, cfg.backend, cfg.num_workers) == ("collocated", 1, "local", 0)
+    assert PlacementConfig(mode="hybrid", stages=4).num_workers == 4
+    assert PlacementConfig(mode="hybrid", stages=2).stage_slices(8) == [slice(0, 4), slice(4, 8)]
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"mode": "pipelined"}, "collocated, disaggregated, hybrid"),
+    ({"backend": "slurm"}, "local, ray"),
+    ({"mode": "hybrid", "stages": 1}, "valid stages are >= 2"),
+    ({"mode": "disaggregated", "stages": 2}, "valid for mode 'disaggregated': 1"),
+    ({"mode": "hybrid", "stages": 0}, "must be an int >= 1"),
+    ({"render_device": "gpu0"}, "valid: cpu, cuda, cuda:<index>"),
+    ({"max_restarts": -1}, "must be >= 0"),
+])
+def test_bad_values_list_the_valid_ones(kwargs, expected):
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
+        PlacementConfig(**kwargs)
+
+
+def test_yaml_values_are_checked_too():
+    with pytest.raises(ConfigError, match="'mode' = 'pipelined' is not one of: collocated, disaggregated, hybrid"):
+        load_config(PlacementConfig, {"mode": "pipelined"})
+    with pytest.raises(ConfigError, match="valid stages are >= 2"):
+        load_config(PlacementConfig, {"mode": "hybrid"})
+    assert load_config(PlacementConfig, {"mode": "hybrid", "stages": 2}).stages == 2
+
+
+def test_stages_must_divide_the_envs():
+    with pytest.raises(ConfigError, match="valid stages for 6 envs: 1, 2, 3, 6"):
+        PlacementConfig(mode="hybrid", stages=4).stage_slices(6)
+
+
+def test_ray_backend_names_what_is_missing():
+    cfg = PlacementConfig(mode="hybrid", stages=2, backend="ray")
+    with pytest.raises(NotImplementedError, match="Ray actor wrapping SimWorker"):
+        start_sim_workers(registered_sim("reach"), 8, cfg)
+
+
+def test_collocated_starts_no_workers():
+    with pytest.raises(ValueError, match="valid modes for workers: disaggregated, hybrid"):
+        start_sim_workers(registered_sim("reach"), 8, PlacementConfig())
