@@ -15,7 +15,7 @@ uses one torch thread. Modes:
   with stage s+1's inference.
 
 Env steps/s counts executed decisions x chunk (the trainer's ``env_steps``) over collection wall
-time, after one warm-up round (worker start-up excluded). Training samples/s adds one measured
+time, after one warm-up round (worker start-up excluded); the modes take turns round by round. Training samples/s adds one measured
 PPO update (2 epochs, minibatches of 256, the same for every mode: the update is not pipelined):
 samples / (collection + update) per round. The last line is one JSON object with the figures.
 """
@@ -76,26 +76,32 @@ def calibrate(policy, n: int, sim_kwargs: dict) -> tuple[int, float, float]:
     return work, t_policy, t_sim
 
 
-def run_mode(policy, rounds: int, n: int, collect) -> dict:
-    """Warm-up round, then ``rounds`` timed rounds; seeds and generator fixed per round."""
+def run_rounds(policy, rounds: int, n: int, collectors: dict) -> dict:
+    """One warm-up round per mode, then ``rounds`` rounds in which the modes take turns (so a
+    change of background load hits every mode alike); seeds and generator fixed per round."""
     from mmrl.trainer.rollout import episode_seeds
 
-    out = {"collect_s": 0.0, "decisions": 0, "policy_s": 0.0, "sim_wait_s": 0.0, "returns": []}
+    stats = {name: {"collect_s": 0.0, "decisions": 0, "policy_s": 0.0, "sim_wait_s": 0.0, "returns": []}
+             for name in collectors}
+    loads = []
     for r in range(rounds + 1):
         seeds = episode_seeds(1000 + r * n, n)
-        gen = torch.Generator().manual_seed(r)
-        t0 = time.perf_counter()
-        batch, info = collect(seeds, gen)
-        dt = time.perf_counter() - t0
-        if r == 0:
-            continue
-        out["collect_s"] += dt
-        out["decisions"] += int(batch["valid"].sum())
-        out["policy_s"] += info.get("policy_s", float("nan"))
-        out["sim_wait_s"] += info.get("sim_wait_s", float("nan"))
-        out["returns"].append(info["return"].mean().item())
-    out["batch"] = batch
-    return out
+        for name, collect in collectors.items():
+            gen = torch.Generator().manual_seed(r)
+            t0 = time.perf_counter()
+            batch, info = collect(seeds, gen)
+            dt = time.perf_counter() - t0
+            out = stats[name]
+            out["batch"] = batch
+            if r == 0:
+                continue
+            out["collect_s"] += dt
+            out["decisions"] += int(batch["valid"].sum())
+            out["policy_s"] += info.get("policy_s", float("nan"))
+            out["sim_wait_s"] += info.get("sim_wait_s", float("nan"))
+            out["returns"].append(info["return"].mean().item())
+        loads.append(os.getloadavg()[0])
+    return stats, loads
 
 
 def update_seconds(policy, batch) -> float:
@@ -119,7 +125,8 @@ def update_seconds(policy, batch) -> float:
                 opt.step()
         policy.eval()
 
-    t = median_time(update, 2)
+    update()  # warm-up
+    t = median_time(update, 1)
     policy.load_state_dict(state)  # every mode collects with the same weights
     return t
 
@@ -141,21 +148,22 @@ def main() -> None:
     print(f"balanced workload: N={n} envs, chunk {CHUNK}, max {args.max_steps} steps; one decision costs "
           f"policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms (busy-work rounds {work})")
     factory = functools.partial(loaded_reach, work=work, **sim_kwargs)
-
-    results: dict[str, dict] = {}
-    sim = factory(num_envs=n, seed=0)
     from mmrl.trainer.rollout import collect_episodes
 
-    results["collocated"] = run_mode(policy, args.rounds, n,
-                                     lambda seeds, gen: collect_episodes(policy, sim, seeds, gen, "train"))
-    layouts = [("disaggregated", PlacementConfig(mode="disaggregated"))]
-    layouts += [(f"hybrid S={s}", PlacementConfig(mode="hybrid", stages=s)) for s in args.stages]
-    for name, placement in layouts:
-        workers = start_sim_workers(factory, n, placement)
-        try:
-            results[name] = run_mode(policy, args.rounds, n,
-                                     lambda seeds, gen: collect_pipelined(policy, workers, seeds, gen, "train"))
-        finally:
+    sim = factory(num_envs=n, seed=0)
+    layouts = {"disaggregated": PlacementConfig(mode="disaggregated")}
+    layouts.update({f"hybrid S={s}": PlacementConfig(mode="hybrid", stages=s) for s in args.stages})
+    pools: dict[str, list] = {}
+    try:
+        for name, placement in layouts.items():  # idle workers block on their pipe: no CPU
+            pools[name] = start_sim_workers(factory, n, placement)
+        collectors = {"collocated": lambda seeds, gen: collect_episodes(policy, sim, seeds, gen, "train")}
+        for name, workers in pools.items():
+            collectors[name] = functools.partial(
+                lambda w, seeds, gen: collect_pipelined(policy, w, seeds, gen, "train"), workers)
+        results, loads = run_rounds(policy, args.rounds, n, collectors)
+    finally:
+        for workers in pools.values():
             close_workers(workers)
     t_update = update_seconds(policy, results["collocated"]["batch"])
     load_end = os.getloadavg()[0]
@@ -178,14 +186,15 @@ def main() -> None:
         print(f"{name:<16}{sps:>12.0f}{train_sps:>17.0f}{sps / base:>8.2f}x{per_round:>17.3f}"
               f"{pol:>10.3f}{wait:>12.3f}{sum(r['returns']) / len(r['returns']):>13.3f}")
         figures[name] = r
-    print(f"load average (1 min) at end: {load_end:.2f}")
+    print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}; at end: {load_end:.2f}")
     key = {"collocated": "collocated", "disaggregated": "disaggregated"}
     key.update({f"hybrid S={s}": f"hybrid_s{s}" for s in args.stages})
     line = {f"{key[k]}_sps": round(v["sps"], 1) for k, v in figures.items()}
     line.update({f"{key[k]}_train_sps": round(v["train_sps"], 1) for k, v in figures.items()})
     line.update({f"speedup_{key[k]}": round(v["speedup"], 3) for k, v in figures.items() if k != "collocated"})
     line.update(num_envs=n, policy_ms=round(t_policy * 1e3, 2), sim_ms=round(t_sim * 1e3, 2),
-                update_s=round(t_update, 3), load_avg_start=round(load, 2), load_avg_end=round(load_end, 2))
+                update_s=round(t_update, 3), load_avg_start=round(load, 2), load_avg_max=round(max(loads), 2),
+                load_avg_end=round(load_end, 2))
     print(json.dumps(line))
 
 

@@ -69,13 +69,15 @@ _REWARD_CACHE: dict[str, Any] = {}
 
 def build_reward(name: str, kwargs: dict | None, cache: bool = True):
     """An image reward model from the registry; equal (name, kwargs) share one instance per process
-    (the training and evaluation simulators of a run load the model once)."""
+    (the training and evaluation simulators of a run load the model once). The global torch RNG is
+    left untouched, so a run builds the same policy with or without this simulator."""
     from mmrl.registry import REWARDS
 
     key = json.dumps([name, kwargs or {}], sort_keys=True, default=str)
     if cache and key in _REWARD_CACHE:
         return _REWARD_CACHE[key]
-    model = REWARDS.build(name, **(kwargs or {}))
+    with torch.random.fork_rng(devices=[]):  # building a model (random init, then load) must not move
+        model = REWARDS.build(name, **(kwargs or {}))  # the global RNG: the policy built next is seeded by it
     if getattr(model, "kind", "image") != "image":
         raise ValueError(f"reward '{name}' scores {model.kind}; SemanticRewardSim needs an image reward")
     if cache:

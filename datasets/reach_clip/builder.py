@@ -33,11 +33,6 @@ PLACEMENT_MIX = {"on_goal": 0.35, "near_goal": 0.2, "on_other": 0.2, "anywhere":
 INF = float("inf")
 
 
-def captions(color: str) -> tuple[str, str]:
-    """The (positive, negative) goal captions of a colour."""
-    return POSITIVE.format(color=color), NEGATIVE.format(color=color)
-
-
 def color_distances(sim: ReachSim, gripper: torch.Tensor, objects: torch.Tensor, colors: torch.Tensor) -> torch.Tensor:
     """``[n, P]`` distance from the gripper to the disc of each palette colour (inf when absent)."""
     n, p = gripper.shape[0], sim.num_colors

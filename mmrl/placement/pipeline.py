@@ -65,6 +65,15 @@ def collect_pipelined(policy, sim_workers: list[SimWorker], seeds: list[int],
     the main process spent in inference / waiting for a simulator). No video frames.
     """
     workers = list(sim_workers)
+    try:
+        return _collect(policy, workers, seeds, generator, mode)
+    except BaseException:
+        for w in workers:  # answers still in flight must not be taken for the next request's
+            w.discard_pending()
+        raise
+
+
+def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode: str):
     sizes = [w.num_envs for w in workers]
     n = sum(sizes)
     if len(seeds) != n:

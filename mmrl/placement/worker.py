@@ -17,13 +17,17 @@ worker process that dies (or stays silent longer than ``timeout_s``) raises `Wor
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import multiprocessing as mp
+import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours)
 import os
 import pickle
+import signal
 import time
 import traceback
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -100,6 +104,7 @@ def _meta(sim) -> dict:
 
 def _serve(factory: Callable, conn, torch_threads: int) -> None:
     """Body of the worker process: build the simulator, then answer requests until ``close``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     if torch_threads:
         torch.set_num_threads(torch_threads)
     try:
@@ -170,9 +175,12 @@ class SimWorker:
     def start(self) -> None:
         """Spawn the process (returns at once; `wait_ready` waits for the simulator to be built)."""
         parent, child = self._ctx.Pipe(duplex=True)
+        # not a daemon: a simulator may start processes of its own (ManiSkill on CPU, gym vector envs);
+        # `_close_live_workers` stops every worker when the main process exits
         self._proc = self._ctx.Process(target=_serve, args=(self.factory, child, self.torch_threads),
-                                       name=f"mmrl-{self.name}", daemon=True)
+                                       name=f"mmrl-{self.name}", daemon=False)
         self._proc.start()
+        _LIVE.add(self)
         child.close()  # so that the worker's death reads as EOF here
         self._conn, self._pending, self._broken = parent, [True], False  # the ready message
 
@@ -215,6 +223,7 @@ class SimWorker:
             self._proc.join(timeout=5)
         self._conn.close()
         self._proc, self._conn, self._pending = None, None, []
+        _LIVE.discard(self)
 
     def __enter__(self) -> "SimWorker":
         return self
@@ -305,6 +314,19 @@ class SimWorker:
     def set_state(self, state: dict) -> None:
         self.submit("set_state", state)
         self.result()
+
+
+_LIVE: "weakref.WeakSet[SimWorker]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_workers() -> None:
+    """Runs before multiprocessing's exit hook (which would wait forever on a worker still serving)."""
+    for w in list(_LIVE):
+        try:
+            w.close()
+        except Exception:
+            pass
 
 
 # ---------------------------------------------------------------------------------- factories

@@ -375,7 +375,7 @@ class VLMPolicy(Policy):
 
         limit, image_id = self.cfg.max_prompt_tokens, getattr(self.processor, "image_token_id", None)
         items = range(len(sim.prompts))
-        for i in tqdm(items, desc="checking prompt lengths", disable=len(items) < 2000):
+        for i in tqdm(items, desc="checking prompt lengths", disable=len(items) < 20000):
             rec = sim.record(i)
             ids = self.encode_one(self.requests([rec["prompt"]], [rec["images"]])[0])["prompt_ids"]
             if ids.shape[0] > limit:

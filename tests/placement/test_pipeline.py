@@ -1,8 +1,9 @@
 """collect_pipelined over sim worker processes: same seeds -> same episodes as collect_episodes
 (collocated), and a killed sim worker is restarted with its in-progress episodes counted as lost.
 
-One module-scoped set of workers (two stages of 4 envs, one worker of 8) serves every test; the
-crash test runs last because it finally exhausts a worker's restarts.
+One module-scoped pair of workers (two stages of 4 envs; stage 0 alone is a disaggregated sim of 4
+envs) serves every test: worker start-up (a spawned process importing torch) is the slow part.
+The crash test runs last because it finally exhausts a worker's restarts.
 """
 
 import os
@@ -31,6 +32,16 @@ EARLY = list(range(0, N))  # every episode ends by decision 2 (of 10): the pipel
 LONG = list(range(200, 200 + N))  # lengths [10, 10, 1, 10, 10, 3, 10, 1]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # the main process infers while the workers simulate: intra-op threads beyond the free cores
+    # spin against the workers (4x slower on a 2-core machine)
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def policy():
     torch.manual_seed(0)
@@ -39,17 +50,14 @@ def policy():
 
 @pytest.fixture(scope="module")
 def workers():
-    factory = registered_sim("reach", **SIM)
-    hybrid = PlacementConfig(mode="hybrid", stages=2)
-    two = start_sim_workers(factory, N, hybrid)
-    one = start_sim_workers(factory, N, PlacementConfig(mode="disaggregated"))
-    yield {"hybrid": two, "disaggregated": one}
-    close_workers(two + one)
+    two = start_sim_workers(registered_sim("reach", **SIM), N, PlacementConfig(mode="hybrid", stages=2))
+    yield {"hybrid": two, "disaggregated": two[:1]}
+    close_workers(two)
 
 
 def reference(policy, seeds, mode, gen_seed=3):
     gen = torch.Generator().manual_seed(gen_seed)
-    batch, info = collect_episodes(policy, ReachSim(num_envs=N, **SIM), seeds, gen, mode)
+    batch, info = collect_episodes(policy, ReachSim(num_envs=len(seeds), **SIM), seeds, gen, mode)
     return batch, info, gen
 
 
@@ -85,19 +93,13 @@ def test_hybrid_s2_equals_collocated_in_eval_mode(policy, workers, seeds):
 
 def test_disaggregated_equals_collocated_even_in_train_mode(policy, workers):
     # one stage draws the generator exactly like collocated, Flow-SDE noise included
-    ref = reference(policy, LONG, "train")
-    got = pipelined(policy, workers["disaggregated"], LONG, "train")
+    # (with S = 2, Flow-SDE's several draws per call interleave differently across the stages:
+    # equal in distribution only, see mmrl/placement/pipeline.py)
+    seeds = LONG[: N // 2]
+    ref = reference(policy, seeds, "train")
+    got = pipelined(policy, workers["disaggregated"], seeds, "train")
     assert_same_episodes(ref, got)
     assert torch.equal(ref[2].get_state(), got[2].get_state())
-
-
-def test_hybrid_train_mode_runs_the_same_envs(policy, workers):
-    # Flow-SDE draws several times per call, so S=2 interleaves the noise differently: same
-    # initial states and shapes, episodes equal in distribution (documented in the pipeline)
-    ref = reference(policy, LONG, "train")
-    got = pipelined(policy, workers["hybrid"], LONG, "train")
-    assert torch.equal(ref[0]["image"][0], got[0]["image"][0])
-    assert ref[0]["actions"].shape[1:] == got[0]["actions"].shape[1:]
 
 
 def test_simulator_errors_come_back_without_a_restart(workers):
@@ -105,7 +107,7 @@ def test_simulator_errors_come_back_without_a_restart(workers):
     with pytest.raises(WorkerError, match="actions must be"):
         w.step_chunk(torch.zeros(3, 1, 2))
     assert w.restarts == 0 and w.is_alive()
-    assert w.reset(list(range(N))).image.shape == (N, 32, 32, 3)
+    assert w.reset(list(range(w.num_envs))).image.shape == (w.num_envs, 32, 32, 3)
 
 
 class KillWorker:

@@ -70,8 +70,10 @@ def test_built_by_name_from_the_registry():
     from mmrl.testing.tiny_models import register_tiny_open_clip
 
     name = register_tiny_open_clip()
+    rng = torch.get_rng_state()
     sim = SIMULATORS.build("semantic", num_envs=2, seed=0, base_kwargs=BASE, reward="clip_cosine",
                            reward_kwargs={"model_name": name, "pretrained": None}, timing="step")
+    assert torch.equal(torch.get_rng_state(), rng)  # building the reward model leaves the global RNG alone
     sim.reset(0)
     res = sim.step(torch.zeros(2, 2))
     assert res.reward.shape == (2,) and torch.isfinite(res.reward).all()
