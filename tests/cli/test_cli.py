@@ -27,6 +27,8 @@ CHECK_ARGS = {
     "reach": ["num_envs=4"],
     "gym": ["num_envs=2", "max_episode_steps=20"],
     "maniskill": ["num_envs=2"],
+    # the CLIP rewards' default checkpoint cannot be downloaded here: any image reward shows the wrapper
+    "semantic": ["num_envs=2", "reward=jpeg_compressibility", "base_kwargs={max_episode_steps: 12}"],
 }
 
 

@@ -137,7 +137,9 @@ def test_flow_grpo_climbs_a_simple_reward(tmp_path):
     c = load_experiment("configs/diffusion_shapes_flow_grpo.yaml", [
         f"run.output_dir={tmp_path}", "run.name=b", "warm_start.dataset=null", "trainer.iterations=10",
         "trainer.eval_episodes=8", "trainer.video_episodes=0", "trainer.checkpoint_every=10",
-        "sim.num_envs=32", "sim.eval_num_envs=8", "policy.width=16", "policy.num_steps=4"])
+        "sim.num_envs=32", "sim.eval_num_envs=8", "policy.width=16", "policy.num_steps=4",
+        # a random generator and a global reward: larger steps than the demo's fine-tuning settings
+        "trainer.lr=3e-4", "algorithm.clip_low=1e-3", "algorithm.epochs=2"])
     trainer = build_trainer(c)
     trainer.sim.reward_model = trainer.eval_sim.reward_model = Brightness()
     trainer.run()
