@@ -61,8 +61,9 @@ def collect_pipelined(policy, sim_workers: list[SimWorker], seeds: list[int],
 
     Returns what `mmrl.trainer.rollout.collect_episodes` returns, (Batch [T, N, ...], info with
     ``return`` / ``success`` / ``length`` [N]), plus in info ``lost`` bool [N], ``lost_episodes``,
-    ``worker_restarts`` (crashes survived in this call) and ``policy_s`` / ``sim_wait_s`` (seconds
-    the main process spent in inference / waiting for a simulator). No video frames.
+    ``worker_restarts`` (crashes survived in this call), ``policy_s`` / ``sim_wait_s`` (seconds the
+    main process spent in inference / waiting for a simulator) and ``sim_s`` (seconds the workers
+    spent simulating, summed over workers). No video frames.
     """
     workers = list(sim_workers)
     try:
@@ -87,7 +88,7 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
     stage_seeds = [[int(x) for x in seeds[bounds[s]:bounds[s + 1]]] for s in range(len(workers))]
     S = len(workers)
     horizon = math.ceil(workers[0].max_episode_steps / policy.cfg.chunk_size)
-    timing = {"policy_s": 0.0, "sim_wait_s": 0.0}
+    timing = {"policy_s": 0.0, "sim_wait_s": 0.0, "sim_s": 0.0}
     lost = [torch.zeros(k, dtype=torch.bool) for k in sizes]
     crashes = 0
 
@@ -131,6 +132,7 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
                     alive[s] &= ~lost[s]
                     res = _nothing_happened(restart_and_reset(s))
                 timing["sim_wait_s"] += time.perf_counter() - t0
+                timing["sim_s"] += float(res.info.get("worker_s", 0.0))
                 out = waiting[s]
                 out.update(rewards=res.reward.float(), dones=res.done, terminated=res.terminated,
                            success=res.success, valid=alive[s].clone())

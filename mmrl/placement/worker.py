@@ -130,7 +130,9 @@ def _serve(factory: Callable, conn, torch_threads: int) -> None:
                     reply = ("ok", sim.reset(seeds))
                 elif method == "step_chunk":
                     actions, with_final_obs = args
+                    t0 = time.perf_counter()
                     res = sim.step_chunk(actions.to(sim.device))
+                    res.info["worker_s"] = time.perf_counter() - t0  # simulation time in the worker
                     if not with_final_obs:
                         res.final_obs = None  # not needed by the collector: half the traffic
                     reply = ("ok", res)
