@@ -151,6 +151,20 @@ class Simulator:
         raise NotImplementedError
 
 
+def reset_seeds(seed: int | list[int] | None, n: int, next_seed: int) -> tuple[list[int], int]:
+    """Per-env seeds of a ``reset(seed)`` and the seed counter for later auto resets.
+
+    ``None`` continues the counter; an int gives ``seed + i``; a list is taken as is (length n).
+    After an explicit reset the counter is a hash of the seeds, so auto resets are reproducible.
+    """
+    if seed is None:
+        return [next_seed + i for i in range(n)], next_seed + n
+    seeds = [int(seed) + i for i in range(n)] if isinstance(seed, int) else [int(s) for s in seed]
+    if len(seeds) != n:
+        raise ValueError(f"reset got {len(seeds)} seeds for {n} envs")
+    return seeds, (sum(seeds) * 2654435761 + n) % (1 << 40)
+
+
 def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.Tensor):
     if new is None:
         return acc

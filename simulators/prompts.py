@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Observation, Simulator, StepResult
+from .base import Observation, Simulator, StepResult, reset_seeds
 from .reach import hash_uniform
 
 
@@ -74,15 +74,7 @@ class PromptSim(Simulator):
         return Observation(image, [self.prompts[i] for i in self._idx.tolist()])
 
     def reset(self, seed: int | list[int] | None = None) -> Observation:
-        n = self.num_envs
-        if seed is None:
-            seeds = [self._next_seed + i for i in range(n)]
-            self._next_seed += n
-        else:
-            seeds = [int(seed) + i for i in range(n)] if isinstance(seed, int) else [int(s) for s in seed]
-            if len(seeds) != n:
-                raise ValueError(f"reset got {len(seeds)} seeds for {n} envs")
-            self._next_seed = (sum(seeds) * 2654435761 + n) % (1 << 40)  # reproducible auto resets
+        seeds, self._next_seed = reset_seeds(seed, self.num_envs, self._next_seed)
         self._idx = self._pick(seeds)
         return self._obs()
 

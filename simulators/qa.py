@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import Observation, Simulator, StepResult
+from .base import Observation, Simulator, StepResult, reset_seeds
 
 
 def encode_answers(texts: list[str], num_tokens: list[int], width: int) -> torch.Tensor:
@@ -128,15 +128,7 @@ class QASim(Simulator):
 
     # ------------------------------------------------------------------ contract
     def reset(self, seed: int | list[int] | None = None) -> Observation:
-        n = self.num_envs
-        if seed is None:
-            seeds = [self._next_seed + i for i in range(n)]
-            self._next_seed += n
-        else:
-            seeds = [int(seed) + i for i in range(n)] if isinstance(seed, int) else [int(s) for s in seed]
-            if len(seeds) != n:
-                raise ValueError(f"reset got {len(seeds)} seeds for {n} envs")
-            self._next_seed = (sum(seeds) * 2654435761 + n) % (1 << 40)
+        seeds, self._next_seed = reset_seeds(seed, self.num_envs, self._next_seed)
         self._idx = self.question_index(seeds)
         return self._obs()
 
