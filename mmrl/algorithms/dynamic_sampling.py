@@ -97,9 +97,11 @@ class DynamicSamplingBuffer:
     def ready(self) -> bool:
         return len(self._groups) >= self.target_groups
 
-    def pop(self) -> dict[str, Tensor]:
-        """The first ``target_groups`` groups as one dict of tensors; the rest stay buffered."""
-        if not self.ready:
+    def pop(self, partial: bool = False) -> dict[str, Tensor]:
+        """The first ``target_groups`` groups as one dict of tensors; the rest stay buffered.
+        ``partial``: fewer groups are fine (all that are buffered, at least one) -- for a rollout
+        budget that ran out before the batch was full."""
+        if not self._groups or not (self.ready or partial):
             raise RuntimeError(
                 f"only {len(self._groups)} of {self.target_groups} groups collected; add more"
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.algorithms import aggregate_loss, gae, kl_penalty, ppo_clip_loss, value_loss
-from mmrl.algorithms.losses import gspo_log_ratio
+from mmrl.algorithms.losses import gspo_token_ratio
 from mmrl.batch import Batch
 from mmrl.registry import ADVANTAGES
 
@@ -62,20 +62,23 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     flat_mask = torch.ones(logp.shape[0], logp[0].numel(), dtype=torch.bool, device=logp.device) if mask is None \
         else mask.reshape(logp.shape[0], -1).bool()
     surrogate = logp
-    if algo.ratio == "sequence":  # GSPO: every token carries its sequence's ratio (gradient per token)
-        seq = gspo_log_ratio(logp.reshape(flat_mask.shape), old.reshape(flat_mask.shape), flat_mask).detach()
-        surrogate = old + seq.reshape(-1, *([1] * (logp.dim() - 1))) + logp - logp.detach()
+    if algo.ratio == "sequence":  # GSPO-token: every token carries its sequence's ratio, gradient per token
+        ratio = gspo_token_ratio(logp.reshape(flat_mask.shape), old.reshape(flat_mask.shape), flat_mask)
+        surrogate = old + ratio.log().reshape(logp.shape)
     adv = mb["advantages"].reshape(-1, *([1] * (logp.dim() - 1)))
     pg, stats = ppo_clip_loss(surrogate, old, adv, algo.clip_low, algo.clip_high, algo.dual_clip)
     if "is_weight" in mb:  # truncated importance sampling: trainer vs rollout-engine probabilities
         pg = pg * mb["is_weight"].to(pg.device)
-    per_token = pg.reshape(flat_mask.shape)
-    loss = aggregate_loss(per_token, flat_mask, algo.loss_agg)
+    loss = aggregate_loss(pg.reshape(flat_mask.shape), flat_mask, algo.loss_agg)
+
+    def masked(x: torch.Tensor) -> torch.Tensor:  # the elements that count (real tokens, noisy steps)
+        return x.reshape(flat_mask.shape)[flat_mask]
+
     metrics = {
         "policy_loss": loss.detach(),
-        "clip_frac": stats["clipped"].reshape(flat_mask.shape)[flat_mask].float().mean(),
-        "approx_kl": stats["approx_kl"].reshape(flat_mask.shape)[flat_mask].mean(),
-        "ratio_max": stats["ratio"].reshape(flat_mask.shape)[flat_mask].max(),
+        "clip_frac": masked(stats["clipped"]).float().mean(),
+        "approx_kl": masked(stats["approx_kl"]).mean(),
+        "ratio_max": masked(stats["ratio"]).max(),
         "entropy": out["entropy"].detach(),
     }
     if algo.ent_coef:
@@ -88,8 +91,7 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
         if "kl" in out:
             kl = out["kl"].mean()
         else:
-            per = kl_penalty(logp, mb["ref_logp"].to(logp.device), algo.kl_estimator).reshape(flat_mask.shape)
-            kl = per[flat_mask].mean()
+            kl = masked(kl_penalty(logp, mb["ref_logp"].to(logp.device), algo.kl_estimator)).mean()
         loss = loss + algo.kl_coef * kl
         metrics["kl"] = kl.detach()
     return loss, metrics

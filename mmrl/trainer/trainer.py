@@ -163,28 +163,28 @@ class Trainer:
         algo = self.cfg.algorithm
         if not algo.dynamic_sampling:
             return self.collect_round(it, gen)
-        from mmrl.algorithms.dynamic_sampling import nonconstant_group_mask
+        from mmrl.algorithms.dynamic_sampling import DynamicSamplingBuffer
 
-        rounds, target = algo.max_sampling_rounds, self.sim.num_envs // algo.group_size
-        kept, first, num_kept = [], None, 0
+        rounds = algo.max_sampling_rounds
+        horizon = math.ceil(self.sim.max_episode_steps / self.policy.cfg.chunk_size)  # longest episode
+        buf = DynamicSamplingBuffer(self.sim.num_envs // algo.group_size, reward_key="episode_return")
+        first = None
         for r in range(rounds):
             batch, info = self.collect_round(it * rounds + r, gen)
             first = first or info
-            keep = nonconstant_group_mask(info["return"], batch["group"][0])
-            groups = batch["group"][0][keep].unique()[: target - num_kept]
-            cols = torch.isin(batch["group"][0], groups)
-            if cols.any():
-                part = Batch({k: v[:, cols] for k, v in batch.items()})
-                part["group"] = part["group"] + r * target  # ids unique across rounds
-                kept.append(part)
-                num_kept += len(groups)
-            if num_kept >= target:
+            envs_first = {k: v.transpose(0, 1) for k, v in pad_time(batch, horizon).items() if k != "group"}
+            buf.add(envs_first, info["return"], batch["group"][0])
+            if buf.ready:
                 break
-        first.update(kept_groups=num_kept, sampling_rounds=r + 1)
-        if not kept:  # every group constant: zero advantages, train on the last round as it is
+        first.update(kept_groups=min(buf.num_groups, buf.target_groups), sampling_rounds=r + 1)
+        if not buf.num_groups:  # every group constant: zero advantages, train on the last round as it is
             return batch, first
-        horizon = max(b["valid"].shape[0] for b in kept)
-        return Batch.cat([pad_time(b, horizon) for b in kept], dim=1), first
+        kept = buf.pop(partial=True)
+        group = kept.pop("group")
+        del kept["episode_return"]
+        out = Batch({k: v.transpose(0, 1) for k, v in kept.items()})
+        out["group"] = group[None].expand(horizon, -1)
+        return out, first
 
     def collect_round(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
         algo = self.cfg.algorithm

@@ -59,3 +59,14 @@ def test_buffer_rejects_mismatched_batch():
     buf = DynamicSamplingBuffer(target_groups=1)
     with pytest.raises(ValueError):
         buf.add({"x": torch.zeros(3)}, torch.zeros(2), torch.zeros(2, dtype=torch.long))
+
+
+def test_partial_pop_takes_what_is_buffered():
+    buf = DynamicSamplingBuffer(target_groups=3)
+    with pytest.raises(RuntimeError):
+        buf.pop(partial=True)  # nothing buffered: nothing to train on
+    buf.add({"x": torch.tensor([0, 1, 2, 3])}, torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([5, 5, 6, 6]))
+    with pytest.raises(RuntimeError):
+        buf.pop()
+    out = buf.pop(partial=True)
+    assert out["x"].tolist() == [0, 1] and out["group"].tolist() == [0, 0] and buf.num_groups == 0
