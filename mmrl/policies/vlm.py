@@ -165,8 +165,10 @@ class VLMPolicy(Policy):
                 from mmrl.engines.vllm_engine import VLLMEngine
 
                 kw = {"max_model_len": self.cfg.max_prompt_tokens + self.cfg.max_new_tokens, **self.cfg.engine_kwargs}
-                self._engine = VLLMEngine(self._export_dir(), seed=self.cfg.tiny_seed, **kw)
-                self._push_weights()
+                path = self._export_dir()
+                self._engine = VLLMEngine(path, seed=self.cfg.tiny_seed, **kw)
+                if path == self.cfg.model:  # the checkpoint on disk, not the current (warm-started) weights
+                    self._push_weights()
         return self._engine
 
     def _export_dir(self) -> str:
@@ -276,17 +278,11 @@ class VLMPolicy(Policy):
                                   top_p=self.cfg.top_p, top_k=self.cfg.top_k,
                                   max_new_tokens=self.cfg.max_new_tokens, seed=seed,
                                   banned_token_ids=tuple(self.banned_ids))
-        gens = self.engine().generate(reqs, sampling)
+        gens = sorted(self.engine().generate(reqs, sampling), key=lambda g: g.request_index)  # one per request
         b, width = len(reqs), self.cfg.max_new_tokens
-        completion = torch.full((b, width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
-        mask = torch.zeros(b, width, dtype=torch.bool)
-        engine_logp = torch.zeros(b, width)
-        for g in gens:
-            n = len(g.token_ids)
-            completion[g.request_index, :n] = torch.tensor(g.token_ids, dtype=torch.long)
-            mask[g.request_index, :n] = True
-            engine_logp[g.request_index, :n] = torch.tensor(g.logprobs)
-        texts = [g.text for g in sorted(gens, key=lambda g: g.request_index)]
+        completion, mask = pad_right([g.token_ids for g in gens], width, self.tokenizer.pad_token_id or 0)
+        engine_logp, _ = pad_right([g.logprobs for g in gens], width, 0.0, torch.float32)
+        texts = [g.text for g in gens]
         lengths = mask.sum(1).tolist()
         batch = Batch(actions=encode_answers(texts, lengths, self.answer_bytes).to(self.device),
                       completion=completion, completion_mask=mask, old_logp=engine_logp)
@@ -359,11 +355,7 @@ class VLMPolicy(Policy):
         reqs = self.requests([d["prompt"][i] for i in rows], [d["images"][i] for i in rows])
         targets = [self.tokenizer(d["solution"][i], add_special_tokens=False)["input_ids"] + [self.stop_id]
                    for i in rows]
-        width = max(len(t) for t in targets)
-        completion = torch.full((len(rows), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.bool)
-        for i, t in enumerate(targets):
-            completion[i, :len(t)], mask[i, :len(t)] = torch.tensor(t), True
+        completion, mask = pad_right(targets, max(len(t) for t in targets), self.tokenizer.pad_token_id or 0)
         logp, _ = self._forward_logp(self.encode_unique(reqs), completion, mask)
         m = mask.to(logp.device).float()
         return -(logp * m).sum(1) / m.sum(1)
@@ -448,6 +440,17 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         return {k: v.detach() for k, v in model.state_dict().items()}
     merged = copy.deepcopy(model).merge_and_unload()
     return {k: v.detach() for k, v in merged.state_dict().items()}
+
+
+def pad_right(rows: list[list], width: int, fill=0, dtype: torch.dtype = torch.long
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged rows -> (``[B, width]``, each row followed by ``fill``; bool mask of the real entries)."""
+    out = torch.full((len(rows), width), fill, dtype=dtype)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row, dtype=dtype)
+        mask[i, :len(row)] = True
+    return out, mask
 
 
 def collate_pixels(entries: list[dict], device, dtype) -> dict[str, torch.Tensor]:
