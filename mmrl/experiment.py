@@ -1,7 +1,7 @@
 """The experiment schema (what a file in ``configs/`` may contain) and how it becomes objects.
 
 Sections: ``run``, ``sim``, ``policy`` (its ``type`` picks the family's config), ``warm_start``,
-``algorithm``, ``trainer``. Everything is validated at load time, before any work: unknown keys,
+``algorithm``, ``trainer``, ``placement`` (where simulation runs: `mmrl.placement`). Everything is validated at load time, before any work: unknown keys,
 bad values, unregistered simulator / advantage names and simulator keyword arguments the
 simulator does not take all fail with the key path and the valid choices.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from mmrl.config import ConfigError, load_config
+from mmrl.placement.config import PlacementConfig
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.diffusion import DiffusionConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.flow_vla import FlowVLAConfig  # noqa: F401  (registers the variant)
@@ -132,8 +133,10 @@ class ExperimentConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
 
     def validate(self) -> None:
+        self.placement.stage_slices(self.sim.num_envs)  # the stages must divide the envs
         if self.sim.num_envs % self.algorithm.group_size:
             raise ConfigError(f"'sim.num_envs' ({self.sim.num_envs}) must be a multiple of "
                               f"'algorithm.group_size' ({self.algorithm.group_size})")
@@ -189,10 +192,26 @@ def build_trainer(cfg: ExperimentConfig):
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     torch.manual_seed(cfg.run.seed)
-    sim = build_sim(cfg, cfg.sim.num_envs, cfg.run.seed)
     eval_sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1, evaluation=True)
-    policy = build_policy(cfg, sim)
-    if hasattr(policy, "check_prompts"):  # e.g. VLM: no question may be truncated through its images
-        policy.check_prompts(sim)
-        policy.check_prompts(eval_sim)
+    sim = build_train_sim(cfg)
+    try:
+        policy = build_policy(cfg, sim)
+        if hasattr(policy, "check_prompts"):  # e.g. VLM: no question may be truncated through its images
+            policy.check_prompts(sim if not hasattr(sim, "workers") else build_sim(cfg, 1, cfg.run.seed))
+            policy.check_prompts(eval_sim)
+    except BaseException:
+        if hasattr(sim, "workers"):
+            sim.close()
+        raise
     return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg))
+
+
+def build_train_sim(cfg: ExperimentConfig):
+    """The training simulator where ``placement`` puts it: in this process (collocated) or as a
+    `SimGroup` of sim worker processes / Ray actors (disaggregated: one, hybrid: one per stage)."""
+    if cfg.placement.mode == "collocated":
+        return build_sim(cfg, cfg.sim.num_envs, cfg.run.seed)
+    from mmrl.placement import SimGroup, registered_sim, start_sim_workers
+
+    factory = registered_sim(cfg.sim.type, **cfg.sim.kwargs)
+    return SimGroup(start_sim_workers(factory, cfg.sim.num_envs, cfg.placement, seed=cfg.run.seed))

@@ -7,12 +7,14 @@ Declared in config (`PlacementConfig`, the ``placement`` section), not written i
 - ``hybrid``: S sim workers, one per contiguous slice of the env batch, pipelined against
   inference by `collect_pipelined` (stage s simulates while stage s+1 infers).
 
-The local backend uses ``spawn``-ed processes on this machine; the Ray backend (multi-node) is
-declared but not implemented (`PlacementConfig.check_backend`).
+The local backend uses ``spawn``-ed processes on this machine; the Ray backend (multi-node) puts
+each sim worker in a Ray actor (`RaySimWorker`), the workers of one placement in a Ray placement
+group (``pip install 'mmrl[ray]'``; Ray is imported only when used).
 """
 
 from mmrl.placement.config import BACKENDS, MODES, ROLES, PlacementConfig
-from mmrl.placement.pipeline import collect, collect_pipelined
+from mmrl.placement.pipeline import SimGroup, collect, collect_pipelined
+from mmrl.placement.ray_worker import RaySimWorker
 from mmrl.placement.worker import (
     SimWorker,
     WorkerCrashed,
@@ -24,7 +26,7 @@ from mmrl.placement.worker import (
 )
 
 __all__ = [
-    "BACKENDS", "MODES", "ROLES", "PlacementConfig", "SimWorker", "WorkerCrashed", "WorkerError",
+    "BACKENDS", "MODES", "ROLES", "PlacementConfig", "RaySimWorker", "SimGroup", "SimWorker", "WorkerCrashed", "WorkerError",
     "build_registered_sim", "close_workers", "collect", "collect_pipelined", "registered_sim",
     "start_sim_workers",
 ]

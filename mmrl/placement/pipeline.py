@@ -194,11 +194,36 @@ def _set_rng(generator: torch.Generator | None, state: tuple) -> None:
     torch.random.set_rng_state(state[1])
 
 
-def collect(policy, sim, seeds: list[int], generator: torch.Generator | None, mode: str = "train",
-            sim_workers: list[SimWorker] | None = None) -> tuple[Batch, dict]:
-    """`collect_pipelined` over ``sim_workers`` when given, else `collect_episodes` on ``sim``."""
-    if sim_workers:
-        return collect_pipelined(policy, sim_workers, seeds, generator, mode)
+class SimGroup:
+    """The sim workers of a non-collocated placement seen as one batched simulator of
+    ``sum(num_envs)`` envs: the shape attributes the trainer and policy builders read, and
+    `collect` (stage s = worker s's contiguous slice of the envs). Results arrive on CPU."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, workers: list[SimWorker]):
+        if not workers:
+            raise ValueError("SimGroup needs at least one sim worker")
+        self.workers = list(workers)
+        first = self.workers[0]
+        self.num_envs = sum(w.num_envs for w in self.workers)
+        self.action_dim, self.max_episode_steps = first.action_dim, first.max_episode_steps
+        self.image_shape, self.state_dim = first.image_shape, first.state_dim
+
+    @property
+    def restarts(self) -> int:
+        return sum(w.restarts for w in self.workers)
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+
+def collect(policy, sim, seeds: list[int], generator: torch.Generator | None,
+            mode: str = "train") -> tuple[Batch, dict]:
+    """`collect_pipelined` when ``sim`` is a `SimGroup`, else `collect_episodes` in this process."""
+    if isinstance(sim, SimGroup):
+        return collect_pipelined(policy, sim.workers, seeds, generator, mode)
     from mmrl.trainer.rollout import collect_episodes
 
     return collect_episodes(policy, sim, seeds, generator, mode)

@@ -22,7 +22,8 @@ from mmrl.batch import Batch
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.logging import RunLogger
 from mmrl.trainer.objectives import OBJECTIVES, clip_advantages, compute_advantages, valid_samples
-from mmrl.trainer.rollout import collect_episodes, episode_seeds, evaluate_policy
+from mmrl.placement.pipeline import collect
+from mmrl.trainer.rollout import episode_seeds, evaluate_policy
 
 TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
 
@@ -37,6 +38,7 @@ class TrainState:
     env_steps: int = 0
     episodes: int = 0
     rl_seconds: float = 0.0  # wall time spent in RL iterations (evaluation and checkpoints excluded)
+    lost_episodes: int = 0  # episodes lost with a crashed sim worker (not trained on, not counted)
     results: dict = field(default_factory=dict)  # evaluation results by name
 
 
@@ -63,6 +65,17 @@ def pad_time(batch: Batch, horizon: int) -> Batch:
     return Batch({k: torch.cat([v, v.new_zeros(horizon - t, *v.shape[1:])]) for k, v in batch.items()})
 
 
+def drop_lost(batch: Batch, info: dict) -> tuple[Batch, dict]:
+    """Remove the episodes a crashed sim worker lost (``info["lost"]`` [N]) from the [T, N] batch
+    and the per-episode info, so that they count nowhere: not in a group's baseline, not in the
+    logged success rate."""
+    keep = ~info["lost"]
+    batch = Batch({k: v[:, keep] for k, v in batch.items()})
+    info = {k: v[keep] if isinstance(v, torch.Tensor) and v.shape[:1] == keep.shape else v
+            for k, v in info.items()}
+    return batch, info
+
+
 class Trainer:
     def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None):
         self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
@@ -75,6 +88,17 @@ class Trainer:
 
     # ---- the loop, top to bottom ------------------------------------------------------------
     def run(self) -> dict:
+        try:
+            return self._run()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the sim workers of a non-collocated placement (an in-process simulator stays)."""
+        if hasattr(self.sim, "workers"):
+            self.sim.close()
+
+    def _run(self) -> dict:
         self.resume()
         if not self.state.warm_started:
             self.warm_start()
@@ -192,11 +216,14 @@ class Trainer:
         seeds = episode_seeds(base, self.sim.num_envs, algo.group_size)
         torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
         self.policy.eval()
-        batch, info = collect_episodes(self.policy, self.sim, seeds, gen, mode="train")
+        batch, info = collect(self.policy, self.sim, seeds, gen, mode="train")
         group = torch.unique(torch.tensor(seeds), return_inverse=True)[1]
         batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
+        if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
+            batch, info = drop_lost(batch, info)
+            self.state.lost_episodes += info["lost_episodes"]
         self.state.env_steps += int(batch["valid"].sum()) * self.policy.cfg.chunk_size
-        self.state.episodes += self.sim.num_envs
+        self.state.episodes += batch["valid"].shape[1]
         return batch, info
 
     def reward(self, batch: Batch) -> Batch:
@@ -262,7 +289,9 @@ class Trainer:
             "train/length": info["length"].float().mean().item(),
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
-            **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds") if k in info},
+            **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",
+                                               "sim_s", "worker_restarts") if k in info},
+            **({"train/lost_episodes": self.state.lost_episodes} if hasattr(self.sim, "workers") else {}),
         }
 
     def generator(self, purpose: str, index: int) -> torch.Generator:
