@@ -123,6 +123,14 @@ class TrainerConfig:
     eval_episodes: int = 256
     eval_seed: int = 1_000_000_000  # held-out reset seeds: eval_seed + episode index
     video_episodes: int = 8  # episodes shown side by side in each evaluation mp4 (0 = none)
+    # async rollout: N > 0 collects batch k+N (with the weights of update k) in the background while
+    # batch k trains, so batches are off-policy by at most N versions; 0 = synchronous
+    async_staleness: int = 0
+
+    def validate(self) -> None:
+        if self.async_staleness < 0:
+            raise ConfigError(f"'async_staleness' = {self.async_staleness} must be >= 0 "
+                              "(0 = synchronous rollout)")
 
 
 @dataclass

@@ -65,6 +65,9 @@ class Policy(nn.Module):
     has_critic: bool = False
     #: whether rollouts carry ``ref_logp`` (log-probs under a frozen reference) for a KL penalty
     provides_ref_logp: bool = False
+    #: why background rollout by a deep copy of the policy (trainer.async_staleness) cannot work;
+    #: None = it can
+    async_unsupported: str | None = None
 
     @classmethod
     def kl_support(cls, cfg) -> str | None:

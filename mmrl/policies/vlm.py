@@ -105,6 +105,9 @@ class VLMConfig(PolicyConfig):
 class VLMPolicy(Policy):
     """A transformers image-text LM answering questions; see the module docstring."""
 
+    async_unsupported = ("its rollout engine (HF or vLLM) and the per-iteration processor cache "
+                         "belong to the trained policy, not to a background copy")
+
     def __init__(self, cfg: VLMConfig, action_dim: int, state_dim: int | None = None,
                  model: nn.Module | None = None, processor=None):
         super().__init__()

@@ -108,29 +108,47 @@ class Trainer:
         total = self.cfg.trainer.iterations
         bar = tqdm(range(self.state.iteration, total), initial=self.state.iteration, total=total,
                    desc="rl", dynamic_ncols=True)
-        for it in bar:
-            t0 = time.time()
-            gen = self.generator("rl", it)
-            batch, info = self.collect(it, gen)
-            batch = self.reward(batch)
-            batch = compute_advantages(batch, self.cfg.algorithm)
-            metrics = self.update(batch, gen)
-            self.sync()
-            self.state.iteration = it + 1
-            self.state.rl_seconds += time.time() - t0
-            metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
-            self.logger.log(self.state.iteration, metrics)
-            bar.set_postfix(success=f"{metrics['train/success']:.2f}", skipped=self.state.skipped_steps)
-            every = self.cfg.trainer.eval_every
-            if every and self.state.iteration % every == 0 and self.state.iteration < total:
-                self.evaluate(f"iter_{self.state.iteration}")
-            if self.state.iteration % self.cfg.trainer.checkpoint_every == 0:
-                self.save()
+        collector = AsyncCollector(self, self.cfg.trainer.async_staleness) \
+            if self.cfg.trainer.async_staleness else None
+        try:
+            for it in bar:
+                self.iteration(it, collector, bar)
+        finally:
+            if collector:
+                collector.close()
         if self.state.results.get("final", {}).get("iteration") != self.state.iteration:
             self.evaluate("final")
         self.save()
         self.logger.close()
         return self.state.results
+
+    def iteration(self, it: int, collector: "AsyncCollector | None", bar) -> None:
+        """Collect (or take the batch collected in the background) -> advantages -> update -> log."""
+        total = self.cfg.trainer.iterations
+        t0 = time.time()
+        gen = self.generator("rl", it)
+        if collector is None:
+            batch, info = self.collect(it, gen)
+        else:  # batch it was collected by the behaviour weights of `info["policy_version"]`
+            collector.submit_up_to(it, total)
+            batch, info = collector.result(it)
+            gen = self.generator("update", it)  # the rollout's generator stayed with the collector
+        for key in ("env_steps", "episodes", "lost_episodes"):
+            setattr(self.state, key, getattr(self.state, key) + info[key])
+        batch = self.reward(batch)
+        batch = compute_advantages(batch, self.cfg.algorithm)
+        metrics = self.update(batch, gen)
+        self.sync()
+        self.state.iteration = it + 1
+        self.state.rl_seconds += time.time() - t0
+        metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
+        self.logger.log(self.state.iteration, metrics)
+        bar.set_postfix(success=f"{metrics['train/success']:.2f}", skipped=self.state.skipped_steps)
+        every = self.cfg.trainer.eval_every
+        if every and self.state.iteration % every == 0 and self.state.iteration < total:
+            self.evaluate(f"iter_{self.state.iteration}")
+        if self.state.iteration % self.cfg.trainer.checkpoint_every == 0:
+            self.save()
 
     # ---- stages ------------------------------------------------------------------------------
     def warm_start(self) -> None:
@@ -180,13 +198,13 @@ class Trainer:
             batch["state"] = data["state"].float()
         return batch
 
-    def collect(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
+    def collect(self, it: int, gen: torch.Generator, policy=None) -> tuple[Batch, dict]:
         """One rollout round, or with DAPO dynamic sampling up to ``max_sampling_rounds`` rounds
         keeping only groups whose rewards differ, until N / G groups are kept (metrics of the
         first round, so the logged return is not biased by the filter)."""
         algo = self.cfg.algorithm
         if not algo.dynamic_sampling:
-            return self.collect_round(it, gen)
+            return self.collect_round(it, gen, policy)
         from mmrl.algorithms.dynamic_sampling import DynamicSamplingBuffer
 
         rounds = algo.max_sampling_rounds
@@ -194,8 +212,12 @@ class Trainer:
         buf = DynamicSamplingBuffer(self.sim.num_envs // algo.group_size, reward_key="episode_return")
         first = None
         for r in range(rounds):
-            batch, info = self.collect_round(it * rounds + r, gen)
-            first = first or info
+            batch, info = self.collect_round(it * rounds + r, gen, policy)
+            if first is None:
+                first = info
+            else:  # every round's episodes count as collected
+                for key in ("env_steps", "episodes", "lost_episodes"):
+                    first[key] += info[key]
             envs_first = {k: v.transpose(0, 1) for k, v in pad_time(batch, horizon).items() if k != "group"}
             buf.add(envs_first, info["return"], batch["group"][0])
             if buf.ready:
@@ -210,20 +232,22 @@ class Trainer:
         out["group"] = group[None].expand(horizon, -1)
         return out, first
 
-    def collect_round(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
-        algo = self.cfg.algorithm
+    def collect_round(self, it: int, gen: torch.Generator, policy=None) -> tuple[Batch, dict]:
+        """One episode per env with round ``it``'s seeds, by ``policy`` (default: the trained one).
+        info counts what was collected (``env_steps``, ``episodes``, ``lost_episodes``); the
+        caller adds it to the run's counters."""
+        algo, policy = self.cfg.algorithm, policy or self.policy
         base = self.cfg.run.seed * TRAIN_SEED_STRIDE + it * (self.sim.num_envs // algo.group_size)
         seeds = episode_seeds(base, self.sim.num_envs, algo.group_size)
         torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
-        self.policy.eval()
-        batch, info = collect(self.policy, self.sim, seeds, gen, mode="train")
+        policy.eval()
+        batch, info = collect(policy, self.sim, seeds, gen, mode="train")
         group = torch.unique(torch.tensor(seeds), return_inverse=True)[1]
         batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
         if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
             batch, info = drop_lost(batch, info)
-            self.state.lost_episodes += info["lost_episodes"]
-        self.state.env_steps += int(batch["valid"].sum()) * self.policy.cfg.chunk_size
-        self.state.episodes += batch["valid"].shape[1]
+        info.update(env_steps=int(batch["valid"].sum()) * policy.cfg.chunk_size,
+                    episodes=batch["valid"].shape[1], lost_episodes=info.get("lost_episodes", 0))
         return batch, info
 
     def reward(self, batch: Batch) -> Batch:
@@ -290,12 +314,12 @@ class Trainer:
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
             **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",
-                                               "sim_s", "worker_restarts") if k in info},
+                                               "sim_s", "worker_restarts", "staleness") if k in info},
             **({"train/lost_episodes": self.state.lost_episodes} if hasattr(self.sim, "workers") else {}),
         }
 
     def generator(self, purpose: str, index: int) -> torch.Generator:
-        offset = {"rl": 0, "warm_start": 1, "eval": 2}[purpose]
+        offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3}[purpose]
         g = torch.Generator(device=self.device)
         g.manual_seed(self.cfg.run.seed * 7919 + offset * 104729 + index)
         return g
@@ -316,3 +340,56 @@ class Trainer:
             for group in self.optimizer.param_groups:  # the config's lr wins over the saved one
                 group["lr"] = self.cfg.trainer.lr
             tqdm.write(f"resumed from iteration {self.state.iteration} in {self.out_dir}")
+
+
+class AsyncCollector:
+    """Asynchronous rollout with bounded staleness: batch j is collected in a background thread by
+    a behaviour copy of the policy holding the weights of version max(0, j - N) (version v = the
+    weights after v updates), so that collecting batch k+N overlaps training on batch k.
+
+    The mapping batch -> weight version is fixed, not timing-dependent: at the start of iteration
+    k the trainer submits batch k+N with the current weights (version k) and then waits for batch
+    k. PPO's ratio is taken against the log-probs stored at rollout, i.e. against the behaviour
+    policy that produced the batch, and its clip bounds the step from it. After a resume at
+    iteration k, batches k .. k+N-1 are collected with version k (fresher than in the run that was
+    interrupted; their seeds are the same, so no episode is repeated or skipped).
+    """
+
+    def __init__(self, trainer: Trainer, staleness: int):
+        import copy
+        from concurrent.futures import ThreadPoolExecutor
+
+        reason = getattr(trainer.policy, "async_unsupported", None)
+        if reason:
+            raise ValueError(f"trainer.async_staleness = {staleness} is not supported by policy "
+                             f"'{trainer.cfg.policy.type}': {reason}. Set trainer.async_staleness=0")
+        self.trainer, self.staleness = trainer, staleness
+        self.behaviour = copy.deepcopy(trainer.policy).eval()
+        for p in self.behaviour.parameters():
+            p.requires_grad_(False)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="mmrl-rollout")
+        self.futures: dict = {}
+
+    def submit_up_to(self, it: int, total: int) -> None:
+        """Submit every batch up to ``it + N`` (below ``total``) not submitted yet, with the
+        current weights."""
+        weights = None
+        for j in range(it, min(it + self.staleness + 1, total)):
+            if j not in self.futures:
+                weights = weights or {k: v.detach().clone() for k, v in self.trainer.policy.state_dict().items()}
+                self.futures[j] = self.pool.submit(self._collect, j, weights, self.trainer.state.iteration)
+
+    def _collect(self, j: int, weights: dict, version: int) -> tuple[Batch, dict]:
+        self.behaviour.load_state_dict(weights)
+        batch, info = self.trainer.collect(j, self.trainer.generator("rl", j), policy=self.behaviour)
+        info.update(policy_version=version, staleness=j - version)
+        return batch, info
+
+    def result(self, it: int) -> tuple[Batch, dict]:
+        return self.futures.pop(it).result()
+
+    def close(self) -> None:
+        for f in self.futures.values():
+            f.cancel()
+        self.pool.shutdown(wait=True)
+        self.futures.clear()

@@ -108,3 +108,67 @@ def test_killed_sim_worker_is_restarted_and_the_run_goes_on(tmp_path):
     assert trainer.state.episodes == 3 * 8 - 4  # lost episodes are not counted as trained on
     assert [r["train/lost_episodes"] for r in rows] == [0, 4, 4]
     assert [r["train/worker_restarts"] for r in rows] == [0, 1, 0]
+
+
+def test_async_rollout_is_off_policy_by_exactly_the_bound(tmp_path):
+    # N = 1: batch k is collected (in the background, during update k-1) by the weights of update
+    # k-1; batch 0 by the initial weights. Two runs give the same parameters: the batch -> weights
+    # mapping does not depend on timing.
+    results = []
+    for name in ("a", "b"):
+        trainer = build_trainer(cfg(tmp_path / name, "trainer.async_staleness=1", "trainer.iterations=3"))
+        trainer.run()
+        rows = [json.loads(x) for x in (tmp_path / name / "t" / "metrics.jsonl").read_text().splitlines()
+                if "train/success" in x]
+        results.append(params(trainer.policy))
+        assert [r["train/staleness"] for r in rows] == [0, 1, 1]
+        assert trainer.state.episodes == 24
+    for k in results[0]:
+        torch.testing.assert_close(results[1][k], results[0][k], atol=0, rtol=0)
+    sync = build_trainer(cfg(tmp_path / "sync", "trainer.iterations=3"))
+    sync.run()
+    assert any(not torch.equal(v, results[0][k]) for k, v in params(sync.policy).items())
+
+
+def test_async_rollout_in_a_hybrid_placement(tmp_path):
+    trainer = build_trainer(cfg(tmp_path, "trainer.async_staleness=2", "trainer.iterations=3",
+                                "placement.mode=hybrid", "placement.stages=2"))
+    trainer.run()
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
+            if "train/success" in x]
+    assert [r["train/staleness"] for r in rows] == [0, 1, 2]
+    assert trainer.state.episodes == 24
+
+
+def test_async_is_refused_by_policies_that_cannot_roll_out_from_a_copy(tmp_path, monkeypatch):
+    from mmrl.trainer.trainer import AsyncCollector
+
+    trainer = build_trainer(cfg(tmp_path))
+    monkeypatch.setattr(type(trainer.policy), "async_unsupported", "a test reason")
+    with pytest.raises(ValueError, match="a test reason. Set trainer.async_staleness=0"):
+        AsyncCollector(trainer, 1)
+
+
+def test_interrupted_async_run_resumes_with_nothing_repeated_or_lost(tmp_path, monkeypatch):
+    from mmrl.trainer.trainer import Trainer
+
+    extra = ["trainer.async_staleness=1", "trainer.iterations=4", "trainer.checkpoint_every=2"]
+    original = Trainer.update
+
+    def crash_on_fourth(self, batch, gen):
+        if self.state.iteration == 3:
+            raise KeyboardInterrupt("killed")
+        return original(self, batch, gen)
+
+    monkeypatch.setattr(Trainer, "update", crash_on_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(cfg(tmp_path, *extra)).run()
+    monkeypatch.setattr(Trainer, "update", original)
+    resumed = build_trainer(cfg(tmp_path, *extra))
+    resumed.run()
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
+            if "train/success" in x]
+    assert resumed.state.iteration == 4 and resumed.state.episodes == 32
+    # batch 2 is re-collected after the resume by the weights of update 2 (fresher), batch 3 is one behind
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["train/staleness"] for r in rows] == [0, 1, 0, 1]

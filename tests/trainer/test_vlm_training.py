@@ -36,8 +36,8 @@ def _record_questions(monkeypatch):
     seen = []
     original = Trainer.collect_round
 
-    def collect_round(self, it, gen):
-        batch, info = original(self, it, gen)
+    def collect_round(self, it, gen, policy=None):
+        batch, info = original(self, it, gen, policy)
         seen.append(self.sim.question_index(self.sim_seeds).tolist())
         return batch, info
 
