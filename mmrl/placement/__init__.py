@@ -26,7 +26,7 @@ from mmrl.placement.worker import (
 )
 
 __all__ = [
-    "BACKENDS", "MODES", "ROLES", "PlacementConfig", "RaySimWorker", "SimGroup", "SimWorker", "WorkerCrashed", "WorkerError",
-    "build_registered_sim", "close_workers", "collect", "collect_pipelined", "registered_sim",
-    "start_sim_workers",
+    "BACKENDS", "MODES", "ROLES", "PlacementConfig", "RaySimWorker", "SimGroup", "SimWorker",
+    "WorkerCrashed", "WorkerError", "build_registered_sim", "close_workers", "collect",
+    "collect_pipelined", "registered_sim", "start_sim_workers",
 ]

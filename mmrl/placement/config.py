@@ -9,8 +9,9 @@ Roles: ``render`` (the simulator), ``rollout`` (policy inference), ``train`` (th
 - ``hybrid``: the N environments are split into ``stages`` contiguous slices, one sim worker each,
   so that stage s simulates while stage s+1 runs inference (``stages`` >= 2).
 
-Backends: ``local`` (worker processes on this machine, the default) and ``ray`` (multi-node, via
-Ray placement groups; not implemented yet: `check_backend` says what is missing).
+Backends: ``local`` (worker processes on this machine, the default) and ``ray`` (one Ray actor
+per sim worker, in a Ray placement group of one bundle per worker, placed by ``ray_strategy``:
+``PACK`` on as few nodes as possible, ``SPREAD`` across nodes; needs ``pip install 'mmrl[ray]'``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mmrl.config import ConfigError
 
 MODES = ("collocated", "disaggregated", "hybrid")
 BACKENDS = ("local", "ray")
+RAY_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 ROLES = ("render", "rollout", "train", "reward")
 
 
@@ -39,6 +41,8 @@ class PlacementConfig:
     torch_threads: int = 1  # intra-op threads of each sim worker process (0 = torch's default)
     max_restarts: int = 3  # per sim worker: crashes survived (lost episodes counted) before giving up
     step_timeout_s: float | None = None  # a worker silent for this long is killed and restarted
+    # ray backend: how the placement group's bundles (one per sim worker) spread over the nodes
+    ray_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -68,6 +72,13 @@ class PlacementConfig:
             raise ConfigError(f"placement.max_restarts = {self.max_restarts} must be >= 0")
         if self.step_timeout_s is not None and self.step_timeout_s <= 0:
             raise ConfigError(f"placement.step_timeout_s = {self.step_timeout_s} must be > 0 or null")
+        if self.ray_strategy not in RAY_STRATEGIES:
+            raise ConfigError(f"placement.ray_strategy = {self.ray_strategy!r} is not one of: "
+                              f"{', '.join(RAY_STRATEGIES)}")
+        gpu_index = self.render_device.startswith("cuda:") and self.render_device != "cuda:0"
+        if self.backend == "ray" and gpu_index:
+            raise ConfigError(f"placement.render_device = {self.render_device!r} with backend 'ray': "
+                              "each sim actor sees only the GPU Ray assigns it; valid: cpu, cuda")
 
     @property
     def num_workers(self) -> int:
@@ -75,13 +86,11 @@ class PlacementConfig:
         return 0 if self.mode == "collocated" else self.stages
 
     def check_backend(self) -> None:
-        """Raise NotImplementedError naming what is missing for a backend this build cannot run."""
+        """Raise ImportError naming the extra to install when ``backend`` needs a missing package."""
         if self.backend == "ray":
-            raise NotImplementedError(
-                "placement.backend = 'ray' is not implemented yet: missing a Ray actor wrapping "
-                "SimWorker (one per stage, placed by a Ray placement group with a bundle per role "
-                "device), the object-ref transport for observations/actions, and the trainer-side "
-                "weight sync to remote rollout workers. Use backend 'local' (one machine).")
+            from mmrl.placement.ray_worker import import_ray
+
+            import_ray()
 
     def stage_slices(self, num_envs: int) -> list[slice]:
         """The contiguous env slice of every stage (all the envs for collocated / disaggregated)."""

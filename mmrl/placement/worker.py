@@ -13,6 +13,11 @@ marked with `discard_pending` is answered but its answer is dropped.
 Failures: an exception inside the simulator comes back as `WorkerError` (a bug: not retried). A
 worker process that dies (or stays silent longer than ``timeout_s``) raises `WorkerCrashed`;
 `restart` starts a fresh process from the same factory (at most ``max_restarts`` times).
+
+`WorkerBase` is what both backends share: the blocking API, `restart`, and `handle_request` (one
+request served on the simulator). The Ray backend's `RaySimWorker` (`mmrl.placement.ray_worker`)
+serves the same requests from a Ray actor; `start_sim_workers` starts either kind, per
+``placement.backend``.
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ class _Arr:
         self.data, self.dtype = state
 
     def tensor(self) -> torch.Tensor:
-        t = torch.from_numpy(self.data)
+        # a buffer read zero-copy from Ray's object store is read-only: torch needs its own copy
+        t = torch.from_numpy(self.data if self.data.flags.writeable else self.data.copy())
         return t.view(torch.bfloat16) if self.dtype == "bfloat16" else t
 
 
@@ -102,6 +108,26 @@ def _meta(sim) -> dict:
     }
 
 
+def handle_request(sim, method: str, args: tuple) -> Any:
+    """Serve one request on ``sim`` (both backends): the answer; raises what the simulator raises."""
+    if method == "reset":
+        seeds, torch_seed = args
+        if torch_seed is not None:  # global-RNG use inside the simulator
+            torch.manual_seed(torch_seed)
+        return sim.reset(seeds)
+    if method == "step_chunk":
+        actions, with_final_obs = args
+        t0 = time.perf_counter()
+        res = sim.step_chunk(actions.to(sim.device))
+        res.info["worker_s"] = time.perf_counter() - t0  # simulation time in the worker
+        if not with_final_obs:
+            res.final_obs = None  # not needed by the collector: half the traffic
+        return res
+    if method in ("get_state", "set_state"):
+        return getattr(sim, method)(*args)
+    raise ValueError(f"unknown request {method!r}")
+
+
 def _serve(factory: Callable, conn, torch_threads: int) -> None:
     """Body of the worker process: build the simulator, then answer requests until ``close``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
@@ -122,24 +148,7 @@ def _serve(factory: Callable, conn, torch_threads: int) -> None:
             if method == "close":
                 break
             try:
-                args = _from_wire(args)
-                if method == "reset":
-                    seeds, torch_seed = args
-                    if torch_seed is not None:  # global-RNG use inside the simulator
-                        torch.manual_seed(torch_seed)
-                    reply = ("ok", sim.reset(seeds))
-                elif method == "step_chunk":
-                    actions, with_final_obs = args
-                    t0 = time.perf_counter()
-                    res = sim.step_chunk(actions.to(sim.device))
-                    res.info["worker_s"] = time.perf_counter() - t0  # simulation time in the worker
-                    if not with_final_obs:
-                        res.final_obs = None  # not needed by the collector: half the traffic
-                    reply = ("ok", res)
-                elif method in ("get_state", "set_state"):
-                    reply = ("ok", getattr(sim, method)(*args))
-                else:
-                    reply = ("error", f"unknown request {method!r}")
+                reply = ("ok", handle_request(sim, method, _from_wire(args)))
             except Exception:
                 reply = ("error", traceback.format_exc())
             conn.send_bytes(_dumps(reply))
@@ -148,8 +157,10 @@ def _serve(factory: Callable, conn, torch_threads: int) -> None:
 
 
 # ---------------------------------------------------------------------------------- main side
-class SimWorker:
-    """A simulator in its own process; mirrors the simulator's shape attributes once ready."""
+class WorkerBase:
+    """What every sim worker kind shares: the simulator's shape attributes (mirrored once ready),
+    `wait_ready`, `restart` and the blocking `Simulator`-shaped API. A subclass implements
+    `start`, `_shutdown`, `close`, `submit`, `result`, `poll`, `discard_pending`, `is_alive`, `pid`."""
 
     num_envs: int
     action_dim: int
@@ -158,12 +169,65 @@ class SimWorker:
     state_dim: int | None
     device: torch.device = torch.device("cpu")  # where results arrive (always CPU)
 
-    def __init__(self, factory: Callable, *, name: str = "sim", torch_threads: int = 1,
-                 max_restarts: int = 3, timeout_s: float | None = None, start: bool = True):
+    def __init__(self, factory: Callable, name: str, torch_threads: int, max_restarts: int,
+                 timeout_s: float | None):
         self.factory, self.name = factory, name
         self.torch_threads, self.max_restarts, self.timeout_s = torch_threads, max_restarts, timeout_s
         self.restarts = 0
         self.sim_device = "cpu"
+        self.meta: dict | None = None  # what the simulator reported when ready (shapes, device, pid)
+
+    def wait_ready(self) -> "WorkerBase":
+        meta = self.result(timeout_s=STARTUP_TIMEOUT_S)
+        for key in ("num_envs", "action_dim", "max_episode_steps", "image_shape", "state_dim"):
+            setattr(self, key, meta[key])
+        self.sim_device, self.meta = meta["device"], meta
+        return self
+
+    def restart(self) -> None:
+        """Replace a crashed worker by a fresh one built from the same factory."""
+        if self.restarts >= self.max_restarts:
+            self.close()
+            raise WorkerCrashed(f"sim worker {self.name!r} crashed more than max_restarts="
+                                f"{self.max_restarts} times; giving up")
+        self._shutdown(kill=True)
+        self.restarts += 1
+        self.start()
+        self.wait_ready()
+
+    def __enter__(self) -> "WorkerBase":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- the Simulator-shaped blocking API ----------------------------------------------------
+    def reset(self, seed: int | list[int] | None = None, torch_seed: int | None = None):
+        self.submit("reset", seed, torch_seed)
+        return self.result()
+
+    def step_chunk(self, actions: torch.Tensor, with_final_obs: bool = True):
+        self.submit("step_chunk", actions, with_final_obs)
+        return self.result()
+
+    def step(self, actions: torch.Tensor):
+        return self.step_chunk(actions[:, None])
+
+    def get_state(self) -> dict:
+        self.submit("get_state")
+        return self.result()
+
+    def set_state(self, state: dict) -> None:
+        self.submit("set_state", state)
+        self.result()
+
+
+class SimWorker(WorkerBase):
+    """A simulator in its own process; mirrors the simulator's shape attributes once ready."""
+
+    def __init__(self, factory: Callable, *, name: str = "sim", torch_threads: int = 1,
+                 max_restarts: int = 3, timeout_s: float | None = None, start: bool = True):
+        super().__init__(factory, name, torch_threads, max_restarts, timeout_s)
         self._ctx = mp.get_context("spawn")
         self._proc = None
         self._conn = None
@@ -185,24 +249,6 @@ class SimWorker:
         _LIVE.add(self)
         child.close()  # so that the worker's death reads as EOF here
         self._conn, self._pending, self._broken = parent, [True], False  # the ready message
-
-    def wait_ready(self) -> "SimWorker":
-        meta = self.result(timeout_s=STARTUP_TIMEOUT_S)
-        for key in ("num_envs", "action_dim", "max_episode_steps", "image_shape", "state_dim"):
-            setattr(self, key, meta[key])
-        self.sim_device = meta["device"]
-        return self
-
-    def restart(self) -> None:
-        """Replace a crashed process by a fresh one built from the same factory."""
-        if self.restarts >= self.max_restarts:
-            self.close()
-            raise WorkerCrashed(f"sim worker {self.name!r} crashed more than max_restarts="
-                                f"{self.max_restarts} times; giving up")
-        self._shutdown(kill=True)
-        self.restarts += 1
-        self.start()
-        self.wait_ready()
 
     def close(self) -> None:
         if self._proc is None:
@@ -226,12 +272,6 @@ class SimWorker:
         self._conn.close()
         self._proc, self._conn, self._pending = None, None, []
         _LIVE.discard(self)
-
-    def __enter__(self) -> "SimWorker":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @property
     def pid(self) -> int | None:
@@ -297,26 +337,6 @@ class SimWorker:
     def _crashed(self, why: str) -> WorkerCrashed:
         return WorkerCrashed(f"sim worker {self.name!r} (pid {self.pid}) died: {why}")
 
-    # ---- the Simulator-shaped blocking API ----------------------------------------------------
-    def reset(self, seed: int | list[int] | None = None, torch_seed: int | None = None):
-        self.submit("reset", seed, torch_seed)
-        return self.result()
-
-    def step_chunk(self, actions: torch.Tensor, with_final_obs: bool = True):
-        self.submit("step_chunk", actions, with_final_obs)
-        return self.result()
-
-    def step(self, actions: torch.Tensor):
-        return self.step_chunk(actions[:, None])
-
-    def get_state(self) -> dict:
-        self.submit("get_state")
-        return self.result()
-
-    def set_state(self, state: dict) -> None:
-        self.submit("set_state", state)
-        self.result()
-
 
 _LIVE: "weakref.WeakSet[SimWorker]" = weakref.WeakSet()
 
@@ -345,23 +365,32 @@ def registered_sim(sim_type: str, **kwargs) -> Callable:
     return functools.partial(build_registered_sim, sim_type, **kwargs)
 
 
-def start_sim_workers(factory: Callable, num_envs: int, placement, seed: int = 0) -> list[SimWorker]:
+def start_sim_workers(factory: Callable, num_envs: int, placement, seed: int = 0) -> list[WorkerBase]:
     """One worker per stage of ``placement`` (a `PlacementConfig`), stage s holding the envs of
     ``placement.stage_slices(num_envs)[s]``. ``factory(num_envs=, seed=, device=)`` builds a
-    simulator; the processes start in parallel."""
+    simulator; the workers start in parallel. ``placement.backend`` picks the kind: `SimWorker`
+    processes (local) or `RaySimWorker` actors in one Ray placement group (ray)."""
     placement.validate()
     placement.check_backend()
     if placement.mode == "collocated":
         raise ValueError("placement.mode = 'collocated' simulates in the main process: no workers "
                          "to start (valid modes for workers: disaggregated, hybrid)")
+    slices = placement.stage_slices(num_envs)
+    make = SimWorker
+    if placement.backend == "ray":
+        from mmrl.placement.ray_worker import RayPlacement, RaySimWorker
+
+        group = RayPlacement(placement.num_workers, placement.ray_strategy,
+                             gpu=placement.render_device.startswith("cuda"))
+        make = functools.partial(RaySimWorker, group=group)  # each worker takes a bundle
     workers = []
     try:
-        for s, part in enumerate(placement.stage_slices(num_envs)):
+        for s, part in enumerate(slices):
             f = functools.partial(factory, num_envs=part.stop - part.start, seed=seed + s,
                                   device=placement.render_device)
-            workers.append(SimWorker(f, name=f"sim{s}", torch_threads=placement.torch_threads,
-                                     max_restarts=placement.max_restarts,
-                                     timeout_s=placement.step_timeout_s, start=False))
+            workers.append(make(f, name=f"sim{s}", torch_threads=placement.torch_threads,
+                                max_restarts=placement.max_restarts,
+                                timeout_s=placement.step_timeout_s, start=False))
             workers[-1].start()
         for w in workers:
             w.wait_ready()
@@ -371,6 +400,6 @@ def start_sim_workers(factory: Callable, num_envs: int, placement, seed: int = 0
     return workers
 
 
-def close_workers(workers: list[SimWorker]) -> None:
+def close_workers(workers: list[WorkerBase]) -> None:
     for w in workers:
         w.close()

@@ -1,9 +1,12 @@
-"""PlacementConfig: bad values fail with the valid ones listed; the Ray backend says what is missing."""
+"""PlacementConfig: bad values fail with the valid ones listed; the Ray backend without Ray says
+which extra to install."""
+
+import sys
 
 import pytest
 
 from mmrl.config import ConfigError, load_config
-from mmrl.placement import PlacementConfig, registered_sim, start_sim_workers
+from mmrl.placement import PlacementConfig, RaySimWorker, registered_sim, start_sim_workers
 
 
 def test_defaults_are_collocated_local_cpu():
@@ -21,6 +24,8 @@ def test_defaults_are_collocated_local_cpu():
     ({"mode": "hybrid", "stages": 0}, "must be an int >= 1"),
     ({"render_device": "gpu0"}, "valid: cpu, cuda, cuda:<index>"),
     ({"max_restarts": -1}, "must be >= 0"),
+    ({"ray_strategy": "spread"}, "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD"),
+    ({"backend": "ray", "render_device": "cuda:1"}, "valid: cpu, cuda"),
 ])
 def test_bad_values_list_the_valid_ones(kwargs, expected):
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
@@ -40,10 +45,13 @@ def test_stages_must_divide_the_envs():
         PlacementConfig(mode="hybrid", stages=4).stage_slices(6)
 
 
-def test_ray_backend_names_what_is_missing():
+def test_ray_backend_names_what_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if not installed
     cfg = PlacementConfig(mode="hybrid", stages=2, backend="ray")
-    with pytest.raises(NotImplementedError, match="Ray actor wrapping SimWorker"):
+    with pytest.raises(ImportError, match=r"needs Ray, which is not installed: pip install 'mmrl\[ray\]'"):
         start_sim_workers(registered_sim("reach"), 8, cfg)
+    with pytest.raises(ImportError, match=r"pip install 'mmrl\[ray\]'"):
+        RaySimWorker(registered_sim("reach", num_envs=2))
 
 
 def test_collocated_starts_no_workers():

@@ -1,0 +1,242 @@
+"""`RaySimWorker`: a simulator owned by a Ray actor (the ``render`` role of the Ray backend).
+
+The same interface as the local backend's `SimWorker` (`collect_pipelined` drives either): the actor
+builds its simulator from the same picklable ``factory`` and serves the same requests through
+`handle_request`. `submit` calls the actor and keeps the ObjectRef in a FIFO; `result` waits for
+the oldest one, so answers come back in request order and those marked by `discard_pending` are
+dropped. Tensors travel as numpy buffers (the local wire format); everything arrives on CPU.
+
+Placement: `start_sim_workers` puts the workers of one call in a Ray placement group
+(`RayPlacement`) of one bundle per worker, ``PACK``-ed on as few nodes as possible or ``SPREAD``
+(``placement.ray_strategy``). A bundle reserves a sliver of a CPU (``ACTOR_CPUS``), plus a sliver of
+a GPU when the simulator renders on CUDA, so that many sim actors fit on a small machine; each
+actor runs ``torch_threads`` intra-op threads. A restarted worker gets its bundle again.
+
+Ray is imported on first use (``pip install 'mmrl[ray]'``) and, unless the caller already did,
+initialised: connected to the cluster at ``RAY_ADDRESS`` when set, else a new local one. Every node
+needs mmrl (and the simulator's dependencies) installed.
+
+Failures: an exception in the simulator (`ray.exceptions.RayTaskError`) is `WorkerError`; a dead
+actor (killed, crashed, its node lost: any other Ray error) or one silent for ``timeout_s`` (then
+killed) is `WorkerCrashed`, and `restart` creates a fresh actor (at most ``max_restarts`` times).
+`is_alive` is what this side knows: a crash is noticed at the next `result`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections import deque
+from typing import Any, Callable
+
+import torch
+
+from mmrl.placement.worker import (
+    STARTUP_TIMEOUT_S,
+    WorkerBase,
+    WorkerCrashed,
+    WorkerError,
+    _from_wire,
+    _meta,
+    _to_wire,
+    handle_request,
+)
+
+ACTOR_CPUS = 0.01  # CPU reserved per sim actor (a bundle may not be empty; 0.01 lets 100 share a core)
+ACTOR_GPUS = 0.01  # GPU reserved per sim actor rendering on CUDA (Ray then assigns it one GPU)
+CLOSE_TIMEOUT_S = 10.0  # for the simulator's own close() before the actor is killed
+
+
+def import_ray():
+    """The ``ray`` module, or an ImportError naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError("placement.backend = 'ray' needs Ray, which is not installed: "
+                          "pip install 'mmrl[ray]'") from e
+    return ray
+
+
+def init_ray():
+    """``ray``, initialised: as the caller set it up, else the cluster at ``RAY_ADDRESS``, else a
+    new local one."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
+                 include_dashboard=False)
+    return ray
+
+
+class _SimActor:
+    """The actor's body: builds the simulator, then serves requests (`handle_request`)."""
+
+    def __init__(self, torch_threads: int):
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
+        self.sim = None
+
+    def build(self, factory: Callable) -> dict:
+        self.sim = factory()
+        return _meta(self.sim)
+
+    def call(self, method: str, args: tuple) -> Any:
+        return _to_wire(handle_request(self.sim, method, _from_wire(args)))
+
+    def close(self) -> None:
+        if self.sim is not None:
+            self.sim.close()
+
+
+@functools.cache
+def _actor_class():
+    return import_ray().remote(_SimActor)
+
+
+class RayPlacement:
+    """The Ray placement group of one `start_sim_workers` call, one bundle per sim worker.
+
+    Each `RaySimWorker` given the group takes its own bundle (kept across restarts) and gives it
+    back when closed; the group is removed with the last one."""
+
+    def __init__(self, num_workers: int, strategy: str = "PACK", gpu: bool = False):
+        ray = init_ray()
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        self.bundle = {"CPU": ACTOR_CPUS, **({"GPU": ACTOR_GPUS} if gpu else {})}
+        self.pg = placement_group([dict(self.bundle) for _ in range(num_workers)], strategy=strategy)
+        if not self.pg.wait(STARTUP_TIMEOUT_S):
+            remove_placement_group(self.pg)
+            raise RuntimeError(f"Ray could not place {num_workers} sim workers ({self.bundle} each, "
+                               f"strategy {strategy}) within {STARTUP_TIMEOUT_S:g} s; available: "
+                               f"{ray.available_resources()}")
+        self.num_bundles, self.taken, self.users = num_workers, 0, 0
+
+    def take(self) -> int:
+        """The index of a bundle no other worker has taken."""
+        if self.taken == self.num_bundles:
+            raise RuntimeError(f"all {self.num_bundles} bundles of the placement group are taken")
+        self.taken += 1
+        self.users += 1
+        return self.taken - 1
+
+    def give_back(self) -> None:
+        self.users -= 1
+        ray = import_ray()
+        if self.users == 0 and ray.is_initialized():
+            ray.util.remove_placement_group(self.pg)
+
+    def actor_options(self, bundle: int) -> dict:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return {"num_cpus": self.bundle["CPU"], "num_gpus": self.bundle.get("GPU", 0),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=bundle)}
+
+
+class RaySimWorker(WorkerBase):
+    """A simulator in a Ray actor; mirrors the simulator's shape attributes once ready.
+
+    ``group``: the `RayPlacement` to take a bundle of (`start_sim_workers` passes one); without it
+    the actor is scheduled anywhere with ``ACTOR_CPUS`` of a CPU."""
+
+    def __init__(self, factory: Callable, *, name: str = "sim", torch_threads: int = 1,
+                 max_restarts: int = 3, timeout_s: float | None = None, start: bool = True,
+                 group: RayPlacement | None = None):
+        import_ray()
+        super().__init__(factory, name, torch_threads, max_restarts, timeout_s)
+        self.actor = None
+        self._pending: deque = deque()  # per outstanding request: (ObjectRef, keep its answer?)
+        self._broken = False
+        self.group = group
+        self.bundle = None if group is None else group.take()
+        if start:
+            try:
+                self.start()
+                self.wait_ready()
+            except BaseException:
+                self.close()
+                raise
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Create the actor (returns at once; `wait_ready` waits for the simulator to be built)."""
+        init_ray()
+        options = ({"num_cpus": ACTOR_CPUS} if self.group is None
+                   else self.group.actor_options(self.bundle))
+        self.actor = _actor_class().options(**options).remote(self.torch_threads)
+        self._pending = deque([(self.actor.build.remote(self.factory), True)])  # the ready answer
+        self._broken, self.meta = False, None
+
+    def close(self) -> None:
+        self._shutdown(kill=False)
+        if self.group is not None:
+            self.group.give_back()
+            self.group = None
+
+    def _shutdown(self, kill: bool) -> None:
+        if self.actor is None:
+            return
+        ray = import_ray()
+        if ray.is_initialized():  # else the actor went with the cluster
+            if not kill and not self._broken:
+                try:  # the simulator's own close(), after the requests before it
+                    ray.get(self.actor.close.remote(), timeout=CLOSE_TIMEOUT_S)
+                except ray.exceptions.RayError:
+                    pass
+            ray.kill(self.actor)
+        self.actor, self._pending, self.meta = None, deque(), None
+
+    @property
+    def pid(self) -> int | None:
+        """The actor's process id (on its node), once ready."""
+        return None if self.meta is None else self.meta["pid"]
+
+    def is_alive(self) -> bool:
+        return self.actor is not None and not self._broken
+
+    # ---- requests -----------------------------------------------------------------------------
+    def submit(self, method: str, *args) -> None:
+        """Call the actor without waiting; its answer is the next `result`."""
+        if self.actor is None:
+            raise RuntimeError(f"sim worker {self.name!r} is closed")
+        self._pending.append((self.actor.call.remote(method, _to_wire(args)), True))
+
+    def poll(self, timeout_s: float = 0.0) -> bool:
+        """Whether the oldest outstanding answer (or the actor's death) is in."""
+        if not self._pending:
+            return False
+        ready, _ = import_ray().wait([self._pending[0][0]], timeout=timeout_s)
+        return bool(ready)
+
+    def discard_pending(self) -> None:
+        """Drop the answers of every outstanding request (they are still awaited, in order)."""
+        self._pending = deque((ref, False) for ref, _ in self._pending)
+
+    def result(self, timeout_s: float | None = None) -> Any:
+        """The answer of the oldest kept request (blocking); raises WorkerCrashed / WorkerError."""
+        if not any(keep for _, keep in self._pending):
+            raise RuntimeError(f"sim worker {self.name!r}: no request waiting for a result")
+        ray = import_ray()
+        timeout_s = timeout_s if timeout_s is not None else self.timeout_s
+        while True:
+            ref, keep = self._pending[0]
+            try:
+                payload = ray.get(ref, timeout=timeout_s)
+            except ray.exceptions.RayTaskError as e:  # the simulator raised: the actor lives on
+                self._pending.popleft()
+                if keep:
+                    raise WorkerError(f"sim worker {self.name!r} failed:\n{e}") from None
+                continue
+            except ray.exceptions.GetTimeoutError:
+                ray.kill(self.actor)
+                self._broken = True
+                raise self._crashed(f"no answer within {timeout_s:g} s (killed)") from None
+            except ray.exceptions.RayError as e:  # the actor (or its node) died
+                self._broken = True
+                raise self._crashed(f"{type(e).__name__}: {e}") from None
+            self._pending.popleft()
+            if keep:
+                return _from_wire(payload)
+
+    def _crashed(self, why: str) -> WorkerCrashed:
+        return WorkerCrashed(f"sim worker {self.name!r} (Ray actor, pid {self.pid}) died: {why}")
