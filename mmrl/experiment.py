@@ -16,6 +16,7 @@ from typing import Any, Literal, Sequence
 
 from mmrl.config import ConfigError, load_config
 from mmrl.placement.config import PlacementConfig
+from mmrl.trainer.train_engine import TrainEngineConfig
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.diffusion import DiffusionConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.flow_vla import FlowVLAConfig  # noqa: F401  (registers the variant)
@@ -126,6 +127,7 @@ class TrainerConfig:
     # async rollout: N > 0 collects batch k+N (with the weights of update k) in the background while
     # batch k trains, so batches are off-policy by at most N versions; 0 = synchronous
     async_staleness: int = 0
+    engine: TrainEngineConfig = field(default_factory=TrainEngineConfig)  # torch or DeepSpeed ZeRO
 
     def validate(self) -> None:
         if self.async_staleness < 0:
@@ -145,6 +147,12 @@ class ExperimentConfig:
 
     def validate(self) -> None:
         self.placement.stage_slices(self.sim.num_envs)  # the stages must divide the envs
+        self.trainer.engine.validate(self.run.device)
+        if self.trainer.async_staleness and self.trainer.engine.backend == "deepspeed" \
+                and self.trainer.engine.zero_stage == 3:
+            raise ConfigError("'trainer.async_staleness' > 0 copies the policy for background rollout, "
+                              "which ZeRO-3's partitioned parameters do not allow: use zero_stage <= 2 "
+                              "or async_staleness: 0")
         if self.sim.num_envs % self.algorithm.group_size:
             raise ConfigError(f"'sim.num_envs' ({self.sim.num_envs}) must be a multiple of "
                               f"'algorithm.group_size' ({self.algorithm.group_size})")

@@ -26,7 +26,9 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2) -> Path:
     tmp.mkdir(parents=True)
     torch.save(
         {
-            "policy": policy.state_dict(),
+            # a training engine gathers ZeRO-3's partitioned weights; else the module's own
+            "policy": optimizer.module_state_dict() if hasattr(optimizer, "module_state_dict")
+            else policy.state_dict(),
             "optimizer": optimizer.state_dict(),
             "state": asdict(state),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
@@ -62,11 +64,13 @@ def load_policy(path: Path, policy) -> dict:
 
 
 def load_latest(out_dir: Path, policy, optimizer) -> dict | None:
+    """Restore the newest checkpoint: weights, then the optimizer (``optimizer`` may be a callable
+    returning it, so that an engine that copies the weights when built is built after they load)."""
     path = latest_path(out_dir)
     if path is None:
         return None
     data = load_policy(path, policy)
-    optimizer.load_state_dict(data["optimizer"])
+    (optimizer() if callable(optimizer) else optimizer).load_state_dict(data["optimizer"])
     torch.set_rng_state(data["rng"]["torch"])
     np.random.set_state(data["rng"]["numpy"])
     random.setstate(data["rng"]["python"])

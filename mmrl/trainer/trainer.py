@@ -24,6 +24,7 @@ from mmrl.trainer.logging import RunLogger
 from mmrl.trainer.objectives import OBJECTIVES, clip_advantages, compute_advantages, valid_samples
 from mmrl.placement.pipeline import collect
 from mmrl.trainer.rollout import episode_seeds, evaluate_policy
+from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 
 TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
 
@@ -82,9 +83,25 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.logger = logger or RunLogger(self.out_dir, cfg.run.wandb, cfg.run.wandb_project)
         self.device = torch.device(cfg.run.device)
-        self.optimizer = torch.optim.Adam(
-            [p for p in policy.parameters() if p.requires_grad], lr=cfg.trainer.lr, eps=1e-6)
+        self._engine: TrainEngine | None = None
         self.state = TrainState()
+
+    @property
+    def optimizer(self) -> TrainEngine:
+        """The RL training engine (torch Adam or DeepSpeed ZeRO, `trainer.engine`). Built on first
+        use, i.e. after the warm start or a checkpoint's weights are loaded: ZeRO copies (and with
+        stage 3 partitions) the weights when it starts."""
+        if self._engine is None:
+            self._engine = build_train_engine(self.cfg.trainer.engine, self.policy, self.cfg.trainer.lr,
+                                              self.device)
+        return self._engine
+
+    def autocast(self):
+        """The engine's precision context (bf16 / fp16 autocast; nothing for fp32 or before the
+        engine is built, when the weights are still fp32)."""
+        import contextlib
+
+        return self._engine.autocast() if self._engine is not None else contextlib.nullcontext()
 
     # ---- the loop, top to bottom ------------------------------------------------------------
     def run(self) -> dict:
@@ -185,6 +202,7 @@ class Trainer:
             if step % 25 == 0 or step == ws.steps - 1:
                 bar.set_postfix(loss=f"{loss.item():.4f}")
                 self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()})
+        opt.zero_grad(set_to_none=True)  # no warm-start gradient may reach the RL engine's first step
 
     def demo_batch(self, data: dict) -> Batch:
         """Demonstrations (image, instruction, actions[, state]) or text-to-image pairs as a Batch."""
@@ -241,7 +259,8 @@ class Trainer:
         seeds = episode_seeds(base, self.sim.num_envs, algo.group_size)
         torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
         policy.eval()
-        batch, info = collect(policy, self.sim, seeds, gen, mode="train")
+        with self.autocast():  # (thread-local: entered here, in the collecting thread)
+            batch, info = collect(policy, self.sim, seeds, gen, mode="train")
         group = torch.unique(torch.tensor(seeds), return_inverse=True)[1]
         batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
         if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
@@ -263,7 +282,8 @@ class Trainer:
         n = 0
         for _ in range(algo.epochs):
             for mb in samples.minibatches(algo.minibatch_size, gen):
-                loss, metrics = objective(self.policy, mb.to(self.device), algo)
+                with self.optimizer.autocast():
+                    loss, metrics = objective(self.policy, mb.to(self.device), algo)
                 if self.optimizer_step(self.optimizer, loss, algo.max_grad_norm):
                     self.policy.after_step()
                     n += 1
@@ -274,20 +294,12 @@ class Trainer:
         return out
 
     def optimizer_step(self, opt, loss: torch.Tensor, max_norm: float | None = None) -> bool:
-        """One step; a non-finite loss or gradient skips the step and is counted."""
-        opt.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
+        """One step of a `TrainEngine` or torch optimizer; a non-finite loss or gradient skips the
+        step and is counted."""
+        result = opt.step(loss, max_norm) if isinstance(opt, TrainEngine) else optimizer_step(opt, loss, max_norm)
+        if not result:
             self.state.skipped_steps += 1
-            return False
-        loss.backward()
-        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
-        if not torch.isfinite(norm):
-            opt.zero_grad(set_to_none=True)
-            self.state.skipped_steps += 1
-            return False
-        opt.step()
-        return True
+        return bool(result)
 
     def sync(self) -> None:
         """Weight sync to the rollout engine and release of per-iteration caches (the policy's job)."""
@@ -296,8 +308,9 @@ class Trainer:
     def evaluate(self, name: str) -> dict:
         t = self.cfg.trainer
         video = self.out_dir / "videos" / f"{name}.mp4" if t.video_episodes else None
-        res = evaluate_policy(self.policy, self.eval_sim, t.eval_episodes, t.eval_seed,
-                              self.generator("eval", 0), video, t.video_episodes)
+        with self.autocast():
+            res = evaluate_policy(self.policy, self.eval_sim, t.eval_episodes, t.eval_seed,
+                                  self.generator("eval", 0), video, t.video_episodes)
         res.update(iteration=self.state.iteration, rl_seconds=self.state.rl_seconds,
                    train_episodes=self.state.episodes)
         self.state.results[name] = res
@@ -333,7 +346,7 @@ class Trainer:
         if not self.cfg.trainer.resume:  # a fresh start in this folder: forget its earlier log
             self.logger.rewind(-(2**62))
             return
-        loaded = ckpt.load_latest(self.out_dir, self.policy, self.optimizer)
+        loaded = ckpt.load_latest(self.out_dir, self.policy, lambda: self.optimizer)
         if loaded is not None:
             self.state = TrainState(**loaded)
             self.logger.rewind(self.state.iteration)

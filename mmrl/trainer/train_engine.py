@@ -1,0 +1,302 @@
+"""Training engines: what the trainer needs from an optimizer, with plain torch or DeepSpeed behind it.
+
+    engine = build_train_engine(cfg, policy, lr, device)
+    with engine.autocast():
+        loss = objective(policy, batch)          # policy methods on the module itself
+    result = engine.step(loss, max_norm)          # StepResult; truthy when a step was taken
+
+Both engines zero the gradients, skip a non-finite loss before backward, clip the gradient norm to
+``max_norm``, skip a non-finite gradient norm and take an Adam step (eps 1e-6). ``state_dict`` /
+``load_state_dict`` hold the optimizer state (the module's weights are the caller's, as today);
+``param_groups`` exposes the learning rate.
+
+``torch``: `torch.optim.Adam` over the trainable parameters; bf16 means autocast with fp32 weights.
+
+``deepspeed``: ZeRO stage 0-3 with DeepSpeed's torch Adam (no compiled ops needed). Without a
+launcher the engine starts a one-process group itself (gloo on CPU, ``DS_ACCELERATOR=cpu``); under
+``deepspeed`` / ``torchrun`` it uses their environment. The loss is computed by calling policy
+methods on the module, never the DeepSpeed engine's ``forward``:
+
+* ZeRO-0/1/2 keep every parameter whole on every rank and hook the gradients, so this just works.
+* ZeRO-3 gathers a parameter in the pre-forward hook of the module that owns it, so it works when
+  each parameter is used inside its own module's ``forward``. `nn.MultiheadAttention` uses its
+  ``out_proj`` weights from its own forward; the engine registers them as external parameters.
+  A parameter read directly by a policy method (outside its module's forward) is not gathered.
+  ``module.state_dict()`` then returns empty partitions: use `TrainEngine.module_state_dict` /
+  `TrainEngine.load_module_state_dict` (or `full_params`) for checkpoints and weight sync.
+* bf16 / fp16 cast the module's weights to that dtype: run every forward (rollouts too) inside
+  ``engine.autocast()``. fp16 needs a GPU.
+* After ``deepspeed.initialize`` ZeRO keeps its own fp32 master weights: load weights with
+  `load_module_state_dict` (which refreshes them), not ``module.load_state_dict`` alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import math
+import os
+import socket
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from mmrl.config import ConfigError
+
+ADAM_EPS = 1e-6
+PRECISIONS = ("fp32", "bf16", "fp16")
+HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainEngineConfig:
+    """How the policy is optimized (the trainer's ``engine`` section)."""
+
+    backend: Literal["torch", "deepspeed"] = "torch"
+    zero_stage: int = 2  # 0-3, deepspeed only
+    offload_optimizer: bool = False  # optimizer state and step on the CPU (ZeRO 1-3)
+    offload_params: bool = False  # parameters on the CPU between uses (ZeRO-3)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    gradient_checkpointing: bool = False  # recompute activations in backward (HF models)
+
+    def validate(self, device: str | torch.device | None = None) -> None:
+        if self.backend not in ("torch", "deepspeed"):
+            raise ConfigError(f"'backend' = {self.backend!r} is not one of: torch, deepspeed")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"'precision' = {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError(f"'zero_stage' = {self.zero_stage!r} is not one of: 0, 1, 2, 3")
+        if self.backend == "torch":
+            for key in ("offload_optimizer", "offload_params"):
+                if getattr(self, key):
+                    raise ConfigError(f"'{key}' = true needs backend: deepspeed (backend is 'torch')")
+            if self.precision == "fp16":
+                raise ConfigError("'precision' = 'fp16' needs backend: deepspeed (loss scaling); "
+                                  "with backend 'torch' use: fp32, bf16")
+            return
+        if self.offload_optimizer and self.zero_stage == 0:
+            raise ConfigError("'offload_optimizer' = true needs zero_stage 1, 2 or 3 (zero_stage is 0)")
+        if self.offload_params and self.zero_stage != 3:
+            raise ConfigError(f"'offload_params' = true needs zero_stage 3 (zero_stage is {self.zero_stage})")
+        if self.precision == "fp16" and device is not None and torch.device(device).type == "cpu":
+            raise ConfigError("'precision' = 'fp16' needs a GPU (run.device is 'cpu'); on CPU use: fp32, bf16")
+        if importlib.util.find_spec("deepspeed") is None:
+            raise ConfigError("'backend' = 'deepspeed' but DeepSpeed is not installed: "
+                              "pip install 'mmrl[deepspeed]'")
+
+
+@dataclass
+class StepResult:
+    """Whether an optimizer step was taken, and the gradient norm before clipping (nan for a
+    non-finite loss, when no backward ran). Truthy when the step was taken."""
+
+    taken: bool
+    grad_norm: float
+
+    def __bool__(self) -> bool:
+        return self.taken
+
+
+def trainable(module: nn.Module) -> list[nn.Parameter]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
+    """One guarded step of a torch optimizer: a non-finite loss or gradient norm skips it."""
+    opt.zero_grad(set_to_none=True)
+    if not torch.isfinite(loss).all():
+        return StepResult(False, math.nan)
+    loss.backward()
+    params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf")))
+    if not math.isfinite(norm):
+        opt.zero_grad(set_to_none=True)
+        return StepResult(False, norm)
+    opt.step()
+    return StepResult(True, norm)
+
+
+def enable_gradient_checkpointing(module: nn.Module) -> None:
+    """``gradient_checkpointing_enable()`` on the module, or else on its outermost submodules that
+    have it (Hugging Face models); a ConfigError naming the policy type if none does."""
+    if hasattr(module, "gradient_checkpointing_enable"):
+        module.gradient_checkpointing_enable()
+        return
+    found: list[str] = []
+    for name, sub in module.named_modules():
+        if (getattr(sub, "supports_gradient_checkpointing", False)
+                and not any(name.startswith(f"{outer}.") for outer in found)):
+            sub.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            found.append(name)
+    if not found:
+        kind = getattr(getattr(module, "cfg", None), "type", type(module).__name__)
+        raise ConfigError(f"'gradient_checkpointing' = true but policy '{kind}' has no model that "
+                          "supports it (only Hugging Face backbones do): set gradient_checkpointing: false")
+
+
+class TrainEngine:
+    """The optimizer of one module. Subclasses: `TorchEngine`, `DeepSpeedTrainEngine`."""
+
+    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, device):
+        self.cfg, self.module, self.device = cfg, module, torch.device(device)
+
+    def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.optimizer.load_state_dict(sd)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.optimizer.param_groups
+
+    def autocast(self):
+        """bf16 / fp16 autocast on the engine's device; nothing for fp32."""
+        if self.cfg.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=HALF[self.cfg.precision])
+
+    def full_params(self):
+        """Context in which every parameter is whole (ZeRO-3 gathers them; changes are kept)."""
+        return contextlib.nullcontext()
+
+    def module_state_dict(self) -> dict:
+        with self.full_params():
+            return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+
+    def load_module_state_dict(self, sd: dict) -> None:
+        with self.full_params():
+            self.module.load_state_dict(sd)
+
+
+class TorchEngine(TrainEngine):
+    """`torch.optim.Adam` over the module's trainable parameters."""
+
+    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device):
+        super().__init__(cfg, module, device)
+        self.optimizer = torch.optim.Adam(trainable(module), lr=lr, eps=ADAM_EPS)
+
+    def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
+        return optimizer_step(self.optimizer, loss, max_norm)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(device: torch.device):
+    """Import DeepSpeed and join (or, with no launcher, start) the process group."""
+    if device.type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read once, at DeepSpeed's first accelerator use
+    import deepspeed
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:  # no launcher: a group of one
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(free_port()))
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+        deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo")
+    return deepspeed
+
+
+def deepspeed_config(cfg: TrainEngineConfig, lr: float) -> dict:
+    zero: dict = {"stage": cfg.zero_stage}
+    if cfg.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if cfg.offload_params:
+        zero["offload_param"] = {"device": "cpu"}
+    return {
+        "train_micro_batch_size_per_gpu": 1,  # the trainer makes the batches: one backward per step
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 0.0,  # set from max_norm at every step
+        "optimizer": {"type": "Adam", "params": {"lr": lr, "eps": ADAM_EPS, "weight_decay": 0.0,
+                                                 "adam_w_mode": False, "torch_adam": True}},
+        "zero_optimization": zero,
+        "bf16": {"enabled": cfg.precision == "bf16", "check_grad_overflow": True},
+        "fp16": {"enabled": cfg.precision == "fp16"},
+        "steps_per_print": 2**62,
+    }
+
+
+class DeepSpeedTrainEngine(TrainEngine):
+    """``deepspeed.initialize`` over the module's trainable parameters (see the module docstring)."""
+
+    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device):
+        super().__init__(cfg, module, device)
+        self.ds = init_process_group(self.device)
+        self.engine, self.optimizer, _, _ = self.ds.initialize(
+            model=module, model_parameters=trainable(module), config=deepspeed_config(cfg, lr))
+        if cfg.zero_stage == 3:  # MultiheadAttention reads out_proj's weights in its own forward
+            for m in module.modules():
+                if isinstance(m, nn.MultiheadAttention):
+                    for p in m.out_proj.parameters():
+                        self.ds.zero.register_external_parameter(m, p)
+
+    def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
+        if not self.all_finite(loss):
+            return StepResult(False, math.nan)
+        for p in trainable(self.module):  # gradients left by a backward outside the engine (a warm
+            p.grad = None                 # start's) would be reduced into this step's
+        self.engine.backward(loss)
+        if isinstance(self.optimizer, torch.optim.Optimizer):  # ZeRO-0 in fp32: plain Adam, grads in p.grad
+            norm = float(torch.nn.utils.clip_grad_norm_(trainable(self.module), max_norm or float("inf")))
+            if not math.isfinite(norm):
+                self.engine.zero_grad()
+                return StepResult(False, norm)
+            self.engine.step()
+            return StepResult(True, norm)
+        self.optimizer.clip_grad = float(max_norm or 0.0)  # DeepSpeed's wrappers clip in their step
+        self.engine.step()  # skips (and zeroes the gradients) when the gradient norm is not finite
+        norm = self.engine.get_global_grad_norm()
+        norm = math.nan if norm is None else float(norm)
+        return StepResult(math.isfinite(norm) and not getattr(self.optimizer, "overflow", False), norm)
+
+    def all_finite(self, loss: torch.Tensor) -> bool:
+        """Whether the loss is finite on every rank (all skip together, or none does)."""
+        ok = torch.isfinite(loss.detach()).all().float().reshape(1)
+        if torch.distributed.get_world_size() > 1:
+            torch.distributed.all_reduce(ok, op=torch.distributed.ReduceOp.MIN)
+        return bool(ok.item())
+
+    def state_dict(self) -> dict:
+        """This rank's partition under ZeRO (its fp32 groups detached, so the dict can be copied)."""
+        return {k: [t.detach() for t in v] if k == "single_partition_of_fp32_groups" else v
+                for k, v in self.optimizer.state_dict().items()}
+
+    def load_state_dict(self, sd: dict) -> None:
+        """The optimizer state, fp32 master weights included; the module gets those weights."""
+        if "load_from_fp32_weights" not in inspect.signature(self.optimizer.load_state_dict).parameters:
+            self.optimizer.load_state_dict(sd)  # ZeRO-0: torch Adam (fp32) or DeepSpeed's fp16 wrapper
+            return
+        self.optimizer.load_state_dict([sd], load_optimizer_states=True, load_from_fp32_weights=True)
+        if hasattr(self.optimizer, "update_lp_params"):  # ZeRO-1/2 (ZeRO-3 copies them itself)
+            self.optimizer.update_lp_params()
+
+    def full_params(self):
+        if self.cfg.zero_stage != 3:
+            return contextlib.nullcontext()
+        return self.ds.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=0)
+
+    def load_module_state_dict(self, sd: dict) -> None:
+        super().load_module_state_dict(sd)
+        if hasattr(self.optimizer, "refresh_fp32_params"):  # ZeRO's master weights follow the module
+            self.optimizer.refresh_fp32_params()
+
+
+def build_train_engine(cfg: TrainEngineConfig, module: nn.Module, lr: float, device) -> TrainEngine:
+    """The engine ``cfg`` describes, optimizing ``module``'s trainable parameters at learning rate ``lr``."""
+    cfg.validate(device)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(module)
+    if cfg.backend == "deepspeed":
+        return DeepSpeedTrainEngine(cfg, module, lr, device)
+    return TorchEngine(cfg, module, lr, device)
