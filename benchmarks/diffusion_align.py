@@ -60,13 +60,15 @@ def main() -> None:
     parser.add_argument("--level-frac", type=float, default=0.8)
     parser.add_argument("--output-dir", default="runs/bench_diffusion")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for both runs and the pretraining (repeatable)")
     args = parser.parse_args()
 
     from mmrl.experiment import build_trainer, load_experiment
 
     common = [f"run.output_dir={args.output_dir}", f"run.seed={args.seed}", "trainer.resume=false",
               f"trainer.iterations={args.iterations}", f"trainer.eval_every={args.eval_every}",
-              f"trainer.checkpoint_every={args.iterations}"]
+              f"trainer.checkpoint_every={args.iterations}", *args.set]
     t0 = time.time()
     pre = build_trainer(load_experiment(ROOT / CONFIGS["flow_grpo"], [*common, "run.name=pretrain"]))
     pre.warm_start()

@@ -3,6 +3,7 @@
     python benchmarks/placement.py                # 64 envs, 6 measured rounds per mode (~1 min)
     python benchmarks/placement.py --envs 32 --rounds 2
     python benchmarks/placement.py --load sleep   # simulator on "another device": no CPU contention
+    python benchmarks/placement.py --async-iterations 6   # + the trainer, synchronous vs async rollout
 
 The same run in every mode: the quickstart flow VLA (built-in encoder, 4 denoising steps, Flow-SDE
 train rollouts, random weights, no gradients) collects R rounds of N episodes on ReachSim wrapped
@@ -181,6 +182,23 @@ def update_seconds(policy, batch) -> float:
     return t
 
 
+def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:
+    """RL seconds per iteration of the real trainer on the quickstart (random weights, no warm
+    start, no checkpoints or videos) with config overrides ``extra``."""
+    import tempfile
+
+    from mmrl.experiment import build_trainer, load_experiment
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = load_experiment(Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml", [
+            f"run.output_dir={out}", "run.threads=1", f"sim.num_envs={n}", "sim.eval_num_envs=8",
+            "warm_start.dataset=null", "trainer.eval_episodes=8", "trainer.video_episodes=0",
+            f"trainer.iterations={iterations}", f"trainer.checkpoint_every={iterations}", *extra])
+        trainer = build_trainer(cfg)
+        trainer.run()
+        return trainer.state.rl_seconds / iterations
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", type=int, default=64, help="envs per round (N)")
@@ -190,6 +208,9 @@ def main() -> None:
     parser.add_argument("--load", choices=["compute", "sleep"], default="compute",
                         help="simulator cost: CPU busy-work (default; competes with inference for the "
                              "cores) or sleep (a simulator on another device: no CPU contention)")
+    parser.add_argument("--async-iterations", type=int, default=0,
+                        help="also time K iterations of the real trainer on the quickstart, synchronous "
+                             "vs trainer.async_staleness=1 (0 = skip)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     n = args.envs
@@ -249,6 +270,14 @@ def main() -> None:
     line.update(num_envs=n, sim_load=args.load, policy_ms=round(t_policy * 1e3, 2), sim_ms=round(t_sim * 1e3, 2),
                 policy_ms_with_sim=round(both * 1e3, 2), update_s=round(t_update, 3),
                 load_avg_start=round(load, 2), load_avg_max=round(max(loads), 2), load_avg_end=round(load_end, 2))
+    if args.async_iterations:
+        k = args.async_iterations
+        sync_s = trainer_seconds(k, n, [])
+        async_s = trainer_seconds(k, n, ["trainer.async_staleness=1"])
+        print(f"\ntrainer on the quickstart ({n} envs, {k} iterations): synchronous {sync_s:.3f} s/iteration, "
+              f"async (staleness 1) {async_s:.3f} s/iteration -> {sync_s / async_s:.2f}x")
+        line.update(trainer_sync_s_per_iter=round(sync_s, 3), trainer_async_s_per_iter=round(async_s, 3),
+                    async_speedup=round(sync_s / async_s, 3))
     print(json.dumps(line))
 
 

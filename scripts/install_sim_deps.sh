@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the system libraries the simulator adapters need (run as root, or with sudo available).
+# Install the system libraries the simulator adapters (and DeepSpeed's CPU op build) need (run as
+# root, or with sudo available).
 #
 # ManiSkill3 (SAPIEN) needs a Vulkan driver even for state observations. On a machine without a
 # GPU that is Mesa's software driver (lavapipe). Debian 12's Mesa 22 is too old
@@ -27,6 +28,14 @@ fi
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
   log "no apt/dpkg here; install a Vulkan driver (Mesa >= 23 lavapipe, or a GPU driver) and the Vulkan loader by hand" >&2
   exit 1
+fi
+
+# DeepSpeed (the `deepspeed` extra, installed with DS_BUILD_OPS=0) compiles its CPU communication op
+# on first use: it needs a C++ compiler.
+if ! command -v g++ >/dev/null 2>&1; then
+  log "installing g++ (DeepSpeed builds its CPU communication op at first use)"
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends g++
 fi
 
 installed_version() {  # prints the installed version of a package, or nothing

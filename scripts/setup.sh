@@ -8,6 +8,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 PIP=".venv/bin/python -m pip"
+export DS_BUILD_OPS=0  # DeepSpeed: no op pre-build at install (its CPU comm op compiles at first use)
 # torch first, pinned: a bare `torch` requirement would pull several GB of CUDA packages on CPU.
 $PIP install -q --disable-pip-version-check -c .ci/constraints.txt torch
 spec="."
