@@ -1,10 +1,11 @@
 """Flow-GRPO vs advantage-weighted matching (AWM) on the embedded diffusion demo, same budget.
 
-    python benchmarks/diffusion_align.py                      # 40 iterations each, eval every 5
+    python benchmarks/diffusion_align.py                      # 150 iterations each, eval every 25
     python benchmarks/diffusion_align.py --iterations 10 --eval-every 5
 
 One tiny pixel-space generator is pretrained once by flow matching on the synthetic `shapes`
-images (the warm start of configs/diffusion_shapes_flow_grpo.yaml). From those same weights,
+images with noisy captions (half of them describe another image of the same kind; the warm start
+of configs/diffusion_shapes_flow_grpo.yaml), so it follows its prompt only part of the time. From those same weights,
 configs/diffusion_shapes_flow_grpo.yaml (Flow-SDE rollouts, per-step PPO ratios) and
 configs/diffusion_shapes_awm.yaml (ODE rollouts, advantage-weighted flow matching) each run the
 same number of iterations with the same prompts per iteration (8 prompts x 8 images), and the mean
@@ -55,8 +56,8 @@ def time_to(points: list[dict], level: float, key: str) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=40)
-    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=150)
+    parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--level-frac", type=float, default=0.8)
     parser.add_argument("--output-dir", default="runs/bench_diffusion")
     parser.add_argument("--seed", type=int, default=0)
