@@ -1,4 +1,7 @@
-"""Shared test setup: GPU tests carry the `gpu` marker and are skipped with a reason on CPU machines."""
+"""Shared test setup: GPU tests carry the `gpu` marker and are skipped with a reason on CPU
+machines; `killed_in_iteration` interrupts a training run mid-iteration (resume tests)."""
+
+import contextlib
 
 import pytest
 import torch
@@ -11,3 +14,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def killed_in_iteration(monkeypatch):
+    """``with killed_in_iteration(k): trainer.run()``: the run is interrupted (KeyboardInterrupt,
+    as Ctrl-C would) in the update of iteration k (1-based), after its rollout; asserted raised."""
+    from mmrl.trainer.trainer import Trainer
+
+    @contextlib.contextmanager
+    def kill(k: int):
+        original = Trainer.update
+
+        def update(self, batch, gen):
+            if self.state.iteration == k - 1:
+                raise KeyboardInterrupt("killed")
+            return original(self, batch, gen)
+
+        monkeypatch.setattr(Trainer, "update", update)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                yield
+        finally:
+            monkeypatch.setattr(Trainer, "update", original)
+
+    return kill

@@ -149,21 +149,10 @@ def test_async_is_refused_by_policies_that_cannot_roll_out_from_a_copy(tmp_path,
         AsyncCollector(trainer, 1)
 
 
-def test_interrupted_async_run_resumes_with_nothing_repeated_or_lost(tmp_path, monkeypatch):
-    from mmrl.trainer.trainer import Trainer
-
+def test_interrupted_async_run_resumes_with_nothing_repeated_or_lost(tmp_path, killed_in_iteration):
     extra = ["trainer.async_staleness=1", "trainer.iterations=4", "trainer.checkpoint_every=2"]
-    original = Trainer.update
-
-    def crash_on_fourth(self, batch, gen):
-        if self.state.iteration == 3:
-            raise KeyboardInterrupt("killed")
-        return original(self, batch, gen)
-
-    monkeypatch.setattr(Trainer, "update", crash_on_fourth)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_in_iteration(4):
         build_trainer(cfg(tmp_path, *extra)).run()
-    monkeypatch.setattr(Trainer, "update", original)
     resumed = build_trainer(cfg(tmp_path, *extra))
     resumed.run()
     rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()

@@ -310,23 +310,12 @@ def test_zero2_trains_the_quickstart_policy_like_torch(process_group, tmp_path):
 
 
 @needs_deepspeed
-def test_zero2_run_resumes_from_its_checkpoint_exactly(process_group, tmp_path, monkeypatch):
-    from mmrl.trainer.trainer import Trainer
-
+def test_zero2_run_resumes_from_its_checkpoint_exactly(process_group, tmp_path, killed_in_iteration):
     extra = ["trainer.engine.backend=deepspeed", "trainer.iterations=4", "trainer.checkpoint_every=2"]
     straight = _quickstart(tmp_path / "a", *extra)
     straight.run()
-    original = Trainer.update
-
-    def crash_on_fourth(self, batch, gen):
-        if self.state.iteration == 3:
-            raise KeyboardInterrupt("killed")
-        return original(self, batch, gen)
-
-    monkeypatch.setattr(Trainer, "update", crash_on_fourth)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_in_iteration(4):
         _quickstart(tmp_path / "b", *extra).run()
-    monkeypatch.setattr(Trainer, "update", original)
     resumed = _quickstart(tmp_path / "b", *extra)
     resumed.run()
     assert resumed.state.iteration == 4 and resumed.state.episodes == straight.state.episodes

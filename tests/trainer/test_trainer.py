@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from mmrl.experiment import build_trainer, load_experiment
-from mmrl.trainer.trainer import Trainer
 
 TINY = [
     "sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs={max_episode_steps: 12}",
@@ -64,23 +63,14 @@ def test_non_finite_loss_skips_step_and_counts(tmp_path):
     assert trainer.state.skipped_steps == 2
 
 
-def test_interrupted_run_resumes_to_identical_parameters(tmp_path, monkeypatch):
+def test_interrupted_run_resumes_to_identical_parameters(tmp_path, killed_in_iteration):
     extra = ["trainer.iterations=4", "trainer.checkpoint_every=2", "trainer.video_episodes=0"]
     straight = build_trainer(tiny_cfg(tmp_path / "a", *extra))
     straight.run()
 
     # Run 2: killed during iteration 4 (after the checkpoint at iteration 2 and a finished 3rd).
-    original = Trainer.update
-
-    def crash_on_fourth(self, batch, gen):
-        if self.state.iteration == 3:
-            raise KeyboardInterrupt("killed")
-        return original(self, batch, gen)
-
-    monkeypatch.setattr(Trainer, "update", crash_on_fourth)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_in_iteration(4):
         build_trainer(tiny_cfg(tmp_path / "b", *extra)).run()
-    monkeypatch.setattr(Trainer, "update", original)
     out = tmp_path / "b" / "t"
     assert (out / "checkpoints" / "latest").read_text() == "iter_000002"
 
