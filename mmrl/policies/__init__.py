@@ -11,7 +11,7 @@ POLICIES.register(
 POLICIES.register(
     "diffusion",
     "mmrl.policies.diffusion:DiffusionPolicy",
-    description="flow-matching text-to-image generator (built-in tiny pixel model or diffusers SD3 with LoRA): "
+    description="flow-matching text-to-image generator (built-in tiny pixel model or diffusers SD3 / FLUX with LoRA): "
                 "Flow-GRPO and AWM",
 )
 

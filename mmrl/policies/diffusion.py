@@ -4,10 +4,15 @@
     noise x_1 -> K denoising transitions (mmrl.flow samplers: ODE / Flow-SDE / CPS; stochastic on
     all steps, one random step or a window) -> x_0 -> generator.decode -> image -> reward (PromptSim)
 
-Generators (one file each): the built-in pixel-space `TinyTextToImage` (``model: tiny``) and
-diffusers' SD3 family (`mmrl.policies.sd3`, ``model:`` a hub id such as
-``stabilityai/stable-diffusion-3.5-medium`` or a local pipeline folder; LoRA through peft by
-default). Training rollouts use ``num_steps`` transitions, evaluation ``eval_num_steps`` with
+Generators (one file each): the built-in pixel-space `TinyTextToImage` (``model: tiny``) and two
+diffusers families, LoRA through peft by default (``model:`` a hub id or a local pipeline folder):
+SD3 (`mmrl.policies.sd3`, e.g. ``stabilityai/stable-diffusion-3.5-medium``) and FLUX.1
+(`mmrl.policies.flux`, e.g. ``black-forest-labs/FLUX.1-dev``). `build_generator` picks the family
+from a local folder's ``model_index.json`` (``_class_name`` ``FluxPipeline`` or
+``StableDiffusion3Pipeline``), else from the hub id (``flux`` in it, any case, means FLUX; anything
+else SD3). ``flux_guidance`` is FLUX.1-dev's distilled guidance embedding (ignored by schnell and
+SD3); set ``shift`` to the generator's ``default_shift`` for diffusers' resolution-dependent FLUX
+schedule. Training rollouts use ``num_steps`` transitions, evaluation ``eval_num_steps`` with
 ``eval_method`` (ODE by default). Classifier-free guidance (``guidance_scale``, off = 1) is applied
 identically at rollout and at log-prob recomputation, so the PPO ratio is 1 before an update.
 
@@ -25,7 +30,9 @@ the reference (``awm_ref_coef``) and to an EMA copy of the policy (``awm_ema_coe
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -44,16 +51,16 @@ class DiffusionConfig(PolicyConfig):
     """Configuration of `DiffusionPolicy` (the ``policy`` section of a diffusion experiment)."""
 
     type: str = "diffusion"
-    model: str = "tiny"  # "tiny" (built-in pixel generator) or a diffusers SD3 pipeline id / folder
-    image_size: int = 16  # generated image side (SD3: a multiple of 16)
+    model: str = "tiny"  # "tiny" (built-in pixel generator) or a diffusers SD3 / FLUX pipeline id / folder
+    image_size: int = 16  # generated image side (SD3, FLUX: a multiple of 16)
     chunk_size: int = 1  # one image per episode (the simulator contract's action chunk)
     width: int = 64  # tiny generator channels
-    finetune: Literal["lora", "full"] = "lora"  # SD3; the tiny generator is always fully trained
+    finetune: Literal["lora", "full"] = "lora"  # SD3 / FLUX; the tiny generator is always fully trained
     lora_rank: int = 32
     lora_alpha: int = 64
     num_steps: int = 10  # denoising transitions of training rollouts
     eval_num_steps: int = 20
-    shift: float = 1.0  # SD3 time shift of the grid (SD3.5 uses 3.0)
+    shift: float = 1.0  # SD3 time shift of the grid (SD3.5 uses 3.0; FLUX.1-dev: the generator's default_shift)
     method: Literal["sde", "cps"] = "sde"
     noise_level: float = 0.7
     stochastic: Literal["all", "one", "window"] = "all"  # which transitions are sampled and trained
@@ -61,6 +68,7 @@ class DiffusionConfig(PolicyConfig):
     eval_method: Literal["ode", "sde", "cps"] = "ode"
     guidance_scale: float = 1.0  # CFG in training rollouts and their log-probs (1 = off)
     eval_guidance_scale: float = 1.0
+    flux_guidance: float = 3.5  # FLUX.1-dev's guidance embedding input (not CFG: one model call per step)
     cfg_dropout: float = 0.1  # prompts dropped while pretraining (enables CFG)
     logp_level: Literal["step", "sample"] = "step"
     kl_reference: bool = False  # compute Flow-GRPO's KL to the reference (set algorithm.kl_coef)
@@ -260,12 +268,28 @@ class DiffusionPolicy(Policy):
             e.mul_(d).add_(params[k].detach(), alpha=1 - d)
 
 
+def diffusers_family(model: str) -> str:
+    """``"flux"`` or ``"sd3"``: a local folder's ``model_index.json`` decides, else the hub id's name."""
+    index = Path(model) / "model_index.json"
+    if index.exists():
+        name = json.loads(index.read_text()).get("_class_name")
+        families = {"FluxPipeline": "flux", "StableDiffusion3Pipeline": "sd3"}
+        if name not in families:
+            raise ValueError(f"{model} holds a {name}; the diffusion policy supports {sorted(families)}")
+        return families[name]
+    return "flux" if "flux" in model.lower() else "sd3"
+
+
 def build_generator(cfg: DiffusionConfig) -> nn.Module:
     if cfg.model == "tiny":
         from mmrl.policies.tiny_generator import TinyTextToImage
 
         return TinyTextToImage(image_size=cfg.image_size, ch=cfg.width)
-    from mmrl.policies.sd3 import SD3Generator  # needs mmrl[diffusion]
+    kwargs = dict(image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+    if diffusers_family(cfg.model) == "flux":  # both need mmrl[diffusion]
+        from mmrl.policies.flux import FluxGenerator
 
-    return SD3Generator.from_pretrained(cfg.model, image_size=cfg.image_size, finetune=cfg.finetune,
-                                       lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+        return FluxGenerator.from_pretrained(cfg.model, guidance=cfg.flux_guidance, **kwargs)
+    from mmrl.policies.sd3 import SD3Generator
+
+    return SD3Generator.from_pretrained(cfg.model, **kwargs)

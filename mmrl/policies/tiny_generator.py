@@ -7,9 +7,9 @@ tokenizer files) mixed by one transformer layer and mean-pooled, and, at the 8x8
 to by the image features (one cross-attention layer), so "red" can bind to "left". An empty prompt
 is the unconditional model (classifier-free guidance drops prompts while pretraining).
 
-Interface shared with the diffusers generators (`mmrl.policies.sd3`): ``encode(prompts) -> cond``,
-``forward(x, t, cond) -> v``, ``sample_shape``, ``decode(x0) -> images [-1, 1] [B, 3, H, W]``,
-``encode_images(images) -> x0``.
+Interface shared with the diffusers generators (`mmrl.policies.sd3`, `mmrl.policies.flux`):
+``encode(prompts) -> cond``, ``forward(x, t, cond) -> v``, ``sample_shape``,
+``decode(x0) -> images [-1, 1] [B, 3, H, W]``, ``encode_images(images) -> x0``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""What the diffusers generators (`mmrl.policies.sd3`, `mmrl.policies.flux`) share.
+
+`DiffusersGenerator` wraps a diffusers text-to-image pipeline whose denoiser is a transformer:
+loading (``from_pretrained`` of the subclass's ``pipeline_class``, a local folder saved with
+null components such as no T5 included), freezing every other pipeline module (VAE, text
+encoders), the fine-tuning mode (``"lora"``: a peft adapter of rank ``lora_rank`` on the
+attention projections ``LORA_TARGETS`` and the reference is the same transformer with the
+adapter switched off (`disable_adapter`); ``"full"``: every transformer weight trains), device
+moves, and the VAE side (`decode` to ``[-1, 1]`` and `encode_images`, both with the VAE's
+``scaling_factor`` / ``shift_factor``). Samples live in the unpacked VAE latent space
+``[C, H/f, W/f]``.
+
+A subclass sets ``pipeline_class`` and ``latent_patch`` (the latent side must be a multiple of it) and
+implements ``encode(prompts) -> cond`` and ``forward(x, t, cond) -> v`` (`_per_sample` repeats a
+prompt's conditioning over the rows the samplers batch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mmrl.utils.compat import patch_torchvision
+
+#: the attention projections given LoRA: image and text streams of the joint (MMDiT) blocks, and
+#: the single-stream blocks' projections where they exist (FLUX's, which have no ``to_out``)
+LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
+                "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
+
+
+class DiffusersGenerator(nn.Module):
+    """Base of the diffusers generators (see the module docstring)."""
+
+    pipeline_class: str = ""  # the diffusers pipeline class `from_pretrained` loads
+
+    def __init__(self, pipe, image_size: int, finetune: str = "lora", lora_rank: int = 32, lora_alpha: int = 64,
+                 max_sequence_length: int = 128):
+        super().__init__()
+        factor = 2 ** (len(pipe.vae.config.block_out_channels) - 1)
+        step = factor * self.latent_patch(pipe)
+        if image_size % step:
+            raise ValueError(f"image_size {image_size} must be a multiple of {step} for this pipeline")
+        self.pipe = pipe  # not a submodule: the text encoders and the VAE stay out of the state dict
+        self.transformer = pipe.transformer
+        for m in self._frozen():
+            m.requires_grad_(False)
+        self.finetune = finetune
+        if finetune == "lora":
+            from peft import LoraConfig
+
+            self.transformer.requires_grad_(False)
+            targets = sorted({name.split("transformer_blocks.")[-1].split(".", 1)[-1]
+                              for name, _ in self.transformer.named_modules()
+                              if any(name.endswith(t) for t in LORA_TARGETS)})
+            self.transformer.add_adapter(LoraConfig(r=lora_rank, lora_alpha=lora_alpha, init_lora_weights="gaussian",
+                                                    target_modules=targets))
+        elif finetune == "full":
+            self.transformer.requires_grad_(True)
+        else:
+            raise ValueError(f"finetune must be 'lora' or 'full', got {finetune!r}")
+        self.vae_scale_factor = factor
+        self.latent_channels = pipe.vae.config.latent_channels
+        self.latent_size = image_size // factor
+        self.max_sequence_length = max_sequence_length
+        self.has_adapter = finetune == "lora"  # else the policy keeps a frozen copy as its reference
+
+    @staticmethod
+    def latent_patch(pipe) -> int:
+        """The latent side must be a multiple of this (the transformer's patch size)."""
+        return pipe.transformer.config.patch_size
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, image_size: int = 512, dtype: torch.dtype | None = None,
+                        **kwargs) -> "DiffusersGenerator":
+        patch_torchvision()
+        try:
+            import diffusers
+        except ImportError as exc:
+            raise ImportError(f"the {cls.__name__} needs diffusers: pip install 'mmrl[diffusion]'") from exc
+        index = Path(name_or_path) / "model_index.json"
+        absent = {}  # components a local folder saved as null (e.g. no T5) must be passed as None
+        if index.exists():
+            absent = {k: None for k, v in json.loads(index.read_text()).items()
+                      if isinstance(v, list) and v == [None, None]}
+        pipe = getattr(diffusers, cls.pipeline_class).from_pretrained(name_or_path, torch_dtype=dtype, **absent)
+        return cls(pipe, image_size, **kwargs)
+
+    def _frozen(self) -> list[nn.Module]:
+        """The pipeline's modules other than the transformer (VAE, text encoders)."""
+        return [m for m in self.pipe.components.values() if isinstance(m, nn.Module) and m is not self.transformer]
+
+    @property
+    def sample_shape(self) -> tuple[int, int, int]:
+        return (self.latent_channels, self.latent_size, self.latent_size)
+
+    def _apply(self, fn, *args, **kwargs):  # .to(device) moves the frozen pipeline parts too
+        for m in self._frozen():
+            m._apply(fn, *args, **kwargs)
+        return super()._apply(fn, *args, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.transformer.parameters()).device
+
+    @staticmethod
+    def _per_sample(cond: tuple[torch.Tensor, ...], n: int) -> tuple[torch.Tensor, ...]:
+        """Repeat per-prompt conditioning to ``n`` rows (the samplers batch several x per prompt)."""
+        reps = n // cond[0].shape[0]
+        return tuple(c.repeat_interleave(reps, 0) for c in cond) if reps > 1 else tuple(cond)
+
+    @contextlib.contextmanager
+    def disable_adapter(self):
+        self.transformer.disable_adapters()
+        try:
+            yield
+        finally:
+            self.transformer.enable_adapters()
+
+    def decode(self, x0: torch.Tensor) -> torch.Tensor:
+        vae = self.pipe.vae
+        z = x0.to(vae.dtype) / vae.config.scaling_factor + (vae.config.shift_factor or 0.0)
+        with torch.no_grad():
+            return vae.decode(z, return_dict=False)[0].float().clamp(-1, 1)
+
+    @torch.no_grad()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, H, W, 3] -> latents (the VAE posterior mean, scaled and shifted)."""
+        vae = self.pipe.vae
+        x = images.to(self.device).permute(0, 3, 1, 2).to(vae.dtype).div(127.5).sub(1.0)
+        z = vae.encode(x).latent_dist.mean
+        return ((z - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor).float()
