@@ -1,5 +1,7 @@
 """Shared test setup: GPU tests carry the `gpu` marker and are skipped with a reason on CPU
-machines; `killed_in_iteration` interrupts a training run mid-iteration (resume tests)."""
+machines; `killed_in_iteration` interrupts a training run mid-iteration (resume tests);
+`one_torch_thread` (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``) keeps a module
+on one intra-op thread, for tests whose work shares the 2 cores with worker processes."""
 
 import contextlib
 
@@ -39,3 +41,12 @@ def killed_in_iteration(monkeypatch):
             monkeypatch.setattr(Trainer, "update", original)
 
     return kill
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    # intra-op threads beyond the free cores spin against worker processes (4x slower on 2 cores)
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

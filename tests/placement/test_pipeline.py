@@ -32,14 +32,7 @@ EARLY = list(range(0, N))  # every episode ends by decision 2 (of 10): the pipel
 LONG = list(range(200, 200 + N))  # lengths [10, 10, 1, 10, 10, 3, 10, 1]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # the main process infers while the workers simulate: intra-op threads beyond the free cores
-    # spin against the workers (4x slower on a 2-core machine)
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the main process infers while workers simulate
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +69,21 @@ def assert_same_episodes(ref, got, cols=slice(None)):
     assert rb.keys() == gb.keys()
     for key in rb:
         assert torch.equal(rb[key][:, cols][valid], gb[key][:, cols][valid]), key
+
+def assert_stage_one_lost_at_decision_two(ref, got, worker):
+    """Stage 1's worker died after answering decision 1 (on LONG seeds) and was restarted once:
+    its 3 episodes still running at decision 2 are lost, every other episode is the reference's."""
+    batch, info, _ = got
+    in_progress = torch.zeros(N, dtype=torch.bool)
+    in_progress[4:] = ref[1]["length"][4:] > 2  # stage 1's episodes still running at decision 2
+    assert info["worker_restarts"] == 1 and worker.restarts == 1 and worker.is_alive()
+    assert info["lost_episodes"] == int(in_progress.sum()) == 3
+    assert torch.equal(info["lost"], in_progress)
+    assert not batch["valid"][:, in_progress].any()
+    assert info["length"][in_progress].eq(0).all()
+    assert_same_episodes(ref, got, cols=~in_progress)  # stage 0 and stage 1's finished episode
+    assert batch["valid"].shape[0] == ref[0]["valid"].shape[0]
+
 
 
 @pytest.mark.parametrize("seeds", [EARLY, LONG], ids=["early_stop", "full_horizon"])
@@ -132,16 +140,7 @@ def test_killed_worker_is_restarted_and_lost_episodes_counted(policy, workers):
     # kills stage 1's worker after it answered decision 1: decision 2 of stage 1 is lost
     killer = KillWorker(policy, stages[1], at=5)
     got = pipelined(killer, stages, LONG, "eval")
-    batch, info, _ = got
-    in_progress = torch.zeros(N, dtype=torch.bool)
-    in_progress[4:] = ref[1]["length"][4:] > 2  # stage 1's episodes still running at decision 2
-    assert info["worker_restarts"] == 1 and stages[1].restarts == 1 and stages[1].is_alive()
-    assert info["lost_episodes"] == int(in_progress.sum()) == 3
-    assert torch.equal(info["lost"], in_progress)
-    assert not batch["valid"][:, in_progress].any()
-    assert info["length"][in_progress].eq(0).all()
-    assert_same_episodes(ref, got, cols=~in_progress)  # stage 0 and stage 1's finished episode
-    assert batch["valid"].shape[0] == ref[0]["valid"].shape[0]
+    assert_stage_one_lost_at_decision_two(ref, got, stages[1])
 
     # the restarted worker collects like before
     assert_same_episodes(ref, pipelined(policy, stages, LONG, "eval"))

@@ -13,15 +13,9 @@ import torch
 from mmrl.config import ConfigError
 from mmrl.experiment import build_trainer, load_experiment
 from mmrl.placement import SimGroup
+from tests.trainer.test_trainer import TINY as TRAINER_TINY
 
-TINY = [
-    "sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs={max_episode_steps: 12}",
-    "policy.dim=16", "policy.expert_dim=16", "policy.expert_layers=1", "policy.num_steps=3",
-    "warm_start.num_episodes=4", "warm_start.steps=3", "warm_start.batch_size=8",
-    "algorithm.minibatch_size=16", "algorithm.epochs=1",
-    "trainer.iterations=2", "trainer.eval_episodes=8", "trainer.video_episodes=0",
-    "trainer.checkpoint_every=1", "run.threads=1",
-]
+TINY = [*TRAINER_TINY, "trainer.video_episodes=0", "run.threads=1"]  # later overrides win
 MODES = {
     "collocated": [],
     "disaggregated": ["placement.mode=disaggregated"],

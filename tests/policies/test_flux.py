@@ -19,12 +19,7 @@ from tests.trainer.test_diffusion_training import cfg as trainer_cfg
 PROMPTS = ["a red circle on the left", "a red circle on the left", "two blue squares", "two blue squares"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -20,12 +20,7 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
                                      reason="DeepSpeed is not installed (pip install 'mmrl[deepspeed]')")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # other processes share the cores
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # other processes share the cores
 
 
 def linear(seed=0):
