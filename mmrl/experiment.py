@@ -1,9 +1,10 @@
 """The experiment schema (what a file in ``configs/`` may contain) and how it becomes objects.
 
 Sections: ``run``, ``sim``, ``policy`` (its ``type`` picks the family's config), ``warm_start``,
-``algorithm``, ``trainer``, ``placement`` (where simulation runs: `mmrl.placement`). Everything is validated at load time, before any work: unknown keys,
-bad values, unregistered simulator / advantage names and simulator keyword arguments the
-simulator does not take all fail with the key path and the valid choices.
+``algorithm``, ``trainer``, ``placement`` (where simulation runs: `mmrl.placement`). Everything is
+validated at load time, before any work: unknown keys, bad values, unregistered simulator /
+advantage names and simulator keyword arguments the simulator does not take all fail with the key
+path and the valid choices.
 """
 
 from __future__ import annotations
@@ -208,15 +209,18 @@ def build_trainer(cfg: ExperimentConfig):
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     torch.manual_seed(cfg.run.seed)
+    from mmrl.placement import SimGroup
+
     eval_sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1, evaluation=True)
     sim = build_train_sim(cfg)
+    remote = isinstance(sim, SimGroup)
     try:
         policy = build_policy(cfg, sim)
         if hasattr(policy, "check_prompts"):  # e.g. VLM: no question may be truncated through its images
-            policy.check_prompts(sim if not hasattr(sim, "workers") else build_sim(cfg, 1, cfg.run.seed))
+            policy.check_prompts(build_sim(cfg, 1, cfg.run.seed) if remote else sim)
             policy.check_prompts(eval_sim)
     except BaseException:
-        if hasattr(sim, "workers"):
+        if remote:
             sim.close()
         raise
     return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg))

@@ -45,7 +45,7 @@ import zlib
 import torch
 
 from mmrl.batch import Batch
-from mmrl.placement.worker import SimWorker, WorkerCrashed
+from mmrl.placement.worker import SimWorker, WorkerCrashed, close_workers
 from simulators.base import StepResult
 
 
@@ -210,13 +210,8 @@ class SimGroup:
         self.action_dim, self.max_episode_steps = first.action_dim, first.max_episode_steps
         self.image_shape, self.state_dim = first.image_shape, first.state_dim
 
-    @property
-    def restarts(self) -> int:
-        return sum(w.restarts for w in self.workers)
-
     def close(self) -> None:
-        for w in self.workers:
-            w.close()
+        close_workers(self.workers)
 
 
 def collect(policy, sim, seeds: list[int], generator: torch.Generator | None,

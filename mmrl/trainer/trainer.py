@@ -22,11 +22,12 @@ from mmrl.batch import Batch
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.logging import RunLogger
 from mmrl.trainer.objectives import OBJECTIVES, clip_advantages, compute_advantages, valid_samples
-from mmrl.placement.pipeline import collect
+from mmrl.placement.pipeline import SimGroup, collect
 from mmrl.trainer.rollout import episode_seeds, evaluate_policy
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 
 TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
+COUNTS = ("env_steps", "episodes", "lost_episodes")  # what a collection adds to the run's TrainState
 
 
 @dataclass
@@ -112,7 +113,7 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the sim workers of a non-collocated placement (an in-process simulator stays)."""
-        if hasattr(self.sim, "workers"):
+        if isinstance(self.sim, SimGroup):
             self.sim.close()
 
     def _run(self) -> dict:
@@ -150,7 +151,7 @@ class Trainer:
             collector.submit_up_to(it, total)
             batch, info = collector.result(it)
             gen = self.generator("update", it)  # the rollout's generator stayed with the collector
-        for key in ("env_steps", "episodes", "lost_episodes"):
+        for key in COUNTS:
             setattr(self.state, key, getattr(self.state, key) + info[key])
         batch = self.reward(batch)
         batch = compute_advantages(batch, self.cfg.algorithm)
@@ -234,7 +235,7 @@ class Trainer:
             if first is None:
                 first = info
             else:  # every round's episodes count as collected
-                for key in ("env_steps", "episodes", "lost_episodes"):
+                for key in COUNTS:
                     first[key] += info[key]
             envs_first = {k: v.transpose(0, 1) for k, v in pad_time(batch, horizon).items() if k != "group"}
             buf.add(envs_first, info["return"], batch["group"][0])
@@ -328,7 +329,7 @@ class Trainer:
             "train/episodes": self.state.episodes,
             **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",
                                                "sim_s", "worker_restarts", "staleness") if k in info},
-            **({"train/lost_episodes": self.state.lost_episodes} if hasattr(self.sim, "workers") else {}),
+            **({"train/lost_episodes": self.state.lost_episodes} if isinstance(self.sim, SimGroup) else {}),
         }
 
     def generator(self, purpose: str, index: int) -> torch.Generator:
