@@ -28,7 +28,10 @@ KEYS: dict[str, str] = {
     "rewards": "float [..] reward summed over the executed chunk",
     "dones": "bool [..] episode ended (terminated or truncated) during this chunk",
     "terminated": "bool [..] ended by success/failure (no bootstrap)",
+    "truncated": "bool [..] ended by the time limit (the return is bootstrapped, see bootstrap)",
+    "bootstrap": "float [..] critic value of the last observation where the time limit cut the episode, else 0",
     "success": "bool [..] task success reached during this chunk",
+    "env_steps": "long [..] environment steps executed by this decision (< C when the episode ended mid-chunk)",
     "valid": "bool [..] this decision happened (False after the episode ended)",
     "group": "long [..] id of the group of episodes that share an initial state (GRPO)",
     # computed by the trainer

@@ -28,10 +28,7 @@ def cmd_train(args) -> int:
     from mmrl.experiment import build_trainer, load_experiment
 
     cfg = load_experiment(args.config, args.overrides)
-    results = build_trainer(cfg).run()
-    start, final = results["start"], results["final"]
-    print(f"held-out success: warm start {start['success_rate']:.3f} -> after RL {final['success_rate']:.3f} "
-          f"({final['episodes']} episodes)")
+    results = build_trainer(cfg).run()  # ends with its summary line (metric before / after, folder)
     print(json.dumps(results))
     return 0
 

@@ -21,6 +21,7 @@ from mmrl.trainer.train_engine import TrainEngineConfig
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.diffusion import DiffusionConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.flow_vla import FlowVLAConfig  # noqa: F401  (registers the variant)
+from mmrl.policies.gaussian import GaussianConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.token_vla import TokenVLAConfig  # noqa: F401  (registers the variant)
 from mmrl.policies.vlm import VLMConfig  # noqa: F401  (registers the variant)
 from mmrl.registry import ADVANTAGES, POLICIES, SIMULATORS
@@ -32,9 +33,14 @@ class RunConfig:
     output_dir: str = "runs"
     seed: int = 0
     device: str = "cpu"
-    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    threads: int = 0  # torch intra-op threads: 0 = automatic (CPUs - 1), -1 = torch's default, N (mmrl.utils.threads)
     wandb: bool = False
     wandb_project: str = "mmrl"
+
+    def validate(self) -> None:
+        if self.threads < -1:
+            raise ConfigError(f"'threads' = {self.threads}: use 0 (automatic), -1 (torch's default) "
+                              "or a positive thread count")
 
 
 @dataclass
@@ -100,8 +106,15 @@ class AlgorithmConfig:
     epochs: int = 2
     minibatch_size: int = 256
     max_grad_norm: float = 1.0
+    # scale rewards by the running std of the discounted return (SB3 VecNormalize / CleanRL
+    # NormalizeReward); the critic then learns returns in those units. State saved in checkpoints.
+    reward_norm: bool = False
+    # stop an iteration's update early once the mean approx KL of an epoch exceeds this (None = never)
+    target_kl: float | None = None
 
     def validate(self) -> None:
+        if self.target_kl is not None and not self.target_kl > 0:
+            raise ConfigError(f"'target_kl' must be > 0 or null, got {self.target_kl}")
         if self.advantage not in ADVANTAGES:
             raise ConfigError(f"'advantage' = {self.advantage!r} is not one of: "
                               f"{', '.join(ADVANTAGES.names())}")
@@ -128,9 +141,20 @@ class TrainerConfig:
     # async rollout: N > 0 collects batch k+N (with the weights of update k) in the background while
     # batch k trains, so batches are off-policy by at most N versions; 0 = synchronous
     async_staleness: int = 0
+    # decisions per env per iteration: 0 = one whole episode per env (every env reset each iteration);
+    # T > 0 = fixed-length rollouts of T decisions that continue episodes across iterations (PPO's
+    # usual scheme: long episodes still give an update every T decisions), bootstrapped at the cut
+    rollout_steps: int = 0
+    # train until this many environment steps (overrides `iterations`; null = `iterations` decides)
+    env_steps: int | None = None
+    lr_schedule: Literal["constant", "linear"] = "constant"  # linear: decay to 0 over the run
     engine: TrainEngineConfig = field(default_factory=TrainEngineConfig)  # torch or DeepSpeed ZeRO
 
     def validate(self) -> None:
+        if self.rollout_steps < 0:
+            raise ConfigError(f"'rollout_steps' = {self.rollout_steps} must be >= 0 (0 = one episode per env)")
+        if self.env_steps is not None and self.env_steps < 1:
+            raise ConfigError(f"'env_steps' = {self.env_steps} must be >= 1 or null")
         if self.async_staleness < 0:
             raise ConfigError(f"'async_staleness' = {self.async_staleness} must be >= 0 "
                               "(0 = synchronous rollout)")
@@ -154,6 +178,14 @@ class ExperimentConfig:
             raise ConfigError("'trainer.async_staleness' > 0 copies the policy for background rollout, "
                               "which ZeRO-3's partitioned parameters do not allow: use zero_stage <= 2 "
                               "or async_staleness: 0")
+        if self.trainer.rollout_steps:
+            why = ("a group estimator needs groups of episodes sharing an initial state"
+                   if self.algorithm.advantage != "gae" else
+                   "placement.mode must be collocated" if self.placement.mode != "collocated" else
+                   "trainer.async_staleness must be 0" if self.trainer.async_staleness else None)
+            if why:
+                raise ConfigError(f"'trainer.rollout_steps' > 0 (fixed-length rollouts) is not supported "
+                                  f"here: {why}. Set trainer.rollout_steps=0 (one episode per env) or fix it")
         if self.sim.num_envs % self.algorithm.group_size:
             raise ConfigError(f"'sim.num_envs' ({self.sim.num_envs}) must be a multiple of "
                               f"'algorithm.group_size' ({self.algorithm.group_size})")
@@ -196,6 +228,8 @@ def build_policy(cfg: ExperimentConfig, sim):
     pcfg = cfg.policy
     if getattr(pcfg, "num_views", 0) is None:  # take the camera count from the simulator
         pcfg = dataclasses.replace(pcfg, num_views=sim.image_shape[0] if len(sim.image_shape) == 4 else 1)
+    if getattr(pcfg, "backbone", None) == "auto":  # the image encoder only where there are images
+        pcfg = dataclasses.replace(pcfg, backbone="tiny" if sim.has_images else "state")
     policy = POLICIES.build(cfg.policy.type, pcfg, action_dim=sim.action_dim, state_dim=sim.state_dim)
     return policy.to(cfg.run.device)
 
@@ -206,8 +240,9 @@ def build_trainer(cfg: ExperimentConfig):
 
     from mmrl.trainer.trainer import Trainer
 
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
+    from mmrl.utils.threads import configure_threads
+
+    configure_threads(cfg.run.threads)
     torch.manual_seed(cfg.run.seed)
     from mmrl.placement import SimGroup
 

@@ -65,6 +65,12 @@ class Simulator:
     max_episode_steps: int
     image_shape: tuple[int, ...]  # (H, W, 3) or (V, H, W, 3)
     state_dim: int | None = None
+    #: whether ``Observation.image`` shows the scene (False: all-zero placeholder images; a policy
+    #: then encodes the state alone, see `mmrl.policies.state_backbone`)
+    has_images: bool = True
+    #: whether the task defines success (``StepResult.success``); if not, the headline metric of
+    #: training and evaluation is the episode return
+    has_success: bool = True
     device: torch.device = torch.device("cpu")
     #: constructor argument set by a ``NAME:VALUE`` simulator name (``maniskill:PickCube-v1``)
     name_arg: str | None = None

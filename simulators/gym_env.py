@@ -9,7 +9,7 @@ Observations
     ``image`` uint8 ``[N, image_size, image_size, 3]``: each env's ``render()`` frame
     (``render_mode="rgb_array"``) resized with antialiased bilinear interpolation (non-square frames
     are stretched to a square). With ``render_images=False`` nothing is rendered and ``image`` is all
-    zeros (same shape), which is much faster for state-only policies. Rendering classic-control envs
+    zeros (same shape; ``has_images = False``), which is much faster for state-only policies. Rendering classic-control envs
     needs ``pygame`` (``pip install "gymnasium[classic-control]"``).
     ``state`` float ``[N, D]``: the gym observation flattened with
     ``gymnasium.spaces.utils.flatten`` (a Box is reshaped to a vector, Discrete becomes one-hot,
@@ -28,8 +28,9 @@ Actions
 Rewards and flags
     ``reward`` is the env reward (summed over the executed steps of a chunk); ``terminated`` /
     ``truncated`` are the env's (the time limit is ``max_episode_steps``, default the env spec's);
-    ``success`` is ``info["is_success"]`` or ``info["success"]`` of the step when the env reports one,
-    else False.
+    ``success`` is ``info[success_key]`` of the step (e.g. ``success_key="is_success"`` for
+    gymnasium-robotics tasks); with ``success_key=None`` (the default) the task defines no success
+    (``has_success = False``) and training and evaluation report the episode return.
 
 Auto reset and chunks
     An env whose episode ends is reset in the same call (SAME_STEP): the returned observation is the
@@ -234,6 +235,7 @@ class GymSim(Simulator):
         seed: int = 0,
         max_episode_steps: int | None = None,
         env_kwargs: dict | None = None,
+        success_key: str | None = None,
     ):
         if vectorization not in ("sync", "async"):
             raise ValueError(f"GymSim: vectorization must be 'sync' or 'async', got {vectorization!r}")
@@ -261,6 +263,9 @@ class GymSim(Simulator):
         self.action_dim = int(self._vec.single_action_space.shape[0])
         self.state_dim = int(self._vec.single_observation_space["state"].shape[0])
         self.image_shape = (self.image_size, self.image_size, 3)
+        self.has_images = self.render_images
+        self.has_success = success_key is not None
+        self.success_key = success_key
         self.reset(seed)  # later reset(None) and auto resets are reproducible from `seed`
 
     # ------------------------------------------------------------------ observations
@@ -330,8 +335,9 @@ class GymSim(Simulator):
         done = terminated | truncated
         success = np.zeros(n, dtype=bool)
         final_info = info.get("final_info", {})
-        for i in np.flatnonzero(mask):
-            success[i] = _success(final_info if done[i] else info, i)
+        if self.success_key is not None:
+            for i in np.flatnonzero(mask):
+                success[i] = _success(final_info if done[i] else info, i, self.success_key)
         current = self._observation(obs)
         final_obs = self._final_observation(info["final_obs"], done, current) if done.any() else None
         dev = self.device
@@ -374,8 +380,7 @@ class GymSim(Simulator):
         self._vec.envs = _EnvUnpickler(state["envs"], state["shared"]).load()
 
 
-def _success(info: dict, i: int) -> bool:
-    for key in ("is_success", "success"):
-        if key in info and bool(np.asarray(info.get(f"_{key}", np.ones(i + 1, bool)))[i]):
-            return bool(np.asarray(info[key])[i])
+def _success(info: dict, i: int, key: str) -> bool:
+    if key in info and bool(np.asarray(info.get(f"_{key}", np.ones(i + 1, bool)))[i]):
+        return bool(np.asarray(info[key])[i])
     return False

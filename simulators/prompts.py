@@ -57,6 +57,7 @@ class PromptSim(Simulator):
         if getattr(self.reward_model, "kind", "image") != "image":
             raise ValueError(f"reward '{reward}' scores {self.reward_model.kind}, PromptSim needs an image reward")
         self.num_envs, self.split, self.threshold = int(num_envs), split, success_threshold
+        self.has_success = success_threshold is not None  # else the metric is the mean reward
         self.image_size = int(image_size)
         self.image_shape = (self.image_size, self.image_size, 3)
         self.action_dim = self.image_size * self.image_size * 3

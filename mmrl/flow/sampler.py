@@ -159,13 +159,21 @@ def sample(model_fn: ModelFn, noise: torch.Tensor, grid: torch.Tensor, method: s
         for k in range(K):
             t, t_next = grid[k], grid[k + 1]
             v, std_model = model_fn(x, t.repeat(B))
-            x_next = ode_step(x.to(cd), v.to(cd), t, t_next)[0].to(x.dtype)
-            logp = torch.zeros(x.shape, dtype=cd, device=x.device)
-            if mask[:, k].any():
+            some = bool(mask[:, k].any())
+            every = some and bool(mask[:, k].all())
+            if every:  # the whole batch steps stochastically (the usual case): no ODE step, no masking
+                mean, std = transition(method, x, v, t, t_next, noise_level, std_model)
+                eps = torch.randn(x.shape, generator=generator, device=x.device, dtype=cd)
+                # round to the chain dtype BEFORE the log-prob, so recompute sees the same value
+                x_next = (mean + std * eps).to(x.dtype)
+                logp = gaussian_log_prob(x_next.to(cd), mean, std).expand(x.shape)
+            else:
+                x_next = ode_step(x.to(cd), v.to(cd), t, t_next)[0].to(x.dtype)
+                logp = torch.zeros(x.shape, dtype=cd, device=x.device)
+            if some and not every:
                 mean, std = transition(method, x, v, t, t_next, noise_level, std_model)
                 eps = torch.randn(x.shape, generator=generator, device=x.device, dtype=cd)
                 m = _elem_view(mask[:, k], x.ndim)
-                # round to the chain dtype BEFORE the log-prob, so recompute sees the same value
                 x_next = torch.where(m, (mean + std * eps).to(x.dtype), x_next)
                 safe_std = torch.where(m, std, torch.ones_like(std))
                 logp = torch.where(m, gaussian_log_prob(x_next.to(cd), mean, safe_std), logp)

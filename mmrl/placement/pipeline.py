@@ -46,6 +46,7 @@ import torch
 
 from mmrl.batch import Batch
 from mmrl.placement.worker import SimWorker, WorkerCrashed, close_workers
+from mmrl.trainer.rollout import episode_info, step_record, truncation_values
 from simulators.base import StepResult
 
 
@@ -133,10 +134,8 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
                     res = _nothing_happened(restart_and_reset(s))
                 timing["sim_wait_s"] += time.perf_counter() - t0
                 timing["sim_s"] += float(res.info.get("worker_s", 0.0))
-                out = waiting[s]
-                out.update(rewards=res.reward.float(), dones=res.done, terminated=res.terminated,
-                           success=res.success, valid=alive[s].clone())
-                steps[t - 1][s] = out.to("cpu")
+                boot = truncation_values(policy, res, alive[s]) if mode == "train" else None
+                steps[t - 1][s] = step_record(waiting[s], res, alive[s], boot).to("cpu")
                 alive[s] &= ~res.done.cpu()
                 obs[s] = res.obs
                 if s == S - 1 and not any(bool(a.any()) for a in alive):
@@ -155,7 +154,9 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
             t0 = time.perf_counter()
             out = policy.rollout(obs[s], generator=generator, mode=mode)
             timing["policy_s"] += time.perf_counter() - t0
-            workers[s].submit("step_chunk", out["actions"].detach().cpu(), False)
+            # the last observation of an episode the time limit cuts is needed in train mode only
+            # (the critic's bootstrap value there); evaluation saves the traffic
+            workers[s].submit("step_chunk", out["actions"].detach().cpu(), mode == "train")
             waiting[s] = out
         if finished or last:
             break
@@ -163,11 +164,8 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
     lost_all = torch.cat(lost)
     if lost_all.any():
         batch["valid"][:, lost_all] = False
-    valid = batch["valid"]
     info = {
-        "return": (batch["rewards"] * valid).sum(0),
-        "success": (batch["success"] & valid).any(0),
-        "length": valid.sum(0),
+        **episode_info(batch),
         "lost": lost_all,
         "lost_episodes": int(lost_all.sum()),
         "worker_restarts": crashes,
@@ -209,6 +207,7 @@ class SimGroup:
         self.num_envs = sum(w.num_envs for w in self.workers)
         self.action_dim, self.max_episode_steps = first.action_dim, first.max_episode_steps
         self.image_shape, self.state_dim = first.image_shape, first.state_dim
+        self.has_images, self.has_success = first.has_images, first.has_success
 
     def close(self) -> None:
         close_workers(self.workers)

@@ -100,11 +100,16 @@ def _dumps(x: Any) -> bytes:
 
 
 # ---------------------------------------------------------------------------------- the process
+#: the simulator attributes a worker mirrors (`_meta`) and a `SimGroup` exposes
+SHAPE_KEYS = ("num_envs", "action_dim", "max_episode_steps", "image_shape", "state_dim", "has_images", "has_success")
+
+
 def _meta(sim) -> dict:
     return {
         "num_envs": int(sim.num_envs), "action_dim": int(sim.action_dim),
         "max_episode_steps": int(sim.max_episode_steps), "image_shape": tuple(sim.image_shape),
-        "state_dim": sim.state_dim, "device": str(sim.device), "pid": os.getpid(),
+        "state_dim": sim.state_dim, "has_images": bool(sim.has_images), "has_success": bool(sim.has_success),
+        "device": str(sim.device), "pid": os.getpid(),
     }
 
 
@@ -167,6 +172,8 @@ class WorkerBase:
     max_episode_steps: int
     image_shape: tuple
     state_dim: int | None
+    has_images: bool
+    has_success: bool
     device: torch.device = torch.device("cpu")  # where results arrive (always CPU)
 
     def __init__(self, factory: Callable, name: str, torch_threads: int, max_restarts: int,
@@ -179,7 +186,7 @@ class WorkerBase:
 
     def wait_ready(self) -> "WorkerBase":
         meta = self.result(timeout_s=STARTUP_TIMEOUT_S)
-        for key in ("num_envs", "action_dim", "max_episode_steps", "image_shape", "state_dim"):
+        for key in SHAPE_KEYS:
             setattr(self, key, meta[key])
         self.sim_device, self.meta = meta["device"], meta
         return self

@@ -9,6 +9,12 @@ POLICIES.register(
 )
 
 POLICIES.register(
+    "gaussian",
+    "mmrl.policies.gaussian:GaussianPolicy",
+    description="diagonal-Gaussian MLP actor + critic on the state vector (SB3's MlpPolicy), for state tasks",
+)
+
+POLICIES.register(
     "diffusion",
     "mmrl.policies.diffusion:DiffusionPolicy",
     description="flow-matching text-to-image generator (built-in tiny pixel model or diffusers SD3 / FLUX with LoRA): "

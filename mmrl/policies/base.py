@@ -88,6 +88,18 @@ class Policy(nn.Module):
         """Metrics of the last training rollout for the log (e.g. engine-vs-trainer log-prob mismatch)."""
         return {}
 
+    def value(self, obs) -> torch.Tensor | None:
+        """Critic value ``[B]`` of observations (an `Observation` of B envs), or None without a
+        critic. The trainer bootstraps with it where a rollout is cut without the episode ending
+        (a time limit, or the end of a fixed-length rollout)."""
+        return None
+
+    def update_statistics(self, batch: Batch) -> None:
+        """Called once per RL iteration after the update, with the iteration's rollout [T, N, ...]:
+        update running statistics the policy keeps (e.g. observation normalisation). Updating them
+        after the update, not during the rollout, keeps the PPO ratio exactly 1 on the first
+        minibatch: rollout and update see the same statistics."""
+
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
         raise NotImplementedError
 

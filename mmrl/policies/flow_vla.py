@@ -34,6 +34,7 @@ from mmrl.flow import (
     stochastic_mask,
     time_grid,
 )
+from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.policies.base import Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
@@ -44,13 +45,19 @@ class FlowVLAConfig(PolicyConfig):
     """Configuration of `FlowVLAPolicy` (the ``policy`` section of an experiment)."""
 
     type: str = "flow_vla"
-    backbone: str = "tiny"  # "tiny" (built-in) or a transformers image-text hub id / local path
+    # "auto": the built-in image encoder ("tiny") if the simulator renders images, else "state" (an
+    # MLP over the state vector); or a transformers image-text hub id / local path
+    backbone: str = "auto"
     freeze_backbone: bool = False
     image_size: int = 32
     num_views: int | None = None  # cameras per observation; None = the simulator's
     dim: int = 64  # built-in backbone width
     expert_dim: int = 64
     expert_layers: int = 2
+    # the action expert: "transformer" (action tokens attend to the prefix, pi0-style), "mlp" (the
+    # whole chunk, flow time and pooled prefix through an MLP: ReinFlow / DPPO-style, far cheaper for
+    # state tasks), or "auto": mlp on the state backbone, transformer otherwise
+    expert: Literal["auto", "transformer", "mlp"] = "auto"
     chunk_size: int = 4
     num_steps: int = 4  # denoising steps (rollout and training)
     method: Literal["sde", "cps", "noise"] = "sde"  # stochastic sampler used by RL rollouts
@@ -65,6 +72,9 @@ class FlowVLAConfig(PolicyConfig):
     step_reduce: Literal["sum", "mean"] = "sum"  # over the stochastic denoising steps
     critic: bool = True
     detach_value: bool = True  # value head does not backpropagate into the backbone
+    # running mean / std normalisation of the state vector (statistics saved with the weights,
+    # updated after each RL iteration's update, frozen during the warm start's first use)
+    obs_norm: bool = True
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -96,6 +106,27 @@ class ActionExpert(nn.Module):
         return self.out(h), h
 
 
+class MLPExpert(nn.Module):
+    """Velocity MLP over the flattened chunk, the flow time embedding and the pooled prefix
+    (same interface as `ActionExpert`: ``(v [B, C, A], hidden [B, C, dim])``)."""
+
+    def __init__(self, action_dim: int, chunk: int, dim: int, prefix_dim: int, layers: int):
+        super().__init__()
+        self.dim, self.chunk, self.action_dim = dim, chunk, action_dim
+        self.time = nn.Sequential(nn.Linear(dim, dim), nn.SiLU())
+        sizes = [chunk * action_dim + dim + prefix_dim] + [dim * max(1, chunk // 2)] * max(1, layers)
+        self.body = nn.Sequential(*[m for a, b in zip(sizes, sizes[1:]) for m in (nn.Linear(a, b), nn.SiLU())])
+        self.hidden = nn.Linear(sizes[-1], chunk * dim)
+        self.out = nn.Linear(dim, action_dim)
+
+    def forward(self, x, t, prefix, mask):
+        m = mask.unsqueeze(-1).to(prefix.dtype)
+        pooled = (prefix * m).sum(1) / m.sum(1).clamp(min=1)
+        h = self.body(torch.cat([x.flatten(1), self.time(timestep_embedding(t, self.dim)), pooled], -1))
+        h = torch.nn.functional.silu(self.hidden(h)).view(x.shape[0], self.chunk, self.dim)
+        return self.out(h), h
+
+
 class FlowVLAPolicy(Policy):
     """Flow-matching VLA: backbone prefix + action expert + value head (+ Flow-Noise head)."""
 
@@ -103,18 +134,28 @@ class FlowVLAPolicy(Policy):
                  backbone: nn.Module | None = None, normalizer: ActionNormalizer | None = None):
         super().__init__()
         self.cfg, self.action_dim = cfg, action_dim
-        self.backbone = backbone if backbone is not None else build_backbone(cfg)
+        self.backbone = backbone if backbone is not None else build_backbone(cfg, state_dim)
         if cfg.freeze_backbone:
             self.backbone.requires_grad_(False)
         d = self.backbone.out_dim
-        self.state_proj = nn.Linear(state_dim, d) if state_dim else None
-        self.expert = ActionExpert(action_dim, cfg.chunk_size, cfg.expert_dim, d, cfg.expert_layers)
+        self.uses_images = self.backbone.uses_images
+        # image backbones get the state as one extra prefix token; the state backbone reads it itself
+        self.state_proj = nn.Linear(state_dim, d) if state_dim and self.uses_images else None
+        self.obs_norm = RunningMeanStd(state_dim) if state_dim and cfg.obs_norm else None
+        mlp = cfg.expert == "mlp" or (cfg.expert == "auto" and not self.uses_images)
+        self.expert = (MLPExpert if mlp else ActionExpert)(action_dim, cfg.chunk_size, cfg.expert_dim, d,
+                                                          cfg.expert_layers)
         self.noise_head = (
             FlowNoiseHead(cfg.expert_dim, action_dim, cfg.noise_min_std, cfg.noise_max_std)
             if cfg.method == "noise" else None
         )
+        # the critic reads the pooled prefix (detached by default); without images it is its own MLP
+        # on the normalised state, as in SB3 / CleanRL (actor and critic share no layers)
+        value_in = d if self.uses_images else state_dim
         self.value_head = (
-            nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1)) if cfg.critic else None
+            nn.Sequential(nn.Linear(value_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+            if cfg.critic and not self.uses_images
+            else nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1)) if cfg.critic else None
         )
         self.has_critic = cfg.critic
         self.normalizer = normalizer or ActionNormalizer()
@@ -122,27 +163,55 @@ class FlowVLAPolicy(Policy):
         self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)
 
     # ---- encoding -----------------------------------------------------------------------------
-    def encode(self, image: torch.Tensor, instructions: list[str], state: torch.Tensor | None):
+    def normalized_state(self, state: torch.Tensor | None) -> torch.Tensor | None:
+        if state is None:
+            return None
+        state = state.to(self.grid.device).float()
+        return state if self.obs_norm is None else self.obs_norm.normalize(state)
+
+    def encode(self, image: torch.Tensor | None, instructions: list[str], state: torch.Tensor | None):
+        """Prefix tokens ``[B, L, D]`` and mask of observations (``state`` raw, normalised here)."""
+        state = self.normalized_state(state)
+        if not self.uses_images:
+            return self.backbone(state)
         image = resize_images(image.to(self.grid.device), self.cfg.image_size)
         prefix, mask = self.backbone(image, instructions)
         if self.state_proj is not None and state is not None:
-            tok = self.state_proj(state.to(prefix.device).float())[:, None]
+            tok = self.state_proj(state)[:, None]
             prefix = torch.cat([prefix, tok], 1)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
         return prefix, mask
 
     def encode_batch(self, batch: Batch):
         """`encode` for observations stored in a `Batch` (instructions as UTF-8 bytes)."""
+        if not self.uses_images:
+            return self.encode(None, [], batch["state"])
         return self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
 
-    def values(self, prefix: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    def values(self, prefix: torch.Tensor, mask: torch.Tensor, state: torch.Tensor | None = None
+               ) -> torch.Tensor | None:
+        """Critic value ``[B]`` from the prefix (image backbones) or the raw state (state backbone)."""
         if self.value_head is None:
             return None
+        if not self.uses_images:
+            return self.value_head(self.normalized_state(state)).squeeze(-1)
         m = mask.unsqueeze(-1).float()
         pooled = (prefix * m).sum(1) / m.sum(1).clamp(min=1)
         if self.cfg.detach_value:
             pooled = pooled.detach()
         return self.value_head(pooled).squeeze(-1)
+
+    @torch.no_grad()
+    def value(self, obs) -> torch.Tensor | None:
+        if self.value_head is None:
+            return None
+        if not self.uses_images:
+            return self.values(None, None, obs.state)
+        return self.values(*self.encode(obs.image, obs.instruction, obs.state))
+
+    def update_statistics(self, batch: Batch) -> None:
+        if self.obs_norm is not None and "state" in batch:
+            self.obs_norm.update(batch["state"][batch["valid"]] if "valid" in batch else batch["state"])
 
     def model_fn(self, prefix: torch.Tensor, mask: torch.Tensor, method: str):
         """Velocity (and Flow-Noise std) as a function of (x_t, t); rows of x may be a multiple of
@@ -178,16 +247,16 @@ class FlowVLAPolicy(Policy):
         out = sample(self.model_fn(prefix, mask, method), noise, self.grid, method,
                      noise_level=c.noise_level, stoch=stoch, generator=generator)
         batch = Batch(
-            image=obs.image.to(dev),
-            instruction=encode_text(obs.instruction).to(dev),
             actions=self.normalizer.unnormalize(out.x0),
             flow_chain=out.chain,
             flow_stoch=out.stoch,
             old_logp=self._reduce(out.logp, out.stoch),
         )
+        if self.uses_images:  # replay inputs: what `encode_batch` reads again
+            batch.update(image=obs.image.to(dev), instruction=encode_text(obs.instruction).to(dev))
         if obs.state is not None:
             batch["state"] = obs.state.to(dev).float()
-        values = self.values(prefix, mask)
+        values = self.values(prefix, mask, obs.state)
         if values is not None:
             batch["old_values"] = values
         return batch
@@ -200,7 +269,7 @@ class FlowVLAPolicy(Policy):
         stoch_elems = batch["flow_stoch"][..., None, None].expand_as(logp_elem)
         entropy = -(logp_elem * stoch_elems).sum() / stoch_elems.sum().clamp(min=1)
         return {"logp": self._reduce(logp_elem, batch["flow_stoch"]),
-                "values": self.values(prefix, mask), "entropy": entropy}
+                "values": self.values(prefix, mask, batch.get("state")), "entropy": entropy}
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
         """Conditional flow matching on demonstration chunks ``actions`` [B, C, A] (env units)."""
@@ -214,8 +283,13 @@ class FlowVLAPolicy(Policy):
         return awm_loss(self.model_fn(prefix, mask, "ode"), batch["flow_chain"][:, -1], advantages)
 
 
-def build_backbone(cfg: FlowVLAConfig) -> nn.Module:
-    if cfg.backbone == "tiny":
+def build_backbone(cfg: FlowVLAConfig, state_dim: int | None = None) -> nn.Module:
+    # "auto" is resolved from the simulator by `mmrl.experiment.build_policy`; built by hand it is "tiny"
+    if cfg.backbone == "state":
+        from mmrl.policies.state_backbone import StateBackbone
+
+        return StateBackbone(state_dim or 0, dim=cfg.dim)
+    if cfg.backbone in ("tiny", "auto"):
         from mmrl.policies.tiny_backbone import TinyBackbone
 
         return TinyBackbone(image_size=cfg.image_size, dim=cfg.dim, num_views=cfg.num_views or 1)

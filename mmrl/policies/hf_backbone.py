@@ -52,6 +52,8 @@ def images_to_pil(images: torch.Tensor) -> list[list[Image.Image]]:
 class HFImageTextBackbone(nn.Module):
     """Prefix encoder around a transformers image-text-to-text model; see the module docstring."""
 
+    uses_images = True
+
     def __init__(self, model: nn.Module, processor, *, freeze: bool = False, max_length: int = 64,
                  use_last_hidden: bool = True, add_generation_prompt: bool = True):
         super().__init__()

@@ -11,6 +11,7 @@ output is the policy's prefix: ``(tokens [B, L, D], mask [B, L])``, the same int
 
 from __future__ import annotations
 
+import math
 import zlib
 from functools import lru_cache
 
@@ -36,8 +37,11 @@ def hash_tokenize(texts: list[str], buckets: int = 4096, max_words: int = 16) ->
 class TinyBackbone(nn.Module):
     """FiLM-conditioned CNN + hashed word embeddings + one transformer layer."""
 
+    uses_images = True
+
     def __init__(self, image_size: int = 32, dim: int = 64, channels: int = 32, layers: int = 1,
-                 buckets: int = 4096, max_words: int = 16, num_views: int = 1, keypoints: int = 16):
+                 buckets: int = 4096, max_words: int = 16, num_views: int = 1, keypoints: int = 16,
+                 keypoint_temperature: float = 10.0):
         super().__init__()
         self.out_dim, self.buckets, self.max_words = dim, buckets, max_words
         self.words = nn.Embedding(buckets, dim, padding_idx=0)
@@ -46,6 +50,13 @@ class TinyBackbone(nn.Module):
         self.conv3 = nn.Conv2d(channels, dim, 3, stride=2, padding=1)
         self.film = nn.Linear(dim, 2 * channels)  # instruction -> per-channel scale and shift
         self.keypoint_maps = nn.Conv2d(channels, keypoints, 1)
+        # learnable inverse temperature of the spatial softmax, started sharp (10): at temperature 1
+        # the freshly initialised maps give a near-uniform softmax whose expected coordinates sit at
+        # the image centre with vanishing gradients, and whether (and when) a warm start learns to
+        # locate anything became a lottery of the seed (measured: 0.09 / 0.15 / 0.96 held-out success
+        # for seeds 1 / 2 / 0 after 600 steps on 1000 demonstrations; 0.996 / 1.0 with 10)
+        # shape [1], not a 0-dim scalar: ZeRO flattens parameters by viewing them as bytes
+        self.keypoint_log_temp = nn.Parameter(torch.full((1,), math.log(keypoint_temperature)))
         self.keypoint_embed = nn.Linear(2, dim)
         self.keypoint_id = nn.Parameter(torch.randn(1, keypoints, dim) * 0.02)
         grid = (image_size + 3) // 4
@@ -69,7 +80,8 @@ class TinyBackbone(nn.Module):
         scale, shift = self.film(pooled).chunk(2, dim=-1)
         h = torch.relu(self.conv1(x))
         h = torch.relu(self.conv2(h) * (1 + scale[..., None, None]) + shift[..., None, None])
-        keypoints = self.keypoint_embed(spatial_softmax(self.keypoint_maps(h))) + self.keypoint_id
+        maps = self.keypoint_maps(h) * self.keypoint_log_temp.exp()
+        keypoints = self.keypoint_embed(spatial_softmax(maps)) + self.keypoint_id
         h = self.conv3(h).flatten(2).transpose(1, 2) + self.pos  # [B, grid*grid, dim]
         h = torch.cat([keypoints, h], dim=1)
         tokens = torch.cat([text, h], dim=1)

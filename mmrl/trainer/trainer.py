@@ -18,12 +18,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from mmrl.algorithms.normalization import RewardScaler, explained_variance
 from mmrl.batch import Batch
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.logging import RunLogger
 from mmrl.trainer.objectives import OBJECTIVES, clip_advantages, compute_advantages, valid_samples
 from mmrl.placement.pipeline import SimGroup, collect
-from mmrl.trainer.rollout import episode_seeds, evaluate_policy
+from mmrl.trainer.rollout import StepCollector, episode_seeds, evaluate_policy
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 
 TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
@@ -59,6 +60,25 @@ def accepted_kwargs(dataset: str, **kwargs) -> dict:
     return {k: v for k, v in kwargs.items() if k in params}
 
 
+def demo_simulator(dataset: str) -> str | None:
+    """The registered simulator a demonstration dataset records in (its builder's ``SIMULATOR``)."""
+    from mmrl.data import builder_module
+
+    try:
+        return getattr(builder_module(dataset), "SIMULATOR", None)
+    except FileNotFoundError:  # a dataset registered by another package
+        return None
+
+
+def recording_simulator(sim_type: str, kwargs: dict) -> tuple[str, dict]:
+    """The simulator (type, constructor kwargs) whose episodes demonstrations should come from: the
+    configured one, or for a wrapper that names the simulator it wraps (``base`` / ``base_kwargs``,
+    e.g. ``semantic``), the wrapped one: the wrapper changes the reward, not the task."""
+    if isinstance(kwargs.get("base"), str):
+        return kwargs["base"], dict(kwargs.get("base_kwargs") or {})
+    return sim_type, kwargs
+
+
 def pad_time(batch: Batch, horizon: int) -> Batch:
     """[T, N, ...] -> [horizon, N, ...], the added decisions zero (so ``valid`` False)."""
     t = batch["valid"].shape[0]
@@ -86,6 +106,11 @@ class Trainer:
         self.device = torch.device(cfg.run.device)
         self._engine: TrainEngine | None = None
         self.state = TrainState()
+        algo, t = cfg.algorithm, cfg.trainer
+        # fixed-length rollouts keep their episodes (and the simulator) across iterations
+        self.steps = StepCollector(sim, t.rollout_steps, episode_seeds(cfg.run.seed * TRAIN_SEED_STRIDE, sim.num_envs)) \
+            if t.rollout_steps else None
+        self.reward_scaler = RewardScaler(algo.gamma) if algo.reward_norm else None
 
     @property
     def optimizer(self) -> TrainEngine:
@@ -123,26 +148,56 @@ class Trainer:
         if "start" not in self.state.results:
             self.evaluate("start")
             self.save()
-        total = self.cfg.trainer.iterations
-        bar = tqdm(range(self.state.iteration, total), initial=self.state.iteration, total=total,
-                   desc="rl", dynamic_ncols=True)
+        total = self.planned_iterations()
+        bar = tqdm(initial=self.state.iteration, total=total, desc="rl", dynamic_ncols=True)
         collector = AsyncCollector(self, self.cfg.trainer.async_staleness) \
             if self.cfg.trainer.async_staleness else None
         try:
-            for it in bar:
-                self.iteration(it, collector, bar)
+            while not self.done():
+                self.iteration(self.state.iteration, collector, bar)
+                bar.update()
         finally:
+            bar.close()
             if collector:
                 collector.close()
         if self.state.results.get("final", {}).get("iteration") != self.state.iteration:
             self.evaluate("final")
         self.save()
         self.logger.close()
+        self.summary()
         return self.state.results
+
+    def planned_iterations(self) -> int:
+        """``trainer.iterations``, or with an env-step budget the iterations it should take."""
+        t = self.cfg.trainer
+        if t.env_steps is None:
+            return t.iterations
+        per_iteration = self.sim.num_envs * self.policy.cfg.chunk_size * (
+            t.rollout_steps or math.ceil(self.sim.max_episode_steps / self.policy.cfg.chunk_size))
+        return max(self.state.iteration, math.ceil(t.env_steps / per_iteration))
+
+    def done(self) -> bool:
+        """Whether the run has trained enough: its iterations, or its environment-step budget."""
+        t = self.cfg.trainer
+        return self.state.iteration >= t.iterations if t.env_steps is None else self.state.env_steps >= t.env_steps
+
+    def summary(self) -> None:
+        """One line with the run's headline metric (success where the task defines it, else the
+        episode return) before and after RL, its environment steps and its folder."""
+        key, name = self.headline()
+        res = self.state.results
+        label = "warm start" if self.cfg.warm_start.dataset else "before RL"
+        before = f"{res['start'][key]:.3f} ({label}) -> " if self.state.iteration and "start" in res else ""
+        tqdm.write(f"held-out {name}: {before}{res['final'][key]:.3f} after {self.state.iteration} RL iterations, "
+                   f"{self.state.env_steps} env steps; run folder: {self.out_dir}")
+
+    def headline(self) -> tuple[str, str]:
+        """(results key, name) of the metric this task is judged by."""
+        return ("success_rate", "success") if self.eval_sim.has_success else ("return", "return")
 
     def iteration(self, it: int, collector: "AsyncCollector | None", bar) -> None:
         """Collect (or take the batch collected in the background) -> advantages -> update -> log."""
-        total = self.cfg.trainer.iterations
+        total = self.planned_iterations()
         t0 = time.time()
         gen = self.generator("rl", it)
         if collector is None:
@@ -154,16 +209,19 @@ class Trainer:
         for key in COUNTS:
             setattr(self.state, key, getattr(self.state, key) + info[key])
         batch = self.reward(batch)
-        batch = compute_advantages(batch, self.cfg.algorithm)
+        batch = compute_advantages(batch, self.cfg.algorithm, info.get("last_values"))
         metrics = self.update(batch, gen)
+        self.policy.update_statistics(batch)
         self.sync()
         self.state.iteration = it + 1
         self.state.rl_seconds += time.time() - t0
         metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
         self.logger.log(self.state.iteration, metrics)
-        bar.set_postfix(success=f"{metrics['train/success']:.2f}", skipped=self.state.skipped_steps)
+        key = "train/success" if self.sim.has_success else "train/return"
+        if key in metrics:
+            bar.set_postfix({key[6:]: f"{metrics[key]:.3g}", "skipped": self.state.skipped_steps})
         every = self.cfg.trainer.eval_every
-        if every and self.state.iteration % every == 0 and self.state.iteration < total:
+        if every and self.state.iteration % every == 0 and not self.done():
             self.evaluate(f"iter_{self.state.iteration}")
         if self.state.iteration % self.cfg.trainer.checkpoint_every == 0:
             self.save()
@@ -175,9 +233,14 @@ class Trainer:
         if ws.dataset:
             from mmrl.data import load_dataset
 
-            data = load_dataset(ws.dataset, **accepted_kwargs(
+            # demonstrations recorded in the simulator the RL runs in, configured as it is (image size,
+            # time limit, ...), when the dataset records in that simulator; warm_start.kwargs wins
+            sim_type, sim_kwargs = recording_simulator(self.cfg.sim.type, dict(self.cfg.sim.kwargs))
+            same_sim = demo_simulator(ws.dataset) == sim_type
+            data = load_dataset(ws.dataset, **{**accepted_kwargs(
                 ws.dataset, num_episodes=ws.num_episodes, num_samples=ws.num_episodes, seed=self.cfg.run.seed,
-                chunk_size=self.policy.cfg.chunk_size), **ws.kwargs)
+                chunk_size=self.policy.cfg.chunk_size, **({"sim_kwargs": sim_kwargs} if same_sim else {})),
+                **ws.kwargs})
             self.supervised(data, ws)
         self.policy.after_warm_start()
         self.state.warm_started = True
@@ -188,6 +251,7 @@ class Trainer:
             batch = self.policy.supervised_batch(data)
         else:
             batch = self.demo_batch(data)
+        self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / ws.steps)) if ws.schedule == "cosine" else 1.0)
@@ -256,6 +320,12 @@ class Trainer:
         info counts what was collected (``env_steps``, ``episodes``, ``lost_episodes``); the
         caller adds it to the run's counters."""
         algo, policy = self.cfg.algorithm, policy or self.policy
+        if self.steps is not None:  # fixed-length rollout continuing the episodes in progress
+            policy.eval()
+            with self.autocast():
+                batch, info = self.steps.collect(policy, gen)
+            info.update(episodes=len(info["return"]), lost_episodes=0)
+            return batch, info
         base = self.cfg.run.seed * TRAIN_SEED_STRIDE + it * (self.sim.num_envs // algo.group_size)
         seeds = episode_seeds(base, self.sim.num_envs, algo.group_size)
         torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
@@ -266,33 +336,61 @@ class Trainer:
         batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
         if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
             batch, info = drop_lost(batch, info)
-        info.update(env_steps=int(batch["valid"].sum()) * policy.cfg.chunk_size,
+        info.update(env_steps=int((batch["env_steps"] * batch["valid"]).sum()),
                     episodes=batch["valid"].shape[1], lost_episodes=info.get("lost_episodes", 0))
         return batch, info
 
     def reward(self, batch: Batch) -> Batch:
-        """Task reward from the simulator; reward models (``rewards/``) plug in here."""
+        """Task reward from the simulator (reward models, ``rewards/``, plug in here), scaled by the
+        running std of the discounted return when ``algorithm.reward_norm`` is on."""
+        if self.reward_scaler is not None:
+            batch["rewards"] = self.reward_scaler.scale(batch["rewards"], batch["dones"], batch["valid"],
+                                                        continuing=self.steps is not None)
         return batch
 
     def update(self, batch: Batch, gen: torch.Generator) -> dict:
+        """``algorithm.epochs`` passes of minibatch steps of the objective over the valid samples;
+        with ``target_kl`` the update stops after the epoch whose mean approx KL exceeds it."""
         algo = self.cfg.algorithm
         samples = clip_advantages(valid_samples(batch, algo.normalize_advantages), algo.adv_clip)
         objective = OBJECTIVES[algo.objective]
+        self.set_lr()
         self.policy.train()
         sums: dict[str, float] = {}
-        n = 0
+        n = epochs = 0
         for _ in range(algo.epochs):
+            epochs += 1
+            kl, steps = 0.0, 0
             for mb in samples.minibatches(algo.minibatch_size, gen):
                 with self.optimizer.autocast():
                     loss, metrics = objective(self.policy, mb.to(self.device), algo)
                 if self.optimizer_step(self.optimizer, loss, algo.max_grad_norm):
                     self.policy.after_step()
-                    n += 1
+                    n, steps = n + 1, steps + 1
+                    kl += float(metrics.get("approx_kl", 0.0))
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + float(v)
+            if algo.target_kl is not None and steps and kl / steps > algo.target_kl:
+                break
         out = {f"train/{k}": v / max(n, 1) for k, v in sums.items()}
         out["train/skipped_steps"] = self.state.skipped_steps
+        out["train/epochs"] = epochs
+        out["train/lr"] = self.optimizer.param_groups[0]["lr"]  # what the optimizer used
+        if "old_values" in samples:
+            out["train/explained_variance"] = explained_variance(samples["old_values"], samples["returns"])
         return out
+
+    def current_lr(self) -> float:
+        """``trainer.lr``, or with ``lr_schedule: linear`` decayed linearly to 0 over the run."""
+        t = self.cfg.trainer
+        if t.lr_schedule == "constant":
+            return t.lr
+        progress = self.state.iteration / max(self.planned_iterations(), 1)  # iterations done before this one
+        return t.lr * max(0.0, 1.0 - min(progress, 1.0))
+
+    def set_lr(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.current_lr()
 
     def optimizer_step(self, opt, loss: torch.Tensor, max_norm: float | None = None) -> bool:
         """One step of a `TrainEngine` or torch optimizer; a non-finite loss or gradient skips the
@@ -313,18 +411,22 @@ class Trainer:
             res = evaluate_policy(self.policy, self.eval_sim, t.eval_episodes, t.eval_seed,
                                   self.generator("eval", 0), video, t.video_episodes)
         res.update(iteration=self.state.iteration, rl_seconds=self.state.rl_seconds,
-                   train_episodes=self.state.episodes)
+                   train_episodes=self.state.episodes, env_steps=self.state.env_steps)
         self.state.results[name] = res
         self.logger.log(self.state.iteration, {f"eval/{k}": v for k, v in res.items()})
-        tqdm.write(f"[eval {name}] success {res['success_rate']:.3f} over {res['episodes']} episodes")
+        key, metric = self.headline()
+        tqdm.write(f"[eval {name}] {metric} {res[key]:.3f} over {res['episodes']} episodes")
         (self.out_dir / "results.json").write_text(json.dumps(self.state.results, indent=2))
         return res
 
     def rollout_metrics(self, info: dict) -> dict:
+        """What the iteration's rollout showed: episode statistics (of the episodes that ended in
+        it; none of them for a fixed-length rollout in the middle of long episodes), counters."""
+        ended = len(info["return"]) > 0
         return {**{f"train/{k}": v for k, v in self.policy.rollout_stats().items()},
-            "train/success": info["success"].float().mean().item(),
-            "train/return": info["return"].mean().item(),
-            "train/length": info["length"].float().mean().item(),
+            **({"train/return": info["return"].float().mean().item(),
+                "train/length": info["length"].float().mean().item()} if ended else {}),
+            **({"train/success": info["success"].float().mean().item()} if ended and self.sim.has_success else {}),
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
             **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",
@@ -340,8 +442,13 @@ class Trainer:
 
     # ---- checkpoints -------------------------------------------------------------------------
     def save(self) -> None:
+        extra = {}
+        if self.steps is not None:
+            extra["rollout"] = self.steps.state_dict()
+        if self.reward_scaler is not None:
+            extra["reward_scaler"] = self.reward_scaler.state_dict()
         ckpt.save(self.out_dir, self.cfg, self.policy, self.optimizer, self.state,
-                  keep=self.cfg.trainer.keep_checkpoints)
+                  keep=self.cfg.trainer.keep_checkpoints, extra=extra)
 
     def resume(self) -> None:
         if not self.cfg.trainer.resume:  # a fresh start in this folder: forget its earlier log
@@ -349,10 +456,16 @@ class Trainer:
             return
         loaded = ckpt.load_latest(self.out_dir, self.policy, lambda: self.optimizer)
         if loaded is not None:
-            self.state = TrainState(**loaded)
+            counters, extra = loaded
+            self.state = TrainState(**counters)
             self.logger.rewind(self.state.iteration)
-            for group in self.optimizer.param_groups:  # the config's lr wins over the saved one
-                group["lr"] = self.cfg.trainer.lr
+            self.set_lr()  # the config's lr (and schedule) wins over the saved one
+            if self.steps is not None and "rollout" in extra:
+                warning = self.steps.load_state_dict(extra["rollout"])
+                if warning:
+                    tqdm.write(f"warning: {warning}")
+            if self.reward_scaler is not None and "reward_scaler" in extra:
+                self.reward_scaler.load_state_dict(extra["reward_scaler"])
             tqdm.write(f"resumed from iteration {self.state.iteration} in {self.out_dir}")
 
 

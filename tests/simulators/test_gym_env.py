@@ -151,8 +151,10 @@ def test_no_render_gives_zero_images_and_default_instruction():
 # ---------------------------------------------------------------------------- chunks, success
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
 def test_chunk_ignores_actions_after_episode_end(vectorization):
-    sim = GymSim(2, env_id="MmrlTest/Counter-v0", render_images=False, vectorization=vectorization)
+    sim = GymSim(2, env_id="MmrlTest/Counter-v0", render_images=False, vectorization=vectorization,
+                 success_key="is_success")
     try:
+        assert sim.has_success and not sim.has_images
         sim.reset(0)
         # Discrete(2): a < 0 -> 0 (continue), a >= 0 -> 1 (end with success)
         chunk = torch.tensor([[[1.0], [-1.0], [-1.0]], [[-1.0], [-1.0], [1.0]]])
@@ -165,6 +167,17 @@ def test_chunk_ignores_actions_after_episode_end(vectorization):
         res = sim.step(torch.tensor([[-1.0], [-1.0]]))
         assert res.obs.state[:, 0].tolist() == [1.0, 1.0] and not res.success.any()
         assert res.final_obs is None
+    finally:
+        sim.close()
+
+
+def test_success_is_undefined_without_a_success_key():
+    sim = GymSim(2, env_id="MmrlTest/Counter-v0", render_images=False)
+    try:
+        assert not sim.has_success
+        sim.reset(0)
+        res = sim.step_chunk(torch.ones(2, 1, 1))  # ends both episodes with info["is_success"]
+        assert res.terminated.all() and not res.success.any()
     finally:
         sim.close()
 

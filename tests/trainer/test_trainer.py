@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mmrl.experiment import build_trainer, load_experiment
+from mmrl.trainer.trainer import Trainer
 
 TINY = [
     "sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs={max_episode_steps: 12}",
@@ -108,3 +109,24 @@ def test_resume_false_starts_over_with_a_clean_log(tmp_path):
     assert again.state.iteration == 1 and again.state.episodes == 8  # not resumed
     rows = [json.loads(line) for line in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/success" in r] == [1]
+
+
+def test_demonstrations_are_recorded_in_the_configured_simulator(tmp_path, monkeypatch):
+    """sim.kwargs reach the warm start's demonstrations: 16 px RL gets 16 px demos, and a slower
+    demonstrator (warm_start.kwargs) is honoured on top."""
+    seen = {}
+    monkeypatch.setattr(Trainer, "supervised", lambda self, data, ws: seen.update(data))
+    cfg = tiny_cfg(tmp_path, "sim.kwargs={max_episode_steps: 12, image_size: 16}",
+                   "warm_start.kwargs={expert_speed: 0.5}", "trainer.iterations=0")
+    build_trainer(cfg).warm_start()
+    assert tuple(seen["image"].shape[1:]) == (16, 16, 3)
+    assert seen["meta"]["sim_kwargs"] == {"max_episode_steps": 12, "image_size": 16}
+    assert seen["meta"]["expert_speed"] == 0.5
+
+
+def test_a_wrapper_simulator_records_demonstrations_in_the_simulator_it_wraps():
+    from mmrl.trainer.trainer import recording_simulator
+
+    semantic = {"base": "reach", "base_kwargs": {"max_episode_steps": 20}, "reward": "clip_contrast_goal"}
+    assert recording_simulator("semantic", semantic) == ("reach", {"max_episode_steps": 20})
+    assert recording_simulator("reach", {"image_size": 16}) == ("reach", {"image_size": 16})
