@@ -1,20 +1,30 @@
-"""Quickstart benchmark: warm start on a few demonstrations, then RL; held-out success of both.
+"""Quickstart benchmark: warm start on a few demonstrations, then RL; held-out success of both, per seed.
 
-    python benchmarks/quickstart.py                                  # configs/quickstart.yaml
-    python benchmarks/quickstart.py --config configs/quickstart_grpo.yaml
-    python benchmarks/quickstart.py --variants                       # + Flow-Noise and GRPO configs
+    python benchmarks/quickstart.py                                  # configs/quickstart.yaml, seeds 0-4
+    python benchmarks/quickstart.py --seeds 3 --config configs/quickstart_grpo.yaml
+    python benchmarks/quickstart.py --variants                       # + the Flow-Noise and GRPO configs
+    python benchmarks/quickstart.py trainer.iterations=20            # dotted overrides for every run
 
-Each run starts from scratch in ``runs/bench_<config>`` (no resume). The last line is one JSON
-object: ``{"sft_success", "rl_success", "episodes", "wall_s"}`` for the main config (success rates
-in 0-1 over ``episodes`` held-out episodes each; wall time of the whole run, data generation and
-both evaluations included), plus ``"variants"`` with the same figures per variant config.
+Each run starts from scratch in ``runs/bench_<config>_s<seed>`` (no resume), with ``run.seed`` =
+the seed: the demonstrations, the initial weights, the rollouts and the RL noise all change with
+it; the held-out test episodes (``trainer.eval_seed``) are the same for every seed and were never
+used to choose a setting (settings were chosen on validation episodes, reset seeds from 2e9).
+Baselines printed beside the result: the scripted expert's success on the same held-out episodes
+(the ceiling) and a random policy's (uniform actions).
+
+The last line is one JSON object: for the main config, per-seed lists ``sft_success``,
+``rl_success``, ``gain`` (points), ``wall_s`` (whole run: demonstrations, warm start, RL and both
+evaluations), their means and stds, ``episodes`` (held-out episodes per evaluation), ``expert``,
+``demonstrator`` and ``random`` success; with ``--variants``, the same per variant config under ``"variants"``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,37 +35,96 @@ sys.path.insert(0, str(ROOT))
 VARIANTS = ["configs/quickstart_flow_noise.yaml", "configs/quickstart_grpo.yaml"]
 
 
-def run_config(path: str, overrides: list[str]) -> dict:
+def run_config(path: str, seed: int, overrides: list[str]) -> dict:
     from mmrl.experiment import build_trainer, load_experiment, output_dir
 
-    name = f"bench_{Path(path).stem}"
-    cfg = load_experiment(ROOT / path, [f"run.name={name}", "trainer.resume=false", *overrides])
+    name = f"bench_{Path(path).stem}_s{seed}"
+    cfg = load_experiment(ROOT / path, [f"run.name={name}", f"run.seed={seed}", "trainer.resume=false", *overrides])
     shutil.rmtree(output_dir(cfg), ignore_errors=True)
     t0 = time.time()
     results = build_trainer(cfg).run()
     wall = time.time() - t0
     curve = [json.loads(line) for line in (output_dir(cfg) / "metrics.jsonl").read_text().splitlines()]
-    train_success = [round(r["train/success"], 3) for r in curve if "train/success" in r]
-    print(f"{path}: train success per iteration {train_success}")
-    print(f"{path}: warm start {results['start']['success_rate']:.3f} -> RL {results['final']['success_rate']:.3f} "
-          f"in {wall:.0f} s")
-    return {
-        "sft_success": results["start"]["success_rate"],
-        "rl_success": results["final"]["success_rate"],
-        "episodes": results["final"]["episodes"],
-        "wall_s": round(wall, 1),
-    }
+    train_success = [round(r["train/success"], 2) for r in curve if "train/success" in r]
+    print(f"{path} seed {seed}: train success per iteration {train_success}")
+    print(f"{path} seed {seed}: warm start {results['start']['success_rate']:.3f} -> RL "
+          f"{results['final']['success_rate']:.3f} in {wall:.0f} s", flush=True)
+    return {"sft_success": results["start"]["success_rate"], "rl_success": results["final"]["success_rate"],
+            "episodes": results["final"]["episodes"], "wall_s": round(wall, 1)}
+
+
+def summary(runs: list[dict]) -> dict:
+    out: dict = {}
+    for key in ("sft_success", "rl_success", "gain", "wall_s"):
+        values = [r[key] for r in runs]
+        out[key] = [round(v, 4) for v in values]
+        out[f"{key}_mean"] = round(statistics.mean(values), 4)
+        out[f"{key}_std"] = round(statistics.stdev(values), 4) if len(values) > 1 else 0.0
+    out["episodes"] = runs[0]["episodes"]
+    return out
+
+
+def run_seeds(path: str, seeds: int, overrides: list[str]) -> dict:
+    runs = []
+    for seed in range(seeds):
+        r = run_config(path, seed, overrides)
+        r["gain"] = round(100 * (r["rl_success"] - r["sft_success"]), 2)
+        runs.append(r)
+    s = summary(runs)
+    print(f"{path}: held-out success over {seeds} seeds: warm start {s['sft_success_mean']:.3f} +- "
+          f"{s['sft_success_std']:.3f} -> RL {s['rl_success_mean']:.3f} +- {s['rl_success_std']:.3f} "
+          f"(per seed {s['sft_success']} -> {s['rl_success']})", flush=True)
+    return s
+
+
+def baselines(path: str, overrides: list[str]) -> dict:
+    """Success on the held-out episodes of the scripted expert at full speed (the ceiling), of the
+    demonstrator the warm start imitates (the expert at ``warm_start.kwargs.expert_speed``: what a
+    perfect imitator would reach) and of uniform random actions."""
+    import torch
+
+    from mmrl.experiment import build_sim, load_experiment
+
+    cfg = load_experiment(ROOT / path, overrides)
+    t = cfg.trainer
+    sim = build_sim(cfg, t.eval_episodes, cfg.run.seed + 1, evaluation=True)
+    gen = torch.Generator().manual_seed(0)
+    speed = float(cfg.warm_start.kwargs.get("expert_speed", 1.0))
+    out = {}
+    for name in ("expert", "demonstrator", "random"):
+        sim.reset([t.eval_seed + e for e in range(t.eval_episodes)])
+        success = torch.zeros(sim.num_envs, dtype=torch.bool)
+        alive = torch.ones(sim.num_envs, dtype=torch.bool)
+        for _ in range(sim.max_episode_steps):
+            if name == "random":
+                act = torch.rand(sim.num_envs, sim.action_dim, generator=gen) * 2 - 1
+            else:
+                act = sim.expert_action(speed=1.0 if name == "expert" else speed)
+            res = sim.step(act)
+            success |= res.success & alive
+            alive &= ~res.done
+            if not alive.any():
+                break
+        out[name] = round(success.float().mean().item(), 4)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/quickstart.yaml")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
     parser.add_argument("--variants", action="store_true", help="also run the Flow-Noise and GRPO configs")
     parser.add_argument("overrides", nargs="*", help="dotted overrides applied to every run")
     args = parser.parse_args()
-    figures = run_config(args.config, args.overrides)
+    load = os.getloadavg()[0]
+    base = baselines(args.config, args.overrides)
+    print(f"held-out baselines: scripted expert {base['expert']:.3f}, the demonstrator the warm start imitates "
+          f"{base['demonstrator']:.3f}, random actions {base['random']:.3f}", flush=True)
+    figures = run_seeds(args.config, args.seeds, args.overrides)
+    figures.update(base, load_avg_start=round(load, 2))
     if args.variants:
-        figures["variants"] = {Path(v).stem: run_config(v, args.overrides) for v in VARIANTS}
+        figures["variants"] = {Path(v).stem: run_seeds(v, args.seeds, args.overrides) for v in VARIANTS}
+    figures["load_avg_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
 
 

@@ -391,23 +391,26 @@ class ReachSim(Simulator):
 
     # ------------------------------------------------------------------ scripted expert
     def _expert_from(
-        self, g: torch.Tensor, goal: torch.Tensor, noise: float, generator: torch.Generator | None
+        self, g: torch.Tensor, goal: torch.Tensor, noise: float, generator: torch.Generator | None,
+        speed: float = 1.0,
     ) -> torch.Tensor:
-        a = (goal - g) / self.max_speed
-        a = a / a.abs().amax(-1, keepdim=True).clamp(min=1.0)  # keep the direction when clipping
+        a = (goal - g) / (self.max_speed * speed)
+        a = a / a.abs().amax(-1, keepdim=True).clamp(min=1.0) * speed  # keep the direction when clipping
         if noise > 0:
             eps = torch.randn(a.shape, generator=generator or self._expert_gen, device=self.device)
             a = (a + noise * eps).clamp(-1.0, 1.0)
         return a
 
     def expert_action(
-        self, noise: float = 0.0, generator: torch.Generator | None = None
+        self, noise: float = 0.0, generator: torch.Generator | None = None, speed: float = 1.0
     ) -> torch.Tensor:
-        """Privileged straight-line controller: ``[N, 2]`` actions towards the named disc."""
-        return self._expert_from(self.gripper, self.goal_position(), noise, generator)
+        """Privileged straight-line controller: ``[N, 2]`` actions towards the named disc, at
+        ``speed`` times the top speed (a slower, more cautious demonstrator for ``speed < 1``)."""
+        return self._expert_from(self.gripper, self.goal_position(), noise, generator, speed)
 
     def expert_chunk(
-        self, chunk_size: int, noise: float = 0.0, generator: torch.Generator | None = None
+        self, chunk_size: int, noise: float = 0.0, generator: torch.Generator | None = None,
+        speed: float = 1.0,
     ) -> torch.Tensor:
         """``[N, C, 2]`` expert chunk planned by rolling the controller forward; zeros after the
         planned gripper reaches the goal (the env ends there and ignores the rest anyway)."""
@@ -416,7 +419,7 @@ class ReachSim(Simulator):
         reached = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         out = []
         for _ in range(chunk_size):
-            a = self._expert_from(g, goal, noise, generator)
+            a = self._expert_from(g, goal, noise, generator, speed)
             a = torch.where(reached[:, None], torch.zeros_like(a), a)
             out.append(a)
             g = (g + a * self.max_speed).clamp(-1.0, 1.0)

@@ -15,6 +15,10 @@ from pathlib import Path
 
 import torch
 
+#: the registered simulator these demonstrations are recorded in: the trainer passes that
+#: simulator's configured ``sim.kwargs`` as ``sim_kwargs`` when the experiment runs in it
+SIMULATOR = "reach"
+
 try:
     from simulators.reach import ReachSim
 except ImportError:  # run as a script from outside the repository root
@@ -30,6 +34,7 @@ def build(
     expert_noise: float = 0.0,
     batch_size: int = 256,
     keep_failed: bool = True,
+    expert_speed: float = 1.0,
 ) -> dict:
     """Expert demonstrations as flat per-decision records (sorted by episode, then step).
 
@@ -38,8 +43,12 @@ def build(
     planned success), ``episode`` long [M], ``step`` long [M] (decision index in the episode),
     ``episode_success`` bool [E], ``success_rate`` float and ``meta`` (the build arguments).
     Episode ``i`` starts from ``reset(seed + i)`` whatever the batching. ``keep_failed=False`` drops
-    the records of episodes that did not succeed (only possible with ``expert_noise > 0``).
+    the records of episodes that did not succeed (with ``expert_noise > 0``, or an expert too slow
+    for the time limit). ``expert_speed`` in (0, 1] scales the expert's speed: a cautious
+    demonstrator, as teleoperators are, whose imitation times out on far targets.
     """
+    if not 0 < expert_speed <= 1:
+        raise ValueError(f"expert_speed must be in (0, 1], got {expert_speed}")
     if num_episodes < 1 or chunk_size < 1:
         raise ValueError("num_episodes and chunk_size must be >= 1")
     sim_kwargs = dict(sim_kwargs or {})
@@ -58,7 +67,7 @@ def build(
         active = torch.ones(n, dtype=torch.bool, device=sim.device)
         step = 0
         while bool(active.any()):
-            chunk = sim.expert_chunk(chunk_size, noise=expert_noise)
+            chunk = sim.expert_chunk(chunk_size, noise=expert_noise, speed=expert_speed)
             rows = active.nonzero().flatten()
             parts["image"].append(obs.image[rows].cpu())
             parts["state"].append(obs.state[rows].cpu())
@@ -87,6 +96,7 @@ def build(
         "chunk_size": chunk_size,
         "sim_kwargs": sim_kwargs,
         "expert_noise": expert_noise,
+        "expert_speed": expert_speed,
         "instruction_vocab": vocab,
     }
     return out

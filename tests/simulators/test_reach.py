@@ -52,16 +52,16 @@ def test_registered():
     assert "reach" in dict(SIMULATORS.describe())
 
 
-def _run_expert(sim: ReachSim, chunk: int | None = None, noise: float = 0.0) -> torch.Tensor:
+def _run_expert(sim: ReachSim, chunk: int | None = None, noise: float = 0.0, speed: float = 1.0) -> torch.Tensor:
     sim.reset(0)
     n = sim.num_envs
     done = torch.zeros(n, dtype=torch.bool)
     success = torch.zeros(n, dtype=torch.bool)
     while not done.all():
         if chunk is None:
-            res = sim.step(sim.expert_action(noise=noise))
+            res = sim.step(sim.expert_action(noise=noise, speed=speed))
         else:
-            res = sim.step_chunk(sim.expert_chunk(chunk, noise=noise))
+            res = sim.step_chunk(sim.expert_chunk(chunk, noise=noise, speed=speed))
         success |= res.success & ~done
         done |= res.done
     return success
@@ -72,6 +72,18 @@ def test_expert_success():
     assert _run_expert(sim).float().mean() >= 0.98
     assert _run_expert(sim, chunk=4).float().mean() >= 0.98
     assert _run_expert(sim, noise=0.3).float().mean() >= 0.9
+
+
+def test_slow_expert_moves_at_its_speed_and_times_out_on_far_targets():
+    sim = ReachSim(num_envs=256, max_episode_steps=20)
+    sim.reset(7)
+    far = (sim.gripper - sim.goal_position()).norm(dim=-1) > 0.5
+    a = sim.expert_action(speed=0.4)
+    assert torch.allclose(a[far].abs().amax(-1), torch.full((int(far.sum()),), 0.4))
+    assert torch.allclose(sim.expert_chunk(3, speed=0.4)[:, 0], a)
+    full = _run_expert(ReachSim(num_envs=256, max_episode_steps=20))
+    slow = _run_expert(ReachSim(num_envs=256, max_episode_steps=20), chunk=4, speed=0.4)
+    assert full.float().mean() == 1.0 and 0.3 < slow.float().mean() < 0.8
 
 
 def test_render_named_colour_at_target():

@@ -1,0 +1,203 @@
+"""mmrl's PPO against Stable-Baselines3's PPO on gymnasium control tasks with state observations.
+
+    pip install 'stable-baselines3==2.9.2'      # benchmark-only (the `bench` extra), never a runtime dependency
+    python benchmarks/vs_sb3.py                  # Pendulum-v1 and InvertedPendulum-v5, 3 seeds each
+    python benchmarks/vs_sb3.py --seeds 1 --tasks Pendulum-v1 --env-steps 20000
+
+Identical work on both sides, per task and seed: the same gymnasium env id, the same number of
+environment steps of training, then the same held-out episodes (reset seeds ``1e9 + e``, e <
+``--eval-episodes``) played with the deterministic policy (SB3: ``predict(deterministic=True)``;
+mmrl: the flow policy's ODE sample / the Gaussian's mean). Every run is a fresh subprocess with one
+torch thread; the sides alternate order seed by seed.
+
+- ``sb3``: ``PPO("MlpPolicy", env_id, seed=seed)`` with SB3's published defaults (1 env, 2048 steps
+  per update, 10 epochs of minibatches of 64, lr 3e-4, gamma 0.99, GAE 0.95, clip 0.2, no
+  normalisation).
+- ``flow``: mmrl's default flow policy from the task's config alone (``configs/gym_*.yaml``:
+  ``flow_vla`` with ``backbone: auto``, i.e. the state MLP and an MLP action expert, Flow-SDE PPO,
+  16 envs x 128-step rollouts = SB3's 2048 steps per update, 10 epochs of minibatches of 256,
+  observation and reward normalisation; no warm start).
+- ``gaussian``: the same config with ``policy.type=gaussian`` (SB3's policy class inside mmrl's
+  trainer), to tell the algorithm from the policy class.
+
+Figures: the final held-out return per seed; ``ratio_return`` = (mmrl flow mean - random) /
+(SB3 mean - random), where random is the uniform random policy's mean return on the same held-out
+episodes (1 = SB3's level, 0 = random's; a plain ratio of means is meaningless for Pendulum's negative
+returns); ``ratio_return_gaussian`` the same for the Gaussian policy; ``ratio_steps_per_s`` = flow's
+training env steps per second (rollouts + updates, evaluation excluded) / SB3's. The last line is
+one JSON object with, per task, the per-seed lists and these ratios, plus the load average.
+``--jobs 2`` runs two subprocesses at a time (one per core on a 2-core machine: both sides then
+share the machine with one other run; the speed ratio compares runs made under the same load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TAG = "VS_SB3_RESULT "
+EVAL_SEED = 1_000_000_000  # mmrl's trainer.eval_seed: held-out episode e resets with EVAL_SEED + e
+TASKS = {
+    "Pendulum-v1": {"config": "configs/gym_pendulum.yaml", "env_steps": 100_000},
+    "InvertedPendulum-v5": {"config": "configs/gym_inverted_pendulum.yaml", "env_steps": 50_000},
+}
+SIDES = ("sb3", "flow", "gaussian")
+
+
+# ----------------------------------------------------------------------------------- the sides
+def play(act, env_id: str, episodes: int) -> list[float]:
+    """Returns of ``episodes`` held-out episodes of ``act(obs) -> action`` (reset seeds EVAL_SEED + e)."""
+    import gymnasium as gym
+
+    env, out = gym.make(env_id), []
+    for e in range(episodes):
+        obs, _ = env.reset(seed=EVAL_SEED + e)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            total += float(reward)
+            done = terminated or truncated
+        out.append(total)
+    env.close()
+    return out
+
+
+def run_sb3(task: str, seed: int, env_steps: int, episodes: int) -> dict:
+    import torch
+    from stable_baselines3 import PPO
+
+    torch.set_num_threads(1)
+    model = PPO("MlpPolicy", task, seed=seed, device="cpu", verbose=0)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=env_steps)
+    train_s = time.perf_counter() - t0
+    returns = play(lambda o: model.predict(o, deterministic=True)[0], task, episodes)
+    return {"return": statistics.mean(returns), "train_s": train_s, "env_steps": int(model.num_timesteps)}
+
+
+def run_mmrl(task: str, seed: int, env_steps: int, episodes: int, policy: str, overrides: list[str]) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from mmrl.experiment import build_trainer, load_experiment
+
+    import yaml
+
+    data = yaml.safe_load((ROOT / TASKS[task]["config"]).read_text())
+    if policy == "gaussian":  # the same experiment with the Gaussian MLP's defaults as the policy
+        data["policy"] = {"type": "gaussian"}
+    cfg = load_experiment(data, [
+        f"run.name=bench_sb3_{task}_{policy}_{seed}", "run.output_dir=runs", "trainer.resume=false",
+        f"run.seed={seed}", "run.threads=1", f"trainer.env_steps={env_steps}", "trainer.checkpoint_every=1000000",
+        f"trainer.eval_episodes={episodes}", f"trainer.eval_seed={EVAL_SEED}", *overrides])
+    results = build_trainer(cfg).run()
+    final = results["final"]
+    return {"return": final["return"], "train_s": final["rl_seconds"], "env_steps": final["env_steps"]}
+
+
+def run_random(task: str, episodes: int) -> dict:
+    import gymnasium as gym
+    import numpy as np
+
+    space = gym.make(task).action_space
+    rng = np.random.default_rng(0)
+    returns = play(lambda o: rng.uniform(space.low, space.high).astype(space.dtype), task, episodes)
+    return {"return": statistics.mean(returns)}
+
+
+# --------------------------------------------------------------------------------- orchestration
+def child(args: argparse.Namespace) -> None:
+    if args.side == "sb3":
+        out = run_sb3(args.task, args.seed, args.env_steps, args.eval_episodes)
+    elif args.side == "random":
+        out = run_random(args.task, args.eval_episodes)
+    else:
+        out = run_mmrl(args.task, args.seed, args.env_steps, args.eval_episodes, args.side, args.overrides)
+    print(TAG + json.dumps(out), flush=True)
+
+
+def spawn(side: str, task: str, seed: int, env_steps: int, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--child", "--side", side, "--task", task, "--seed", str(seed),
+           "--env-steps", str(env_steps), "--eval-episodes", str(args.eval_episodes), *args.overrides]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    for line in proc.stdout.splitlines():
+        if line.startswith(TAG):
+            return json.loads(line[len(TAG):])
+    raise RuntimeError(f"{side} on {task} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def stats(values: list[float]) -> dict:
+    return {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "per_seed": [round(v, 2) for v in values]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task ids")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--env-steps", type=int, default=None, help="override every task's training env steps")
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--sides", default=",".join(SIDES), help="which of sb3, flow, gaussian to run")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (each one torch thread)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--side", help=argparse.SUPPRESS)
+    p.add_argument("--task", help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    p.add_argument("overrides", nargs="*", help="dotted overrides for the mmrl runs")
+    args = p.parse_args()
+    if args.child:
+        return child(args)
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        sys.exit("vs_sb3 needs Stable-Baselines3 (benchmark-only): pip install 'mmrl[bench]' "
+                 "or pip install stable-baselines3==2.9.2")
+    sides = [s for s in args.sides.split(",") if s]
+    unknown = set(sides) - set(SIDES)
+    if unknown:
+        sys.exit(f"--sides: unknown {sorted(unknown)}; choose from {', '.join(SIDES)}")
+    figures: dict = {"load_avg_start": round(os.getloadavg()[0], 2)}
+    for task in args.tasks.split(","):
+        if task not in TASKS:
+            sys.exit(f"--tasks: unknown task {task!r}; choose from {', '.join(TASKS)}")
+        steps = args.env_steps or TASKS[task]["env_steps"]
+        jobs = [(seed, side) for seed in range(args.seeds) for side in (sides if seed % 2 == 0 else sides[::-1])]
+
+        def one(job):
+            seed, side = job
+            r = spawn(side, task, seed, steps, args)
+            print(f"{task} seed {seed} {side:8s}: return {r['return']:9.2f}, "
+                  f"{r['env_steps'] / r['train_s']:7.0f} env steps/s", flush=True)
+            return r
+
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            done = dict(zip(jobs, pool.map(one, jobs)))
+        runs = {side: [done[(seed, side)] for seed in range(args.seeds)] for side in sides}
+        random = spawn("random", task, 0, steps, args)["return"]
+        row: dict = {"env_steps": steps, "random_return": round(random, 2)}
+        for side, rs in runs.items():
+            row[side] = {"return": stats([r["return"] for r in rs]),
+                         "steps_per_s": stats([r["env_steps"] / r["train_s"] for r in rs])}
+        if "sb3" in runs:
+            base = row["sb3"]["return"]["mean"] - random
+            for side, key in (("flow", "ratio_return"), ("gaussian", "ratio_return_gaussian")):
+                if side in runs:
+                    row[key] = round((row[side]["return"]["mean"] - random) / base, 3)
+            if "flow" in runs:
+                row["ratio_steps_per_s"] = round(row["flow"]["steps_per_s"]["mean"]
+                                                 / row["sb3"]["steps_per_s"]["mean"], 3)
+        figures[task] = row
+        print(f"{task}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k.startswith("ratio")), flush=True)
+    figures["load_avg_end"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
