@@ -1,55 +1,46 @@
-"""mmrl vs TRL: time of one GRPO step on the same tiny VLM, data, group size and settings (CPU).
+"""mmrl vs TRL: time of one GRPO step doing identical work on the same tiny VLM (CPU).
 
-    pip install trl==1.16.0 accelerate==1.15.0 datasets==5.2.0   # dev-only, not in pyproject.toml
-    python benchmarks/vs_trl.py                    # 8 prompts x 8 answers, 4 new tokens, 1 + 8 steps x 2 rounds
-    python benchmarks/vs_trl.py --steps 8 --rounds 3 --max-new-tokens 16 --threads 2
+    .venv/bin/pip install -e ".[vlm,bench]"          # TRL is a benchmark-only dependency
+    python benchmarks/vs_trl.py                    # 8 prompts x 8 answers of 4 tokens, 1 + 8 steps, 5 repeats
+    python benchmarks/vs_trl.py --repeats 2 --steps 3 --sft-steps 10     # a quick check of the plumbing
 
-Both sides train the same model: ``mmrl.testing.tiny_models.tiny_image_text_model(seed=0)``, a
-real ``Idefics3ForConditionalGeneration`` + ``Idefics3Processor`` (the SmolVLM architecture, random
-weights, offline tokenizer), float32 on the CPU, full fine-tuning, no gradient checkpointing. Data:
-``shapes_vqa`` train questions of the ``count`` task (one 32 px image + "How many shapes are
-there?"), rewarded by mmrl's ``counting`` reward (on the TRL side the same ``Reward`` object is
-called on TRL's decoded completions with ``meta = [{"answer": ...}]``).
+Both sides train the same model, ``mmrl.testing.tiny_models.tiny_image_text_model(seed=0)`` (a
+real ``Idefics3ForConditionalGeneration`` + ``Idefics3Processor``: the SmolVLM architecture, random
+weights, offline tokenizer), float32 on the CPU, full fine-tuning, no gradient checkpointing, from
+the same starting weights (a short mmrl SFT warm start, ``--sft-steps``, made once outside the
+timing). The work is made identical, and what can be counted is counted on both sides:
 
-One step, on each side, is exactly: chat-template + process P prompts x G copies (P * G images),
-sample P * G completions with Hugging Face ``generate`` (``max_new_tokens``, temperature, top_p 1,
-top_k off), decode + score them, group-normalised advantages (GRPO: (r - mean) / std within each
-group of G), one teacher-forced forward + backward over the whole batch (PPO-clip 0.2 surrogate,
-token-mean loss = TRL's ``dapo``; the old log-probs are the sampling ones, so no extra forward on
-either side: mmrl reads them from generate's logits, TRL detaches the current ones because it is
-fully on-policy), gradient-norm clip 1.0 and ONE Adam step (1 epoch, 1 minibatch = the whole batch;
-TRL: ``per_device_train_batch_size = P * G``, ``steps_per_generation = 1``, ``num_iterations = 1``,
-``gradient_accumulation_steps = 1``). No KL / reference model (mmrl ``kl_coef = 0``, TRL
-``beta = 0.0``), same learning rate (constant schedule on TRL), same Adam epsilon, no evaluation,
-no checkpoint inside the timed loop.
+- records: the same ``shapes_vqa`` train questions (``count`` and ``color``, one 32 px image each)
+  in the same order: step t of both sides answers the questions mmrl's `QASim` deals at iteration t
+  (TRL gets them as an ordered dataset, ``shuffle_dataset=False``); each side notes the dataset
+  indices its reward scores at every step and ``identical_records`` compares them;
+- reward: the same ``short_answer`` `Reward` (built by mmrl's registry with the same arguments, in
+  each side's process); mmrl's `QASim` calls it, TRL calls it through a reward function;
+- completion length: forced, ``min_new_tokens = max_new_tokens`` on both sides (mmrl: the model's
+  ``generation_config``; TRL: ``generation_kwargs``), and the generated tokens are counted on both
+  sides by the same wrapper around ``model.generate`` (completion tokens up to and including a stop
+  token): ``*_tokens_per_step`` must be equal, P * G * max_new_tokens;
+- optimizer steps: one Adam step per GRPO step (mmrl: 1 epoch, 1 minibatch = the whole batch; TRL:
+  ``per_device_train_batch_size = P * G``, ``steps_per_generation = num_iterations = 1``), counted
+  on both sides by a global torch optimizer-step hook;
+- the same sampling (temperature, top_p 1, top_k off, image tokens suppressed), PPO-clip 0.2
+  token-mean loss (TRL ``dapo``), no KL / reference model, gradient-norm clip 1.0, learning rate
+  (constant), Adam epsilon, torch threads (``torch.set_num_threads`` and OMP / MKL variables).
 
-Starting weights: a short SFT warm start (mmrl's own, ``--sft-steps``, outside the timing) made
-once and loaded by both sides. Not from random weights, because then mmrl crashes within a few
-steps: its HF engine does not suppress the ``<image>`` token while sampling (TRL passes
-``suppress_tokens=[image_token_id]``), so a sampled ``<image>`` in a completion makes the
-teacher-forced forward fail in Idefics3's ``inputs_merger`` ("Number of elements of source < number
-of ones in mask"). The SFT'd model answers in ~2 tokens (digit + end of turn) on both sides, which
-the table reports (``answer tok``) to show that the two sides did the same work.
+One step on each side: chat-template + process the prompts, sample P * G completions with Hugging
+Face ``generate``, decode + score, group-normalised advantages, one teacher-forced forward + backward
+over the batch, clip, one optimizer step. mmrl: ``Trainer.run()`` as shipped (``step_s`` = the
+``iter_s`` it logs); TRL: ``GRPOTrainer.train()`` (``step_s`` = ``on_step_begin`` to ``on_step_end``;
+its dataloader is outside it). ``loop_s`` (both): time between the ends of consecutive steps, so
+everything a loop does between steps counts: the like-for-like figure. The first ``--warmup``
+steps are dropped on both sides.
 
-Timing: each side runs in its own fresh subprocess (so imports, RNG and thread settings do not leak
-between them) with the same ``torch.set_num_threads``; ``--warmup`` steps are dropped, the next
-``--steps`` are averaged; ``--rounds`` repeats the pair, alternating which side goes first.
-- mmrl: ``Trainer.run()`` as shipped (warm start off, tiny evaluations before / after the loop);
-  ``step_s`` is the ``iter_s`` it logs (collect -> reward -> advantages -> update -> sync).
-- TRL: ``GRPOTrainer.train()``; ``step_s`` is the wall time from the ``on_step_begin`` to the
-  ``on_step_end`` callback (``_prepare_inputs``: generation + reward + advantages, then
-  ``compute_loss`` + backward + clip + optimizer step).
-- ``loop_s`` (both sides): wall time between the ends of consecutive steps, so everything a training
-  loop does between steps (data loading, logging, callbacks) is counted too. mmrl's ``step_s``
-  already includes its data fetch (simulator reset); TRL's excludes its dataloader, which only
-  ``loop_s`` counts, so ``loop_s`` is the stricter like-for-like figure. Progress bars are off on
-  both sides (``TQDM_DISABLE=1``, ``disable_tqdm=True``).
-
-The last line is one JSON object ``{"mmrl_step_s", "trl_step_s", "ratio", ...}`` with ``ratio =
-trl_step_s / mmrl_step_s`` (> 1: mmrl is faster; means over all timed steps of all rounds), the same
-ratio of medians and of the fastest steps (``ratio_median``, ``ratio_min``: on a machine shared
-with other work a slowed step inflates the mean, the fastest step is the least disturbed one), the
-loop times and the settings.
+Repeats: ``--repeats`` (>= 5 for a figure) pairs of fresh subprocesses, alternating which side
+goes first. Per repeat and side the mean over the timed steps; the figures are the medians over the
+repeats and ``ratio_* = trl / mmrl`` of them (> 1: mmrl is faster). The last line is one JSON
+object with those, the per-repeat values, the counted tokens and optimizer steps, the load average
+before and after, the settings and the versions. Timings need a quiet machine; the load average is
+printed so a busy one shows.
 """
 
 from __future__ import annotations
@@ -67,9 +58,83 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "VS_TRL_RESULT "
+TASKS = ["count", "color"]
+
+
+def data_kwargs(a: argparse.Namespace) -> dict:
+    """The `QASim` arguments both sides take their questions and reward from."""
+    return {"dataset": "shapes_vqa", "dataset_kwargs": {"num_samples": a.num_samples, "tasks": TASKS},
+            "reward": "short_answer"}
+
+
+# ---------------------------------------------------------------------------------- counting
+class Counters:
+    """Generated tokens and optimizer steps so far, snapshotted at the end of every step."""
+
+    def __init__(self):
+        self.tokens = self.steps = 0
+        self.ends: list[tuple[float, int, int]] = []  # (time, tokens, optimizer steps) at each step end
+
+    def count_generate(self, model, stop_ids: list[int]) -> None:
+        """Wrap ``model.generate``: add each row's completion length (up to and including the first
+        stop token; the whole width when there is none) to ``self.tokens``."""
+        import torch
+
+        generate, stops = model.generate, torch.tensor(stop_ids)
+
+        def counted(*args, **kw):
+            out = generate(*args, **kw)
+            seqs = out.sequences if hasattr(out, "sequences") else out
+            new = seqs[:, kw["input_ids"].shape[1]:].cpu()
+            is_stop = torch.isin(new, stops)
+            first = torch.where(is_stop.any(1), is_stop.float().argmax(1) + 1, torch.full_like(new[:, 0], new.shape[1]))
+            self.tokens += int(first.sum())
+            return out
+
+        model.generate = counted
+
+    def count_optimizer_steps(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(lambda *_: setattr(self, "steps", self.steps + 1))
+
+    def step_end(self) -> None:
+        self.ends.append((time.perf_counter(), self.tokens, self.steps))
+
+    def recording(self, reward):
+        """``reward`` as a function that also notes the dataset index of every question it scores, one
+        sorted list per call (per step): which records each step trained on."""
+        self.questions: list[list[int]] = []
+
+        def scored(completions, prompts, meta):
+            self.questions.append(sorted(int(m["index"]) for m in meta))
+            return reward(completions, prompts, meta)
+
+        return scored
+
+    def per_step(self, warmup: int) -> dict:
+        """Timed steps (after ``warmup``): loop_s, generated tokens and optimizer steps of each, from the
+        differences between consecutive step ends."""
+        pairs = list(zip(self.ends, self.ends[1:]))[max(warmup - 1, 0):]
+        return {"loop_s": [b[0] - a[0] for a, b in pairs], "tokens": [b[1] - a[1] for a, b in pairs],
+                "optimizer_steps": [b[2] - a[2] for a, b in pairs], "questions": self.questions}
+
+
+def stop_ids(model, processor) -> list[int]:
+    from mmrl.engines.hf_engine import stop_token_ids
+
+    return stop_token_ids(model, getattr(processor, "tokenizer", processor))
 
 
 # ------------------------------------------------------------------------------------------ mmrl
+def mmrl_overrides(a: argparse.Namespace, out: str, name: str) -> list[str]:
+    return [f"run.output_dir={out}", f"run.name={name}", f"run.threads={a.threads}", "run.seed=0", "run.device=cpu",
+            "trainer.resume=false", f"sim.num_envs={a.prompts * a.group}", f"sim.eval_num_envs={a.group}",
+            f"sim.kwargs.dataset_kwargs={{num_samples: {a.num_samples}, tasks: [{', '.join(TASKS)}]}}",
+            "sim.kwargs.reward=short_answer", f"algorithm.group_size={a.group}", "policy.model=tiny",
+            "policy.tiny_seed=0", "policy.dtype=float32", "policy.engine=hf"]
+
+
 def run_mmrl(a: argparse.Namespace) -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
@@ -77,58 +142,40 @@ def run_mmrl(a: argparse.Namespace) -> dict:
     torch.set_num_threads(a.threads)
     from mmrl.experiment import build_trainer, load_experiment
 
-    n = a.warmup + a.steps
     out = tempfile.mkdtemp(prefix="vs_trl_mmrl_")
-    overrides = [
-        f"run.output_dir={out}", "run.name=mmrl", f"run.threads={a.threads}", "run.seed=0", "run.device=cpu",
-        "trainer.resume=false", "warm_start.dataset=null",  # no SFT here: the shared SFT weights load below
-        f"sim.num_envs={a.prompts * a.group}", f"sim.eval_num_envs={a.group}",
-        f"sim.kwargs.dataset_kwargs.num_samples={a.num_samples}",
-        f"algorithm.group_size={a.group}", f"algorithm.minibatch_size={a.prompts * a.group}", "algorithm.epochs=1",
+    cfg = load_experiment(ROOT / "configs/vlm_quickstart.yaml", mmrl_overrides(a, out, "mmrl") + [
+        "warm_start.dataset=null",  # no SFT here: the shared SFT weights load below
+        f"algorithm.minibatch_size={a.prompts * a.group}", "algorithm.epochs=1",
         "algorithm.kl_coef=0.0", "algorithm.objective=ppo", "algorithm.advantage=grpo",
         "algorithm.loss_agg=token-mean", "algorithm.clip_low=0.2", "algorithm.max_grad_norm=1.0",
-        "algorithm.dynamic_sampling=false",
-        "policy.model=tiny", "policy.tiny_seed=0", "policy.dtype=float32", "policy.engine=hf",
-        f"policy.max_new_tokens={a.max_new_tokens}", f"policy.temperature={a.temperature}",
-        "policy.top_p=1.0", "policy.top_k=0", "policy.finetune=full", "policy.gradient_checkpointing=false",
-        f"trainer.lr={a.lr}", f"trainer.iterations={n}", "trainer.eval_every=0",
-        f"trainer.eval_episodes={a.group}", "trainer.video_episodes=0", f"trainer.checkpoint_every={10**9}",
-    ]
-    cfg = load_experiment(ROOT / "configs/vlm_quickstart.yaml", overrides)
+        "algorithm.dynamic_sampling=false", f"policy.max_new_tokens={a.max_new_tokens}",
+        f"policy.temperature={a.temperature}", "policy.top_p=1.0", "policy.top_k=0", "policy.finetune=full",
+        "policy.gradient_checkpointing=false", f"trainer.lr={a.lr}", "trainer.lr_schedule=constant",
+        f"trainer.iterations={a.warmup + a.steps}", "trainer.eval_every=0", f"trainer.eval_episodes={a.group}",
+        "trainer.video_episodes=0", f"trainer.checkpoint_every={10**9}"])
     trainer = build_trainer(cfg)
-    if a.init:  # the shared starting weights (the SFT warm start made once by `run_sft`)
-        trainer.policy.model.load_state_dict(torch.load(a.init, weights_only=True))
-
-    tokens: list[float] = []  # mean completion length of each training rollout (same work check)
-    prompt_len: list[int] = []
-    rollout = trainer.policy.rollout
-
-    def counted_rollout(obs, generator=None, mode="train"):
-        batch = rollout(obs, generator=generator, mode=mode)
-        if mode == "train":
-            tokens.append(batch["completion_mask"].sum(1).float().mean().item())
-            if not prompt_len:
-                prompt_len.append(int(trainer.policy._cache[int(batch["uid"][0])]["prompt_ids"].shape[0]))
-        return batch
-
-    trainer.policy.rollout = counted_rollout
-    ends: list[float] = []
+    model = trainer.policy.model
+    model.load_state_dict(torch.load(a.init, weights_only=True))
+    model.generation_config.min_new_tokens = a.max_new_tokens  # forced completion length
+    counters = Counters()
+    counters.count_generate(model, stop_ids(model, trainer.policy.processor))
+    counters.count_optimizer_steps()
+    trainer.sim.reward_model = counters.recording(trainer.sim.reward_model)  # QASim calls it with meta
     log = trainer.logger.log
 
     def timed_log(step, metrics):
         if "iter_s" in metrics:
-            ends.append(time.perf_counter())
+            counters.step_end()
         return log(step, metrics)
 
     trainer.logger.log = timed_log
     trainer.run()
     rows = [json.loads(x) for x in (Path(out) / "mmrl" / "metrics.jsonl").read_text().splitlines()]
-    step_s = [r["iter_s"] for r in rows if "iter_s" in r]
     shutil.rmtree(out, ignore_errors=True)
-    return {"step_s": step_s[a.warmup:], "loop_s": [t1 - t0 for t0, t1 in zip(ends, ends[1:])][a.warmup - 1:]
-            if a.warmup else [t1 - t0 for t0, t1 in zip(ends, ends[1:])],
-            "completion_tokens": tokens[a.warmup:], "prompt_tokens": prompt_len[0] if prompt_len else None,
-            "torch_threads": torch.get_num_threads()}
+    sample = trainer.policy.encode_one(trainer.policy.requests([trainer.sim.prompts[0]], [trainer.sim.images[0]])[0])
+    return {"step_s": [r["iter_s"] for r in rows if "iter_s" in r][a.warmup:], **counters.per_step(a.warmup),
+            "prompt_tokens": int(sample["prompt_ids"].shape[0]), "torch_threads": torch.get_num_threads(),
+            "dtype": str(next(model.parameters()).dtype)}
 
 
 def run_sft(a: argparse.Namespace) -> dict:
@@ -140,11 +187,8 @@ def run_sft(a: argparse.Namespace) -> dict:
     from mmrl.experiment import build_trainer, load_experiment
 
     out = tempfile.mkdtemp(prefix="vs_trl_sft_")
-    cfg = load_experiment(ROOT / "configs/vlm_quickstart.yaml", [
-        f"run.output_dir={out}", "run.name=sft", f"run.threads={a.threads}", "trainer.resume=false",
-        f"warm_start.steps={a.sft_steps}", f"warm_start.num_episodes={max(a.num_samples, 512)}",
-        f"sim.num_envs={a.prompts * a.group}", f"sim.eval_num_envs={a.group}", f"algorithm.group_size={a.group}",
-        f"sim.kwargs.dataset_kwargs.num_samples={a.num_samples}", "policy.model=tiny", "policy.tiny_seed=0"])
+    cfg = load_experiment(ROOT / "configs/vlm_quickstart.yaml", mmrl_overrides(a, out, "sft") + [
+        f"warm_start.steps={a.sft_steps}", f"warm_start.num_episodes={max(a.num_samples, 512)}"])
     trainer = build_trainer(cfg)
     t0 = time.time()
     trainer.warm_start()
@@ -154,6 +198,18 @@ def run_sft(a: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------------------------------------- TRL
+def completion_texts(completions: list) -> list[str]:
+    """TRL completions (strings, or conversational ``[{"role": "assistant", "content": ...}]``) -> text."""
+    texts = []
+    for c in completions:
+        if isinstance(c, list):
+            content = c[-1]["content"]
+            c = content if isinstance(content, str) else "".join(
+                p.get("text", "") for p in content if isinstance(p, dict))
+        texts.append(c)
+    return texts
+
+
 def run_trl(a: argparse.Namespace) -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
@@ -167,60 +223,47 @@ def run_trl(a: argparse.Namespace) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from mmrl.data import load_dataset
-    from mmrl.registry import REWARDS
     from mmrl.testing.tiny_models import tiny_image_text_model
+    from simulators.qa import QASim
 
     if not hasattr(datasets, "Dataset"):
-        raise RuntimeError(f"`import datasets` found {datasets!r}, not Hugging Face datasets: "
-                           "pip install datasets")
+        raise RuntimeError(f"`import datasets` found {datasets!r}, not Hugging Face datasets: pip install datasets")
     model, processor = tiny_image_text_model(seed=0)  # the weights of mmrl's `policy.model: tiny`
-    if a.init:  # the shared starting weights (the SFT warm start made once by `run_sft`)
-        model.load_state_dict(torch.load(a.init, weights_only=True))
+    model.load_state_dict(torch.load(a.init, weights_only=True))
     model.train()
-    data = load_dataset("shapes_vqa", num_samples=a.num_samples, split="train", tasks=["count"])
-    rows = [{"prompt": [{"role": "user", "content": q}],
-             "image": Image.fromarray(imgs[0].numpy()), "answer": str(m["answer"])}
-            for q, imgs, m in zip(data["prompt"], data["images"], data["meta"])]
-    train = datasets.Dataset.from_list(rows)
+    # the questions mmrl's QASim deals, in its order: iteration t, group j -> reset seed t * P + j
+    sim = QASim(num_envs=1, **data_kwargs(a))
+    order = sim.question_index(list(range((a.warmup + a.steps) * a.prompts))).tolist()
+    rows = [{"prompt": [{"role": "user", "content": sim.prompts[q]}],
+             "image": Image.fromarray(sim.images[q][0].numpy()), "answer": sim.meta[q]["answer"],
+             "index": sim.meta[q]["index"]} for q in order]
+    counters = Counters()
+    counters.count_generate(model, stop_ids(model, processor))
+    counters.count_optimizer_steps()
+    reward = counters.recording(sim.reward_model)  # the Reward mmrl's QASim calls (it reads meta["answer"])
 
-    counting = REWARDS.build("counting")
-
-    def counting_reward(prompts, completions, answer, **kwargs):
-        texts = []
-        for c in completions:
-            if isinstance(c, list):  # conversational: [{"role": "assistant", "content": ...}]
-                content = c[-1]["content"]
-                content = content if isinstance(content, str) else "".join(
-                    p.get("text", "") for p in content if isinstance(p, dict))
-                texts.append(content)
-            else:
-                texts.append(c)
-        return counting(texts, [""] * len(texts), [{"answer": x} for x in answer]).tolist()
-
-    counting_reward.__name__ = "counting"
+    def short_answer(prompts, completions, answer, index, **kwargs):
+        meta = [{"answer": x, "index": i} for x, i in zip(answer, index)]
+        return reward(completion_texts(completions), [""] * len(completions), meta).tolist()
 
     class Timer(TrainerCallback):
         def __init__(self):
-            self.t0, self.step_s, self.ends, self.logs = 0.0, [], [], []
+            self.t0, self.step_s = 0.0, []
 
         def on_step_begin(self, args, state, control, **kw):
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            now = time.perf_counter()
-            self.step_s.append(now - self.t0)
-            self.ends.append(now)
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            self.logs.append(dict(logs or {}))
+            counters.step_end()
+            self.step_s.append(counters.ends[-1][0] - self.t0)
 
     out = tempfile.mkdtemp(prefix="vs_trl_trl_")
     args = GRPOConfig(
         output_dir=out, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=0,
         per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1, steps_per_generation=1,
-        num_generations=a.group, num_iterations=1, max_steps=a.warmup + a.steps,
-        max_completion_length=a.max_new_tokens, temperature=a.temperature, top_p=1.0, top_k=0,
+        num_generations=a.group, num_iterations=1, max_steps=a.warmup + a.steps, shuffle_dataset=False,
+        max_completion_length=a.max_new_tokens, generation_kwargs={"min_new_tokens": a.max_new_tokens},
+        temperature=a.temperature, top_p=1.0, top_k=0,
         beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", mask_truncated_completions=False,
         learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
         adam_epsilon=1e-6, max_grad_norm=1.0, optim="adamw_torch",
@@ -228,25 +271,22 @@ def run_trl(a: argparse.Namespace) -> dict:
         dataloader_num_workers=0,
     )
     timer = Timer()
-    trainer = GRPOTrainer(model=model, reward_funcs=counting_reward, args=args, train_dataset=train,
-                          processing_class=processor, callbacks=[timer])
+    trainer = GRPOTrainer(model=model, reward_funcs=short_answer, args=args,
+                          train_dataset=datasets.Dataset.from_list(rows), processing_class=processor, callbacks=[timer])
     trainer.train()
     shutil.rmtree(out, ignore_errors=True)
-    lens = [x["completions/mean_length"] for x in timer.logs if "completions/mean_length" in x]
-    loop = [t1 - t0 for t0, t1 in zip(timer.ends, timer.ends[1:])]
     from trl.data_utils import prepare_multimodal_messages
 
-    msgs = prepare_multimodal_messages(rows[0]["prompt"], images=[train[0]["image"]])
+    msgs = prepare_multimodal_messages(rows[0]["prompt"], images=[rows[0]["image"]])
     sample = trainer._tokenize_prompts([msgs])  # (prompt_ids, images, multimodal fields)
-    return {"step_s": timer.step_s[a.warmup:], "loop_s": loop[a.warmup - 1:] if a.warmup else loop,
-            "completion_tokens": lens[a.warmup:], "prompt_tokens": len(sample[0][0]),
-            "torch_threads": torch.get_num_threads()}
+    return {"step_s": timer.step_s[a.warmup:], **counters.per_step(a.warmup), "prompt_tokens": len(sample[0][0]),
+            "torch_threads": torch.get_num_threads(), "dtype": str(next(model.parameters()).dtype)}
 
 
 # ------------------------------------------------------------------------------------------ main
 def child(side: str, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--side", side,
-           *[f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("side", "rounds")]]
+           *[f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("side", "repeats")]]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
            "TOKENIZERS_PARALLELISM": "false", "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_VERBOSITY": "error"}
@@ -259,78 +299,94 @@ def child(side: str, a: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--side", choices=["mmrl", "trl", "sft"], help=argparse.SUPPRESS)
     p.add_argument("--init", default="", help=argparse.SUPPRESS)
     p.add_argument("--prompts", type=int, default=8, help="P questions per step")
     p.add_argument("--group", type=int, default=8, help="G sampled answers per question")
-    p.add_argument("--max-new-tokens", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=4, help="completion length (forced on both sides)")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--num-samples", type=int, default=256, help="shapes_vqa train questions")
-    p.add_argument("--warmup", type=int, default=1, help="steps dropped before timing")
+    p.add_argument("--warmup", type=int, default=1, help="steps dropped before timing (both sides)")
     p.add_argument("--steps", type=int, default=8, help="timed steps per run")
-    p.add_argument("--rounds", type=int, default=2, help="runs per side (alternating which goes first)")
+    p.add_argument("--repeats", type=int, default=5, help="runs per side, alternating which goes first (>= 5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on both sides")
-    p.add_argument("--sft-steps", type=int, default=100,
-                   help="mmrl SFT warm-start steps that make the shared starting weights (0: random weights)")
+    p.add_argument("--sft-steps", type=int, default=100, help="mmrl SFT steps that make the shared starting weights")
     a = p.parse_args()
     if a.side:
         res = {"mmrl": run_mmrl, "trl": run_trl, "sft": run_sft}[a.side](a)
         print(TAG + json.dumps(res), flush=True)
         return
+    if a.warmup < 1 or a.steps < 1 or a.repeats < 1 or a.sft_steps < 1:
+        p.error("--warmup, --steps, --repeats and --sft-steps must be >= 1")
+    if a.repeats < 5:
+        print(f"note: {a.repeats} repeats: a check of the plumbing, not a figure (use >= 5)", flush=True)
 
     import importlib.metadata as md
 
     versions = {k: md.version(k) for k in ("torch", "transformers", "trl", "accelerate", "datasets")}
-    if a.sft_steps:
-        a.init = str(Path(tempfile.mkdtemp(prefix="vs_trl_init_")) / "init.pt")
-        print(f"SFT warm start ({a.sft_steps} steps, mmrl) -> shared starting weights: "
-              f"{child('sft', a)['sft_s']:.0f} s", flush=True)
+    load_before = os.getloadavg()
+    a.init = str(Path(tempfile.mkdtemp(prefix="vs_trl_init_")) / "init.pt")
+    print(f"SFT warm start ({a.sft_steps} steps, mmrl) -> shared starting weights: "
+          f"{child('sft', a)['sft_s']:.0f} s", flush=True)
     runs: dict[str, list[dict]] = {"mmrl": [], "trl": []}
-    for r in range(a.rounds):
+    for r in range(a.repeats):
         for side in (("mmrl", "trl") if r % 2 == 0 else ("trl", "mmrl")):
-            t0 = time.time()
             res = child(side, a)
             runs[side].append(res)
-            print(f"round {r + 1} {side:4s}: step {statistics.mean(res['step_s']):.3f} s "
-                  f"(steps {', '.join(f'{x:.3f}' for x in res['step_s'])}), run {time.time() - t0:.0f} s",
-                  flush=True)
+            print(f"repeat {r + 1} {side:4s}: step {statistics.fmean(res['step_s']):.3f} s, loop "
+                  f"{statistics.fmean(res['loop_s']):.3f} s, tokens/step {res['tokens']}, optimizer steps/step "
+                  f"{res['optimizer_steps']}, load {os.getloadavg()[0]:.2f}", flush=True)
+    shutil.rmtree(Path(a.init).parent, ignore_errors=True)
+    load_after = os.getloadavg()
 
-    if a.init:
-        shutil.rmtree(Path(a.init).parent, ignore_errors=True)
-
-    def agg(side: str, key: str) -> list[float]:
-        return [x for res in runs[side] for x in res[key]]
-
-    stats = {}
-    for side in ("mmrl", "trl"):
-        st, lp, tok = agg(side, "step_s"), agg(side, "loop_s"), agg(side, "completion_tokens")
-        stats[side] = {"step": statistics.mean(st), "step_med": statistics.median(st), "step_min": min(st),
-                       "step_sd": statistics.stdev(st) if len(st) > 1 else 0.0,
-                       "loop": statistics.mean(lp) if lp else float("nan"), "n": len(st),
-                       "tokens": statistics.mean(tok) if tok else float("nan"),
-                       "prompt_tokens": runs[side][0]["prompt_tokens"]}
-    m, t = stats["mmrl"], stats["trl"]
-    print(f"\nGRPO step on CPU, tiny SmolVLM (Idefics3), {a.prompts} prompts x {a.group} answers, "
-          f"max_new_tokens {a.max_new_tokens}, {a.threads} torch thread(s), {versions}")
-    print(f"{'':6s} {'step s (mean)':>14s} {'median':>8s} {'min':>7s} {'sd':>7s} {'loop s':>8s} {'steps':>6s} "
-          f"{'answer tok':>11s} {'prompt tok':>11s}")
+    fig: dict = {}
+    for side, res in runs.items():
+        step = [statistics.fmean(x["step_s"]) for x in res]  # per repeat: mean over its timed steps
+        loop = [statistics.fmean(x["loop_s"]) for x in res]
+        tokens = [t for x in res for t in x["tokens"]]
+        opt = [s for x in res for s in x["optimizer_steps"]]
+        fig[side] = {"step_s": statistics.median(step), "loop_s": statistics.median(loop), "step_repeats": step,
+                     "loop_repeats": loop, "tokens_per_step": statistics.fmean(tokens),
+                     "tokens_min_max": [min(tokens), max(tokens)], "optimizer_steps_per_step": statistics.fmean(opt),
+                     "prompt_tokens": res[0]["prompt_tokens"], "dtype": res[0]["dtype"],
+                     "torch_threads": res[0]["torch_threads"]}
+    m, t = fig["mmrl"], fig["trl"]
+    print(f"\nGRPO step on CPU, tiny SmolVLM (Idefics3), {a.prompts} prompts x {a.group} answers of exactly "
+          f"{a.max_new_tokens} tokens, {a.threads} torch thread(s), {a.repeats} repeats x {a.steps} timed steps, "
+          f"{versions}")
+    print(f"{'':6s} {'step s':>8s} {'loop s':>8s} {'tokens/step':>12s} {'opt steps/step':>15s} {'prompt tok':>11s}"
+          f"  (medians over repeats of the per-repeat means)")
     for side, s in (("mmrl", m), ("trl", t)):
-        print(f"{side:6s} {s['step']:14.3f} {s['step_med']:8.3f} {s['step_min']:7.3f} {s['step_sd']:7.3f} {s['loop']:8.3f} "
-              f"{s['n']:6d} {s['tokens']:11.2f} {str(s['prompt_tokens']):>11s}")
-    print(f"ratio trl/mmrl: step {t['step'] / m['step']:.2f}x, loop {t['loop'] / m['loop']:.2f}x")
+        print(f"{side:6s} {s['step_s']:8.3f} {s['loop_s']:8.3f} {s['tokens_per_step']:12.1f} "
+              f"{s['optimizer_steps_per_step']:15.2f} {s['prompt_tokens']:11d}")
+    same_records = all(x["questions"] == y["questions"] for x, y in zip(runs["mmrl"], runs["trl"]))
+    same = (m["tokens_min_max"] == t["tokens_min_max"] and same_records
+            and m["optimizer_steps_per_step"] == t["optimizer_steps_per_step"])
+    print(f"ratio trl/mmrl: step {t['step_s'] / m['step_s']:.2f}x, loop {t['loop_s'] / m['loop_s']:.2f}x; "
+          f"identical work (records, tokens and optimizer steps of every step): {same}; load average {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after")
+    r4 = lambda xs: [round(x, 4) for x in xs]  # noqa: E731
     print(json.dumps({
-        "mmrl_step_s": round(m["step"], 4), "trl_step_s": round(t["step"], 4),
-        "ratio": round(t["step"] / m["step"], 3), "ratio_median": round(t["step_med"] / m["step_med"], 3),
-        "mmrl_step_min_s": round(m["step_min"], 4), "trl_step_min_s": round(t["step_min"], 4),
-        "ratio_min": round(t["step_min"] / m["step_min"], 3),
-        "mmrl_loop_s": round(m["loop"], 4), "trl_loop_s": round(t["loop"], 4),
-        "loop_ratio": round(t["loop"] / m["loop"], 3),
-        "mmrl_completion_tokens": round(m["tokens"], 3), "trl_completion_tokens": round(t["tokens"], 3),
+        "mmrl_tokens_per_step": m["tokens_per_step"], "trl_tokens_per_step": t["tokens_per_step"],
+        "mmrl_optimizer_steps_per_step": m["optimizer_steps_per_step"],
+        "trl_optimizer_steps_per_step": t["optimizer_steps_per_step"], "identical_records": same_records,
+        "identical_work": same,
+        "mmrl_step_s": round(m["step_s"], 4), "trl_step_s": round(t["step_s"], 4),
+        "ratio_step": round(t["step_s"] / m["step_s"], 3),
+        "mmrl_loop_s": round(m["loop_s"], 4), "trl_loop_s": round(t["loop_s"], 4),
+        "ratio_loop": round(t["loop_s"] / m["loop_s"], 3),
+        "mmrl_step_s_repeats": r4(m["step_repeats"]), "trl_step_s_repeats": r4(t["step_repeats"]),
+        "mmrl_loop_s_repeats": r4(m["loop_repeats"]), "trl_loop_s_repeats": r4(t["loop_repeats"]),
+        "prompt_tokens": {"mmrl": m["prompt_tokens"], "trl": t["prompt_tokens"]},
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
         "settings": {"prompts": a.prompts, "group": a.group, "max_new_tokens": a.max_new_tokens,
+                     "min_new_tokens": a.max_new_tokens, "tasks": TASKS, "reward": "short_answer",
                      "temperature": a.temperature, "lr": a.lr, "warmup": a.warmup, "steps": a.steps,
-                     "rounds": a.rounds, "threads": a.threads, "sft_steps": a.sft_steps, "dtype": "float32", "device": "cpu",
+                     "repeats": a.repeats, "threads": a.threads, "sft_steps": a.sft_steps,
+                     "dtype": {"mmrl": m["dtype"], "trl": t["dtype"]}, "device": "cpu",
                      "model": "tiny Idefics3 (mmrl.testing.tiny_models, seed 0)", **versions},
     }))
 

@@ -19,6 +19,7 @@ keyword arguments only, default to the real checkpoints, and accept a built mode
 - ``math_answer``: 1/0 final answer (last ``\\boxed{}`` / ``<answer>`` / number) matches meta["answer"]
 - ``multiple_choice``: 1/0 chosen letter (or option text) matches meta["answer"]
 - ``counting``: 1/0 integer answer (digits or zero..twenty) matches meta["answer"]
+- ``short_answer``: 1/0 normalised exact match of a short word or number answer with meta["answer"]
 - ``grounding_iou``: IoU in [0, 1] of the predicted box with meta["box"] (or 1/0 at a threshold)
 - ``format``: 1/0 completion is ``<think>...</think><answer>...</answer>``
 - ``overlong_penalty``: DAPO soft overlong punishment in [-1, 0]
@@ -83,6 +84,11 @@ REWARDS.register(
 REWARDS.register(
     "counting", "rewards.verifiable:Counting",
     description="1/0: the integer answer (digits or zero..twenty in words) matches meta['answer']",
+)
+REWARDS.register(
+    "short_answer", "rewards.verifiable:ShortAnswer",
+    description="1/0: normalised exact match of a short word / number answer (case, punctuation, articles, "
+                "<answer>/\\boxed{}, number words) with meta['answer']",
 )
 REWARDS.register(
     "grounding_iou", "rewards.verifiable:GroundingIoU",

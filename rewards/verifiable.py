@@ -10,6 +10,8 @@ naming it). The parsing and normalising steps are pure module-level functions:
   ``meta["answer"]`` (a letter, or an option text when ``meta["options"]`` lists them).
 - ``counting`` (`Counting`), range {0, 1}: the integer answer (`extract_count`: digits or the words
   zero..twenty) equals ``meta["answer"]``.
+- ``short_answer`` (`ShortAnswer`), range {0, 1}: normalised exact match of a short word or number
+  answer (`normalize_short_answer`) with ``meta["answer"]`` ("Red." = "red", "three" = "3").
 - ``grounding_iou`` (`GroundingIoU`), range [0, 1]: IoU of the predicted box (`parse_box`) with
   ``meta["box"]``; {0, 1} with ``threshold``.
 - ``format`` (`FormatReward`), range {0, 1}: the completion is ``<think>...</think> <answer>...</answer>``.
@@ -203,6 +205,47 @@ def extract_count(text: str) -> int | None:
     return parse_count(text)
 
 
+# short answers (VQA-style exact match)
+
+_EDGE_PUNCT = " \t\n.,;:!?'\"`*()[]{}<>"
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+ARTICLES = ("a", "an", "the")
+
+
+def canonical_number(word: str) -> str:
+    """A number written as digits in one canonical form ("3.0" -> "3", "+3" -> "3", "1,000" -> "1000",
+    "2.50" -> "5/2", "0.5" -> "1/2"); any other word unchanged."""
+    if _THOUSANDS.fullmatch(word):
+        word = word.replace(",", "")
+    value = _dec(word)
+    if value is None:
+        return word
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def normalize_short_answer(text: Any) -> str:
+    r"""Canonical form of a short word or number answer, for exact match (the VQA / SQuAD habit).
+
+    The content of the last ``\boxed{}`` (else of the last ``<answer>...</answer>``) when there is
+    one, else the whole text; ``\text{..}`` unwrapped; lower case; split on whitespace; each word
+    stripped of surrounding punctuation (``.,;:!?'"`*()[]{}<>``; inner hyphens and decimal points
+    stay); the articles a / an / the dropped; number words zero..twenty -> digits; numbers in one
+    form (`canonical_number`); words joined by one space. ``"The Red."`` -> ``"red"``,
+    ``"<answer> Three </answer>"`` -> ``"3"``, ``"3 shapes"`` -> ``"3 shapes"``.
+    """
+    s = str(text)
+    inner = last_boxed(s)
+    inner = last_tag(s) if inner is None else inner
+    s = _TEXT_CMD.sub(r"\1", s if inner is None else inner).lower()
+    words = []
+    for w in s.split():
+        w = w.strip(_EDGE_PUNCT)
+        if not w or w in ARTICLES:
+            continue
+        words.append(str(NUMBER_WORDS.index(w)) if w in NUMBER_WORDS else canonical_number(w))
+    return " ".join(words)
+
+
 # boxes
 
 _BOX_NUM = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
@@ -349,6 +392,23 @@ class Counting(_TextReward):
         return extract_count(completion) == gold
 
 
+class ShortAnswer(_TextReward):
+    """1.0 when the normalised answer equals a normalised meta["answer"] (a string, a number or a list
+    of accepted ones), see `normalize_short_answer`: an exact match on short word or number answers
+    ("What color is the square?" -> "red"), where `math_answer` needs a number, box or tag."""
+
+    name = "short_answer"
+    example_meta = [{"answer": "42"}, {"answer": 7}, {"answer": ["red", "crimson"]}]
+
+    def score_one(self, completion, meta, i):
+        gold = self.need(meta, "answer", i)
+        golds = [normalize_short_answer(g) for g in (gold if isinstance(gold, (list, tuple)) else [gold])]
+        if not all(golds):
+            raise ValueError(f"reward '{self.name}': meta[{i}]['answer'] = {gold!r} is empty once normalised "
+                             "(an answer must keep a word or number after dropping articles and punctuation)")
+        return normalize_short_answer(completion) in golds
+
+
 class GroundingIoU(_TextReward):
     """IoU of the predicted box with meta["box"] (pixels; rescaled with meta["image_size"], see `rescale_box`)."""
 
@@ -439,7 +499,8 @@ class MathWithFormat(WeightedSum):
 
 
 __all__ = [
-    "MathAnswer", "MultipleChoice", "Counting", "GroundingIoU", "FormatReward", "OverlongPenalty", "MathWithFormat",
-    "extract_final_answer", "normalize_answer", "to_fraction", "answers_match", "extract_choice", "choice_of",
-    "parse_count", "extract_count", "parse_box", "box_iou", "rescale_box", "format_ok", "soft_overlong_penalty",
+    "MathAnswer", "MultipleChoice", "Counting", "ShortAnswer", "GroundingIoU", "FormatReward", "OverlongPenalty",
+    "MathWithFormat", "extract_final_answer", "normalize_answer", "to_fraction", "answers_match", "extract_choice",
+    "choice_of", "parse_count", "extract_count", "normalize_short_answer", "canonical_number", "parse_box", "box_iou",
+    "rescale_box", "format_ok", "soft_overlong_penalty",
 ]

@@ -2,8 +2,8 @@
 
 This is how the one trainer drives VLMs: ``reset`` deals each environment a question (its images
 and text) from a VLM dataset (``datasets/``: ``shapes_vqa``, ``vlm_records``, ``geometry3k``, ...),
-the policy answers, and ``step`` scores the answer with a text reward (``rewards/``: ``counting``,
-``math_answer``, ``multiple_choice``, ``grounding_iou``, a ``weighted_sum``, ...). A GRPO group
+the policy answers, and ``step`` scores the answer with a text reward (``rewards/``: ``short_answer``,
+``counting``, ``math_answer``, ``multiple_choice``, ``grounding_iou``, a ``weighted_sum``, ...). A GRPO group
 (environments reset with the same seed) answers the same question.
 
 Observations: ``images`` holds each question's images at dataset resolution (uint8 ``[H, W, 3]``,
@@ -86,7 +86,7 @@ class QASim(Simulator):
         self.reward_model = REWARDS.build(reward, **(reward_kwargs or {}))
         if getattr(self.reward_model, "kind", "image") != "text":
             raise ValueError(f"reward '{reward}' scores {self.reward_model.kind}; QASim needs a text reward "
-                             "(e.g. counting, math_answer, multiple_choice, grounding_iou)")
+                             "(e.g. short_answer, counting, math_answer, multiple_choice, grounding_iou)")
         self.num_envs, self.threshold, self.shuffle_seed = int(num_envs), float(success_threshold), int(shuffle_seed)
         self.answer_bytes, self.thumb_size = int(answer_bytes), int(thumb_size)
         self.action_dim = 1 + self.answer_bytes

@@ -9,7 +9,8 @@ square -> "red"), ``compare`` ("Are there more red shapes than blue shapes?" -> 
 
 Images are drawn by the `shapes` dataset's renderer (``render``, ``object_sizes``); the vocabulary
 is `rewards.shapes` (COLORS, SHAPES). Sample i depends only on (seed, split, i) and the options.
-Train and eval never share an image: see `scene_split`. Run as a script for a preview::
+Splits: ``train``, ``val`` (for choosing settings) and ``eval`` (held out, for reporting); no two
+of them ever share an image: see `scene_split`. Run as a script for a preview::
 
     python datasets/shapes_vqa/builder.py --num 32 --preview runs/shapes_vqa.png
 """
@@ -31,7 +32,8 @@ except ImportError:  # run as a script from outside the repository root
     from rewards.shapes import COLORS, SHAPES
 
 TASKS = ("count", "count_color", "color", "compare")
-SPLITS = ("train", "eval")
+SPLITS = ("train", "val", "eval")
+EVAL_FRACTION, VAL_FRACTION = 0.2, 0.1  # shares of the scene-hash range held out for eval and val
 MAX_OBJECTS = 4  # one per image quadrant
 COLOR_NAMES = tuple(COLORS)
 RENDER_BATCH = 1024
@@ -104,14 +106,16 @@ def place(rng: random.Random, objects: list[tuple[str, str]], image_size: int, s
     return out
 
 
-def scene_split(objects: list[dict], image_size: int, eval_fraction: float = 0.2) -> str:
-    """"eval" or "train" for a scene, from the SHA-256 of its canonical description (image size and
-    the sorted (colour, shape, box) of its objects, which fix the pixels): the first 8 bytes as a
-    fraction below ``eval_fraction`` -> "eval". Fixed, seed-independent: an eval image never
-    appears in train, for any seeds."""
+def scene_split(objects: list[dict], image_size: int, eval_fraction: float = EVAL_FRACTION,
+                val_fraction: float = VAL_FRACTION) -> str:
+    """"eval", "val" or "train" for a scene, from the SHA-256 of its canonical description (image
+    size and the sorted (colour, shape, box) of its objects, which fix the pixels): the first 8
+    bytes as a fraction f; f < ``eval_fraction`` -> "eval", else f < ``eval_fraction +
+    val_fraction`` -> "val", else "train". Fixed, seed-independent: no image is on two sides, for
+    any seeds (with the same fractions on every split)."""
     key = repr((image_size, sorted((o["color"], o["shape"], tuple(o["box"])) for o in objects)))
     frac = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") / 2**64
-    return "eval" if frac < eval_fraction else "train"
+    return "eval" if frac < eval_fraction else "val" if frac < eval_fraction + val_fraction else "train"
 
 
 def _task_weights(tasks) -> tuple[list[str], list[float]]:
@@ -128,10 +132,10 @@ def _task_weights(tasks) -> tuple[list[str], list[float]]:
     return names, [weights[t] for t in names]
 
 
-def draw_sample(seed: int, split: str, i: int, image_size: int, tasks=None, eval_fraction: float = 0.2,
-                sizes: list[int] | None = None) -> dict:
-    """Sample i of (seed, split): its own ``random.Random("shapes_vqa|split|seed|i")`` (so train and
-    eval streams never share a generator) draws a task, a question with its answer and a scene,
+def draw_sample(seed: int, split: str, i: int, image_size: int, tasks=None, eval_fraction: float = EVAL_FRACTION,
+                sizes: list[int] | None = None, val_fraction: float = VAL_FRACTION) -> dict:
+    """Sample i of (seed, split): its own ``random.Random("shapes_vqa|split|seed|i")`` (so the
+    splits' streams never share a generator) draws a task, a question with its answer and a scene,
     again until `scene_split` puts the scene on ``split``'s side."""
     names, weights = _task_weights(tasks)
     sizes = sizes or _shapes().object_sizes(image_size)
@@ -140,9 +144,10 @@ def draw_sample(seed: int, split: str, i: int, image_size: int, tasks=None, eval
         task = rng.choices(names, weights)[0]
         question, answer, objs = draw_question(rng, task)
         scene = place(rng, objs, image_size, sizes)
-        if scene_split(scene, image_size, eval_fraction) == split:
+        if scene_split(scene, image_size, eval_fraction, val_fraction) == split:
             return {"question": question, "answer": answer, "task": task, "objects": scene}
-    raise RuntimeError(f"no {split} scene in {MAX_TRIES} draws (eval_fraction={eval_fraction})")
+    raise RuntimeError(f"no {split} scene in {MAX_TRIES} draws (eval_fraction={eval_fraction}, "
+                       f"val_fraction={val_fraction})")
 
 
 def render_scenes(scenes: list[list[dict]], image_size: int) -> torch.Tensor:
@@ -165,11 +170,14 @@ def render_scenes(scenes: list[list[dict]], image_size: int) -> torch.Tensor:
 
 
 def build(num_samples: int | None = 256, split: str = "train", seed: int = 0, image_size: int = 32, tasks=None,
-          eval_fraction: float = 0.2, suffix: str = "", min_pixels: int | None = None,
-          max_pixels: int | None = None, factor: int = 28, num_prompts: int | None = None, **_ignored) -> dict:
-    """``num_samples`` questions of ``split`` ("train" / "eval"), one ``image_size`` px image each
-    (even, 16-128). ``tasks``: a list of task names or a dict of sampling weights (default: the four
-    tasks equally). ``suffix`` is appended to every prompt (e.g. " Answer with one word.").
+          eval_fraction: float = EVAL_FRACTION, suffix: str = "", min_pixels: int | None = None,
+          max_pixels: int | None = None, factor: int = 28, num_prompts: int | None = None,
+          val_fraction: float = VAL_FRACTION, **_ignored) -> dict:
+    """``num_samples`` questions of ``split`` ("train" / "val" / "eval"), one ``image_size`` px image
+    each (even, 16-128). ``eval_fraction`` / ``val_fraction``: the shares of scenes held out for
+    eval and val (`scene_split`; keep them equal across the splits of one experiment). ``tasks``: a
+    list of task names or a dict of sampling weights (default: the four tasks equally). ``suffix``
+    is appended to every prompt (e.g. " Answer with one word.").
     ``min_pixels`` / ``max_pixels`` resize the images like `vlm_records` does. meta = ``{"answer",
     "task", "objects": [{"color", "shape", "box": [x0, y0, x1, y1]}], "split", "index"}``; solution
     = the answer. ``num_prompts`` is an alias of ``num_samples``."""
@@ -180,11 +188,15 @@ def build(num_samples: int | None = 256, split: str = "train", seed: int = 0, im
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if image_size % 2 or not 16 <= image_size <= 128:
         raise ValueError(f"image_size must be even and in [16, 128], got {image_size}")
-    if not 0.0 < eval_fraction < 1.0:
-        raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
+    if not 0.0 < eval_fraction < 1.0 or not 0.0 <= val_fraction or eval_fraction + val_fraction >= 1.0:
+        raise ValueError(f"need 0 < eval_fraction < 1, val_fraction >= 0 and eval_fraction + val_fraction < 1, "
+                         f"got {eval_fraction} and {val_fraction}")
+    if split == "val" and val_fraction == 0.0:
+        raise ValueError("split 'val' needs val_fraction > 0 (the share of scenes kept for validation, e.g. 0.1)")
     _task_weights(tasks)
     sizes = _shapes().object_sizes(image_size)
-    samples = [draw_sample(seed, split, i, image_size, tasks, eval_fraction, sizes) for i in range(num_samples)]
+    samples = [draw_sample(seed, split, i, image_size, tasks, eval_fraction, sizes, val_fraction)
+               for i in range(num_samples)]
     images = render_scenes([s["objects"] for s in samples], image_size)
     if min_pixels is not None or max_pixels is not None:
         from mmrl.data import builder_module

@@ -425,21 +425,31 @@ def test_shapes_vqa_format_and_determinism(svqa):
             svqa.build(**{"num_samples": 4, **bad})
 
 
-def test_shapes_vqa_train_eval_disjoint(svqa):
+def test_shapes_vqa_train_val_eval_disjoint(svqa):
     train = svqa.build(1500, split="train", seed=0)
+    val = svqa.build(500, split="val", seed=0)
     ev = svqa.build(500, split="eval", seed=0)
     ev2 = svqa.build(500, split="eval", seed=1)
 
     def keys(d):
         return {(p, x[0].numpy().tobytes()) for p, x in zip(d["prompt"], d["images"])}
 
+    def images(d):
+        return {x[0].numpy().tobytes() for x in d["images"]}
+
     tr = keys(train)
-    assert not tr & keys(ev) and not tr & keys(ev2)  # no identical (image, question)
-    # stronger: no eval image appears in train at all (the split is a hash of the scene)
-    tr_images = {x[0].numpy().tobytes() for x in train["images"]}
-    assert not tr_images & {x[0].numpy().tobytes() for x in ev["images"]}
-    assert all(svqa.scene_split(m["objects"], 32) == "eval" for m in ev["meta"])
-    assert all(svqa.scene_split(m["objects"], 32) == "train" for m in train["meta"])
+    assert not tr & keys(ev) and not tr & keys(ev2) and not tr & keys(val)  # no identical (image, question)
+    # stronger: no image of one split appears in another at all (the split is a hash of the scene)
+    assert not images(train) & images(ev) and not images(train) & images(val) and not images(val) & images(ev)
+    for d, split in ((train, "train"), (val, "val"), (ev, "eval")):
+        assert all(svqa.scene_split(m["objects"], 32) == split for m in d["meta"])
+    # the validation share is carved out of train: the eval questions do not depend on it
+    assert svqa.build(50, split="eval", val_fraction=0.0)["meta"] == ev["meta"][:50]
+    assert svqa.build(50, split="train", val_fraction=0.0)["meta"] != train["meta"][:50]
+    with pytest.raises(ValueError, match="split 'val' needs val_fraction > 0"):
+        svqa.build(4, split="val", val_fraction=0.0)
+    with pytest.raises(ValueError, match="eval_fraction \\+ val_fraction < 1"):
+        svqa.build(4, eval_fraction=0.5, val_fraction=0.5)
 
 
 def test_shapes_vqa_answers_match_pixels(svqa):

@@ -10,13 +10,13 @@ import torch
 from mmrl.registry import REWARDS
 from rewards import WeightedSum, check_reward
 from rewards.verifiable import (
-    Counting, FormatReward, GroundingIoU, MathAnswer, MathWithFormat, MultipleChoice, OverlongPenalty, answers_match,
-    box_iou, extract_choice, extract_count, extract_final_answer, format_ok, normalize_answer, parse_box, rescale_box,
-    soft_overlong_penalty, to_fraction,
+    Counting, FormatReward, GroundingIoU, MathAnswer, MathWithFormat, MultipleChoice, OverlongPenalty, ShortAnswer,
+    answers_match, box_iou, canonical_number, extract_choice, extract_count, extract_final_answer, format_ok,
+    normalize_answer, normalize_short_answer, parse_box, rescale_box, soft_overlong_penalty, to_fraction,
 )
 
-TEXT_REWARDS = ["math_answer", "multiple_choice", "counting", "grounding_iou", "format", "overlong_penalty",
-                "math_with_format"]
+TEXT_REWARDS = ["math_answer", "multiple_choice", "counting", "short_answer", "grounding_iou", "format",
+                "overlong_penalty", "math_with_format"]
 
 
 def one(reward, completion, meta=None):
@@ -161,6 +161,61 @@ def test_counting_reward():
 
 
 # ---------------------------------------------------------------------------------------------
+# short_answer
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("red", "red"), ("  Red.  ", "red"), ("RED!", "red"), ('"red"', "red"), ("**red**", "red"),
+    ("The red", "red"), ("a square", "square"), ("an apple", "apple"), ("theory", "theory"),  # whole words only
+    ("<answer> Blue </answer>", "blue"), (r"it is \boxed{\text{Green}}", "green"),
+    (r"\boxed{2} <answer>3</answer>", "2"),  # a box beats a tag (as math_answer)
+    ("three", "3"), ("Three.", "3"), ("zero", "0"), ("3.0", "3"), ("+3", "3"), ("1,000", "1000"),
+    ("2.50", "5/2"), ("0.5", "1/2"), ("3 shapes", "3 shapes"), ("light-blue", "light-blue"),
+    ("yes,   no", "yes no"), ("", ""), ("...", ""), ("the", ""),
+])
+def test_normalize_short_answer(text, expected):
+    assert normalize_short_answer(text) == expected
+
+
+@pytest.mark.parametrize("word, expected", [("3", "3"), ("03", "3"), ("-2", "-2"), ("12,345", "12345"),
+                                            ("1,00", "1,00"), ("1.25", "5/4"), ("red", "red"), ("3rd", "3rd")])
+def test_canonical_number(word, expected):
+    assert canonical_number(word) == expected
+
+
+@pytest.mark.parametrize("completion, answer, expected", [
+    ("Red.", "red", 1.0), ("the red", "Red", 1.0), ("<answer>red</answer>", "red", 1.0),
+    ("red blue", "red", 0.0),  # hedging two answers is wrong
+    ("reddish", "red", 0.0), ("It is red.", "red", 0.0),  # exact match, not containment
+    ("3", "3", 1.0), ("three", "3", 1.0), ("3", "three", 1.0), ("\\boxed{3}", 3, 1.0), ("4", "3", 0.0),
+    ("3 shapes", "3", 0.0), ("", "0", 0.0), ("yes", "No", 0.0), ("No.", "no", 1.0),
+    ("crimson", ["red", "crimson"], 1.0),  # a list of accepted answers
+])
+def test_short_answer_reward(completion, answer, expected):
+    assert one(ShortAnswer(), completion, {"answer": answer}) == expected
+
+
+def test_short_answer_scores_every_shapes_vqa_gold_answer():
+    from mmrl.data import builder_module
+
+    svqa = builder_module("shapes_vqa")
+    r = ShortAnswer()
+    for task in svqa.TASKS:
+        for split in svqa.SPLITS:
+            d = svqa.build(24, split=split, tasks=[task])
+            assert r(d["solution"], d["prompt"], d["meta"]).tolist() == [1.0] * 24, (task, split)
+            # every answer against a question with a different answer scores 0
+            wrong = [next(a for a in d["solution"] if a != g) for g in d["solution"]]
+            assert r(wrong, d["prompt"], d["meta"]).tolist() == [0.0] * 24, (task, split)
+
+
+def test_short_answer_rejects_an_empty_gold_answer():
+    with pytest.raises(ValueError, match=r"meta\[0\]\['answer'\] = 'the' is empty once normalised"):
+        one(ShortAnswer(), "the", {"answer": "the"})
+
+
+# ---------------------------------------------------------------------------------------------
 # grounding_iou
 # ---------------------------------------------------------------------------------------------
 
@@ -278,7 +333,8 @@ def test_registered_text_rewards_pass_the_checker(name):
 
 
 @pytest.mark.parametrize("name, good", [("math_answer", {"answer": "1"}), ("multiple_choice", {"answer": "A"}),
-                                        ("counting", {"answer": 1}), ("grounding_iou", {"box": [0, 0, 1, 1]})])
+                                        ("counting", {"answer": 1}), ("short_answer", {"answer": "red"}),
+                                        ("grounding_iou", {"box": [0, 0, 1, 1]})])
 def test_missing_meta_key_is_named(name, good):
     reward, key = REWARDS.build(name), next(iter(good))
     with pytest.raises(ValueError, match=rf"reward '{name}': meta\[1\] has no '{key}' key"):

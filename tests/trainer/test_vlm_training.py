@@ -81,3 +81,18 @@ def test_dynamic_sampling_keeps_groups_whose_rewards_differ(tmp_path):
     t = build_trainer(cfg(tmp_path / "c", "algorithm.dynamic_sampling=true", "algorithm.max_sampling_rounds=2"))
     _, info = t.collect(0, t.generator("rl", 0))
     assert info["kept_groups"] == 0 and info["sampling_rounds"] == 2
+
+
+def test_quickstart_reward_scores_the_gold_answer_of_every_task_and_split(tmp_path):
+    # the demo trains and evaluates count and colour questions: its reward must score a bare word ("red")
+    # as well as a number, or the colour half of its benchmark could never be answered right
+    from mmrl.registry import SIMULATORS
+
+    c = load_experiment("configs/vlm_quickstart.yaml", [f"run.output_dir={tmp_path}",
+                                                        "sim.kwargs.dataset_kwargs.num_samples=60"])
+    tasks = set(c.sim.kwargs["dataset_kwargs"]["tasks"])
+    assert tasks == {"count", "color"} and set(c.warm_start.kwargs["tasks"]) == tasks
+    for split in ("train", "val", "eval"):
+        sim = SIMULATORS.build(c.sim.type, num_envs=4, **{**c.sim.kwargs, "split": split})
+        assert {m["task"] for m in sim.meta} == tasks
+        assert sim.reward_model(sim.solutions, sim.prompts, sim.meta).tolist() == [1.0] * 60, split
