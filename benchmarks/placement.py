@@ -1,37 +1,57 @@
-"""Rollout throughput of the placement modes on a balanced CPU workload (issue 6).
+"""Rollout and training-iteration speed of the placement modes, on two workloads (issue 6; issue 13 item 6).
 
-    python benchmarks/placement.py                # 64 envs, 6 measured rounds per mode (~1 min)
-    python benchmarks/placement.py --envs 32 --rounds 2
-    python benchmarks/placement.py --load sleep   # simulator on "another device": no CPU contention
+    python benchmarks/placement.py                        # both workloads (~5 min on 2 cores)
+    python benchmarks/placement.py --workload synthetic   # the synthetic busy-work only (~1.5 min)
+    python benchmarks/placement.py --workload maniskill   # ManiSkill3 PickCube-v1 rgb only (~3 min)
+    python benchmarks/placement.py --envs 16 --rounds 1 --ms-max-steps 8 --ms-rounds 1   # quick check
+    python benchmarks/placement.py --load sleep           # synthetic simulator on "another device"
     python benchmarks/placement.py --async-iterations 6   # + the trainer, synchronous vs async rollout
 
-The same run in every mode: the quickstart flow VLA (built-in encoder, 4 denoising steps, Flow-SDE
-train rollouts, random weights, no gradients) collects R rounds of N episodes on ReachSim wrapped
-in `mmrl.placement.workload.LoadedSim`, whose per-step compute is calibrated here so one decision
-of the simulator (N envs x chunk 4) costs what one decision of the policy costs (``--load sleep``:
-the simulator sleeps instead, as one on another device would, leaving the CPU to inference). Every
-process uses one torch thread. Modes:
+The same policy in every mode: the quickstart's flow VLA (built-in encoder, chunk 4, 4 denoising
+steps, Flow-SDE train rollouts, random weights). Two workloads:
 
-- collocated: `collect_episodes` in this process (simulate, then infer);
-- disaggregated: the simulator in one worker process, inference here, no overlap (S = 1);
-- hybrid S=2 / S=4: S sim workers of N/S envs, `collect_pipelined` overlaps stage s's simulation
-  with stage s+1's inference.
+1. ``synthetic``: NOT a real simulator. The embedded ReachSim (about 100x cheaper than the policy)
+   wrapped in `mmrl.placement.workload.LoadedSim`, which burns CPU with matmul + tanh busy-work in
+   proportion to the env-steps, calibrated here so that one simulator decision (N envs x chunk 4)
+   costs what one policy decision costs. A balanced load is the best case for pipelining (hybrid
+   can hide at most half of a balanced iteration's collection); ``--load sleep`` makes the simulator
+   sleep instead, like one on another device that leaves this CPU to inference.
+2. ``maniskill``: a real simulator that is costly here: ManiSkill3 PickCube-v1, rgb camera at
+   ``--ms-image-size`` px (software Vulkan renders it), CPU PhysX, ee-delta control, the task's
+   50-step limit (a random policy never succeeds: every episode runs the full 13 decisions).
+   ManiSkill on CPU runs one env per process in every mode (the adapter's pool; a stage of one env
+   runs inside its sim worker), each with one lavapipe render thread (``LP_NUM_THREADS=1``).
+   Simulation costs several times the policy here, so overlap can hide only the policy's share.
 
-Env steps/s counts executed decisions x chunk (the trainer's ``env_steps``) over collection wall
-time, after one warm-up round (worker start-up excluded). The modes take turns round by round and
-the speedup over collocated is the median over rounds of the per-round time ratio (a shared VM's
-speed can drift by tens of percent within a minute; modes run back to back see the same speed).
-Measure on a quiet machine (the load average is printed). Training samples/s adds one measured
-PPO update (2 epochs, minibatches of 256, the same for every mode: the update is not pipelined):
-samples / (collection + update) per round. Per round, the table also shows the main process's
-inference seconds and seconds waiting for a worker, and the workers' own simulation seconds (more
-than the collocated simulator's when inference and simulation share a busy machine). The last line
-is one JSON object with the figures.
+Every round, each mode collects N episodes (one per env, same seeds and generator in every mode)
+and then runs one PPO update on its own batch (advantages, ``algorithm.epochs`` epochs of
+minibatches of 256, a fresh Adam; the weights are restored afterwards so every mode and round
+collects with the same weights). ``collect`` is collection wall time (env steps/s = executed env
+steps over it); ``iteration`` = collection + update (train samples/s = decisions over it). The
+update is not pipelined: it is what an iteration of the real trainer adds to the collection.
+
+Threads (torch intra-op threads; the trainer's ``run.threads`` and ``placement.torch_threads``):
+
+- ``collocated 1t``: one process, one thread: simulate, then infer, then update;
+- ``collocated Tt``: the same with T = all cores (its in-process busy-work, inference and update
+  all use them): the fair collocated baseline, since its phases never run at the same time;
+- ``disaggregated``: the simulator in one worker process, inference and update here; one thread each;
+- ``hybrid S=k``: k sim workers of N/k envs (one thread each) pipelined against inference here (one
+  thread: more would spin against the workers on the same cores).
+
+The modes take turns round by round, after one warm-up round each (worker start-up excluded), in
+an order rotated every round; a speed-up is the median over rounds of the per-round time ratio
+against a collocated baseline (a shared VM's speed drifts by tens of percent within a minute; modes
+run back to back see the same speed). Measure on a quiet machine: the load average is printed.
+The last line is one JSON object: ``synthetic_busywork`` and ``maniskill_pickcube_rgb`` (each with
+per-mode figures: ``collect_s``, ``update_s``, ``iter_s``, ``env_sps``, ``train_sps``, and speed-ups
+``speedup_collect_vs_collocated_1t`` ... ``speedup_iter_vs_collocated_<T>t``), plus ``async``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -46,16 +66,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mmrl.placement import PlacementConfig, close_workers, collect_pipelined, start_sim_workers  # noqa: E402
 from mmrl.placement.workload import loaded_reach, time_burn  # noqa: E402
+from mmrl.trainer.rollout import collect_episodes, episode_seeds  # noqa: E402
 
 CHUNK = 4
+CORES = os.cpu_count() or 1
 
 
-def build_policy():
+def build_policy(action_dim: int = 2, state_dim: int | None = 2):
+    """The quickstart flow VLA with random weights (the same one in every mode of a workload)."""
     from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 
     torch.manual_seed(0)
-    cfg = FlowVLAConfig(chunk_size=CHUNK, num_steps=4, method="sde", stochastic="all", critic=True)
-    return FlowVLAPolicy(cfg, action_dim=2, state_dim=2).eval()
+    cfg = FlowVLAConfig(backbone="tiny", chunk_size=CHUNK, num_steps=4, method="sde", stochastic="all",
+                        critic=True)
+    return FlowVLAPolicy(cfg, action_dim=action_dim, state_dim=state_dim).eval()
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """torch intra-op threads ``n`` inside the block (the mode's main-process setting)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def median_time(fn, repeats: int) -> float:
@@ -103,6 +138,16 @@ def calibrate(policy, n: int, sim_kwargs: dict, load: str) -> tuple[dict, float,
     return kwargs, t_policy, t_sim
 
 
+def decision_costs(policy, sim, n: int, repeats: int = 3) -> tuple[float, float]:
+    """Median seconds of one policy decision and one simulator decision (chunk) on ``sim``'s n envs."""
+    obs = sim.reset(list(range(n)))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        acts = policy.rollout(obs, generator=gen)["actions"]
+        t_policy = median_time(lambda: policy.rollout(obs, generator=gen), repeats)
+    return t_policy, median_time(lambda: sim.step_chunk(acts), repeats)
+
+
 def contention(policy, worker, n: int) -> tuple[float, float]:
     """Policy decision time alone and while ``worker`` simulates at the same time (this
     machine's ability to run the two roles in parallel: equal times = two free cores)."""
@@ -124,62 +169,196 @@ def contention(policy, worker, n: int) -> tuple[float, float]:
     return alone, both
 
 
-def run_rounds(policy, rounds: int, n: int, collectors: dict) -> tuple[dict, list]:
-    """One warm-up round per mode, then ``rounds`` rounds in which the modes take turns, in an
-    order rotated every round (so a drift of this machine's speed hits every mode alike); seeds
-    and generator are fixed per round, the same for every mode."""
-    from mmrl.trainer.rollout import episode_seeds
-
-    names = list(collectors)
-    stats = {name: {"times": [], "decisions": 0, "policy_s": 0.0, "sim_wait_s": 0.0, "sim_s": 0.0,
-                    "returns": []}
-             for name in names}
-    loads = []
-    for r in range(rounds + 1):
-        seeds = episode_seeds(1000 + r * n, n)
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            gen = torch.Generator().manual_seed(r)
-            t0 = time.perf_counter()
-            batch, info = collectors[name](seeds, gen)
-            dt = time.perf_counter() - t0
-            out = stats[name]
-            out["batch"] = batch
-            if r == 0:
-                continue
-            out["times"].append(dt)
-            out["decisions"] += int(batch["valid"].sum())
-            out["policy_s"] += info.get("policy_s", float("nan"))
-            out["sim_wait_s"] += info.get("sim_wait_s", float("nan"))
-            out["sim_s"] += info.get("sim_s", float("nan"))
-            out["returns"].append(info["return"].mean().item())
-        loads.append(os.getloadavg()[0])
-    return stats, loads
-
-
-def update_seconds(policy, batch) -> float:
-    """Wall time of one PPO update (advantages + 2 epochs of minibatches of 256) on ``batch``."""
+def ppo_update(policy, batch) -> float:
+    """Seconds of one PPO update (advantages + ``epochs`` epochs of minibatches) on ``batch``; the
+    weights are restored afterwards, so every mode collects with the same ones."""
     from mmrl.experiment import AlgorithmConfig
     from mmrl.trainer.objectives import OBJECTIVES, clip_advantages, compute_advantages, valid_samples
 
     algo = AlgorithmConfig()
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-5)
     state = {k: v.clone() for k, v in policy.state_dict().items()}
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-5)
+    t0 = time.perf_counter()
+    b = compute_advantages(type(batch)(dict(batch)), algo)
+    samples = clip_advantages(valid_samples(b, algo.normalize_advantages), algo.adv_clip)
+    policy.train()
+    for _ in range(algo.epochs):
+        for mb in samples.minibatches(algo.minibatch_size, torch.Generator().manual_seed(0)):
+            loss, _ = OBJECTIVES["ppo"](policy, mb, algo)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    dt = time.perf_counter() - t0
+    policy.eval()
+    policy.load_state_dict(state)
+    return dt
 
-    def update():
-        b = compute_advantages(type(batch)(dict(batch)), algo)
-        samples = clip_advantages(valid_samples(b, algo.normalize_advantages), algo.adv_clip)
-        policy.train()
-        for _ in range(algo.epochs):
-            for mb in samples.minibatches(algo.minibatch_size, torch.Generator().manual_seed(0)):
-                loss, _ = OBJECTIVES["ppo"](policy, mb, algo)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-        policy.eval()
 
-    t = median_time(update, 1)
-    policy.load_state_dict(state)  # every mode collects with the same weights
-    return t
+def run_rounds(policy, rounds: int, n: int, modes: dict, seed_base: int = 1000) -> tuple[dict, list]:
+    """One warm-up round per mode, then ``rounds`` rounds in which the modes take turns, in an order
+    rotated every round. ``modes``: name -> (collect(seeds, gen), main-process threads). Per mode
+    and round: collection, then one PPO update on its batch, both under the mode's threads."""
+    names = list(modes)
+    stats = {name: {"collect": [], "update": [], "decisions": 0, "env_steps": 0, "policy_s": 0.0,
+                    "sim_wait_s": 0.0, "sim_s": 0.0, "returns": []} for name in names}
+    loads = []
+    for r in range(rounds + 1):
+        seeds = episode_seeds(seed_base + r * n, n)
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            collect, n_threads = modes[name]
+            gen = torch.Generator().manual_seed(r)
+            with threads(n_threads):
+                t0 = time.perf_counter()
+                batch, info = collect(seeds, gen)
+                dt = time.perf_counter() - t0
+                t_update = ppo_update(policy, batch)
+            if r == 0:
+                continue
+            out = stats[name]
+            out["collect"].append(dt)
+            out["update"].append(t_update)
+            valid = batch["valid"]
+            out["decisions"] += int(valid.sum())
+            out["env_steps"] += int((batch["env_steps"] * valid).sum()) if "env_steps" in batch \
+                else int(valid.sum()) * CHUNK
+            for key in ("policy_s", "sim_wait_s", "sim_s"):
+                out[key] += info.get(key, float("nan"))
+            out["returns"].append(info["return"].float().mean().item())
+        loads.append(os.getloadavg()[0])
+    return stats, loads
+
+
+def summarize(stats: dict, rounds: int, modes: dict) -> dict:
+    """Per-mode figures (means per round) and speed-ups against every collocated baseline."""
+    baselines = [k for k in stats if k.startswith("collocated")]
+    out = {}
+    for name, r in stats.items():
+        iters = [c + u for c, u in zip(r["collect"], r["update"])]
+        fig = {"threads": modes[name][1], "collect_s": statistics.mean(r["collect"]),
+               "update_s": statistics.mean(r["update"]), "iter_s": statistics.mean(iters),
+               "env_sps": r["env_steps"] / sum(r["collect"]), "train_sps": r["decisions"] / sum(iters),
+               "policy_s": r["policy_s"] / rounds, "sim_wait_s": r["sim_wait_s"] / rounds,
+               "worker_sim_s": r["sim_s"] / rounds, "mean_return": statistics.mean(r["returns"])}
+        for base in baselines:
+            b = stats[base]
+            b_iters = [c + u for c, u in zip(b["collect"], b["update"])]
+            fig[f"speedup_collect_vs_{key_of(base)}"] = statistics.median(
+                x / y for x, y in zip(b["collect"], r["collect"]))
+            fig[f"speedup_iter_vs_{key_of(base)}"] = statistics.median(x / y for x, y in zip(b_iters, iters))
+        out[name] = fig
+    return out
+
+
+def key_of(name: str) -> str:
+    """JSON key of a mode: "hybrid S=2" -> hybrid_s2, "collocated 2t" -> collocated_2t."""
+    return name.replace(" S=", "_s").replace(" ", "_")
+
+
+def print_table(figures: dict) -> None:
+    bases = [k for k in figures if k.startswith("collocated")]
+    vs = "".join(f"{'vs ' + b.split()[1]:>9}" for b in bases)
+    width = 9 * len(bases)
+    print(f"{'':<74}{'collect speed-up':>{width}}  {'iter speed-up':>{width - 2}}")
+    header = (f"{'mode':<16}{'threads':>8}{'collect s':>10}{'update s':>9}{'iter s':>9}{'env st/s':>11}"
+              f"{'samples/s':>11}{vs}{vs}{'policy s':>10}{'sim wait s':>12}{'worker sim s':>14}{'return':>9}")
+    print(header)
+    print("-" * len(header))
+    for name, f in figures.items():
+        sp = "".join(f"{f[f'speedup_collect_vs_{key_of(b)}']:>8.2f}x" for b in bases)
+        si = "".join(f"{f[f'speedup_iter_vs_{key_of(b)}']:>8.2f}x" for b in bases)
+        print(f"{name:<16}{f['threads']:>8}{f['collect_s']:>10.3f}{f['update_s']:>9.3f}{f['iter_s']:>9.3f}"
+              f"{f['env_sps']:>11.1f}{f['train_sps']:>11.1f}{sp}{si}{f['policy_s']:>10.3f}"
+              f"{f['sim_wait_s']:>12.3f}{f['worker_sim_s']:>14.3f}{f['mean_return']:>9.3f}")
+
+
+def compact(figures: dict) -> dict:
+    """The JSON form: per mode key, its figures rounded."""
+    def num(v):
+        return (None if v != v else round(v, 4)) if isinstance(v, float) else v  # NaN: not measured
+
+    return {key_of(name): {k: num(v) for k, v in f.items()} for name, f in figures.items()}
+
+
+def measure(policy, n: int, rounds: int, sim, factory, stages: list[int], seed_base: int = 1000,
+            probe: bool = False) -> tuple[dict, list, tuple]:
+    """Start the workers of every non-collocated mode, run the rounds, close them. ``sim`` is the
+    collocated simulator (in this process), ``factory`` the sim workers' (picklable). With ``probe``
+    also `contention` on the disaggregated worker first (else NaNs)."""
+    layouts = {"disaggregated": PlacementConfig(mode="disaggregated")}
+    layouts.update({f"hybrid S={s}": PlacementConfig(mode="hybrid", stages=s) for s in stages})
+    pools: dict[str, list] = {}
+    try:
+        for name, placement in layouts.items():  # idle workers block on their pipe: no CPU
+            pools[name] = start_sim_workers(factory, n, placement)
+        contended = contention(policy, pools["disaggregated"][0], n) if probe else (float("nan"),) * 2
+        modes = {"collocated 1t": (lambda seeds, gen: collect_episodes(policy, sim, seeds, gen, "train"), 1)}
+        if CORES > 1:
+            modes[f"collocated {CORES}t"] = (modes["collocated 1t"][0], CORES)
+        for name, workers in pools.items():
+            modes[name] = (functools.partial(
+                lambda w, seeds, gen: collect_pipelined(policy, w, seeds, gen, "train"), workers), 1)
+        stats, loads = run_rounds(policy, rounds, n, modes, seed_base)
+        return summarize(stats, rounds, modes), loads, contended
+    finally:
+        for workers in pools.values():
+            close_workers(workers)
+
+
+def synthetic(args) -> dict:
+    n = args.envs
+    sim_kwargs = {"max_episode_steps": args.max_steps}
+    policy = build_policy()
+    load_kwargs, t_policy, t_sim = calibrate(policy, n, sim_kwargs, args.load)
+    print(f"\n== synthetic busy-work (not a real simulator): ReachSim + LoadedSim, N={n} envs, chunk {CHUNK}, "
+          f"max {args.max_steps} steps")
+    print(f"calibrated: one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
+          f"({args.load} load {load_kwargs}; calibrated at 1 thread)")
+    factory = functools.partial(loaded_reach, **load_kwargs, **sim_kwargs)
+    sim = factory(num_envs=n, seed=0)
+    figures, loads, (alone, both) = measure(policy, n, args.rounds, sim, factory, args.stages, probe=True)
+    print(f"CPU contention: a policy decision takes {alone * 1e3:.1f} ms alone, {both * 1e3:.1f} ms while a "
+          f"sim worker steps at the same time ({(both / alone - 1) * 100:+.0f}%)")
+    print_table(figures)
+    print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
+    return {"workload": f"ReachSim + LoadedSim {args.load} busy-work calibrated to the policy (synthetic)",
+            "num_envs": n, "sim_load": args.load, "policy_ms": round(t_policy * 1e3, 2),
+            "sim_ms": round(t_sim * 1e3, 2), "policy_ms_with_sim": round(both * 1e3, 2),
+            "load_avg_max": round(max(loads), 2), "modes": compact(figures)}
+
+
+def maniskill(args) -> dict:
+    """ManiSkill3 PickCube-v1 rgb through CPU sim workers; ``{"skipped": why}`` if it cannot run here."""
+    os.environ.setdefault("LP_NUM_THREADS", "1")  # every env process renders with one lavapipe thread
+    n = args.ms_envs
+    sim_kwargs = dict(task="PickCube-v1", obs_mode="rgb", image_size=args.ms_image_size,
+                      control_mode="pd_ee_delta_pos", max_episode_steps=args.ms_max_steps)
+    try:
+        from mmrl.placement import registered_sim
+
+        factory = registered_sim("maniskill", **sim_kwargs)
+        t0 = time.perf_counter()
+        sim = factory(num_envs=n, seed=0)
+    except Exception as exc:  # no mani_skill, no Vulkan driver, ...
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        print(f"\n== maniskill: skipped ({why}); install with `bash scripts/install_sim_deps.sh && "
+              f"bash scripts/setup.sh sim`")
+        return {"skipped": why}
+    try:
+        print(f"\n== maniskill (real simulator): PickCube-v1 rgb {args.ms_image_size} px, CPU PhysX + software "
+              f"Vulkan, N={n} envs (one process each), chunk {CHUNK}, max {sim.max_episode_steps} steps "
+              f"(collocated simulator built in {time.perf_counter() - t0:.0f} s)")
+        policy = build_policy(sim.action_dim, sim.state_dim)
+        t_policy, t_sim = decision_costs(policy, sim, n)
+        print(f"one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
+              f"({t_sim / t_policy:.1f}x the policy)")
+        figures, loads, _ = measure(policy, n, args.ms_rounds, sim, factory, args.ms_stages, seed_base=5000)
+    finally:
+        sim.close()
+    print_table(figures)
+    print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
+    return {"workload": f"ManiSkill3 PickCube-v1 rgb {args.ms_image_size} px, CPU sim (real)", "num_envs": n,
+            "max_episode_steps": sim.max_episode_steps, "policy_ms": round(t_policy * 1e3, 2),
+            "sim_ms": round(t_sim * 1e3, 2), "load_avg_max": round(max(loads), 2), "modes": compact(figures)}
 
 
 def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:
@@ -201,83 +380,41 @@ def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", type=int, default=64, help="envs per round (N)")
-    parser.add_argument("--rounds", type=int, default=6, help="measured rounds per mode")
-    parser.add_argument("--max-steps", type=int, default=40, help="ReachSim max_episode_steps")
-    parser.add_argument("--stages", type=int, nargs="*", default=[2, 4], help="hybrid stage counts")
+    parser.add_argument("--workload", choices=["both", "synthetic", "maniskill"], default="both")
+    parser.add_argument("--envs", type=int, default=64, help="synthetic: envs per round (N)")
+    parser.add_argument("--rounds", type=int, default=6, help="synthetic: measured rounds per mode")
+    parser.add_argument("--max-steps", type=int, default=40, help="synthetic: ReachSim max_episode_steps")
+    parser.add_argument("--stages", type=int, nargs="*", default=[2, 4], help="synthetic: hybrid stage counts")
     parser.add_argument("--load", choices=["compute", "sleep"], default="compute",
-                        help="simulator cost: CPU busy-work (default; competes with inference for the "
-                             "cores) or sleep (a simulator on another device: no CPU contention)")
+                        help="synthetic simulator cost: CPU busy-work (default; competes with inference for "
+                             "the cores) or sleep (a simulator on another device: no CPU contention)")
+    parser.add_argument("--ms-envs", type=int, default=2, help="maniskill: envs (one process each, ~0.8 GB)")
+    parser.add_argument("--ms-rounds", type=int, default=3, help="maniskill: measured rounds per mode")
+    parser.add_argument("--ms-max-steps", type=int, default=50, help="maniskill: episode limit (task: 50)")
+    parser.add_argument("--ms-image-size", type=int, default=128, help="maniskill: camera resolution (px)")
+    parser.add_argument("--ms-stages", type=int, nargs="*", default=[2], help="maniskill: hybrid stage counts")
     parser.add_argument("--async-iterations", type=int, default=0,
                         help="also time K iterations of the real trainer on the quickstart, synchronous "
                              "vs trainer.async_staleness=1 (0 = skip)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    n = args.envs
-    sim_kwargs = {"max_episode_steps": args.max_steps}
-    policy = build_policy()
     load = os.getloadavg()[0]
-    load_kwargs, t_policy, t_sim = calibrate(policy, n, sim_kwargs, args.load)
-    print(f"load average (1 min) at start: {load:.2f}; CPUs: {os.cpu_count()}; torch threads per process: 1")
-    print(f"balanced workload: N={n} envs, chunk {CHUNK}, max {args.max_steps} steps; one decision costs "
-          f"policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms ({args.load} load {load_kwargs})")
-    factory = functools.partial(loaded_reach, **load_kwargs, **sim_kwargs)
-    from mmrl.trainer.rollout import collect_episodes
-
-    sim = factory(num_envs=n, seed=0)
-    layouts = {"disaggregated": PlacementConfig(mode="disaggregated")}
-    layouts.update({f"hybrid S={s}": PlacementConfig(mode="hybrid", stages=s) for s in args.stages})
-    pools: dict[str, list] = {}
-    try:
-        for name, placement in layouts.items():  # idle workers block on their pipe: no CPU
-            pools[name] = start_sim_workers(factory, n, placement)
-        collectors = {"collocated": lambda seeds, gen: collect_episodes(policy, sim, seeds, gen, "train")}
-        for name, workers in pools.items():
-            collectors[name] = functools.partial(
-                lambda w, seeds, gen: collect_pipelined(policy, w, seeds, gen, "train"), workers)
-        alone, both = contention(policy, pools["disaggregated"][0], n)
-        results, loads = run_rounds(policy, args.rounds, n, collectors)
-    finally:
-        for workers in pools.values():
-            close_workers(workers)
-    t_update = update_seconds(policy, results["collocated"]["batch"])
-    load_end = os.getloadavg()[0]
-
-    print(f"CPU contention: a policy decision takes {alone * 1e3:.1f} ms alone, {both * 1e3:.1f} ms while a "
-          f"sim worker steps at the same time ({(both / alone - 1) * 100:+.0f}%)")
-    print(f"\nPPO update on one round's samples: {t_update:.3f} s (same for every mode)")
-    header = f"{'mode':<16}{'env steps/s':>12}{'train samples/s':>17}{'speedup':>9}{'collect s/round':>17}" \
-             f"{'policy s':>10}{'sim wait s':>12}{'worker sim s':>14}{'mean return':>13}"
-    print(header)
-    print("-" * len(header))
-    base_times = results["collocated"]["times"]
-    for name, r in results.items():
-        collect_s = sum(r["times"])
-        r["sps"] = r["decisions"] * CHUNK / collect_s
-        per_round = collect_s / args.rounds
-        r["train_sps"] = (r["decisions"] / args.rounds) / (per_round + t_update)
-        ratios = sorted(b / t for b, t in zip(base_times, r["times"]))
-        r["speedup"] = statistics.median(ratios)
-        pol, wait, simt = (r[k] / args.rounds for k in ("policy_s", "sim_wait_s", "sim_s"))
-        print(f"{name:<16}{r['sps']:>12.0f}{r['train_sps']:>17.0f}{r['speedup']:>8.2f}x{per_round:>17.3f}"
-              f"{pol:>10.3f}{wait:>12.3f}{simt:>14.3f}{statistics.mean(r['returns']):>13.3f}")
-    print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}; at end: {load_end:.2f}")
-    key = {"collocated": "collocated", "disaggregated": "disaggregated"}
-    key.update({f"hybrid S={s}": f"hybrid_s{s}" for s in args.stages})
-    line = {f"{key[k]}_sps": round(v["sps"], 1) for k, v in results.items()}
-    line.update({f"{key[k]}_train_sps": round(v["train_sps"], 1) for k, v in results.items()})
-    line.update({f"speedup_{key[k]}": round(v["speedup"], 3) for k, v in results.items() if k != "collocated"})
-    line.update(num_envs=n, sim_load=args.load, policy_ms=round(t_policy * 1e3, 2), sim_ms=round(t_sim * 1e3, 2),
-                policy_ms_with_sim=round(both * 1e3, 2), update_s=round(t_update, 3),
-                load_avg_start=round(load, 2), load_avg_max=round(max(loads), 2), load_avg_end=round(load_end, 2))
+    print(f"load average (1 min) at start: {load:.2f}; CPUs: {CORES}; main-process torch threads: "
+          f"1 (collocated {CORES}t: {CORES}); sim workers: 1 each")
+    line: dict = {}
+    if args.workload in ("both", "synthetic"):
+        line["synthetic_busywork"] = synthetic(args)
+    if args.workload in ("both", "maniskill"):
+        line["maniskill_pickcube_rgb"] = maniskill(args)
     if args.async_iterations:
-        k = args.async_iterations
+        k, n = args.async_iterations, args.envs
         sync_s = trainer_seconds(k, n, [])
         async_s = trainer_seconds(k, n, ["trainer.async_staleness=1"])
         print(f"\ntrainer on the quickstart ({n} envs, {k} iterations): synchronous {sync_s:.3f} s/iteration, "
               f"async (staleness 1) {async_s:.3f} s/iteration -> {sync_s / async_s:.2f}x")
-        line.update(trainer_sync_s_per_iter=round(sync_s, 3), trainer_async_s_per_iter=round(async_s, 3),
-                    async_speedup=round(sync_s / async_s, 3))
+        line["async"] = {"trainer_sync_s_per_iter": round(sync_s, 3), "trainer_async_s_per_iter": round(async_s, 3),
+                         "async_speedup": round(sync_s / async_s, 3)}
+    line.update(cpus=CORES, load_avg_start=round(load, 2), load_avg_end=round(os.getloadavg()[0], 2))
     print(json.dumps(line))
 
 

@@ -10,12 +10,16 @@ import signal
 import pytest
 import torch
 
+from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.experiment import build_trainer, load_experiment
 from mmrl.placement import SimGroup
+from tests.placement.stage_order import StageByStage
 from tests.trainer.test_trainer import TINY as TRAINER_TINY
 
-TINY = [*TRAINER_TINY, "trainer.video_episodes=0", "run.threads=1"]  # later overrides win
+# later overrides win; a dense reward pays every decision, so any corrupted reward changes the update
+TINY = [*TRAINER_TINY, "trainer.video_episodes=0", "run.threads=1",
+        "sim.kwargs={max_episode_steps: 12, dense_reward: true}"]
 MODES = {
     "collocated": [],
     "disaggregated": ["placement.mode=disaggregated"],
@@ -33,18 +37,31 @@ def params(policy):
     return {k: v.detach().clone() for k, v in policy.state_dict().items()}
 
 
+def record_updates(trainer) -> list[Batch]:
+    """The batch of every update of ``trainer`` (rewards, advantages, old log-probs, ...), copied."""
+    seen, update = [], trainer.update
+
+    def recording(batch, gen):
+        seen.append(Batch({k: v.clone() for k, v in batch.items()}))
+        return update(batch, gen)
+
+    trainer.update = recording
+    return seen
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Every mode's run of the same tiny quickstart (parameters, results, logged rows)."""
+    """Every mode's run of the same tiny quickstart (parameters, results, logged rows, batches)."""
     out = {}
     for name, extra in MODES.items():
         d = tmp_path_factory.mktemp(name)
         trainer = build_trainer(cfg(d, *extra))
         assert isinstance(trainer.sim, SimGroup) == (name != "collocated")
+        batches = record_updates(trainer)
         results = trainer.run()
         rows = [json.loads(x) for x in (d / "t" / "metrics.jsonl").read_text().splitlines()]
         out[name] = dict(params=params(trainer.policy), results=results, trainer=trainer,
-                         rows=[r for r in rows if "train/success" in r])
+                         rows=[r for r in rows if "train/success" in r], batches=batches)
     return out
 
 
@@ -65,15 +82,42 @@ def test_disaggregated_trains_to_the_collocated_parameters(runs):
         torch.testing.assert_close(b[k], a[k], atol=0, rtol=0, msg=f"parameter {k} differs")
 
 
-def test_hybrid_collects_the_same_episodes_as_collocated_in_expectation(runs):
-    # Flow-SDE train rollouts draw their noise per stage for S > 1: equal in distribution only.
-    # Same environments, same number of decisions and updates; the parameters moved.
-    for mode in ("hybrid_s2", "hybrid_s4"):
-        start = runs[mode]["results"]["start"]["success_rate"]
-        assert start == runs["collocated"]["results"]["start"]["success_rate"]  # eval is in-process
-        moved = [k for k, v in runs[mode]["params"].items()
-                 if not torch.equal(v, runs["collocated"]["params"][k])]
-        assert moved  # a different noise draw gives a different (not a missing) update
+# computed from the critic's values at time-limit cuts (where the batch has them): the pipeline
+# evaluates them on a stage's cut rows, collocated on the whole batch's, and matmuls round
+# differently with the rows they are given (~1e-7)
+ROUNDED = ("bootstrap", "advantages", "returns")
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_hybrid_trains_on_the_batch_of_a_collocated_run_that_samples_stage_by_stage(runs, tmp_path, stages):
+    # Flow-SDE train rollouts draw their noise per stage for S > 1, so hybrid and collocated are
+    # equal in distribution, not bit for bit. A collocated run whose policy samples stage by stage
+    # (the same draws in the pipeline's order, see stage_order.py) must hand its first update the
+    # hybrid run's batch, every valid row bit for bit: any corruption of hybrid train-mode batches
+    # (rewards, old log-probs, actions or chains of one stage) shows here. (Later iterations are
+    # not compared: after an update that saw ROUNDED values the weights differ by rounding.)
+    hybrid = runs[f"hybrid_s{stages}"]
+    trainer = build_trainer(cfg(tmp_path, "trainer.iterations=1"))
+    StageByStage.install(trainer.policy, stages)
+    batches = record_updates(trainer)
+    results = trainer.run()
+    got, want = batches[0], hybrid["batches"][0]
+    assert got.keys() == want.keys() and torch.equal(got["valid"], want["valid"])
+    valid = want["valid"]
+    for key in want:
+        if key in ROUNDED:
+            torch.testing.assert_close(got[key][valid], want[key][valid], atol=1e-6, rtol=0,
+                                       msg=lambda m: f"{key}: {m}")
+        else:
+            assert torch.equal(got[key][valid], want[key][valid]), key
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
+            if "train/success" in x]
+    for key in ("train/return", "train/success", "train/length", "train/env_steps"):
+        assert rows[0][key] == hybrid["rows"][0][key], key
+    assert results["start"]["success_rate"] == hybrid["results"]["start"]["success_rate"]  # in-process
+    # the stage order matters: the plain collocated run drew other noise (equal in distribution)
+    plain = runs["collocated"]["batches"][0]
+    assert not torch.equal(plain["old_logp"][0], want["old_logp"][0])  # decision 0: every env
 
 
 def test_stages_that_do_not_divide_the_envs_fail_at_load(tmp_path):
@@ -122,6 +166,47 @@ def test_async_rollout_is_off_policy_by_exactly_the_bound(tmp_path):
     sync = build_trainer(cfg(tmp_path / "sync", "trainer.iterations=3"))
     sync.run()
     assert any(not torch.equal(v, results[0][k]) for k, v in params(sync.policy).items())
+
+
+def recompute_logp(policy, weights: dict, batch) -> torch.Tensor:
+    """Log-probs of ``batch``'s valid decisions (chains, actions) under ``weights``."""
+    import copy
+
+    model = copy.deepcopy(policy)
+    model.load_state_dict(weights)
+    valid = batch["valid"]
+    with torch.no_grad():
+        return model.evaluate(Batch({k: v[valid] for k, v in batch.items()}))["logp"]
+
+
+def test_async_batches_hold_the_log_probs_of_the_weights_they_claim(tmp_path, monkeypatch):
+    # Every background batch says which weight version collected it (info["policy_version"]);
+    # the old log-probs PPO's ratio divides by must be that version's, exactly (up to the sampler
+    # vs replay rounding), and not the fresher weights the update starts from. A behaviour copy
+    # that stops loading new weights (unbounded staleness) or a wrong version label fails here.
+    from mmrl.trainer import trainer as trainer_module
+
+    seen, versions = [], {}
+
+    class Recording(trainer_module.AsyncCollector):
+        def result(self, it):
+            batch, info = super().result(it)
+            seen.append((it, Batch({k: v.clone() for k, v in batch.items()}), info))
+            versions[it] = params(self.trainer.policy)  # = the weights after `it` updates
+            return batch, info
+
+    monkeypatch.setattr(trainer_module, "AsyncCollector", Recording)
+    trainer = build_trainer(cfg(tmp_path, "trainer.async_staleness=1", "trainer.iterations=4"))
+    trainer.run()
+    assert [(it, info["policy_version"]) for it, _, info in seen] == [(0, 0), (1, 0), (2, 1), (3, 2)]
+    for it, batch, info in seen:
+        claimed = recompute_logp(trainer.policy, versions[info["policy_version"]], batch)
+        torch.testing.assert_close(claimed, batch["old_logp"][batch["valid"]], atol=1e-4, rtol=0,
+                                   msg=lambda m: f"batch {it}, version {info['policy_version']}: {m}")
+        for v, weights in versions.items():  # every other version's log-probs are far from them
+            if v != info["policy_version"]:
+                gap = (recompute_logp(trainer.policy, weights, batch) - batch["old_logp"][batch["valid"]]).abs()
+                assert gap.max() > 1e-2, (it, v, gap.max())
 
 
 def test_async_rollout_in_a_hybrid_placement(tmp_path):
