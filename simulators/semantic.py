@@ -12,12 +12,12 @@ Config (``sim.kwargs`` of an experiment with ``sim.type: semantic``)::
     base: reach                      # the wrapped simulator (registry name) ...
     base_kwargs: {max_episode_steps: 40}   # ... and its constructor arguments
     reward: clip_contrast_goal       # an image reward (registry name) ...
-    reward_kwargs: {model_name: "local-dir:runs/reach_clip", pretrained: null, t_min: -0.15, t_max: 0.15}
+    reward_kwargs: {model_name: "local-dir:runs/reach_clip", pretrained: null, t_min: -0.05, t_max: 0.05}
     timing: episode_end              # or "step"
     episode_mode: final              # episode_end only: "final" (last frame) or "mean" (mean over frames)
     goal_meta:                       # per-sample reward meta built from the instruction (optional)
-      positive_goal: "the gripper is on the {color} target"
-      negative_goal: "the gripper is far from the {color} target"
+      positive_goal: "the gripper is on the {color} disc"
+      negative_goal: "the gripper is far from the {color} disc"
     instruction_pattern: "(?P<color>red|green|blue|yellow|purple|cyan|orange|pink)"
     synthesis: {mode: weighted, weights: {semantic: 1.0}}   # `rewards.synthesis.RewardSynthesis`
 
@@ -32,10 +32,10 @@ Timing:
 - ``episode_end`` (default; VLM-RL style, deferred to the end of the episode): the frames of an
   episode are buffered and scored in one batch when it ends (all envs ending in the same step
   share the batch); the score is written to the episode's final step, every other step gets 0.
-  ``episode_mode: final`` scores the last frame only (a learned success detector, the reward the
-  benchmark `benchmarks/semantic_reward.py` uses on ``reach``: the last frame of a successful
-  episode shows the gripper on the named disc, and since reaching it earlier is discounted less,
-  the policy is pushed to reach it fast); ``mean`` averages the per-frame scores of the episode.
+  ``episode_mode: final`` scores the last frame only (the reward the benchmark
+  `benchmarks/semantic_reward.py` uses on ``reach``, VLM-RL's goal-state reward: whether the last
+  frame looks like the goal text says; reaching it earlier is discounted less); ``mean`` averages
+  the per-frame scores of the episode.
 
 Chunks: the wrapper runs action chunks one step at a time through the wrapped simulator's
 ``_step_masked`` (the default `Simulator.step_chunk` loop), so every step's frame is available and
@@ -144,6 +144,7 @@ class SemanticRewardSim(Simulator):
         self.num_envs, self.action_dim = b.num_envs, b.action_dim
         self.max_episode_steps, self.image_shape = b.max_episode_steps, tuple(b.image_shape)
         self.state_dim, self.device = b.state_dim, torch.device(b.device)
+        self.has_images, self.has_success = b.has_images, b.has_success
         n = self.num_envs
         self._frames: torch.Tensor | None = None  # episode_end + mean: [N, T, H, W, 3] buffered frames
         self._length = torch.zeros(n, dtype=torch.long)

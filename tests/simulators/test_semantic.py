@@ -1,7 +1,7 @@
 """SemanticRewardSim: the contract checker with a tiny random open_clip, rewards written at the right
 steps (hand-checked with a stub image reward: the mean pixel value of the frame), success passed
-through, synthesis modes, goal meta from the instruction, and the reach_clip dataset / tiny CLIP
-training helpers."""
+through, synthesis modes, goal meta from the instruction, and loading the pretrained tiny CLIP by
+name."""
 
 import pytest
 import torch
@@ -237,40 +237,23 @@ def test_goal_meta_from_the_instruction():
         make(2, goal_meta={"g": "{color}"}, instruction_pattern="(?P<color>magenta)").meta_for(["reach the red target"])
 
 
-def test_reach_clip_dataset_labels():
-    from mmrl.data import load_dataset
-
-    d = load_dataset("reach_clip", num_samples=300, seed=0)
-    assert d["image"].shape == (300, 32, 32, 3) and d["image"].dtype == torch.uint8
-    assert len(d["instruction"]) == len(d["positive"]) == 300
-    assert d["success"].equal(d["goal_distance"] <= d["meta"]["success_radius"])
-    rows = torch.arange(300)
-    assert torch.allclose(d["color_distance"][rows, d["goal_color"]], d["goal_distance"])
-    assert (torch.isinf(d["color_distance"]).sum(1) == 3).all()  # 3 of the 6 palette colours are absent
-    assert 0.1 < d["success"].float().mean() < 0.5
-    for text, color, pos in zip(d["instruction"], d["goal_color_name"], d["positive"]):
-        assert color in text.split() and pos == f"the gripper is on the {color} target"
-    again = load_dataset("reach_clip", num_samples=300, seed=0)
-    assert torch.equal(again["image"], d["image"])
-
-
 def test_tiny_clip_training_saves_a_loadable_model(tmp_path):
+    """The pretrained tiny CLIP loads by name as configs load it and scores like the built model;
+    its dataset and pretraining are tested in tests/rewards/test_reach_clip_pretraining.py."""
     from mmrl.data import load_dataset
     from rewards.clip_goal import CLIPContrastGoal
-    from rewards.train_tiny_clip import goal_reward_stats, load_model, soft_targets, train_tiny_clip
+    from rewards.train_tiny_clip import goal_meta, goal_reward_stats, load_model, train_tiny_clip
 
-    t = soft_targets(torch.tensor([[0.05, 0.175, 0.3, float("inf")]]), 0.1, 0.25)
-    assert torch.allclose(t, torch.tensor([[1.0, 0.5, 0.0, 0.0]]))
-    d = load_dataset("reach_clip", num_samples=64, seed=0)
-    _, info = train_tiny_clip(d, tmp_path / "clip", steps=3, batch_size=16, log_every=0)
-    assert info["steps"] == 3 and info["t_min"] == pytest.approx(-0.15)
+    pairs = load_dataset("reach_clip", num_samples=64, seed=0)
+    _, info = train_tiny_clip(pairs, tmp_path / "clip", steps=3, batch_size=16, log_every=0)
+    assert info["steps"] == 3
+    frames = load_dataset("reach_clip", num_samples=64, seed=1, labelled=True)
     model, tok = load_model(tmp_path / "clip")
-    reward = CLIPContrastGoal(model=model, tokenizer=tok, positive=None, negative=None)
-    stats = goal_reward_stats(reward, d)
-    assert stats["frames"] == 64 and -1 <= stats["corr_success"] <= 1
+    reward = CLIPContrastGoal(model=model, tokenizer=tok, positive=None, negative=None, t_min=-0.1, t_max=0.1)
+    stats = goal_reward_stats(reward, frames)
+    assert stats["n"] == 64 and -1 <= stats["corr_success"] <= 1
     by_name = CLIPContrastGoal(model_name=f"local-dir:{tmp_path / 'clip'}", pretrained=None, positive=None,
-                               negative=None)  # how configs load it
-    assert torch.allclose(by_name(d["image"][:4], d["instruction"][:4], [{"positive_goal": p, "negative_goal": n}
-                          for p, n in zip(d["positive"][:4], d["negative"][:4])]),
-                          reward(d["image"][:4], d["instruction"][:4], [{"positive_goal": p, "negative_goal": n}
-                                 for p, n in zip(d["positive"][:4], d["negative"][:4])]))
+                               negative=None, t_min=-0.1, t_max=0.1)  # how configs load it
+    meta = goal_meta(frames["instruction"][:4])
+    assert torch.allclose(by_name(frames["image"][:4], frames["instruction"][:4], meta),
+                          reward(frames["image"][:4], frames["instruction"][:4], meta))

@@ -1,0 +1,166 @@
+"""The semantic-reward experiment keeps success out of the reward model: reach_clip captions are
+absolute descriptions built without the simulator's goal, success or distances (checked by
+poisoning those fields), the tiny CLIP's training batches are CLIP's InfoNCE over (image, caption)
+pairs, the RL-time goal texts are zero-shot, and the CLIP config keeps the quickstart's RL settings."""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmrl.data import load_dataset
+from simulators.reach import ReachSim
+
+ROOT = Path(__file__).resolve().parents[2]
+#: words of the goal relation / instruction that no pretraining caption may contain
+GOAL_WORDS = {"target", "reach", "on", "far", "near", "close", "touch", "goal", "success", "same", "away"}
+
+
+def builder():
+    from mmrl.data import builder_module
+
+    return builder_module("reach_clip")
+
+
+def _raise(*_, **__):
+    raise AssertionError("the pretraining data read a goal / success field of the simulator")
+
+
+def poison(mp):
+    """ReachSim with every goal / success path raising and another disc instructed."""
+    mp.setattr(ReachSim, "success_radius", property(_raise, lambda self, v: None), raising=False)
+    for name in ("goal_position", "expert_action", "expert_chunk", "_run", "step", "step_chunk"):
+        mp.setattr(ReachSim, name, _raise)
+    original = ReachSim._sample_init
+
+    def shifted_goal(self, seeds):
+        init = original(self, seeds)
+        return {**init, "target": (init["target"] + 1) % self.num_objects}
+
+    mp.setattr(ReachSim, "_sample_init", shifted_goal)
+
+
+def test_grid_cells_and_captions_hand_values():
+    b = builder()
+    xy = torch.tensor([[-0.9, 0.9], [0.0, 0.0], [0.9, -0.9], [0.5, 0.1], [-1.0, -1.0]])
+    assert b.grid_cells(xy).tolist() == [0, 4, 8, 5, 6]
+    assert b.cell_names()[0] == "top left" and b.cell_names()[4] == "center" and b.cell_names()[5] == "middle right"
+    caps = b.captions_of([0, 8], ["red", "blue"], 0, [1, 0])
+    assert caps == [
+        "the blue disc is at the bottom right, the red disc is at the top left and the gripper is at the top left",
+        "blue disc: bottom right. red disc: top left. gripper: top left.",
+        "bottom right: the blue disc. top left: the red disc and the gripper.",
+    ]
+
+
+def test_pretraining_pairs_and_batches_ignore_goal_and_success(monkeypatch):
+    clean = load_dataset("reach_clip", num_samples=80, seed=5, batch_size=64)
+    with monkeypatch.context() as mp:
+        poison(mp)
+        dirty = load_dataset("reach_clip", num_samples=80, seed=5, batch_size=64)  # nothing raised
+    assert set(dirty) == {"image", "captions", "gripper_cell", "disc_cell", "phrasings", "cells", "meta"}
+    assert torch.equal(clean["image"], dirty["image"]) and clean["captions"] == dirty["captions"]
+    # a training batch is (images[i], tokens[i, phrasing]) with indices drawn from the seed alone and
+    # train_tiny_clip reads nothing else (test_pretraining_reads_only_images_and_captions): equal
+    # images and tokens give equal batches
+    from rewards.train_tiny_clip import build_model, tokenize_captions
+
+    _, tok, cfg = build_model()
+    ctx = cfg["text_cfg"]["context_length"]
+    assert torch.equal(tokenize_captions(clean["captions"], tok, ctx), tokenize_captions(dirty["captions"], tok, ctx))
+
+
+def test_captions_describe_the_picture_not_the_goal():
+    b = builder()
+    data = load_dataset("reach_clip", num_samples=200, seed=1)
+    cells = b.cell_names()
+    for caps, gc, dc in zip(data["captions"], data["gripper_cell"].tolist(), data["disc_cell"].tolist()):
+        assert len(caps) == len(b.PHRASINGS)
+        for text in caps:
+            words = set(text.replace(",", " ").replace(".", " ").replace(":", " ").split())
+            assert not words & GOAL_WORDS, text
+            assert "gripper" in words and cells[gc] in text and all(cells[c] in text for c in dc)
+    # the gripper cell a caption names is where the gripper is drawn: its white cross has a pixel in
+    # that row of cells and one in that column of cells (a cross on a corner has none in the corner cell)
+    white = (data["image"] == 255).all(-1)  # [M, 32, 32]
+    for i, cell in enumerate(data["gripper_cell"].tolist()):
+        rows, cols = white[i].nonzero().unbind(1)
+        assert (rows * 3 // 32 == cell // 3).any() and (cols * 3 // 32 == cell % 3).any()
+    # no RL-time goal sentence is a pretraining caption
+    from rewards.train_tiny_clip import GOAL_WORDINGS
+
+    seen = {t for caps in data["captions"] for t in caps}
+    for color in ReachSim(num_envs=1).color_names:
+        for pos, neg in GOAL_WORDINGS:
+            assert pos.format(color=color) not in seen and neg.format(color=color) not in seen
+
+
+def test_labelled_frames_are_separate_and_correct():
+    data = load_dataset("reach_clip", num_samples=300, seed=0, labelled=True)
+    assert "captions" not in data
+    assert data["success"].equal(data["goal_distance"] <= data["success_radius"])
+    assert 0.15 < data["success"].float().mean() < 0.6
+    for text, color in zip(data["instruction"], data["goal_color_name"]):
+        assert color in text.split()
+    assert torch.equal(load_dataset("reach_clip", num_samples=300, seed=0, labelled=True)["image"], data["image"])
+
+
+def test_clip_loss_hand_values():
+    from rewards.train_tiny_clip import clip_loss
+
+    img = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    txt = torch.tensor([[3.0, 0.0], [1.0, 1.0]])
+    # unit: i0 = (1, 0), i1 = (0, 1); t0 = (1, 0), t1 = (1, 1) / sqrt 2; s = 2
+    c = 1 / math.sqrt(2)
+    logits = 2 * torch.tensor([[1.0, c], [0.0, c]])
+    row = -(torch.log_softmax(logits, 1)[0, 0] + torch.log_softmax(logits, 1)[1, 1]) / 2
+    col = -(torch.log_softmax(logits.T, 1)[0, 0] + torch.log_softmax(logits.T, 1)[1, 1]) / 2
+    assert clip_loss(img, txt, torch.tensor(2.0)).item() == pytest.approx(((row + col) / 2).item(), abs=1e-6)
+
+
+def test_pretraining_reads_only_images_and_captions(tmp_path):
+    from rewards.train_tiny_clip import load_model, train_tiny_clip
+
+    data = load_dataset("reach_clip", num_samples=48, seed=0)
+    torch.manual_seed(0)
+    m1, info = train_tiny_clip({"image": data["image"], "captions": data["captions"]}, tmp_path / "a", steps=3,
+                               batch_size=16, log_every=0)
+    noisy = {**data, "success": torch.rand(48) > 0.5, "goal_distance": torch.rand(48)}
+    m2, _ = train_tiny_clip(noisy, None, steps=3, batch_size=16, log_every=0)
+    from rewards.train_tiny_clip import build_model
+
+    fresh = build_model(seed=0)[0]
+    sd1, sd2, sd0 = m1.state_dict(), m2.state_dict(), fresh.state_dict()
+    assert all(torch.equal(sd1[k], sd2[k]) for k in sd1)
+    assert any(not torch.equal(sd1[k], sd0[k]) for k in sd1)  # it did train
+    assert info["steps"] == 3 and math.isfinite(info["loss"])
+    model, tok = load_model(tmp_path / "a")
+    assert all(torch.equal(v, sd1[k]) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="context"):
+        train_tiny_clip({"image": data["image"][:2], "captions": [["a " * 60] * 3] * 2}, None, steps=1, batch_size=2)
+
+
+def test_select_goal_setting_picks_the_best_validation_correlation():
+    from rewards.train_tiny_clip import quantile_window, select_goal_setting
+
+    success = torch.tensor([1, 1, 0, 0, 0, 1], dtype=torch.bool)
+    good = torch.tensor([-0.3, -0.2, 0.1, 0.2, 0.3, -0.1])  # d = c_neg - c_pos: low on success frames
+    bad = -good
+    choice = select_goal_setting({0: bad, 1: good}, success, [(0.0, 1.0)])
+    assert choice["wording"] == 1 and choice["corr_success"] > 0.9 and len(choice["candidates"]) == 2
+    assert quantile_window(good, 0.0, 1.0) == pytest.approx((-0.3, 0.3))
+
+
+def test_clip_config_keeps_the_quickstart_rl_settings(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_semantic", ROOT / "benchmarks" / "semantic_reward.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.rl_settings_differences() == []  # the shipped configs
+    changed = tmp_path / "clip.yaml"
+    text = (ROOT / "configs" / "quickstart_clip_reward.yaml").read_text()
+    changed.write_text(text.replace("clip_low: 0.2", "clip_low: 0.3").replace("max_episode_steps: 20",
+                                                                              "max_episode_steps: 30"))
+    diff = bench.rl_settings_differences(clip_path=changed)
+    assert any(d.startswith("algorithm.clip_low") for d in diff) and any("base_kwargs" in d for d in diff)
