@@ -1,29 +1,45 @@
-"""Flow-GRPO vs advantage-weighted matching (AWM) on the embedded diffusion demo, same budget.
+"""Flow-GRPO vs advantage-weighted matching (AWM) on the embedded diffusion demo, same budget, per seed.
 
-    python benchmarks/diffusion_align.py                      # 150 iterations each, eval every 25
-    python benchmarks/diffusion_align.py --iterations 10 --eval-every 5
+    python benchmarks/diffusion_align.py                      # seeds 0-2, 150 iterations each, eval every 25
+    python benchmarks/diffusion_align.py --seeds 2 --iterations 4 --eval-every 2 \\
+        --set warm_start.steps=20 --set warm_start.num_episodes=512     # a quick check of the script
 
-One tiny pixel-space generator is pretrained once by flow matching on the synthetic `shapes`
-images with noisy captions (half of them describe another image of the same kind; the warm start
-of configs/diffusion_shapes_flow_grpo.yaml), so it follows its prompt only part of the time. From those same weights,
-configs/diffusion_shapes_flow_grpo.yaml (Flow-SDE rollouts, per-step PPO ratios) and
-configs/diffusion_shapes_awm.yaml (ODE rollouts, advantage-weighted flow matching) each run the
-same number of iterations with the same prompts per iteration (8 prompts x 8 images), and the mean
-`shapes` reward of 128 held-out prompts (ODE, 16 steps) is measured every ``--eval-every``
-iterations. Sample grids are written at every evaluation (runs/<name>/videos/*.png).
+For each seed s (``--seeds N``: s = 0..N-1, ``run.seed`` = s: the pretraining images, captions and
+order, the initial weights, the rollouts and the RL noise all change with it), one tiny pixel-space
+generator is pretrained by flow matching on the synthetic `shapes` images of the TRAIN prompts with
+noisy captions (half of them describe another train image of the same kind; the warm start of
+configs/diffusion_shapes_flow_grpo.yaml), so it follows its prompt only part of the time. From those
+same weights, configs/diffusion_shapes_flow_grpo.yaml (Flow-SDE rollouts, per-step PPO ratios) and
+configs/diffusion_shapes_awm.yaml (ODE rollouts, advantage-weighted flow matching) each run the same
+number of iterations with the same train prompts per iteration (8 prompts x 8 images), and the mean
+`shapes` reward over the 42 held-out prompts, each evaluated ``trainer.eval_episodes / 42`` times
+(3 by default; ODE, 16 steps), is measured every ``--eval-every`` iterations. No held-out prompt is
+ever trained on, pretrained on, or used to choose a setting. Sample grids are written at every
+evaluation (runs/bench_diffusion/seed<s>/<name>/videos/*.png).
 
-Time-to-reward: the level is ``pretrained + frac * (min(best Flow-GRPO, best AWM) - pretrained)``
-(``--level-frac``, default 0.8): a level both reach. Each run's RL wall time (evaluation excluded)
-and training samples to first reach it are interpolated linearly between evaluations; the
-speedups are Flow-GRPO's divided by AWM's. The last line is one JSON object
-``{"pretrained_reward", "flow_grpo_reward", "awm_reward", "awm_speedup_time", "awm_speedup_samples"}``
-(final rewards; speedups null when a run never reaches the level) plus the curves and the level.
+Baselines printed beside the result, on the same held-out episodes: the pretrained generator (the
+start of both runs), correct images of each prompt drawn by the dataset's renderer (the reward's
+ceiling, 1.0 by construction) and the same correct images scored against another held-out prompt
+(a perfect painter that ignores its prompt).
+
+Time-to-reward (per seed): the level is ``pretrained + frac * (min(best Flow-GRPO, best AWM) -
+pretrained)`` (``--level-frac``, default 0.8): a level both reach. Each run's RL wall time
+(evaluation excluded) and training samples to first reach it are interpolated linearly between
+evaluations; the speedups are Flow-GRPO's divided by AWM's (null when a run never reaches the
+level). Times are wall-clock: the load average is printed; compare them only on an idle machine.
+
+The last line is one JSON object: per-seed lists ``pretrained_reward``, ``flow_grpo_reward``,
+``awm_reward`` (final held-out rewards), ``flow_grpo_gain``, ``awm_gain``, ``awm_speedup_time``,
+``awm_speedup_samples``, ``level``, ``pretrain_s``, each with ``_mean`` and ``_std`` (speedups over
+the seeds where both runs reach the level), the baselines, the evaluation protocol and the curves.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,6 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CONFIGS = {"flow_grpo": "configs/diffusion_shapes_flow_grpo.yaml", "awm": "configs/diffusion_shapes_awm.yaml"}
+PER_SEED = ("pretrained_reward", "flow_grpo_reward", "awm_reward", "flow_grpo_gain", "awm_gain",
+            "awm_speedup_time", "awm_speedup_samples", "level", "pretrain_s")
 
 
 def curve(results: dict) -> list[dict]:
@@ -54,20 +72,39 @@ def time_to(points: list[dict], level: float, key: str) -> float | None:
     return None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=150)
-    parser.add_argument("--eval-every", type=int, default=25)
-    parser.add_argument("--level-frac", type=float, default=0.8)
-    parser.add_argument("--output-dir", default="runs/bench_diffusion")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for both runs and the pretraining (repeatable)")
-    args = parser.parse_args()
+def summary(runs: list[dict], key: str) -> dict:
+    """Per-seed values of ``key``, their mean and sample std (over the seeds where it is not None)."""
+    values = [r[key] for r in runs]
+    known = [v for v in values if v is not None]
+    return {key: values,
+            f"{key}_mean": round(statistics.fmean(known), 4) if known else None,
+            f"{key}_std": round(statistics.stdev(known), 4) if len(known) > 1 else (0.0 if known else None)}
 
+
+def eval_protocol(trainer) -> dict:
+    """The held-out prompts and how often each is evaluated; fails unless all equally often."""
+    sim, episodes = trainer.eval_sim, trainer.cfg.trainer.eval_episodes
+    return {"eval_prompts": len(sim.prompts), "per_prompt": sim.evaluation_rounds(episodes), "eval_episodes": episodes}
+
+
+def baselines(trainer) -> dict:
+    """Mean reward on the trainer's held-out evaluation episodes of correct images of each prompt
+    (the ceiling) and of the same images scored against the next episode's (another) prompt."""
+    from mmrl.data import builder_module
+
+    sim, t = trainer.eval_sim, trainer.cfg.trainer
+    idx = sim.prompt_index([t.eval_seed + e for e in range(t.eval_episodes)]).tolist()
+    prompts, meta = [sim.prompts[i] for i in idx], [sim.meta[i] for i in idx]
+    gold = builder_module("shapes").draw([m["objects"] for m in meta], seed=0, image_size=sim.image_size)
+    return {"gold_reward": round(sim.reward_model(gold, prompts, meta).mean().item(), 4),
+            "prompt_ignoring_reward": round(sim.reward_model(gold.roll(1, 0), prompts, meta).mean().item(), 4)}
+
+
+def run_seed(seed: int, args) -> tuple[dict, dict]:
+    """Pretrain, then Flow-GRPO and AWM from the same weights; the seed's figures and protocol."""
     from mmrl.experiment import build_trainer, load_experiment
 
-    common = [f"run.output_dir={args.output_dir}", f"run.seed={args.seed}", "trainer.resume=false",
+    common = [f"run.output_dir={args.output_dir}/seed{seed}", f"run.seed={seed}", "trainer.resume=false",
               f"trainer.iterations={args.iterations}", f"trainer.eval_every={args.eval_every}",
               f"trainer.checkpoint_every={args.iterations}", *args.set]
     t0 = time.time()
@@ -75,20 +112,25 @@ def main() -> None:
     pre.warm_start()
     pretrained = {k: v.clone() for k, v in pre.policy.gen.state_dict().items()}
     pretrain_s = time.time() - t0
-    print(f"pretrained the generator in {pretrain_s:.0f} s")
-    curves, finals = {}, {}
+    print(f"[seed {seed}] pretrained the generator in {pretrain_s:.0f} s", flush=True)
+    curves, finals, protocol = {}, {}, {}
     for name, path in CONFIGS.items():
         trainer = build_trainer(load_experiment(ROOT / path, [*common, f"run.name={name}"]))
+        protocol[name] = eval_protocol(trainer)
+        if name == "flow_grpo":
+            protocol["baselines"] = baselines(trainer)
         trainer.policy.gen.load_state_dict(pretrained)
         trainer.policy.after_warm_start()
         trainer.state.warm_started = True
         results = trainer.run()
         curves[name] = curve(results)
         finals[name] = results["final"]["return"]
+    if protocol["flow_grpo"] != protocol["awm"]:
+        raise ValueError(f"the two configs evaluate differently: {protocol['flow_grpo']} vs {protocol['awm']}")
     start = curves["flow_grpo"][0]["reward"]
     best = min(max(p["reward"] for p in curves[n]) for n in CONFIGS)
     level = start + args.level_frac * (best - start)
-    print(f"\nmean held-out reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
+    print(f"\n[seed {seed}] mean held-out reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
     print(f"{'iter':>5} | {'Flow-GRPO':>10} {'s':>7} {'samples':>8} | {'AWM':>10} {'s':>7} {'samples':>8}")
     for g, a in zip(curves["flow_grpo"], curves["awm"]):
         print(f"{g['iteration']:5d} | {g['reward']:10.3f} {g['rl_seconds']:7.1f} {g['train_episodes']:8d} | "
@@ -98,14 +140,55 @@ def main() -> None:
         g, a = time_to(curves["flow_grpo"], level, key), time_to(curves["awm"], level, key)
         speed[label] = round(g / a, 3) if g is not None and a not in (None, 0) else None
         print(f"to reach {level:.3f}: Flow-GRPO {g} {key}, AWM {a} {key} -> AWM speedup {speed[label]}")
-    print(f"reward gain over the pretrained generator: Flow-GRPO {finals['flow_grpo'] - start:+.3f}, "
-          f"AWM {finals['awm'] - start:+.3f}")
-    print(json.dumps({
-        "pretrained_reward": round(start, 4), "flow_grpo_reward": round(finals["flow_grpo"], 4),
-        "awm_reward": round(finals["awm"], 4), "awm_speedup_time": speed["time"],
-        "awm_speedup_samples": speed["samples"], "level": round(level, 4), "iterations": args.iterations,
-        "pretrain_s": round(pretrain_s, 1), "curves": curves,
-    }))
+    print(f"[seed {seed}] reward gain over the pretrained generator: Flow-GRPO {finals['flow_grpo'] - start:+.3f}, "
+          f"AWM {finals['awm'] - start:+.3f}; load average {os.getloadavg()[0]:.2f}\n", flush=True)
+    run = {"pretrained_reward": round(start, 4), "flow_grpo_reward": round(finals["flow_grpo"], 4),
+           "awm_reward": round(finals["awm"], 4), "flow_grpo_gain": round(finals["flow_grpo"] - start, 4) + 0.0,
+           "awm_gain": round(finals["awm"] - start, 4) + 0.0, "awm_speedup_time": speed["time"],
+           "awm_speedup_samples": speed["samples"], "level": round(level, 4), "pretrain_s": round(pretrain_s, 1),
+           "curves": curves}
+    return run, {**protocol["flow_grpo"], **protocol["baselines"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=3, help="run seeds 0..N-1")
+    parser.add_argument("--iterations", type=int, default=150)
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--level-frac", type=float, default=0.8)
+    parser.add_argument("--output-dir", default="runs/bench_diffusion")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for both runs and the pretraining (repeatable)")
+    args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error("--seeds must be >= 1")
+
+    load_start = os.getloadavg()[0]
+    runs, protocols = [], []
+    for seed in range(args.seeds):
+        run, protocol = run_seed(seed, args)
+        runs.append(run)
+        protocols.append(protocol)
+    protocol = protocols[0]  # the held-out episodes do not depend on the seed
+    out = {"seeds": list(range(args.seeds))}
+    for key in PER_SEED:
+        out.update(summary(runs, key))
+    print(f"held-out reward over {args.seeds} seeds ({protocol['eval_prompts']} held-out prompts x "
+          f"{protocol['per_prompt']} = {protocol['eval_episodes']} images per evaluation, "
+          f"{args.iterations} iterations):")
+    print(f"  ceiling (correct images of each prompt) {protocol['gold_reward']:.3f}; "
+          f"correct images of another prompt {protocol['prompt_ignoring_reward']:.3f}")
+    for key, label in (("pretrained_reward", "pretrained (start)"), ("flow_grpo_reward", "Flow-GRPO"),
+                       ("awm_reward", "AWM"), ("flow_grpo_gain", "Flow-GRPO gain"), ("awm_gain", "AWM gain"),
+                       ("awm_speedup_time", "AWM speedup (time)"), ("awm_speedup_samples", "AWM speedup (samples)")):
+        mean, std = out[f"{key}_mean"], out[f"{key}_std"]
+        shown = "n/a" if mean is None else f"{mean:.3f} +- {std:.3f}"
+        print(f"  {label:22s} {shown:>16}   per seed {out[key]}")
+    print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+    out.update(protocol, iterations=args.iterations, eval_every=args.eval_every, level_frac=args.level_frac,
+               load_avg_start=round(load_start, 2), load_avg_end=round(os.getloadavg()[0], 2),
+               curves=[r["curves"] for r in runs])
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -16,9 +16,13 @@ no ``state``. ``success`` is ``reward >= success_threshold`` (all False without 
 Prompt datasets: ``build(split="train"|"eval", **dataset_kwargs)`` returning ``{"prompt": [P str],
 "meta": [P dict]}``; evaluation simulators get ``split="eval"`` (held-out prompts).
 
-Prompt choice: env i reset with seed s gets prompt ``floor(u(s) * P)`` for a counter-based hash
-``u`` (`simulators.reach.hash_uniform`), so equal seeds give equal prompts in any batch. Reward
-model failures raise `rewards.base.RewardError` naming the reward, the prompts, and the cause.
+Prompt choice (``deal``): env i reset with seed s gets prompt ``floor(u(s) * P)`` for a
+counter-based hash ``u`` (`simulators.reach.hash_uniform`) with ``deal="random"`` (training: fresh
+prompts drawn with replacement), or prompt ``s mod P`` with ``deal="cycle"`` (evaluation, the
+``eval_kwargs``): the trainer evaluates episodes with consecutive seeds, so ``k * P`` episodes
+evaluate every held-out prompt exactly k times (`PromptSim.evaluation_rounds` checks the count).
+Either way equal seeds give equal prompts in any batch. Reward model failures raise
+`rewards.base.RewardError` naming the reward, the prompts, and the cause.
 """
 
 from __future__ import annotations
@@ -34,17 +38,20 @@ class PromptSim(Simulator):
 
     max_episode_steps = 1
     name_arg = "dataset"  # `mmrl check simulator prompts:shapes_prompts`
-    eval_kwargs = {"split": "eval"}
+    eval_kwargs = {"split": "eval", "deal": "cycle"}  # every held-out prompt equally often
+    DEALS = ("random", "cycle")
 
     def __init__(self, num_envs: int = 8, dataset: str = "shapes_prompts", dataset_kwargs: dict | None = None,
                  reward: str = "shapes", reward_kwargs: dict | None = None, image_size: int = 16,
-                 split: str = "train", success_threshold: float | None = None,
+                 split: str = "train", success_threshold: float | None = None, deal: str = "random",
                  device: str | torch.device = "cpu", seed: int = 0):
         from mmrl.data import load_dataset
         from mmrl.registry import REWARDS
 
         if num_envs < 1 or image_size < 1:
             raise ValueError("num_envs >= 1 and image_size >= 1 required")
+        if deal not in self.DEALS:
+            raise ValueError(f"PromptSim deal must be one of {self.DEALS}, got {deal!r}")
         kwargs = {**(dataset_kwargs or {}), "split": split}  # prompt datasets take split=train|eval
         data = load_dataset(dataset, **kwargs)
         if not isinstance(data, dict) or not data.get("prompt"):
@@ -56,7 +63,7 @@ class PromptSim(Simulator):
         self.reward_model = REWARDS.build(reward, **(reward_kwargs or {}))
         if getattr(self.reward_model, "kind", "image") != "image":
             raise ValueError(f"reward '{reward}' scores {self.reward_model.kind}, PromptSim needs an image reward")
-        self.num_envs, self.split, self.threshold = int(num_envs), split, success_threshold
+        self.num_envs, self.split, self.deal, self.threshold = int(num_envs), split, deal, success_threshold
         self.has_success = success_threshold is not None  # else the metric is the mean reward
         self.image_size = int(image_size)
         self.image_shape = (self.image_size, self.image_size, 3)
@@ -66,9 +73,26 @@ class PromptSim(Simulator):
         self._idx = torch.zeros(self.num_envs, dtype=torch.long)
 
     # ------------------------------------------------------------------ contract
-    def _pick(self, seeds: list[int]) -> torch.Tensor:
-        u = hash_uniform(torch.tensor(seeds, dtype=torch.int64), 1)[:, 0]
+    def prompt_index(self, seeds: list[int]) -> torch.Tensor:
+        """Prompt index of each reset seed (see ``deal`` in the module docstring)."""
+        s = torch.tensor(seeds, dtype=torch.int64)
+        if self.deal == "cycle":
+            return s % len(self.prompts)
+        u = hash_uniform(s, 1)[:, 0]
         return (u * len(self.prompts)).long().clamp(max=len(self.prompts) - 1)
+
+    def evaluation_rounds(self, num_episodes: int) -> int:
+        """How many times ``num_episodes`` consecutive seeds deal each prompt (``deal="cycle"``);
+        raises ValueError unless that is the same whole number k >= 1 for every prompt."""
+        p = len(self.prompts)
+        if self.deal != "cycle":
+            raise ValueError(f"PromptSim deals prompts at random (deal={self.deal!r}): only deal='cycle' "
+                             "evaluates every prompt equally often")
+        if num_episodes < p or num_episodes % p:
+            k = max(1, round(num_episodes / p))
+            raise ValueError(f"{num_episodes} evaluation episodes deal the {p} held-out prompts unequally: "
+                             f"set trainer.eval_episodes to a multiple of {p} (e.g. {k * p}, {k} per prompt)")
+        return num_episodes // p
 
     def _obs(self) -> Observation:
         image = torch.zeros(self.num_envs, *self.image_shape, dtype=torch.uint8, device=self.device)
@@ -76,7 +100,7 @@ class PromptSim(Simulator):
 
     def reset(self, seed: int | list[int] | None = None) -> Observation:
         seeds, self._next_seed = reset_seeds(seed, self.num_envs, self._next_seed)
-        self._idx = self._pick(seeds)
+        self._idx = self.prompt_index(seeds)
         return self._obs()
 
     def to_images(self, actions: torch.Tensor) -> torch.Tensor:
@@ -109,7 +133,7 @@ class PromptSim(Simulator):
         final.image[done] = images.to(dev)[done]
         ended = done.cpu().nonzero().flatten().tolist()
         if ended:  # auto reset: the next prompt for every env that finished
-            self._idx[ended] = self._pick([self._next_seed + i for i in range(len(ended))])
+            self._idx[ended] = self.prompt_index([self._next_seed + i for i in range(len(ended))])
             self._next_seed += len(ended)
         info = {"num_steps": done.long()}
         return StepResult(self._obs(), reward.to(dev), done, torch.zeros_like(done), success, final, info)

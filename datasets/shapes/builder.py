@@ -3,8 +3,9 @@
 ``build(num_samples)`` draws images (uint8 [M, H, W, 3]) and prompts such as "a red circle on the
 left", "two blue squares" or "a red circle and a blue square", with the ground truth in ``meta``.
 ``build_prompts(num_prompts, split=...)`` draws prompts only (for RL), from disjoint train / eval
-pools. The grammar and vocabulary live in `rewards.shapes` (shared with `ShapesReward`). See
-CARD.md. Run as a script to save a ``.pt`` file (and optionally a preview grid)::
+pools; ``draw(objects)`` renders correct images of given prompts. The grammar and vocabulary live
+in `rewards.shapes` (shared with `ShapesReward`). See CARD.md. Run as a script to save a ``.pt``
+file (and optionally a preview grid)::
 
     python datasets/shapes/builder.py --num 10000 --out runs/shapes16.pt --preview runs/shapes16.png
 """
@@ -208,7 +209,21 @@ def palette_rgb() -> torch.Tensor:
     return torch.tensor(list(COLORS.values()), dtype=torch.long)
 
 
-def build(num_samples: int | None = None, seed: int = 0, image_size: int = 16, split: str = "all", tags=None,
+def draw(objects: list[list[dict]], seed: int = 0, image_size: int = 16) -> torch.Tensor:
+    """Correct images of given prompts: ``objects`` is one object list per image (a prompt's
+    ``meta["objects"]``) -> uint8 [M, H, W, 3], laid out and rendered as `build` does (the
+    "gold" images a reward is measured against; image i depends on (seed, i))."""
+    if not objects:
+        raise ValueError("draw needs at least one object list")
+    parts = []
+    for c in range(0, len(objects), CHUNK):
+        specs = [(None, 0, objs) for objs in objects[c:c + CHUNK]]
+        _, rgb, shape, box, valid = _layout(specs, _generator(seed, c // CHUNK), image_size, 0)
+        parts.append(render(rgb, shape, box, valid, image_size))
+    return torch.cat(parts)
+
+
+def build(num_samples: int | None = None, seed: int = 0, image_size: int = 16, split: str = "train", tags=None,
           caption_noise: float = 0.0, color_jitter: int = 0, eval_fraction: float = 0.2,
           prompts_only: bool = False, num_episodes: int | None = None, chunk_size: int | None = None) -> dict:
     """Images with describing prompts (see CARD.md). ``num_episodes`` is an alias of
@@ -218,14 +233,14 @@ def build(num_samples: int | None = None, seed: int = 0, image_size: int = 16, s
     ``prompt`` (list of M str) and ``meta`` (list of M dicts: the prompt's ``tag`` / ``objects`` /
     ``color`` / ``shape`` / ``count`` / ``position`` as in `build_prompts`, plus ``instances``: one
     ``{"color", "shape", "box": [x0, y0, x1, y1]}`` per drawn object (x1, y1 exclusive), and
-    ``noisy``: whether the caption was corrupted). ``split`` picks the prompt pool ("all" by
-    default; "train" keeps the eval prompts out of pre-training). ``caption_noise`` = p replaces the
-    prompt by a different prompt of the same tag with probability p (the image keeps the original;
-    ``meta`` then describes the prompt and ``meta["drawn"]`` the image). ``color_jitter`` = j adds
-    a uniform integer in [-j, j] per channel to each object's colour. ``prompts_only=True`` returns
-    `build_prompts` (split "all" unless given) so ``load_dataset("shapes", prompts_only=True,
-    split="train", num_samples=...)`` works by name. Sample i depends only on (seed, i) and the
-    other arguments, never on ``num_samples``.
+    ``noisy``: whether the caption was corrupted). ``split`` picks the prompt pool: "train" by
+    default, so pre-training never sees a held-out prompt; "eval" or "all" only when asked for.
+    ``caption_noise`` = p replaces the prompt by a different prompt of the same tag and the same
+    split pool with probability p (the image keeps the original; ``meta`` then describes the
+    prompt and ``meta["drawn"]`` the image). ``color_jitter`` = j adds a uniform integer in [-j, j]
+    per channel to each object's colour. ``prompts_only=True`` returns `build_prompts` so
+    ``load_dataset("shapes", prompts_only=True, split="eval", num_samples=...)`` works by name.
+    Sample i depends only on (seed, i) and the other arguments, never on ``num_samples``.
     """
     num_samples = num_samples if num_samples is not None else num_episodes
     if prompts_only:
@@ -250,7 +265,7 @@ def build(num_samples: int | None = None, seed: int = 0, image_size: int = 16, s
         corners = torch.cat([box[..., :2], box[..., :2] + box[..., 2:]], -1).tolist()
         for i, (tag, idx, objs) in enumerate(specs):
             caption, size = objs, len(pool[tag])
-            if bool(noisy[i]) and size > 1:  # another prompt of the same tag
+            if bool(noisy[i]) and size > 1:  # another prompt of the same tag, from the same split pool
                 caption = pool[tag][(idx + 1 + min(int(other[i] * (size - 1)), size - 2)) % size]
             meta = make_meta(caption, tag)
             meta["instances"] = [
@@ -270,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--num", type=int, default=10000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--image-size", type=int, default=16)
-    p.add_argument("--split", default="all", choices=SPLITS)
+    p.add_argument("--split", default="train", choices=SPLITS)
     p.add_argument("--caption-noise", type=float, default=0.0)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--preview", type=Path, default=None, help="PNG grid of the first 64 images (needs pillow)")

@@ -149,7 +149,7 @@ def test_build_prompts_deterministic_and_by_name(shapes):
     images = load_dataset("shapes", num_samples=6, seed=3, image_size=16)
     assert images["image"].shape == (6, 16, 16, 3)
     # the image dataset draws the same prompts as the prompt-only one for the same pool
-    assert images["prompt"] == shapes.build_prompts(6, seed=3, split="all")["prompt"]
+    assert images["prompt"] == shapes.build_prompts(6, seed=3, split="train")["prompt"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,13 +37,38 @@ def test_prompt_sim_images_rewards_and_splits():
     res = sim.step_chunk(actions)
     assert res.terminated.all() and not res.truncated.any() and res.final_obs is not None
     assert res.final_obs.image[0, 0, 0].tolist() == [255, 128, 0] and (res.final_obs.image[1] == 0).all()
-    expected = sim.reward_model(res.final_obs.image, obs.instruction, [sim.meta[i] for i in sim._pick([5, 5, 6, 7])])
+    meta = [sim.meta[i] for i in sim.prompt_index([5, 5, 6, 7])]
+    expected = sim.reward_model(res.final_obs.image, obs.instruction, meta)
     assert torch.allclose(res.reward, expected)
     assert (res.obs.image == 0).all()  # auto reset: a fresh (blank) episode
     eval_prompts = set(PromptSim(num_envs=1, split="eval").prompts)
     assert eval_prompts and not eval_prompts & set(sim.prompts)
     with pytest.raises(ValueError, match="images of 8 px"):
         PromptSim(num_envs=2, image_size=8).step_chunk(torch.zeros(2, 1, 5))
+
+
+def test_prompt_sim_deals_eval_prompts_in_cycles_and_train_prompts_at_random():
+    from collections import Counter
+
+    from simulators.reach import hash_uniform
+
+    ev = PromptSim(num_envs=5, **PromptSim.eval_kwargs)
+    p = len(ev.prompts)
+    seeds = [10**9 + 7 + e for e in range(2 * p)]  # any run of consecutive seeds
+    assert Counter(ev.prompt_index(seeds).tolist()) == {i: 2 for i in range(p)}
+    assert ev.reset(seeds[:5]).instruction == [ev.prompts[s % p] for s in seeds[:5]]
+    assert ev.evaluation_rounds(2 * p) == 2
+    for bad in (p - 1, p + 2, 0):
+        with pytest.raises(ValueError, match=f"multiple of {p}"):
+            ev.evaluation_rounds(bad)
+    train = PromptSim(num_envs=5)  # training: with replacement, by a hash of the seed (unchanged)
+    u = hash_uniform(torch.tensor(seeds), 1)[:, 0]
+    assert train.prompt_index(seeds).tolist() == (u * len(train.prompts)).long().tolist()
+    assert len(set(train.prompt_index(seeds[:p]).tolist())) < p  # draws repeat prompts
+    with pytest.raises(ValueError, match="deal='cycle'"):
+        train.evaluation_rounds(len(train.prompts))
+    with pytest.raises(ValueError, match="deal must be one of"):
+        PromptSim(num_envs=1, deal="shuffle")
 
 
 @pytest.mark.parametrize("extra", [
