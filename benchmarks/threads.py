@@ -56,7 +56,7 @@ def measure(overrides: list[str], torch_first: bool, iterations: int) -> float:
         if proc.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
         rows = [json.loads(x) for x in (Path(out) / "threads" / "metrics.jsonl").read_text().splitlines()]
-    times = [r["train/iter_s"] for r in rows if "train/iter_s" in r][1:]
+    times = [r["iter_s"] for r in rows if "iter_s" in r][1:]
     return statistics.median(times)
 
 
