@@ -4,7 +4,7 @@
     python benchmarks/vs_trl.py                    # 8 prompts x 8 answers of 4 tokens, 1 + 8 steps, 5 repeats
     python benchmarks/vs_trl.py --repeats 2 --steps 3 --sft-steps 10     # a quick check of the plumbing
 
-Both sides train the same model, ``mmrl.testing.tiny_models.tiny_image_text_model(seed=0)`` (a
+Both sides train the same model, ``mmrl.tiny.tiny_models.tiny_image_text_model(seed=0)`` (a
 real ``Idefics3ForConditionalGeneration`` + ``Idefics3Processor``: the SmolVLM architecture, random
 weights, offline tokenizer), float32 on the CPU, full fine-tuning, no gradient checkpointing, from
 the same starting weights (a short mmrl SFT warm start, ``--sft-steps``, made once outside the
@@ -223,7 +223,7 @@ def run_trl(a: argparse.Namespace) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from mmrl.testing.tiny_models import tiny_image_text_model
+    from mmrl.tiny.tiny_models import tiny_image_text_model
     from simulators.qa import QASim
 
     if not hasattr(datasets, "Dataset"):
@@ -387,7 +387,7 @@ def main() -> None:
                      "temperature": a.temperature, "lr": a.lr, "warmup": a.warmup, "steps": a.steps,
                      "repeats": a.repeats, "threads": a.threads, "sft_steps": a.sft_steps,
                      "dtype": {"mmrl": m["dtype"], "trl": t["dtype"]}, "device": "cpu",
-                     "model": "tiny Idefics3 (mmrl.testing.tiny_models, seed 0)", **versions},
+                     "model": "tiny Idefics3 (mmrl.tiny.tiny_models, seed 0)", **versions},
     }))
 
 

@@ -109,6 +109,18 @@ class Variants:
 
         return register
 
+    @classmethod
+    def variant_class(cls, name: str) -> type | None:
+        """The class of variant ``name`` of this family, or None. A family whose variants live in a
+        registry of their own (policies: one registration carries config and class, plugins
+        included) overrides this and `variant_names`."""
+        return variants_of(cls).get(name)
+
+    @classmethod
+    def variant_names(cls) -> list[str]:
+        """Every ``type`` value this family accepts (for error messages and `config_keys`)."""
+        return list(variants_of(cls))
+
     def __post_init__(self) -> None:  # GRPOConfig() gets type "grpo" even when built by hand
         name = type(self).__dict__.get("_variant_name")
         if name is not None and getattr(self, "type", None) != name:
@@ -251,15 +263,16 @@ def _apply_override(data: dict, text: str) -> None:
 
 
 def _pick_variant(cls: type, data: dict, path: str, base: Any) -> tuple[type, Any, str]:
-    known, key = variants_of(cls), _join(path, "type")
+    key = _join(path, "type")
     own_default = cls.__dict__.get("_variant_name", cls.__dataclass_fields__["type"].default)
     name = data.get("type", base.type if base is not None else own_default)
     if name is _MISSING:
-        raise ConfigError(f"config key '{key}' is required; one of: {', '.join(known)}")
-    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"config key '{key}' is required; one of: {', '.join(cls.variant_names())}")
+    chosen = cls.variant_class(name) if isinstance(name, str) else None
+    if chosen is None or not issubclass(chosen, cls):
+        known = cls.variant_names()
         raise ConfigError(f"config key '{key}' = {name!r} is not one of the registered types: "
-                          f"{', '.join(known)}{_suggest(name, list(known))}")
-    chosen = known[name]
+                          f"{', '.join(known)}{_suggest(name, known)}")
     return chosen, (base if type(base) is chosen else None), name
 
 
@@ -375,7 +388,8 @@ def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
         else:
             yield key, hints[name], default, ""
     if variants and issubclass(cls, Variants):
-        for vname, sub in variants_of(cls).items():
+        for vname in cls.variant_names():
+            sub = cls.variant_class(vname)
             for key, hint, default, note in _walk(sub, prefix, depth, None, variants=False):
                 if key not in own and not key.startswith(tuple(k + "." for k in own)):
                     yield key, hint, default, note or f"type={vname}"

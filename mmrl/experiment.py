@@ -9,7 +9,6 @@ path and the valid choices.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +18,7 @@ from mmrl.config import ConfigError, load_config
 from mmrl.placement.config import PlacementConfig
 from mmrl.trainer.train_engine import TrainEngineConfig
 from mmrl.policies.base import PolicyConfig
-from mmrl.policies.diffusion import DiffusionConfig  # noqa: F401  (registers the variant)
-from mmrl.policies.flow_vla import FlowVLAConfig  # noqa: F401  (registers the variant)
-from mmrl.policies.gaussian import GaussianConfig  # noqa: F401  (registers the variant)
-from mmrl.policies.token_vla import TokenVLAConfig  # noqa: F401  (registers the variant)
-from mmrl.policies.vlm import VLMConfig  # noqa: F401  (registers the variant)
+from mmrl.policies.flow_vla import FlowVLAConfig  # the default policy section
 from mmrl.registry import ADVANTAGES, POLICIES, SIMULATORS
 
 
@@ -225,12 +220,9 @@ def eval_tasks(cfg: ExperimentConfig) -> list:
 
 
 def build_policy(cfg: ExperimentConfig, sim):
-    pcfg = cfg.policy
-    if getattr(pcfg, "num_views", 0) is None:  # take the camera count from the simulator
-        pcfg = dataclasses.replace(pcfg, num_views=sim.image_shape[0] if len(sim.image_shape) == 4 else 1)
-    if getattr(pcfg, "backbone", None) == "auto":  # the image encoder only where there are images
-        pcfg = dataclasses.replace(pcfg, backbone="tiny" if sim.has_images else "state")
-    policy = POLICIES.build(cfg.policy.type, pcfg, action_dim=sim.action_dim, state_dim=sim.state_dim)
+    """The configured policy, its config completed from ``sim`` (`Policy.configure`), on ``run.device``."""
+    cls = POLICIES.get(cfg.policy.type)
+    policy = cls(cls.configure(cfg.policy, sim), action_dim=sim.action_dim, state_dim=sim.state_dim)
     return policy.to(cfg.run.device)
 
 
@@ -251,14 +243,33 @@ def build_trainer(cfg: ExperimentConfig):
     remote = isinstance(sim, SimGroup)
     try:
         policy = build_policy(cfg, sim)
-        if hasattr(policy, "check_prompts"):  # e.g. VLM: no question may be truncated through its images
-            policy.check_prompts(build_sim(cfg, 1, cfg.run.seed) if remote else sim)
-            policy.check_prompts(eval_sim)
+        # the training simulator runs in workers: a one-env copy here, built only if the check reads it
+        local = OnDemandSim(lambda: build_sim(cfg, 1, cfg.run.seed)) if remote else sim
+        policy.check_simulator(local)
+        policy.check_simulator(eval_sim)
+        if remote:
+            local.close()
     except BaseException:
         if remote:
             sim.close()
         raise
     return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg))
+
+
+class OnDemandSim:
+    """A simulator built on first use (attribute access) by ``make``; ``close`` closes it if built."""
+
+    def __init__(self, make):
+        self._make, self._sim = make, None
+
+    def __getattr__(self, name: str):
+        if self._sim is None:
+            self._sim = self._make()
+        return getattr(self._sim, name)
+
+    def close(self) -> None:
+        if self._sim is not None:
+            self._sim.close()
 
 
 def build_train_sim(cfg: ExperimentConfig):

@@ -8,11 +8,16 @@ Third-party packages add components through entry points, one group per registry
 
     [project.entry-points."mmrl.simulators"]
     my_sim = "my_pkg.sim:MySimulator"
+
+or a whole module whose import registers several components (group ``mmrl.plugins``). The core
+finds its own adapter packages (``simulators``, ``rewards``) the same way: pyproject.toml lists them
+under ``mmrl.plugins``, so nothing under ``mmrl/`` imports an adapter.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable
@@ -87,6 +92,7 @@ class Registry:
         self._discovered = True
         for module in self._builtins:
             importlib.import_module(module)
+        load_plugin_modules()
         for ep in metadata.entry_points(group=self.group):
             if ep.name not in self._entries:
                 self._entries[ep.name] = Entry(ep.name, ep.value, f"(plugin from {ep.value})")
@@ -115,14 +121,32 @@ class Registry:
         return name in self._entries
 
 
+_PLUGIN_MODULES_LOADED = False
+
+
+def load_plugin_modules() -> None:
+    """Import every module of the ``mmrl.plugins`` entry-point group once (each registers its
+    components on import). A plugin that fails to import is reported, not fatal to the others."""
+    global _PLUGIN_MODULES_LOADED
+    if _PLUGIN_MODULES_LOADED:
+        return
+    _PLUGIN_MODULES_LOADED = True
+    for ep in metadata.entry_points(group="mmrl.plugins"):
+        try:
+            ep.load()
+        except ImportError as exc:
+            warnings.warn(f"mmrl plugin '{ep.name}' ({ep.value}) failed to import and is skipped: {exc}",
+                          stacklevel=2)
+
+
 def _first_line(obj: Any) -> str:
     doc = getattr(obj, "__doc__", None) if not isinstance(obj, str) else None
     return doc.strip().splitlines()[0] if doc else ""
 
 
 POLICIES = Registry("policy", "mmrl.policies", ("mmrl.policies",))
-SIMULATORS = Registry("simulator", "mmrl.simulators", ("simulators",))
-REWARDS = Registry("reward", "mmrl.rewards", ("rewards",))
+SIMULATORS = Registry("simulator", "mmrl.simulators")  # built-ins: the `simulators` package (mmrl.plugins)
+REWARDS = Registry("reward", "mmrl.rewards")  # built-ins: the `rewards` package (mmrl.plugins)
 ADVANTAGES = Registry("advantage estimator", "mmrl.advantages", ("mmrl.algorithms",))
 DATASETS = Registry("dataset", "mmrl.datasets", ("mmrl.data",))
 

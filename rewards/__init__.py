@@ -2,7 +2,7 @@
 
 A reward model scores a batch of single-turn samples: ``reward(images, prompts, meta) -> float32 [B]``
 (images uint8 ``[B, H, W, 3]``; or ``kind = "text"``: a list of B completion strings). The contract
-is in `rewards.base` and every reward passes `rewards.check.check_reward`. Simulators return their
+is in `mmrl.reward` and every reward passes `rewards.check.check_reward`. Simulators return their
 own task reward; these models score generated images (diffusion) and VLM answers.
 
 Built-ins register lazily, so importing this package imports no model library; constructors take
@@ -14,7 +14,7 @@ keyword arguments only, default to the real checkpoints, and accept a built mode
 - ``jpeg_compressibility`` / ``jpeg_incompressibility``: -/+ JPEG size in kB (DDPO)   (Pillow)
 - ``ocr``: 1 - normalised edit distance of OCR'd text to the target (rapidocr-onnxruntime or tesseract)
 - ``shapes``: programmatic prompt following on the synthetic `shapes` grammar (embedded demo)
-- ``weighted_sum``: ``sum_i w_i * r_i`` over rewards of one kind (`rewards.base.WeightedSum`)
+- ``weighted_sum``: ``sum_i w_i * r_i`` over rewards of one kind (`mmrl.reward.WeightedSum`)
 - ``http``: a reward served by ``python -m rewards.http NAME`` (`rewards.http.RemoteReward`)
 - ``math_answer``: 1/0 final answer (last ``\\boxed{}`` / ``<answer>`` / number) matches meta["answer"]
 - ``multiple_choice``: 1/0 chosen letter (or option text) matches meta["answer"]
@@ -34,7 +34,7 @@ Third-party packages register more under the ``mmrl.rewards`` entry-point group.
 
 from mmrl.registry import REWARDS
 
-from .base import Reward, RewardError, WeightedSum
+from mmrl.reward import Reward, RewardError, WeightedSum
 from .check import check_reward
 
 REWARDS.register(
@@ -66,7 +66,7 @@ REWARDS.register(
     description="programmatic prompt following for the synthetic shapes dataset (colour, count, shape, position, purity)",
 )
 REWARDS.register(
-    "weighted_sum", "rewards.base:WeightedSum",
+    "weighted_sum", "mmrl.reward:WeightedSum",
     description="weighted sum of rewards of one kind, each part reported",
 )
 REWARDS.register(

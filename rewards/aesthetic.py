@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .base import Reward
+from mmrl.reward import Reward
 from .clip_score import clip_pixels, load_open_clip
 
 WEIGHTS_URL = ("https://github.com/christophschuhmann/improved-aesthetic-predictor/raw/main/"

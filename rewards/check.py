@@ -1,9 +1,9 @@
-"""Contract checker for reward models (see `rewards.base`).
+"""Contract checker for reward models (see `mmrl.reward`).
 
 ``check_reward(reward_or_factory, kind="image")`` scores a few small generated batches and raises
 ``AssertionError`` naming the check and the problem on the first violation; it returns the names of
 the checks that passed. It only calls ``reward(samples, prompts, meta)``, so it also checks rewards
-that do not subclass `rewards.base.Reward`. An exception raised by the reward during a check that
+that do not subclass `mmrl.reward.Reward`. An exception raised by the reward during a check that
 expects a score is reported as that check's failure.
 
 Checks, in order (``kind="image"``; ``kind="text"`` runs the same ones on lists of strings):

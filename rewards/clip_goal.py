@@ -45,7 +45,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from .base import check_images
+from mmrl.reward import check_images
 from .clip_score import CLIPScore, clip_pixels
 
 DEFAULT_MODEL = "ViT-B-32"

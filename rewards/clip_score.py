@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from mmrl.registry import MissingDependencyError
 
-from .base import Reward
+from mmrl.reward import Reward
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import Reward, RewardError
+from mmrl.reward import Reward, RewardError
 
 
 class RemoteRewardError(RewardError):

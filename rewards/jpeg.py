@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .base import Reward
+from mmrl.reward import Reward
 
 
 def jpeg_size_kb(image: np.ndarray, quality: int = 95) -> float:

@@ -26,7 +26,7 @@ import torch
 
 from mmrl.registry import MissingDependencyError
 
-from .base import Reward
+from mmrl.reward import Reward
 
 _QUOTED = re.compile(r'"([^"]*)"|\u201c([^\u201d]*)\u201d')
 

@@ -22,7 +22,7 @@ from mmrl.utils.compat import patch_torchvision
 patch_torchvision()
 from transformers import AutoProcessor, CLIPModel  # noqa: E402
 
-from .base import Reward  # noqa: E402
+from mmrl.reward import Reward  # noqa: E402
 from .clip_score import cosine, clip_pixels, default_device  # noqa: E402
 
 MODEL_ID = "yuvalkirstain/PickScore_v1"

@@ -45,7 +45,7 @@ from typing import Sequence
 
 import torch
 
-from .base import Reward, check_images
+from mmrl.reward import Reward, check_images
 
 # ---------------------------------------------------------------------------------------------
 # The grammar shared with datasets/shapes/builder.py

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from .base import Reward, WeightedSum
+from mmrl.reward import Reward, WeightedSum
 
 # extraction
 

@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .base import Reward, RewardError
+from mmrl.reward import Reward, RewardError
 
 YES_NO_TEMPLATE = "Task: {instruction}. Has the task been completed in this image? Answer yes or no."
 SCORE_TEMPLATE = ("Task: {instruction}. Rate from 0 to 10 how well the task has been completed in this image. "

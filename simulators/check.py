@@ -1,4 +1,4 @@
-"""Contract checker for simulators (see `simulators.base`).
+"""Contract checker for simulators (see `mmrl.simulator`).
 
 ``check_simulator(sim_or_factory)`` drives a simulator through the contract with random actions and
 raises ``AssertionError`` naming the check and the problem on the first violation; it returns the
@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import torch
 
-from .base import Observation, Simulator, StepResult
+from mmrl.simulator import Observation, Simulator, StepResult
 
 
 class CheckResult(list):

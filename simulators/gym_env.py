@@ -3,7 +3,7 @@
 ``GymSim(num_envs, env_id="Pendulum-v1", ...)`` runs ``num_envs`` copies of ``gymnasium.make(env_id)``
 in a gymnasium vector env (``vectorization="sync"``: `SyncVectorEnv` in this process;
 ``"async"``: `AsyncVectorEnv`, one worker process per env) with same-step auto reset
-(``AutoresetMode.SAME_STEP``), and maps it onto the contract in `simulators.base`:
+(``AutoresetMode.SAME_STEP``), and maps it onto the contract in `mmrl.simulator`:
 
 Observations
     ``image`` uint8 ``[N, image_size, image_size, 3]``: each env's ``render()`` frame
@@ -60,7 +60,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import Observation, Simulator, StepResult
+from mmrl.simulator import Observation, Simulator, StepResult
 
 import gymnasium as gym  # a missing gymnasium is reported by the registry with `pip install 'mmrl[gym]'`
 from gymnasium import spaces

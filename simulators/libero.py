@@ -63,7 +63,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .base import Observation, Simulator, StepResult
+from mmrl.simulator import Observation, Simulator, StepResult
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
 #: policy steps per episode used by OpenVLA / openpi LIBERO evaluations (longest demo + margin)

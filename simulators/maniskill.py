@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import Observation, Simulator, StepResult
+from mmrl.simulator import Observation, Simulator, StepResult
 
 if importlib.util.find_spec("mani_skill") is None or importlib.util.find_spec("gymnasium") is None:
     raise ImportError("ManiSkillSim needs mani-skill and gymnasium", name="mani_skill")

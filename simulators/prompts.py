@@ -22,14 +22,14 @@ prompts drawn with replacement), or prompt ``s mod P`` with ``deal="cycle"`` (ev
 ``eval_kwargs``): the trainer evaluates episodes with consecutive seeds, so ``k * P`` episodes
 evaluate every held-out prompt exactly k times (`PromptSim.evaluation_rounds` checks the count).
 Either way equal seeds give equal prompts in any batch. Reward model failures raise
-`rewards.base.RewardError` naming the reward, the prompts, and the cause.
+`mmrl.reward.RewardError` naming the reward, the prompts, and the cause.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .base import Observation, Simulator, StepResult, reset_seeds
+from mmrl.simulator import Observation, Simulator, StepResult, reset_seeds
 from .reach import hash_uniform
 
 
@@ -109,7 +109,7 @@ class PromptSim(Simulator):
         return x.round().to(torch.uint8).reshape(-1, *self.image_shape)
 
     def _run(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
-        from rewards.base import RewardError
+        from mmrl.reward import RewardError
 
         if actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
             raise ValueError(f"PromptSim expects actions [{self.num_envs}, C, {self.action_dim}] "

@@ -27,26 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import Observation, Simulator, StepResult, reset_seeds
-
-
-def encode_answers(texts: list[str], num_tokens: list[int], width: int) -> torch.Tensor:
-    """Answers -> float ``[N, 1, 1 + width]`` actions (token count, then zero-padded UTF-8 bytes;
-    answers longer than ``width`` bytes are cut at a character boundary)."""
-    out = torch.zeros(len(texts), 1, 1 + width)
-    for i, (text, n) in enumerate(zip(texts, num_tokens)):
-        data = text.encode("utf-8")[:width].decode("utf-8", errors="ignore").encode("utf-8")
-        out[i, 0, 0] = float(n)
-        if data:
-            out[i, 0, 1:1 + len(data)] = torch.tensor(list(data), dtype=torch.float32)
-    return out
-
-
-def decode_answers(actions: torch.Tensor) -> tuple[list[str], list[int]]:
-    """Inverse of `encode_answers`: (answers, token counts)."""
-    rows = actions.reshape(actions.shape[0], -1).round().clamp(0, 255).to(torch.uint8).cpu()
-    texts = [bytes(r[1:].tolist()).rstrip(b"\0").decode("utf-8", errors="replace") for r in rows]
-    return texts, actions.reshape(actions.shape[0], -1)[:, 0].round().long().tolist()
+from mmrl.policies.base import decode_answers, encode_answers  # noqa: F401  (re-exported: the answer wire format)
+from mmrl.simulator import Observation, Simulator, StepResult, reset_seeds
 
 
 def thumbnail(image: torch.Tensor, size: int) -> torch.Tensor:
@@ -133,7 +115,7 @@ class QASim(Simulator):
         return self._obs()
 
     def _run(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
-        from rewards.base import RewardError
+        from mmrl.reward import RewardError
 
         if actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
             raise ValueError(f"QASim expects actions [{self.num_envs}, C, {self.action_dim}] (token count + "

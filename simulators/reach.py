@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from .base import Observation, Simulator, StepResult
+from mmrl.simulator import Observation, Simulator, StepResult
 
 PALETTE: dict[str, tuple[int, int, int]] = {
     "red": (230, 40, 40),

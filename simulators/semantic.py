@@ -58,7 +58,7 @@ from typing import Any
 
 import torch
 
-from .base import Observation, Simulator, StepResult
+from mmrl.simulator import Observation, Simulator, StepResult
 
 TIMINGS = ("step", "episode_end")
 EPISODE_MODES = ("final", "mean")
@@ -176,7 +176,7 @@ class SemanticRewardSim(Simulator):
         """Image reward of uint8 frames ``[B, H, W, 3]`` with their instructions -> float ``[B]`` (CPU)."""
         if frames.shape[0] == 0:
             return torch.zeros(0)
-        from rewards.base import RewardError
+        from mmrl.reward import RewardError
 
         meta = self.meta_for(instructions)  # a template / pattern error is raised as is
         try:

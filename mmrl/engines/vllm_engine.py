@@ -44,7 +44,7 @@ reserves and is refused when that much is not free; by default this engine inste
 cache a fixed ``kv_cache_memory_bytes`` (512 MiB), enough for small models and short contexts.
 ``enforce_eager`` defaults to True on CPU (torch.compile with inductor adds a long start-up on a
 small machine for no gain on tiny models). The CPU attention kernel only takes head sizes 32, 64,
-80, 96, 112, 128, 160, 192, 224, 256 or 512 (see `mmrl.testing.tiny_vllm`). vLLM starts its engine
+80, 96, 112, 128, 160, 192, 224, 256 or 512 (see `mmrl.tiny.tiny_vllm`). vLLM starts its engine
 core and workers in separate processes: a script that builds a `VLLMEngine` must keep its top level
 under ``if __name__ == "__main__":``.
 """

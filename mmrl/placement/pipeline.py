@@ -47,7 +47,7 @@ import torch
 from mmrl.batch import Batch
 from mmrl.placement.worker import SimWorker, WorkerCrashed, close_workers
 from mmrl.trainer.rollout import episode_info, step_record, truncation_values
-from simulators.base import StepResult
+from mmrl.simulator import StepResult
 
 
 def stage_torch_seed(seeds: list[int]) -> int:
@@ -88,7 +88,7 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
         bounds.append(bounds[-1] + k)
     stage_seeds = [[int(x) for x in seeds[bounds[s]:bounds[s + 1]]] for s in range(len(workers))]
     S = len(workers)
-    horizon = math.ceil(workers[0].max_episode_steps / policy.cfg.chunk_size)
+    horizon = math.ceil(workers[0].max_episode_steps / policy.chunk_size)
     timing = {"policy_s": 0.0, "sim_wait_s": 0.0, "sim_s": 0.0}
     lost = [torch.zeros(k, dtype=torch.bool) for k in sizes]
     crashes = 0

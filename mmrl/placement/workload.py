@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from simulators.base import Simulator
+from mmrl.simulator import Simulator
 
 WIDTH = 64  # busy-work row width
 ROWS = 16  # busy-work rows per env-step: big enough matmuls that the per-op overhead is negligible

@@ -6,14 +6,15 @@ evaluates log-probs / values / entropy of given actions:
 - ``rollout(obs, generator, mode)`` -> `Batch` with ``actions`` (what the environment executes),
   ``old_logp`` (behaviour log-prob at the policy's log-prob level), ``old_values`` (critic, if any)
   and the replay inputs that ``evaluate`` needs (observations as tensors, a flow chain, tokens...).
-- ``evaluate(batch)`` -> dict with ``logp`` (same shape as ``old_logp``), ``values`` and ``entropy``,
-  differentiable w.r.t. the policy's parameters.
-- ``supervised_loss(batch)`` -> per-sample loss for warm start on demonstrations.
+- ``evaluate(batch)`` -> `Evaluation` with ``logp`` (same shape as ``old_logp``), ``entropy`` and
+  optionally ``values``, ``logp_mask``, ``kl``, differentiable w.r.t. the policy's parameters.
+- ``supervised_loss(batch)`` -> per-sample loss for warm start on rows of ``warm_start_batch(data)``.
 - ``likelihood_free_loss(batch, advantages)`` -> per-sample loss for objectives that need no
   log-likelihood (advantage-weighted matching).
 
 Observations cross into a `Batch` as tensors only: instruction strings are stored as padded UTF-8
 bytes (``encode_text`` / ``decode_text``) so they index, flatten and checkpoint like any tensor.
+Every hook of the contract, with its default, is on `Policy` below.
 """
 
 from __future__ import annotations
@@ -50,16 +51,69 @@ def decode_text(data: torch.Tensor) -> list[str]:
     return [bytes(r).rstrip(b"\0").decode("utf-8") for r in rows]
 
 
+def encode_answers(texts: list[str], num_tokens: list[int], width: int) -> torch.Tensor:
+    """Answers -> float ``[N, 1, 1 + width]`` actions (token count, then zero-padded UTF-8 bytes;
+    answers longer than ``width`` bytes are cut at a character boundary)."""
+    out = torch.zeros(len(texts), 1, 1 + width)
+    for i, (text, n) in enumerate(zip(texts, num_tokens)):
+        data = text.encode("utf-8")[:width].decode("utf-8", errors="ignore").encode("utf-8")
+        out[i, 0, 0] = float(n)
+        if data:
+            out[i, 0, 1:1 + len(data)] = torch.tensor(list(data), dtype=torch.float32)
+    return out
+
+
+def decode_answers(actions: torch.Tensor) -> tuple[list[str], list[int]]:
+    """Inverse of `encode_answers`: (answers, token counts)."""
+    rows = actions.reshape(actions.shape[0], -1).round().clamp(0, 255).to(torch.uint8).cpu()
+    texts = [bytes(r[1:].tolist()).rstrip(b"\0").decode("utf-8", errors="replace") for r in rows]
+    return texts, actions.reshape(actions.shape[0], -1)[:, 0].round().long().tolist()
+
+
 @dataclass
 class PolicyConfig(Variants):
-    """The ``policy`` section; its ``type`` picks a family's config (e.g. `FlowVLAConfig`)."""
+    """The ``policy`` section; its ``type`` names a registered policy, whose ``config_class`` is the
+    dataclass this section becomes (e.g. `FlowVLAConfig`). One registration per policy carries both,
+    so a plugin's policy (entry point ``mmrl.policies``) is selectable from YAML like a built-in."""
 
     type: str = "flow_vla"
 
+    @classmethod
+    def variant_class(cls, name: str) -> type | None:
+        from mmrl.registry import POLICIES
+
+        return POLICIES.get(name).config_class if name in POLICIES else None
+
+    @classmethod
+    def variant_names(cls) -> list[str]:
+        from mmrl.registry import POLICIES
+
+        return POLICIES.names()
+
+
+@dataclass
+class Evaluation:
+    """What `Policy.evaluate` returns for a minibatch of B samples (differentiable)."""
+
+    logp: torch.Tensor  # same shape as the batch's ``old_logp``: [B, *logp_shape]
+    entropy: torch.Tensor  # scalar: mean entropy (estimate) of the policy on these samples
+    values: torch.Tensor | None = None  # [B] critic values; None without a critic
+    logp_mask: torch.Tensor | None = None  # bool like ``logp``: elements that count (real tokens, noisy steps); None = all
+    kl: torch.Tensor | None = None  # [B] the policy's own KL to its reference (else estimated from ``ref_logp``)
+
 
 class Policy(nn.Module):
-    """Base class of every policy family; see the module docstring for the contract."""
+    """Base class of every policy family: the whole contract between a policy and the trainer.
 
+    A subclass sets ``config_class`` and implements ``rollout`` and ``evaluate`` (plus
+    ``supervised_loss`` / ``likelihood_free_loss`` where it supports a warm start / AWM); every other
+    hook has a default that fits a robot policy acting in a simulator. The trainer and the experiment
+    builder call these hooks and never probe a policy for optional methods. ``mmrl check policy NAME``
+    checks a policy against this contract.
+    """
+
+    #: the config dataclass of the ``policy`` section when ``type`` names this policy
+    config_class: type[PolicyConfig] = PolicyConfig
     #: shape of one sample's log-prob after the leading batch dim, e.g. () chunk-level, (C, A) per dim
     logp_shape: tuple[int, ...] = ()
     has_critic: bool = False
@@ -68,11 +122,46 @@ class Policy(nn.Module):
     #: why background rollout by a deep copy of the policy (trainer.async_staleness) cannot work;
     #: None = it can
     async_unsupported: str | None = None
+    #: bytes of a stored instruction / prompt (`encode_text`); longer ones are rejected
+    text_bytes: int = TEXT_BYTES
+    #: the simulator's state vector width the policy reads (None / 0: it reads no state)
+    state_dim: int | None = None
+
+    @property
+    def chunk_size(self) -> int:
+        """Environment steps one decision executes: an action chunk of a robot policy; 1 for a
+        single-turn policy (one answer, one image per episode)."""
+        return 1
+
+    @classmethod
+    def configure(cls, cfg: PolicyConfig, sim) -> PolicyConfig:
+        """The config completed from the simulator the policy will act in (e.g. the number of
+        cameras, an image or a state encoder), before the policy is built. Default: unchanged."""
+        return cfg
 
     @classmethod
     def kl_support(cls, cfg) -> str | None:
         """None if this policy (with config ``cfg``) can compute a KL to a reference, else the fix."""
         return None if cls.provides_ref_logp else "set algorithm.kl_coef=0"
+
+    def check_simulator(self, sim) -> None:
+        """Raise ValueError naming the fix if this policy cannot act in ``sim`` (e.g. a VLM question
+        longer than its prompt budget). Called on the training and evaluation simulators when the
+        experiment is built, before any work. Default: nothing to check."""
+
+    def warm_start_batch(self, data: dict) -> Batch:
+        """A warm-start dataset (columns of a `mmrl.data` builder) as the `Batch` that
+        ``supervised_loss`` takes rows of. Default: demonstrations ``image``, ``instruction``,
+        ``actions`` and, where the policy reads a state, ``state``."""
+        for key in ("image", "instruction", "actions"):
+            if key not in data:
+                raise ValueError(f"{type(self).__name__}'s warm start needs demonstrations with '{key}'; "
+                                 f"the dataset has: {', '.join(data)}")
+        batch = Batch(image=data["image"], instruction=encode_text(data["instruction"], self.text_bytes),
+                      actions=data["actions"].float())
+        if self.state_dim and "state" in data:
+            batch["state"] = data["state"].float()
+        return batch
 
     def after_warm_start(self) -> None:
         """Called once the supervised warm start is done (e.g. to take a reference copy)."""
@@ -101,13 +190,19 @@ class Policy(nn.Module):
         minibatch: rollout and update see the same statistics."""
 
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+        """Observations of B envs -> `Batch` of B rows: ``actions`` (what the environment
+        executes), ``old_logp`` [B, *logp_shape], ``old_values`` [B] with a critic, and the replay
+        inputs ``evaluate`` reads. ``mode="eval"`` is the deterministic evaluation sampler."""
         raise NotImplementedError
 
-    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def evaluate(self, batch: Batch) -> Evaluation:
+        """Log-probs of the batch's actions (and values, entropy) under the current weights."""
         raise NotImplementedError
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
+        """Per-sample warm-start loss [B] on rows of `warm_start_batch`."""
         raise NotImplementedError(f"{type(self).__name__} has no supervised warm start")
 
     def likelihood_free_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
+        """Per-sample loss [B] of an objective that needs no log-likelihood (advantage-weighted matching)."""
         raise NotImplementedError(f"{type(self).__name__} has no likelihood-free objective")

@@ -42,10 +42,9 @@ from mmrl.batch import Batch
 from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
 from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
-from mmrl.policies.base import Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Evaluation, Policy, PolicyConfig, decode_text, encode_text
 
 
-@PolicyConfig.variant("diffusion")
 @dataclass
 class DiffusionConfig(PolicyConfig):
     """Configuration of `DiffusionPolicy` (the ``policy`` section of a diffusion experiment)."""
@@ -53,7 +52,6 @@ class DiffusionConfig(PolicyConfig):
     type: str = "diffusion"
     model: str = "tiny"  # "tiny" (built-in pixel generator) or a diffusers SD3 / FLUX pipeline id / folder
     image_size: int = 16  # generated image side (SD3, FLUX: a multiple of 16)
-    chunk_size: int = 1  # one image per episode (the simulator contract's action chunk)
     width: int = 64  # tiny generator channels
     finetune: Literal["lora", "full"] = "lora"  # SD3 / FLUX; the tiny generator is always fully trained
     lora_rank: int = 32
@@ -98,6 +96,19 @@ def _cat(a, b):
 
 class DiffusionPolicy(Policy):
     """A flow-matching generator behind the policy contract (see the module docstring)."""
+
+    config_class = DiffusionConfig
+
+    @property
+    def text_bytes(self) -> int:
+        return self.cfg.prompt_bytes
+
+    def warm_start_batch(self, data: dict) -> Batch:
+        """Text-to-image pairs (``image``, ``prompt``) for the flow-matching warm start."""
+        for key in ("image", "prompt"):
+            if key not in data:
+                raise ValueError(f"the diffusion warm start needs (image, prompt) pairs; the dataset has no '{key}'")
+        return Batch(image=data["image"], instruction=encode_text(data["prompt"], self.text_bytes))
 
     has_critic = False
 
@@ -197,13 +208,10 @@ class DiffusionPolicy(Policy):
         seen: list = []  # the one batched model call of chain_log_prob, reused by the KL
         logp_elem = chain_log_prob(_recording(self.model_fn(cond, null, c.guidance_scale), seen), chain,
                                    self.grid, stoch, c.method, noise_level=c.noise_level)
-        out = {"logp": self._reduce(logp_elem, stoch), "values": None,
-               "entropy": -(logp_elem.mean((2, 3, 4)) * stoch).sum() / stoch.sum().clamp(min=1)}
-        if c.logp_level == "step":
-            out["logp_mask"] = stoch
-        if c.kl_reference:
-            out["kl"] = self._kl(seen, stoch, cond, null)
-        return out
+        return Evaluation(logp=self._reduce(logp_elem, stoch),
+                          entropy=-(logp_elem.mean((2, 3, 4)) * stoch).sum() / stoch.sum().clamp(min=1),
+                          logp_mask=stoch if c.logp_level == "step" else None,
+                          kl=self._kl(seen, stoch, cond, null) if c.kl_reference else None)
 
     def _kl(self, seen: list, stoch, cond, null) -> torch.Tensor:
         """Flow-GRPO's KL per sample: mean over stochastic steps of mean_E (mu - mu_ref)^2 / (2 std^2).

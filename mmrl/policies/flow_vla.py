@@ -16,6 +16,8 @@ backbone) serves PPO with GAE. Evaluation samples with the deterministic ODE by 
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -35,11 +37,10 @@ from mmrl.flow import (
     time_grid,
 )
 from mmrl.algorithms.normalization import RunningMeanStd
-from mmrl.policies.base import Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
 
-@PolicyConfig.variant("flow_vla")
 @dataclass
 class FlowVLAConfig(PolicyConfig):
     """Configuration of `FlowVLAPolicy` (the ``policy`` section of an experiment)."""
@@ -130,9 +131,26 @@ class MLPExpert(nn.Module):
 class FlowVLAPolicy(Policy):
     """Flow-matching VLA: backbone prefix + action expert + value head (+ Flow-Noise head)."""
 
+    config_class = FlowVLAConfig
+
+    @property
+    def chunk_size(self) -> int:
+        return self.cfg.chunk_size
+
+    @classmethod
+    def configure(cls, cfg: FlowVLAConfig, sim) -> FlowVLAConfig:
+        """The camera count from the simulator (``num_views: null``) and, for ``backbone: auto``,
+        the built-in image encoder where the simulator renders images, else the state MLP."""
+        if cfg.num_views is None:
+            cfg = dataclasses.replace(cfg, num_views=sim.image_shape[0] if len(sim.image_shape) == 4 else 1)
+        if cfg.backbone == "auto":
+            cfg = dataclasses.replace(cfg, backbone="tiny" if sim.has_images else "state")
+        return cfg
+
     def __init__(self, cfg: FlowVLAConfig, action_dim: int, state_dim: int | None = None,
                  backbone: nn.Module | None = None, normalizer: ActionNormalizer | None = None):
         super().__init__()
+        self.state_dim = state_dim
         self.cfg, self.action_dim = cfg, action_dim
         self.backbone = backbone if backbone is not None else build_backbone(cfg, state_dim)
         if cfg.freeze_backbone:
@@ -268,8 +286,8 @@ class FlowVLAPolicy(Policy):
                                    self.grid, batch["flow_stoch"], c.method, noise_level=c.noise_level)
         stoch_elems = batch["flow_stoch"][..., None, None].expand_as(logp_elem)
         entropy = -(logp_elem * stoch_elems).sum() / stoch_elems.sum().clamp(min=1)
-        return {"logp": self._reduce(logp_elem, batch["flow_stoch"]),
-                "values": self.values(prefix, mask, batch.get("state")), "entropy": entropy}
+        return Evaluation(logp=self._reduce(logp_elem, batch["flow_stoch"]), entropy=entropy,
+                          values=self.values(prefix, mask, batch.get("state")))
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
         """Conditional flow matching on demonstration chunks ``actions`` [B, C, A] (env units)."""

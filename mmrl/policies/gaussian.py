@@ -23,10 +23,9 @@ from torch import nn
 
 from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
-from mmrl.policies.base import Policy, PolicyConfig
+from mmrl.policies.base import Evaluation, Policy, PolicyConfig
 
 
-@PolicyConfig.variant("gaussian")
 @dataclass
 class GaussianConfig(PolicyConfig):
     """Configuration of `GaussianPolicy` (the ``policy`` section of an experiment)."""
@@ -59,10 +58,17 @@ def mlp(inp: int, hidden: int, layers: int, out: int) -> nn.Sequential:
 class GaussianPolicy(Policy):
     """Diagonal-Gaussian MLP actor + MLP critic on the state vector; see the module docstring."""
 
+    config_class = GaussianConfig
+
+    @property
+    def chunk_size(self) -> int:
+        return self.cfg.chunk_size
+
     uses_images = False
 
     def __init__(self, cfg: GaussianConfig, action_dim: int, state_dim: int | None = None):
         super().__init__()
+        self.state_dim = state_dim
         if not state_dim:
             raise ValueError("policy 'gaussian' reads the state vector, and this simulator has none "
                              "(state_dim = 0): use policy.type=flow_vla, whose image encoder reads images")
@@ -111,8 +117,8 @@ class GaussianPolicy(Policy):
 
     def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
         dist = self._dist(batch["state"])
-        return {"logp": self._logp(dist, batch["actions"]), "values": self._values(batch["state"]),
-                "entropy": dist.entropy().sum((1, 2)).mean()}
+        return Evaluation(logp=self._logp(dist, batch["actions"]), entropy=dist.entropy().sum((1, 2)).mean(),
+                          values=self._values(batch["state"]))
 
     @torch.no_grad()
     def value(self, obs) -> torch.Tensor | None:

@@ -65,14 +65,13 @@ from torch import nn
 from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.policies.action_tokenizer import ActionTokenizer
-from mmrl.policies.base import Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
 PLACEHOLDER = "<action_query>"  # parallel decoding's default input token
 VISION_TOWER_NAMES = ("vision_model", "vision_tower", "visual", "vision_backbone", "vision_encoder")
 
 
-@PolicyConfig.variant("token_vla")
 @dataclass
 class TokenVLAConfig(PolicyConfig):
     """Configuration of `TokenVLAPolicy` (the ``policy`` section of an experiment)."""
@@ -110,6 +109,12 @@ class TokenVLAConfig(PolicyConfig):
 
 class TokenVLAPolicy(Policy):
     """Image-text LM emitting C*A action-bin tokens (+ value head); see the module docstring."""
+
+    config_class = TokenVLAConfig
+
+    @property
+    def chunk_size(self) -> int:
+        return self.cfg.chunk_size
 
     def __init__(self, cfg: TokenVLAConfig, action_dim: int, state_dim: int | None = None,
                  model: nn.Module | None = None, processor=None, normalizer: ActionNormalizer | None = None):
@@ -300,7 +305,7 @@ class TokenVLAPolicy(Policy):
         logp = logp_all.gather(-1, taken[..., None]).squeeze(-1)
         finite = logp_all.clamp(min=torch.finfo(logp_all.dtype).min)
         entropy = -(logp_all.exp() * finite).sum(-1).mean()
-        return {"logp": logp, "values": self._values(last), "entropy": entropy}
+        return Evaluation(logp=logp, entropy=entropy, values=self._values(last))
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
         """Cross-entropy [B] (mean over the C*A tokens) of the demonstration chunk ``actions``

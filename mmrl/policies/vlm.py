@@ -7,7 +7,7 @@
 
 Models: any transformers ``AutoModelForImageTextToText`` checkpoint by hub id or local path
 (Qwen2.5-VL / Qwen3-VL, SmolVLM, Gemma 3, ...), or ``model: tiny``: a tiny random-weight SmolVLM
-(`mmrl.testing.tiny_models`, real Idefics3 classes, offline-trained tokenizer) for the embedded
+(`mmrl.tiny.tiny_models`, real Idefics3 classes, offline-trained tokenizer) for the embedded
 demo and tests. Fine-tuning: ``full`` or ``lora`` (peft, on every linear layer of the language
 model; the vision tower gets no adapter unless ``lora_vision``); ``freeze_vision`` freezes the
 vision encoder in full fine-tuning.
@@ -30,7 +30,7 @@ multi-modal caches, so memory stays bounded.
 Reference for the KL term (``reference``): ``adapter`` (LoRA switched off) or ``copy`` (a frozen
 copy of the weights after the warm start); rollouts then carry ``ref_logp``.
 
-Prompt lengths are checked when the experiment is built (`check_prompts`): a question whose
+Prompt lengths are checked when the experiment is built (`check_simulator`): a question whose
 processed prompt exceeds ``max_prompt_tokens`` fails with its index and token counts, instead of
 being truncated through its image tokens.
 """
@@ -49,13 +49,12 @@ from torch import nn
 from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.engines.base import GenRequest, SamplingConfig
-from mmrl.policies.base import Policy, PolicyConfig
+from mmrl.policies.base import Evaluation, Policy, PolicyConfig, encode_answers
 from mmrl.policies.token_vla import VISION_TOWER_NAMES, freeze_vision_tower
 
 MM_SKIP = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
 
 
-@PolicyConfig.variant("vlm")
 @dataclass
 class VLMConfig(PolicyConfig):
     """Configuration of `VLMPolicy` (the ``policy`` section of an experiment)."""
@@ -64,7 +63,6 @@ class VLMConfig(PolicyConfig):
     model: str = "Qwen/Qwen2.5-VL-3B-Instruct"  # hub id / local path, or "tiny" (built here, random)
     trust_remote_code: bool = False
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
-    chunk_size: int = 1  # one answer per episode
     engine: Literal["hf", "vllm"] = "hf"
     engine_kwargs: dict = field(default_factory=dict)  # e.g. vLLM gpu_memory_utilization, max_model_len
     system_prompt: str | None = None
@@ -90,8 +88,6 @@ class VLMConfig(PolicyConfig):
     def validate(self) -> None:
         if "{question}" not in self.prompt:
             raise ConfigError("'prompt' must contain the placeholder {question}")
-        if self.chunk_size != 1:
-            raise ConfigError(f"'chunk_size' must be 1 for a VLM (one answer per episode), got {self.chunk_size}")
         if self.max_new_tokens < 1 or self.max_prompt_tokens < 1:
             raise ConfigError("'max_new_tokens' and 'max_prompt_tokens' must be >= 1")
         if self.temperature <= 0:
@@ -104,6 +100,8 @@ class VLMConfig(PolicyConfig):
 
 class VLMPolicy(Policy):
     """A transformers image-text LM answering questions; see the module docstring."""
+
+    config_class = VLMConfig
 
     async_unsupported = ("its rollout engine (HF or vLLM) and the per-iteration processor cache "
                          "belong to the trained policy, not to a background copy")
@@ -271,8 +269,6 @@ class VLMPolicy(Policy):
     # ---- the policy contract ------------------------------------------------------------------
     @torch.no_grad()
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
-        from simulators.qa import encode_answers
-
         train = mode == "train"
         reqs = self.requests(list(obs.instruction), self._obs_images(obs))
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device)) \
@@ -323,7 +319,7 @@ class VLMPolicy(Policy):
                                "the current iteration's rollouts (the cache is cleared by sync_rollout)")
         mask = batch["completion_mask"].to(self.device)
         logp, ent = self._forward_logp([self._cache[u] for u in uids], batch["completion"], mask, entropy=True)
-        return {"logp": logp, "logp_mask": mask, "values": None, "entropy": ent}
+        return Evaluation(logp=logp, entropy=ent, logp_mask=mask)
 
     def rollout_stats(self) -> dict[str, float]:
         return dict(self._stats)
@@ -342,7 +338,7 @@ class VLMPolicy(Policy):
         self._push_weights()
 
     # ---- supervised warm start (SFT) ----------------------------------------------------------
-    def supervised_batch(self, data: dict) -> Batch:
+    def warm_start_batch(self, data: dict) -> Batch:
         """Keep a VLM dataset (prompt, images, solution) for `supervised_loss`; rows are indices."""
         for key in ("prompt", "images"):
             if key not in data:
@@ -364,7 +360,7 @@ class VLMPolicy(Policy):
         return -(logp * m).sum(1) / m.sum(1)
 
     # ---- load-time checks ---------------------------------------------------------------------
-    def check_prompts(self, sim) -> None:
+    def check_simulator(self, sim) -> None:
         """Fail if any question of ``sim`` (a `QASim`) exceeds ``max_prompt_tokens`` once processed."""
         from tqdm import tqdm
 
@@ -390,10 +386,10 @@ def load_vlm(cfg: VLMConfig):
     patch_torchvision()
     if cfg.model == "tiny":
         if cfg.engine == "vllm":  # vLLM's CPU attention needs head size >= 32
-            from mmrl.testing.tiny_vllm import tiny_vllm_image_text_model
+            from mmrl.tiny.tiny_vllm import tiny_vllm_image_text_model
 
             return tiny_vllm_image_text_model(seed=cfg.tiny_seed)
-        from mmrl.testing.tiny_models import tiny_image_text_model
+        from mmrl.tiny.tiny_models import tiny_image_text_model
 
         return tiny_image_text_model(seed=cfg.tiny_seed)
     from transformers import AutoModelForImageTextToText, AutoProcessor

@@ -63,8 +63,8 @@ def clip_advantages(samples: Batch, limit: float | None) -> Batch:
 def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     """PPO-clip (clip-higher, dual clip) + value loss + optional entropy bonus, on a minibatch."""
     out = policy.evaluate(mb)
-    logp, old = out["logp"], mb["old_logp"]
-    mask = out.get("logp_mask")  # e.g. the real tokens of a completion, the stochastic denoising steps
+    logp, old = out.logp, mb["old_logp"]
+    mask = out.logp_mask  # e.g. the real tokens of a completion, the stochastic denoising steps
     flat_mask = torch.ones(logp.shape[0], logp[0].numel(), dtype=torch.bool, device=logp.device) if mask is None \
         else mask.reshape(logp.shape[0], -1).bool()
     surrogate = logp
@@ -85,17 +85,17 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
         "clip_frac": masked(stats["clipped"]).float().mean(),
         "approx_kl": masked(stats["approx_kl"]).mean(),
         "ratio_max": masked(stats["ratio"]).max(),
-        "entropy": out["entropy"].detach(),
+        "entropy": out.entropy.detach(),
     }
     if algo.ent_coef:
-        loss = loss - algo.ent_coef * out["entropy"]
-    if out.get("values") is not None and algo.vf_coef:
-        vl = value_loss(out["values"], mb["old_values"], mb["returns"], algo.value_clip).mean()
+        loss = loss - algo.ent_coef * out.entropy
+    if out.values is not None and algo.vf_coef:
+        vl = value_loss(out.values, mb["old_values"], mb["returns"], algo.value_clip).mean()
         loss = loss + algo.vf_coef * vl
         metrics["value_loss"] = vl.detach()
     if algo.kl_coef:  # the policy's own KL (e.g. Flow-GRPO's mean drift), else an estimator on log-probs
-        if "kl" in out:
-            kl = out["kl"].mean()
+        if out.kl is not None:
+            kl = out.kl.mean()
         else:
             kl = masked(kl_penalty(logp, mb["ref_logp"].to(logp.device), algo.kl_estimator)).mean()
         loss = loss + algo.kl_coef * kl

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from mmrl.batch import Batch
-from simulators.base import Simulator
+from mmrl.simulator import Simulator
 
 
 def episode_seeds(base_seed: int, num_envs: int, group_size: int = 1) -> list[int]:
@@ -74,7 +74,7 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
     ``frame_success`` bool [T+1, frames_of] (success reached by that frame) and ``captions`` (their
     instructions). In train mode the batch carries ``bootstrap`` (`truncation_values`).
     """
-    chunk = policy.cfg.chunk_size
+    chunk = policy.chunk_size
     horizon = math.ceil(sim.max_episode_steps / chunk)
     obs = sim.reset(seeds)
     alive = torch.ones(sim.num_envs, dtype=torch.bool, device=sim.device)

@@ -172,8 +172,8 @@ class Trainer:
         t = self.cfg.trainer
         if t.env_steps is None:
             return t.iterations
-        per_iteration = self.sim.num_envs * self.policy.cfg.chunk_size * (
-            t.rollout_steps or math.ceil(self.sim.max_episode_steps / self.policy.cfg.chunk_size))
+        per_iteration = self.sim.num_envs * self.policy.chunk_size * (
+            t.rollout_steps or math.ceil(self.sim.max_episode_steps / self.policy.chunk_size))
         return max(self.state.iteration, math.ceil(t.env_steps / per_iteration))
 
     def done(self) -> bool:
@@ -239,7 +239,7 @@ class Trainer:
             same_sim = demo_simulator(ws.dataset) == sim_type
             data = load_dataset(ws.dataset, **{**accepted_kwargs(
                 ws.dataset, num_episodes=ws.num_episodes, num_samples=ws.num_episodes, seed=self.cfg.run.seed,
-                chunk_size=self.policy.cfg.chunk_size, **({"sim_kwargs": sim_kwargs} if same_sim else {})),
+                chunk_size=self.policy.chunk_size, **({"sim_kwargs": sim_kwargs} if same_sim else {})),
                 **ws.kwargs})
             self.supervised(data, ws)
         self.policy.after_warm_start()
@@ -247,10 +247,7 @@ class Trainer:
         self.save()
 
     def supervised(self, data: dict, ws) -> None:
-        if hasattr(self.policy, "supervised_batch"):  # the policy keeps its own records (e.g. VLM questions)
-            batch = self.policy.supervised_batch(data)
-        else:
-            batch = self.demo_batch(data)
+        batch = self.policy.warm_start_batch(data)
         self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(
@@ -269,18 +266,6 @@ class Trainer:
                 self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()})
         opt.zero_grad(set_to_none=True)  # no warm-start gradient may reach the RL engine's first step
 
-    def demo_batch(self, data: dict) -> Batch:
-        """Demonstrations (image, instruction, actions[, state]) or text-to-image pairs as a Batch."""
-        from mmrl.policies.base import TEXT_BYTES, encode_text
-
-        texts = data["instruction"] if "instruction" in data else data["prompt"]
-        batch = Batch(image=data["image"], instruction=encode_text(texts, getattr(self.policy.cfg, "prompt_bytes", TEXT_BYTES)))
-        if "actions" in data:  # demonstrations; a text-to-image set has only (image, prompt)
-            batch["actions"] = data["actions"].float()
-        if "state" in data and self.sim.state_dim:
-            batch["state"] = data["state"].float()
-        return batch
-
     def collect(self, it: int, gen: torch.Generator, policy=None) -> tuple[Batch, dict]:
         """One rollout round, or with DAPO dynamic sampling up to ``max_sampling_rounds`` rounds
         keeping only groups whose rewards differ, until N / G groups are kept (metrics of the
@@ -291,7 +276,7 @@ class Trainer:
         from mmrl.algorithms.dynamic_sampling import DynamicSamplingBuffer
 
         rounds = algo.max_sampling_rounds
-        horizon = math.ceil(self.sim.max_episode_steps / self.policy.cfg.chunk_size)  # longest episode
+        horizon = math.ceil(self.sim.max_episode_steps / self.policy.chunk_size)  # longest episode
         buf = DynamicSamplingBuffer(self.sim.num_envs // algo.group_size, reward_key="episode_return")
         first = None
         for r in range(rounds):
@@ -486,7 +471,7 @@ class AsyncCollector:
         import copy
         from concurrent.futures import ThreadPoolExecutor
 
-        reason = getattr(trainer.policy, "async_unsupported", None)
+        reason = trainer.policy.async_unsupported
         if reason:
             raise ValueError(f"trainer.async_staleness = {staleness} is not supported by policy "
                              f"'{trainer.cfg.policy.type}': {reason}. Set trainer.async_staleness=0")

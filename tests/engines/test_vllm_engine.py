@@ -28,8 +28,8 @@ vllm = pytest.importorskip(
 
 from mmrl.engines.base import GenRequest, SamplingConfig  # noqa: E402
 from mmrl.engines.vllm_engine import VLLMEngine  # noqa: E402
-from mmrl.testing.tiny_models import IMAGE_SIZE  # noqa: E402
-from mmrl.testing.tiny_vllm import tiny_vllm_image_text_model  # noqa: E402
+from mmrl.tiny.tiny_models import IMAGE_SIZE  # noqa: E402
+from mmrl.tiny.tiny_vllm import tiny_vllm_image_text_model  # noqa: E402
 
 # max |vLLM - HF| over sampled-token log-probs, float32 on CPU. Measured on the 2-core CI machine:
 # <= 1e-6 everywhere (4.8e-7 base model, 4.8e-7 after load_weights, 9.5e-7 with a LoRA adapter;

@@ -26,7 +26,7 @@ def test_vllm_policy_recomputes_engine_logprobs_and_syncs_updates():
     assert not any(t in pol.banned_ids for t in batch["completion"][m].tolist())
     assert pol.rollout_stats()["logp_mismatch_max"] < TOL
     opt = torch.optim.SGD([p for p in pol.parameters() if p.requires_grad], lr=0.5)
-    (-pol.evaluate(batch)["logp"][m].sum()).backward()
+    (-pol.evaluate(batch).logp[m].sum()).backward()
     opt.step()
     pol.rollout(sim.reset([2, 2, 3, 3]), torch.Generator().manual_seed(1))
     assert pol.rollout_stats()["logp_mismatch_max"] > 10 * TOL  # the engine still has the old weights

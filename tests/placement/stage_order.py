@@ -29,7 +29,7 @@ class StageByStage:
     def __init__(self, policy, stages: int):
         if stages < 1:
             raise ValueError(f"stages must be >= 1, got {stages}")
-        self.policy, self.stages, self.cfg = policy, stages, policy.cfg
+        self.policy, self.stages, self.cfg, self.chunk_size = policy, stages, policy.cfg, policy.chunk_size
         self._rollout = policy.rollout  # the bound method: `install` may replace the attribute
 
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:

@@ -147,7 +147,7 @@ class KillWorker:
 
     def __init__(self, policy, worker, at):
         self.policy, self.worker, self.at, self.calls = policy, worker, at, 0
-        self.cfg = policy.cfg
+        self.cfg, self.chunk_size = policy.cfg, policy.chunk_size
 
     def rollout(self, obs, generator=None, mode="train"):
         self.calls += 1

@@ -118,7 +118,7 @@ class Kill:
 
     def __init__(self, policy, worker, at, kill):
         self.policy, self.worker, self.at, self.kill, self.calls = policy, worker, at, kill, 0
-        self.cfg = policy.cfg
+        self.cfg, self.chunk_size = policy.cfg, policy.chunk_size
 
     def rollout(self, obs, generator=None, mode="train"):
         self.calls += 1

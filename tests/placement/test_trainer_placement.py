@@ -176,7 +176,7 @@ def recompute_logp(policy, weights: dict, batch) -> torch.Tensor:
     model.load_state_dict(weights)
     valid = batch["valid"]
     with torch.no_grad():
-        return model.evaluate(Batch({k: v[valid] for k, v in batch.items()}))["logp"]
+        return model.evaluate(Batch({k: v[valid] for k, v in batch.items()})).logp
 
 
 def test_async_batches_hold_the_log_probs_of_the_weights_they_claim(tmp_path, monkeypatch):

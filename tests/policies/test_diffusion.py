@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mmrl.policies.diffusion import DiffusionConfig, DiffusionPolicy
-from simulators.base import Observation
+from mmrl.simulator import Observation
 
 PROMPTS = ["a red circle on the left", "a red circle on the left", "two blue squares", "two blue squares"]
 
@@ -27,11 +27,11 @@ def test_ratio_is_one_before_an_update(kw):
     pol = _tiny(**kw)
     batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
     out = pol.evaluate(batch)
-    assert out["logp"].shape == batch["old_logp"].shape == ((4, 4) if pol.cfg.logp_level == "step" else (4,))
-    assert torch.allclose(out["logp"], batch["old_logp"], atol=1e-5)
+    assert out.logp.shape == batch["old_logp"].shape == ((4, 4) if pol.cfg.logp_level == "step" else (4,))
+    assert torch.allclose(out.logp, batch["old_logp"], atol=1e-5)
     if pol.cfg.logp_level == "step":
-        assert torch.equal(out["logp_mask"], batch["flow_stoch"])
-        assert (out["logp"][~batch["flow_stoch"]] == 0).all()
+        assert torch.equal(out.logp_mask, batch["flow_stoch"])
+        assert (out.logp[~batch["flow_stoch"]] == 0).all()
 
 
 def test_actions_are_the_decoded_images_in_hwc_order():
@@ -59,10 +59,10 @@ def test_classifier_free_guidance_formula():
 def test_kl_to_reference_is_zero_then_positive():
     pol = _tiny(kl_reference=True)
     batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
-    assert torch.allclose(pol.evaluate(batch)["kl"], torch.zeros(4))
+    assert torch.allclose(pol.evaluate(batch).kl, torch.zeros(4))
     with torch.no_grad():
         pol.gen.out[-1].bias.add_(0.1)  # velocity +0.1 everywhere: mean drift = dt * 0.1
-    kl = pol.evaluate(batch)["kl"]
+    kl = pol.evaluate(batch).kl
     grid, a = pol.grid, pol.cfg.noise_level
     # hand computation for Flow-SDE: mean = x + [v + sigma^2/(2t) (x + (1-t) v)] dt, so a velocity
     # shift dv moves the mean by (1 + sigma^2 (1-t) / (2t)) dv dt; std = sigma sqrt(-dt)
@@ -114,7 +114,7 @@ def tiny_sd3(tmp_path_factory):
     patch_torchvision()  # peft imports transformers models, which import torchvision
     pytest.importorskip("diffusers")
     pytest.importorskip("peft")
-    from mmrl.testing.tiny_diffusers import tiny_sd3_pipeline
+    from mmrl.tiny.tiny_diffusers import tiny_sd3_pipeline
 
     return tiny_sd3_pipeline(tmp_path_factory.mktemp("sd3"))
 
@@ -129,7 +129,7 @@ def test_sd3_lora_ratio_reference_and_training(tiny_sd3):
     batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
     assert batch["flow_chain"].shape == (4, 4, 4, 16, 16) and batch["actions"].shape == (4, 1, 768)
     out = pol.evaluate(batch)
-    assert torch.allclose(out["logp"], batch["old_logp"], atol=1e-4)
-    assert torch.allclose(out["kl"], torch.zeros(4), atol=1e-8)  # LoRA B starts at 0
-    (out["logp"].sum() + pol.likelihood_free_loss(batch, torch.ones(4)).sum()).backward()
+    assert torch.allclose(out.logp, batch["old_logp"], atol=1e-4)
+    assert torch.allclose(out.kl, torch.zeros(4), atol=1e-8)  # LoRA B starts at 0
+    (out.logp.sum() + pol.likelihood_free_loss(batch, torch.ones(4)).sum()).backward()
     assert all(p.grad is not None for n, p in pol.named_parameters() if p.requires_grad and "lora_B" in n)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
-from simulators.base import Observation
+from mmrl.simulator import Observation
 
 
 def make_obs(b=6, size=32, state_dim=2, seed=0):
@@ -32,16 +32,16 @@ def test_recomputed_logp_equals_rollout_logp(method, stochastic, level):
     assert batch["old_logp"].shape == (6, *policy.logp_shape)
     assert batch["old_values"].shape == (6,)
     out = policy.evaluate(batch)
-    ratio = torch.exp(out["logp"] - batch["old_logp"])
+    ratio = torch.exp(out.logp - batch["old_logp"])
     torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
-    assert torch.isfinite(out["entropy"])
+    assert torch.isfinite(out.entropy)
 
 
 def test_gradients_reach_expert_backbone_and_noise_head():
     policy = make_policy(method="noise")
     batch = policy.rollout(make_obs(), generator=torch.Generator().manual_seed(2))
     out = policy.evaluate(batch)
-    (out["logp"].sum() + out["values"].sum()).backward()
+    (out.logp.sum() + out.values.sum()).backward()
     assert policy.expert.out.weight.grad.abs().sum() > 0
     assert policy.noise_head is not None
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.noise_head.parameters())
@@ -52,7 +52,7 @@ def test_gradients_reach_expert_backbone_and_noise_head():
 def test_detached_value_does_not_train_backbone():
     policy = make_policy(detach_value=True)
     batch = policy.rollout(make_obs(), generator=torch.Generator().manual_seed(3))
-    policy.evaluate(batch)["values"].sum().backward()
+    policy.evaluate(batch).values.sum().backward()
     assert policy.backbone.conv1.weight.grad is None or policy.backbone.conv1.weight.grad.abs().sum() == 0
 
 
@@ -95,7 +95,7 @@ def test_supervised_flow_matching_fits_a_fixed_batch():
 def test_policy_with_hf_backbone_ratio_one(tmp_path):
     pytest.importorskip("transformers")
     from mmrl.policies.hf_backbone import HFImageTextBackbone
-    from mmrl.testing.tiny_models import tiny_image_text_model
+    from mmrl.tiny.tiny_models import tiny_image_text_model
 
     model, processor = tiny_image_text_model(tmp_path)
     backbone = HFImageTextBackbone.from_pretrained(tmp_path)
@@ -104,8 +104,8 @@ def test_policy_with_hf_backbone_ratio_one(tmp_path):
     policy = FlowVLAPolicy(cfg, action_dim=2, state_dim=2, backbone=backbone)
     batch = policy.rollout(make_obs(b=3), generator=torch.Generator().manual_seed(0))
     out = policy.evaluate(batch)
-    torch.testing.assert_close(out["logp"], batch["old_logp"], atol=1e-4, rtol=0)
-    out["logp"].sum().backward()
+    torch.testing.assert_close(out.logp, batch["old_logp"], atol=1e-4, rtol=0)
+    out.logp.sum().backward()
     assert any(p.grad is not None for p in backbone.parameters())
 
 
@@ -117,4 +117,4 @@ def test_cuda_rollout_and_recompute_agree():
     batch = policy.rollout(obs, generator=torch.Generator(device="cuda").manual_seed(0))
     assert batch["actions"].is_cuda
     out = policy.evaluate(batch)
-    torch.testing.assert_close(out["logp"], batch["old_logp"], atol=1e-4, rtol=0)
+    torch.testing.assert_close(out.logp, batch["old_logp"], atol=1e-4, rtol=0)

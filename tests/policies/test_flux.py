@@ -13,7 +13,7 @@ import torch
 from mmrl.experiment import build_trainer
 from mmrl.flow import sample, time_grid
 from mmrl.policies.diffusion import DiffusionConfig, DiffusionPolicy, diffusers_family
-from simulators.base import Observation
+from mmrl.simulator import Observation
 from tests.trainer.test_diffusion_training import cfg as trainer_cfg
 
 PROMPTS = ["a red circle on the left", "a red circle on the left", "two blue squares", "two blue squares"]
@@ -29,7 +29,7 @@ def tiny_flux(tmp_path_factory):
     patch_torchvision()  # peft imports transformers models, which import torchvision
     pytest.importorskip("diffusers", reason="the FLUX generator needs diffusers (mmrl[diffusion])")
     pytest.importorskip("peft", reason="LoRA needs peft")
-    from mmrl.testing.tiny_diffusers import tiny_flux_pipeline
+    from mmrl.tiny.tiny_diffusers import tiny_flux_pipeline
 
     return tiny_flux_pipeline(tmp_path_factory.mktemp("flux"))  # FLUX.1-dev style: guidance embedding
 
@@ -102,9 +102,9 @@ def test_lora_ratio_reference_and_training(tiny_flux):
     assert batch["flow_chain"].shape == (4, 4, 16, 8, 8) and batch["actions"].shape == (4, 1, 768)
     assert batch["actions"].abs().max() <= 1 and batch["actions"].std() > 0
     out = pol.evaluate(batch)
-    assert torch.allclose(out["logp"], batch["old_logp"], atol=1e-4)  # ratio 1 before an update
-    assert torch.allclose(out["kl"], torch.zeros(4), atol=1e-8)  # LoRA B starts at 0
-    (out["logp"].sum() + pol.likelihood_free_loss(batch, torch.ones(4)).sum()).backward()
+    assert torch.allclose(out.logp, batch["old_logp"], atol=1e-4)  # ratio 1 before an update
+    assert torch.allclose(out.kl, torch.zeros(4), atol=1e-8)  # LoRA B starts at 0
+    (out.logp.sum() + pol.likelihood_free_loss(batch, torch.ones(4)).sum()).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in pol.named_parameters() if "lora_B" in n)
     cond = pol.gen.encode(PROMPTS)
     x, t = batch["flow_chain"][:, 1], torch.full((4,), pol.grid[1].item())
@@ -118,12 +118,12 @@ def test_lora_ratio_reference_and_training(tiny_flux):
         after = pol.gen(x, t, cond)
     assert torch.equal(ref, before) and (after - before).abs().max() > 1e-3  # reference = the untrained policy
     out = pol.evaluate(batch)
-    assert (out["kl"] > 0).all() and not torch.allclose(out["logp"], batch["old_logp"], atol=1e-4)
+    assert (out.kl > 0).all() and not torch.allclose(out.logp, batch["old_logp"], atol=1e-4)
 
 
 def test_family_detection_and_schnell(tiny_flux, tmp_path):
     from mmrl.policies.flux import FluxGenerator
-    from mmrl.testing.tiny_diffusers import tiny_flux_pipeline
+    from mmrl.tiny.tiny_diffusers import tiny_flux_pipeline
 
     assert diffusers_family(str(tiny_flux)) == "flux"
     assert diffusers_family("black-forest-labs/FLUX.1-schnell") == "flux"
@@ -140,7 +140,7 @@ def test_family_detection_and_schnell(tiny_flux, tmp_path):
     assert isinstance(pol.gen, FluxGenerator) and pol.gen.guidance is None  # no guidance embedding to feed
     assert pol.gen.default_shift == 1.0  # schnell's scheduler: no resolution-dependent shift
     batch = pol.rollout(_obs(2), torch.Generator().manual_seed(0))
-    assert torch.allclose(pol.evaluate(batch)["logp"], batch["old_logp"], atol=1e-4)
+    assert torch.allclose(pol.evaluate(batch).logp, batch["old_logp"], atol=1e-4)
     with pytest.raises(ValueError, match="multiple of 4"):
         FluxGenerator.from_pretrained(str(schnell), image_size=18)
 

@@ -63,8 +63,8 @@ transformers = pytest.importorskip("transformers")
 from mmrl.batch import Batch  # noqa: E402
 from mmrl.policies.base import encode_text  # noqa: E402
 from mmrl.policies.token_vla import TokenVLAConfig, TokenVLAPolicy  # noqa: E402
-from mmrl.testing.tiny_models import tiny_image_text_model  # noqa: E402
-from simulators.base import Observation  # noqa: E402
+from mmrl.tiny.tiny_models import tiny_image_text_model  # noqa: E402
+from mmrl.simulator import Observation  # noqa: E402
 
 COLORS = ["red", "green", "blue"]
 
@@ -112,11 +112,11 @@ def test_recomputed_logp_equals_rollout_logp(decoding, temperature, top_k):
     sub = batch.index(torch.tensor([4, 0, 5]))  # another batch composition -> other left padding
     policy.train()
     out = policy.evaluate(sub)
-    ratio = torch.exp(out["logp"] - sub["old_logp"])
+    ratio = torch.exp(out.logp - sub["old_logp"])
     torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
-    torch.testing.assert_close(out["values"], sub["old_values"], atol=1e-5, rtol=0)
-    assert 0 < out["entropy"] <= torch.log(torch.tensor(float(top_k or 32))) + 1e-5
-    (out["logp"].sum() + out["values"].sum()).backward()
+    torch.testing.assert_close(out.values, sub["old_values"], atol=1e-5, rtol=0)
+    assert 0 < out.entropy <= torch.log(torch.tensor(float(top_k or 32))) + 1e-5
+    (out.logp.sum() + out.values.sum()).backward()
     head = policy.model.get_output_embeddings().weight.grad
     assert head[policy.bin_ids].abs().sum() > 0  # the bin rows of the LM head learn
     assert any(p.grad is not None and p.grad.abs().sum() > 0
@@ -132,8 +132,8 @@ def test_openvla_last_tokens_vocabulary(model_dir):
     tokens = batch["action_tokens"]
     assert "old_values" not in batch and ((tokens >= vocab - 32) & (tokens < vocab)).all()
     out = policy.evaluate(batch)
-    torch.testing.assert_close(out["logp"], batch["old_logp"], atol=1e-5, rtol=0)
-    assert out["values"] is None
+    torch.testing.assert_close(out.logp, batch["old_logp"], atol=1e-5, rtol=0)
+    assert out.values is None
     with pytest.raises(ValueError, match="special / added tokens"):  # the range would swallow <image> etc.
         make_policy(action_tokens="last", num_bins=420)
 
@@ -235,4 +235,4 @@ def test_cuda_rollout_and_recompute_agree():
         batch = policy.rollout(obs, generator=torch.Generator(device="cuda").manual_seed(0))
         assert batch["actions"].is_cuda and batch["action_tokens"].is_cuda
         out = policy.evaluate(batch)
-        torch.testing.assert_close(out["logp"], batch["old_logp"], atol=1e-4, rtol=0)
+        torch.testing.assert_close(out.logp, batch["old_logp"], atol=1e-4, rtol=0)

@@ -31,9 +31,9 @@ def test_rollout_logp_equals_recomputation_and_actions_carry_the_text(sim):
     mask = batch["completion_mask"]
     assert mask.shape == (4, 6) and mask.any(1).all() and (mask[:, :-1] >= mask[:, 1:]).all()  # prefix masks
     out = pol.evaluate(batch)
-    diff = ((out["logp"] - batch["old_logp"]).abs() * mask).max()
+    diff = ((out.logp - batch["old_logp"]).abs() * mask).max()
     assert diff < 1e-4, diff
-    assert torch.isfinite(out["entropy"]) and out["entropy"] > 0
+    assert torch.isfinite(out.entropy) and out.entropy > 0
     texts, lengths = decode_answers(batch["actions"][:, 0])
     ids = [batch["completion"][i, : lengths[i]].tolist() for i in range(4)]
     assert texts == [pol.tokenizer.decode(t, skip_special_tokens=True)[: sim.answer_bytes] for t in ids]
@@ -71,7 +71,7 @@ def test_lora_skips_the_vision_tower_and_its_reference_is_the_base_model(sim):
     # peft initialises B = 0: before training the adapter changes nothing, so ref == policy
     assert ((batch["ref_logp"] - batch["old_logp"]).abs() * m).max() < 1e-4
     opt = torch.optim.SGD([p for p in pol.parameters() if p.requires_grad], lr=1.0)
-    (-pol.evaluate(batch)["logp"][m].sum()).backward()
+    (-pol.evaluate(batch).logp[m].sum()).backward()
     opt.step()
     entries = [pol._cache[u] for u in batch["uid"].tolist()]
     after = pol._forward_logp(entries, batch["completion"], m)[0]
@@ -83,7 +83,7 @@ def test_lora_skips_the_vision_tower_and_its_reference_is_the_base_model(sim):
 def test_sft_lowers_the_loss(sim):
     pol = make(sim)
     data = {"prompt": sim.prompts[:8], "images": sim.images[:8], "solution": sim.solutions[:8]}
-    batch = pol.supervised_batch(data)
+    batch = pol.warm_start_batch(data)
     opt = torch.optim.Adam(pol.parameters(), lr=3e-3)
     losses = []
     for _ in range(30):
@@ -99,7 +99,7 @@ def test_a_prompt_that_would_be_truncated_fails_at_load_naming_it(sim):
     pol = make(sim)
     pol.cfg.max_prompt_tokens = 20
     with pytest.raises(ValueError, match=r"question 0 of 'shapes_vqa' \(train\) needs \d+ prompt tokens"):
-        pol.check_prompts(sim)
+        pol.check_simulator(sim)
 
 
 def test_collate_pads_pixel_tensors_of_different_sizes():

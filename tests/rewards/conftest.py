@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_oc():
     """(model, model_name) of a tiny open_clip CLIP registered under its own config name."""
-    from mmrl.testing.tiny_models import register_tiny_open_clip, tiny_open_clip
+    from mmrl.tiny.tiny_models import register_tiny_open_clip, tiny_open_clip
 
     return tiny_open_clip(seed=0), register_tiny_open_clip()
 
@@ -14,6 +14,6 @@ def tiny_oc():
 @pytest.fixture(scope="session")
 def tiny_hf_clip():
     """(CLIPModel, CLIPProcessor), tiny and random."""
-    from mmrl.testing.tiny_models import tiny_clip_model
+    from mmrl.tiny.tiny_models import tiny_clip_model
 
     return tiny_clip_model(seed=0)

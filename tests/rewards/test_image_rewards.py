@@ -125,7 +125,7 @@ def test_pickscore_is_logit_scale_times_cosine(tiny_hf_clip):
 
 
 def test_pickscore_loads_from_a_folder(tiny_hf_clip, tmp_path):
-    from mmrl.testing.tiny_models import tiny_clip_model
+    from mmrl.tiny.tiny_models import tiny_clip_model
     from rewards.pickscore import PickScore
 
     model, processor = tiny_clip_model(tmp_dir=tmp_path, seed=0)

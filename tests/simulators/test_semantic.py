@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mmrl.registry import SIMULATORS
-from rewards.base import Reward
+from mmrl.reward import Reward
 from simulators.check import check_simulator
 from simulators.reach import ReachSim
 from simulators.semantic import SemanticRewardSim
@@ -51,7 +51,7 @@ def test_registered():
 
 @pytest.mark.parametrize("timing,mode", [("episode_end", "final"), ("step", "final"), ("episode_end", "mean")])
 def test_passes_the_checker_with_a_tiny_open_clip(timing, mode):
-    from mmrl.testing.tiny_models import tiny_open_clip
+    from mmrl.tiny.tiny_models import tiny_open_clip
     from rewards.clip_goal import CLIPContrastGoal
 
     reward = CLIPContrastGoal(model=tiny_open_clip(seed=0), positive=None, negative=None, t_min=-0.1, t_max=0.1)
@@ -67,7 +67,7 @@ def test_passes_the_checker_with_a_tiny_open_clip(timing, mode):
 
 
 def test_built_by_name_from_the_registry():
-    from mmrl.testing.tiny_models import register_tiny_open_clip
+    from mmrl.tiny.tiny_models import register_tiny_open_clip
 
     name = register_tiny_open_clip()
     rng = torch.get_rng_state()

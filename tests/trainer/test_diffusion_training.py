@@ -11,7 +11,7 @@ import torch
 
 from mmrl.experiment import build_trainer, load_experiment
 from mmrl.trainer.checkpoint import latest_path, load_policy
-from rewards.base import RewardError
+from mmrl.reward import RewardError
 from simulators.prompts import PromptSim
 
 SIM = ["sim.type=prompts", "sim.num_envs=8", "sim.eval_num_envs=8",
@@ -102,7 +102,7 @@ def tiny_sd3(tmp_path_factory):
     patch_torchvision()
     pytest.importorskip("diffusers")
     pytest.importorskip("peft")
-    from mmrl.testing.tiny_diffusers import tiny_sd3_pipeline
+    from mmrl.tiny.tiny_diffusers import tiny_sd3_pipeline
 
     return tiny_sd3_pipeline(tmp_path_factory.mktemp("sd3"))
 

@@ -8,7 +8,7 @@ import yaml
 pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pip install "mmrl[gym]"')
 
 from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
-from simulators.base import Observation  # noqa: E402
+from mmrl.simulator import Observation  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -62,8 +62,8 @@ def test_state_policies_replay_their_own_log_probs(tmp_path):
         obs = Observation(torch.zeros(5, 1, 1, 3, dtype=torch.uint8), [""] * 5, torch.randn(5, 3))
         out = policy.rollout(obs, torch.Generator().manual_seed(0))
         again = policy.evaluate(out)
-        torch.testing.assert_close(again["logp"], out["old_logp"])
-        torch.testing.assert_close(again["values"], out["old_values"])
+        torch.testing.assert_close(again.logp, out["old_logp"])
+        torch.testing.assert_close(again.values, out["old_values"])
         torch.testing.assert_close(policy.value(obs), out["old_values"])
 
 

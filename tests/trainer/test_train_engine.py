@@ -141,7 +141,7 @@ def make_policy(seed=0):
 
 
 def demo_batch(b=12) -> Batch:
-    """Demonstrations as `Trainer.demo_batch` builds them: the chunk to imitate follows the colour."""
+    """Demonstrations as `Policy.warm_start_batch` builds them: the chunk to imitate follows the colour."""
     g = torch.Generator().manual_seed(0)
     colours = ["red", "green", "blue"]
     chunks = torch.tanh(torch.randn(3, 4, 2, generator=g))

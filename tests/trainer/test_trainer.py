@@ -90,7 +90,7 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path, killed_in_ite
 
 def test_trains_with_a_transformers_backbone_loaded_by_path(tmp_path):
     pytest.importorskip("transformers")
-    from mmrl.testing.tiny_models import tiny_image_text_model
+    from mmrl.tiny.tiny_models import tiny_image_text_model
 
     tiny_image_text_model(tmp_path / "vlm")  # saved like a hub checkpoint; loaded by from_pretrained
     cfg = tiny_cfg(tmp_path, f"policy.backbone={tmp_path / 'vlm'}", "trainer.iterations=1",

@@ -1,7 +1,7 @@
 """A tiny random-weight Idefics3 (SmolVLM) model that vLLM's CPU backend can serve, built offline.
 
 Same model class, processor, tokenizer, chat template and image size as
-`mmrl.testing.tiny_models.tiny_image_text_model`, with one change: the text model has **2 attention
+`mmrl.tiny.tiny_models.tiny_image_text_model`, with one change: the text model has **2 attention
 heads of size 32** (and 1 key/value head) instead of 4 heads of size 16. vLLM's CPU paged-attention
 kernel only takes head sizes in ``{32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}``
 (``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes`` in 0.32); the
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from mmrl.testing.tiny_models import CHAT_TEMPLATE, IMAGE_SEQ_LEN, IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR, tiny_tokenizer
+from mmrl.tiny.tiny_models import CHAT_TEMPLATE, IMAGE_SEQ_LEN, IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR, tiny_tokenizer
 from mmrl.utils.compat import patch_torchvision
 
 #: text-model head size; must be one vLLM's CPU attention supports (see the module docstring)

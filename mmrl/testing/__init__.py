@@ -1,1 +1,0 @@
-"""Helpers for tests: tiny random-weight models of real classes, built offline."""
