@@ -37,7 +37,7 @@ def answer_from_solution(solution: str) -> str | None:
 
 def build(split: str = "train", num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
           min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28,
-          data_files=None, path=None, eval_size: int = 500, hub_id: str = HUB_ID, **_ignored) -> dict:
+          data_files=None, path=None, eval_size: int = 500, hub_id: str = HUB_ID) -> dict:
     """CLEVR counting rows as VLM records: prompt = ``problem``, images = ``[image]``, meta =
     ``{"answer": "N", "source", "split", "row"}``, solution = the hub's ``solution`` text as given
     (``<answer> N </answer>``, R1-V's target format)."""

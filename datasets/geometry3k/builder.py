@@ -25,7 +25,7 @@ def _records():
 
 def build(split: str = "train", num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
           min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28,
-          data_files=None, path=None, hub_id: str = HUB_ID, **_ignored) -> dict:
+          data_files=None, path=None, hub_id: str = HUB_ID) -> dict:
     """Geometry3K rows as VLM records: prompt = ``problem`` without its ``<image>`` placeholder,
     images = the row's ``images``, meta = ``{"answer", "source", "split", "row"}``, solution = the
     answer."""

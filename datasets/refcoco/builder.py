@@ -111,8 +111,7 @@ def _check_box(box: list[float], size: tuple[int, int], fmt: str, where: str) ->
 def build(split: str | None = None, num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
           min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28,
           data_files=None, path=None, hub_id: str = DEFAULT_HUB_ID, image_root=None,
-          box_format: str | None = None, all_expressions: bool = False, question: str = QUESTION,
-          **_ignored) -> dict:
+          box_format: str | None = None, all_expressions: bool = False, question: str = QUESTION) -> dict:
     """RefCOCO rows as VLM records. prompt = ``question.format(expression=...)`` (the first
     expression of a row, or one sample per expression with ``all_expressions=True``), images =
     ``[image]`` (resized by the pixel budget when given), meta = ``{"answer": box, "box": box,

@@ -24,7 +24,7 @@ def _shapes_builder():
     return builder_module("shapes")
 
 
-def build(split: str = "train", eval_fraction: float = 0.2, tags=None, **_ignored) -> dict:
+def build(split: str = "train", eval_fraction: float = 0.2, tags=None) -> dict:
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     pool = _shapes_builder().spec_pool(split, eval_fraction)

@@ -172,7 +172,7 @@ def render_scenes(scenes: list[list[dict]], image_size: int) -> torch.Tensor:
 def build(num_samples: int | None = 256, split: str = "train", seed: int = 0, image_size: int = 32, tasks=None,
           eval_fraction: float = EVAL_FRACTION, suffix: str = "", min_pixels: int | None = None,
           max_pixels: int | None = None, factor: int = 28, num_prompts: int | None = None,
-          val_fraction: float = VAL_FRACTION, **_ignored) -> dict:
+          val_fraction: float = VAL_FRACTION) -> dict:
     """``num_samples`` questions of ``split`` ("train" / "val" / "eval"), one ``image_size`` px image
     each (even, 16-128). ``eval_fraction`` / ``val_fraction``: the shares of scenes held out for
     eval and val (`scene_split`; keep them equal across the splits of one experiment). ``tasks``: a
