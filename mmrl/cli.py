@@ -2,9 +2,11 @@
 
     mmrl train configs/quickstart.yaml [key=value ...]     train (resumes from the run's last checkpoint)
     mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
-    mmrl list                                              every registered component
+    mmrl list                                              every registered component, objective and flow sampler
     mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
     mmrl check reward NAME [key=value ...]                 run the reward contract checker
+    mmrl check policy NAME [key=value ...]                 run the policy contract checker on its tiny config
+                                                           (policy config keys; sim=NAME, sim.KEY=VALUE)
 """
 
 from __future__ import annotations
@@ -77,12 +79,22 @@ def cmd_eval(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from mmrl.registry import ALL
+    from mmrl.flow import steps
+    from mmrl.registry import ALL, _first_line
+    from mmrl.trainer.objectives import OBJECTIVES
 
-    for kind, registry in ALL.items():
+    sections = {kind: registry.describe() for kind, registry in ALL.items()}
+    # choices a config selects by name that are not registries
+    sections["objectives (algorithm.objective)"] = [(n, _first_line(fn)) for n, fn in OBJECTIVES.items()]
+    sections["flow samplers (policy.method, policy.eval_method)"] = [
+        (m, _first_line(getattr(steps, f"{m}_step"))) for m in steps.STEP_METHODS]
+    sections["flow stochastic steps (policy.stochastic)"] = [
+        ("all", "every denoising step"), ("one", "one random step per sample, ODE elsewhere"),
+        ("window", "the steps of policy.window, ODE elsewhere")]
+    for kind, rows in sections.items():
         print(f"{kind}:")
-        for name, desc in registry.describe():
-            print(f"  {name:<24} {desc}")
+        for name, desc in rows:
+            print(f"  {name:<24} {desc}".rstrip())
     return 0
 
 
@@ -99,25 +111,37 @@ def _kwargs(items: list[str]) -> dict:
 
 
 def cmd_check(args) -> int:
-    if args.kind not in ("simulator", "reward"):
-        print(f"error: unknown check kind {args.kind!r}; valid: simulator, reward", file=sys.stderr)
+    if args.kind not in ("simulator", "reward", "policy"):
+        print(f"error: unknown check kind {args.kind!r}; valid: simulator, reward, policy", file=sys.stderr)
         return 2
+    if args.kind == "policy":  # prints a line per check; exit status 1 when one fails
+        from mmrl.checks.policy import check_policy, split_overrides
+
+        try:
+            overrides, kwargs = split_overrides(args.overrides)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        result = check_policy(args.name, overrides, **kwargs)
+        print(f"policy '{args.name}' passed {len(result.passed)} contract checks" if result.ok else
+              f"policy '{args.name}' FAILED {len(result.failed)} of {len(result)} contract checks: "
+              f"{', '.join(result.failed)}")
+        return 0 if result.ok else 1
     try:
         kwargs = _kwargs(args.overrides)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.kind == "reward":
-        import rewards  # noqa: F401  (registers the built-ins)
         from mmrl.registry import REWARDS
-        from rewards.check import check_reward
+        from mmrl.checks.reward import check_reward
 
         cls = REWARDS.get(args.name)
         reward = cls(**kwargs)
         passed = check_reward(reward, kind=getattr(reward, "kind", "image"))
     else:
         from mmrl.registry import SIMULATORS
-        from simulators.check import check_simulator
+        from mmrl.checks.simulator import check_simulator
 
         base, _, variant = args.name.partition(":")  # e.g. maniskill:PickCube-v1, gym:CartPole-v1
         cls = SIMULATORS.get(base)
@@ -149,9 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("list", help="list registered components")
     p.set_defaults(fn=cmd_list)
     p = sub.add_parser("check", help="run a contract checker")
-    p.add_argument("kind", help="simulator or reward")
+    p.add_argument("kind", help="simulator, reward or policy")
     p.add_argument("name")
-    p.add_argument("overrides", nargs="*", help="constructor arguments key=value")
+    p.add_argument("overrides", nargs="*", help="constructor (policy: config) arguments key=value")
     p.set_defaults(fn=cmd_check)
     args = parser.parse_args(argv)
     from mmrl.config import ConfigError

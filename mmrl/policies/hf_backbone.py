@@ -70,6 +70,9 @@ class HFImageTextBackbone(nn.Module):
         if freeze:
             self.model.requires_grad_(False)
             self.model.eval()
+        head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+        if head is not None and head.weight is not embed.weight:
+            head.requires_grad_(False)  # never run (`forward` reads hidden states): nothing to train
 
     @classmethod
     def from_pretrained(cls, model_id_or_path: str | Path, torch_dtype: torch.dtype | str | None = None,

@@ -262,7 +262,9 @@ class VLMPolicy(Policy):
         ent = None
         if entropy:
             m = mask.to(dev).float()
-            plogp = torch.where(torch.isinf(logp_all), torch.zeros_like(logp_all), logp_all.exp() * logp_all)
+            # banned tokens have logp -inf and p 0: clamping keeps p * logp (and its gradient) 0 there,
+            # where torch.where's untaken branch 0 * -inf would put NaN into the backward pass
+            plogp = logp_all.exp() * logp_all.clamp(min=torch.finfo(logp_all.dtype).min)
             ent = (-plogp.sum(-1) * m).sum() / m.sum().clamp(min=1)
         return logp, ent
 

@@ -1,0 +1,443 @@
+"""Contract checker for policies (see `mmrl.policies.base`).
+
+``check_policy(name_or_class, overrides)`` builds a policy in its tiny configuration (`TINY`: a few
+config keys per registered policy, plus ``overrides``), pairs it with a small simulator of its family
+(`reach` for VLAs and the Gaussian policy, `qa` for the VLM, `prompts` for diffusion), runs every
+check below and returns a `PolicyCheckResult`: one line per check with what it measured, ``ok``
+when all passed. Unlike the simulator and reward checkers it does not stop at the first failure:
+each check after ``build`` runs on its own, so one report names every broken part. It uses only the
+contract: ``configure``, the constructor ``(cfg, action_dim, state_dim)``, ``check_simulator``,
+``rollout``, ``evaluate``, ``supervised_loss`` on rows of ``warm_start_batch``, ``after_step``,
+``update_statistics``, ``sync_rollout`` and the module's ``state_dict``. As in the trainer, rollouts
+run with the module in eval mode and ``evaluate`` in train mode.
+
+Checks, in order:
+
+- ``build``: the config (tiny keys + overrides, validated like YAML), the simulator, the policy.
+- ``rollout``: a train-mode rollout of B envs is a `Batch` whose every value has B rows; ``actions``
+  ``[B, chunk_size, action_dim]`` and ``old_logp`` ``[B, *logp_shape]`` finite; ``old_values`` ``[B]``
+  exactly when ``has_critic``; ``ref_logp`` exactly when ``provides_ref_logp``.
+- ``ratio_one``: before an update ``evaluate`` gives the rollout's log-probs (max |logp - old_logp|
+  over the ``logp_mask`` elements <= ``LOGP_TOL``) and values (|values - old_values|).
+- ``replay``: ``evaluate`` twice on the batch is identical; shapes ``logp = old_logp``,
+  ``logp_mask`` bool like ``logp``, ``entropy`` a finite scalar, ``values`` ``[B]`` with a critic;
+  a shuffled minibatch (rows ``B-1 .. 1``) gets the full batch's log-probs of its rows.
+- ``eval_deterministic``: two ``mode="eval"`` rollouts with equally seeded generators (and different
+  global RNG states) are identical; where the tiny setup says eval ignores the generator (greedy
+  or mean actions: ``TinySetup.eval_ignores_seed``) another generator seed gives the same actions,
+  else whether it changes them is reported.
+- then one simulated update: every trainable parameter moves by ``1e-2 * N(0, 1)``, then
+  ``after_step``, ``update_statistics(batch)``, ``sync_rollout`` (as the trainer calls them); if
+  one of these hooks raises, that is reported as ``update_hooks`` and the checks below do not run.
+- ``ratio_after_sync``: a new rollout still has ratio 1 (the rollout follows the trained weights).
+- ``gradients``: a loss of ``evaluate``'s masked log-probs (random weights), entropy, values and KL,
+  plus ``supervised_loss`` on a warm-start batch made of the rollout where the policy has one, gives
+  every ``requires_grad`` parameter a finite, not-all-zero gradient (the ones that do not are
+  listed). It runs after the simulated update, so zero-initialised layers (LoRA B, an output
+  layer) pass gradient as they do from the first step on.
+- ``save_load``: ``state_dict`` into a fresh policy of the same config (built with another seed)
+  reproduces the train-mode rollout bit for bit with an equally seeded generator (``uid``, a replay
+  handle, excepted).
+
+CLI: ``mmrl check policy NAME [key=value ...]``: policy config keys, and ``sim=NAME``,
+``sim.KEY=VALUE`` (simulator kwargs), ``device=cuda`` for the checker itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from mmrl.batch import Batch
+from mmrl.policies.base import Evaluation, Policy, decode_answers
+
+LOGP_TOL = 1e-5  # recomputed vs rollout log-probs (and values) before an update
+UPDATE_SCALE = 1e-2  # std of the simulated update of every trainable parameter
+_TINY_DIRS: list[tempfile.TemporaryDirectory] = []  # removed at exit
+
+
+@functools.cache
+def tiny_smolvlm_folder() -> str:
+    """A tiny random-weight SmolVLM (Idefics3) saved once per process, for ``model: <folder>``."""
+    from mmrl.tiny.tiny_models import tiny_image_text_model
+
+    _TINY_DIRS.append(tempfile.TemporaryDirectory(prefix="mmrl_check_smolvlm_"))
+    tiny_image_text_model(_TINY_DIRS[-1].name)
+    return _TINY_DIRS[-1].name
+
+
+@dataclass
+class TinySetup:
+    """How the checker builds one policy type: config keys on top of the config class defaults (a
+    zero-argument callable is called for its value) and the simulator it acts in."""
+
+    policy: dict = field(default_factory=dict)
+    sim: str = "reach"
+    sim_kwargs: dict = field(default_factory=lambda: {"image_size": 32, "max_episode_steps": 8})
+    eval_ignores_seed: bool = False  # greedy / mean-action evaluation: the generator is not used
+
+
+QA = {"dataset": "shapes_vqa", "dataset_kwargs": {"num_samples": 16, "tasks": ["count"]}, "reward": "counting",
+      "answer_bytes": 16}
+TINY: dict[str, TinySetup] = {
+    "flow_vla": TinySetup({"dim": 32, "expert_dim": 32, "expert_layers": 1}),  # eval: ODE from sampled noise
+    "gaussian": TinySetup({"hidden": 16, "chunk_size": 2}, eval_ignores_seed=True),  # eval: the mean
+    "token_vla": TinySetup({"model": tiny_smolvlm_folder, "num_bins": 32, "image_size": 32, "chunk_size": 2,
+                            "action_tokens": "new", "max_instruction_tokens": 32}, eval_ignores_seed=True),
+    "vlm": TinySetup({"model": "tiny", "max_new_tokens": 6, "max_prompt_tokens": 64}, "qa", QA,
+                     eval_ignores_seed=True),  # eval_temperature 0: greedy
+    "diffusion": TinySetup({"num_steps": 4, "eval_num_steps": 4, "width": 16, "image_size": 16}, "prompts",
+                           {"image_size": 16}),  # eval: ODE from sampled noise
+}
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+@dataclass
+class Outcome:
+    check: str
+    ok: bool
+    detail: str
+
+    def __str__(self) -> str:
+        return f"  {'ok  ' if self.ok else 'FAIL'}  {self.check:<19} {self.detail}"
+
+
+class PolicyCheckResult(list):
+    """`Outcome` per check, in order."""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self) and all(o.ok for o in self)
+
+    @property
+    def passed(self) -> list[str]:
+        return [o.check for o in self if o.ok]
+
+    @property
+    def failed(self) -> list[str]:
+        return [o.check for o in self if not o.ok]
+
+    def __getitem__(self, key):  # result["ratio_one"] -> its Outcome
+        return next(o for o in self if o.check == key) if isinstance(key, str) else super().__getitem__(key)
+
+    def __str__(self) -> str:
+        return "\n".join(map(str, self))
+
+
+def ensure(cond: Any, msg: str) -> None:
+    if not cond:
+        raise CheckFailed(msg)
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    ensure(a.shape == b.shape, f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
+    d = (a.detach().float() - b.detach().to(a.device).float()).abs()
+    d = d[mask.to(d.device).bool()] if mask is not None else d
+    return float(d.max()) if d.numel() else 0.0
+
+
+def batch_diff(a: Batch, b: Batch, skip: tuple[str, ...] = ("uid",)) -> str | None:
+    """First difference between two rollout batches (exact comparison), or None."""
+    if set(a) != set(b):
+        return f"keys differ: {sorted(set(a) ^ set(b))}"
+    for k in a:
+        if k in skip or torch.equal(a[k].cpu(), b[k].cpu()):
+            continue
+        if a[k].shape != b[k].shape:
+            return f"{k} shapes differ: {tuple(a[k].shape)} vs {tuple(b[k].shape)}"
+        return f"{k} differs (max |diff| {max_diff(a[k], b[k]):.3g})"
+    return None
+
+
+class _Checker:
+    def __init__(self, cls: type, setup: TinySetup, cfg_source: dict, cfg_overrides: Sequence[str],
+                 sim_name: str, sim_kwargs: dict, device: str, seed: int, num_envs: int, verbose: bool):
+        self.cls, self.setup, self.device, self.seed, self.verbose = cls, setup, device, seed, verbose
+        self.cfg_source, self.cfg_overrides = cfg_source, list(cfg_overrides)
+        self.sim_name, self.sim_kwargs, self.num_envs = sim_name, sim_kwargs, num_envs
+        self.result = PolicyCheckResult()
+        self.policy = self.sim = self.obs = self.batch = None
+
+    def gen(self, offset: int = 0) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(self.seed + offset)
+
+    def run_check(self, name: str, fn: Callable[[], str | None], quiet: bool = False) -> bool:
+        """Run one check and record its outcome (``quiet``: recorded only if it fails)."""
+        try:
+            outcome = Outcome(name, True, fn() or "")
+        except Exception as exc:  # a crash inside the policy is that check's failure
+            msg = str(exc) if isinstance(exc, CheckFailed) else f"{type(exc).__name__}: {exc}"
+            outcome = Outcome(name, False, msg.strip().splitlines()[0][:400] if msg.strip() else type(exc).__name__)
+        if quiet and outcome.ok:
+            return True
+        self.result.append(outcome)
+        if self.verbose:
+            print(outcome, flush=True)
+        return outcome.ok
+
+    def run(self) -> PolicyCheckResult:
+        try:
+            if not self.run_check("build", self.build):
+                return self.result
+            for name in ("rollout", "ratio_one", "replay", "eval_deterministic"):
+                self.run_check(name, getattr(self, name))
+            if self.run_check("update_hooks", self.simulated_update, quiet=True):
+                for name in ("ratio_after_sync", "gradients", "save_load"):
+                    self.run_check(name, getattr(self, name))
+        finally:
+            if self.sim is not None:
+                self.sim.close()
+        return self.result
+
+    # -------------------------------------------------------------- setup
+    def make_policy(self, seed: int) -> Policy:
+        torch.manual_seed(seed)
+        policy = self.cls(self.cfg, action_dim=self.sim.action_dim, state_dim=self.sim.state_dim).to(self.device)
+        policy.check_simulator(self.sim)
+        return policy
+
+    def build(self) -> str:
+        from mmrl.config import load_config
+        from mmrl.registry import SIMULATORS
+
+        source = {k: v() if callable(v) else v for k, v in self.cfg_source.items()}
+        cfg = load_config(self.cls.config_class, source, self.cfg_overrides)
+        self.sim = SIMULATORS.get(self.sim_name)(num_envs=self.num_envs, **self.sim_kwargs)
+        self.cfg = self.cls.configure(cfg, self.sim)
+        self.policy = self.make_policy(self.seed)
+        self.obs = self.sim.reset(self.seed)
+        n = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
+        return f"{type(self.policy).__name__} on '{self.sim_name}' ({self.num_envs} envs), {n} trainable weights"
+
+    def rollout_batch(self, policy: Policy | None = None, offset: int = 0, mode: str = "train") -> Batch:
+        policy = policy or self.policy
+        policy.eval()  # as the trainer collects
+        return policy.rollout(self.obs, self.gen(offset), mode=mode)
+
+    def need_batch(self) -> Batch:
+        ensure(self.batch is not None, "no rollout batch (see the rollout check)")
+        return self.batch
+
+    def evaluate(self, batch: Batch, grad: bool = False) -> Evaluation:
+        self.policy.train()  # as the trainer updates
+        with torch.set_grad_enabled(grad):
+            return self.policy.evaluate(batch)
+
+    # -------------------------------------------------------------- checks
+    def rollout(self) -> str:
+        p, b = self.policy, self.num_envs
+        batch = self.rollout_batch()
+        ensure(isinstance(batch, Batch), f"rollout must return a Batch, got {type(batch).__name__}")
+        rows = {k: tuple(v.shape) for k, v in batch.items() if v.dim() == 0 or v.shape[0] != b}
+        ensure(not rows, f"every value needs {b} rows (the trainer indexes them): {rows}")
+        want = (b, p.chunk_size, self.sim.action_dim)
+        ensure(tuple(batch["actions"].shape) == want, f"actions {tuple(batch['actions'].shape)} != [B, chunk_size, "
+                                                      f"action_dim] {want}")
+        ensure(tuple(batch["old_logp"].shape) == (b, *p.logp_shape),
+               f"old_logp {tuple(batch['old_logp'].shape)} != [B, *logp_shape] {(b, *p.logp_shape)}")
+        for k in ("actions", "old_logp"):
+            ensure(torch.isfinite(batch[k]).all(), f"{k} has NaN/inf")
+        ensure(("old_values" in batch) == p.has_critic, f"old_values {'missing' if p.has_critic else 'present'} "
+                                                        f"with has_critic={p.has_critic}")
+        if p.has_critic:
+            ensure(tuple(batch["old_values"].shape) == (b,), f"old_values {tuple(batch['old_values'].shape)} != [B]")
+        ensure(("ref_logp" in batch) == p.provides_ref_logp, f"ref_logp presence != provides_ref_logp "
+                                                             f"({p.provides_ref_logp})")
+        self.batch = batch
+        return f"actions {want}, old_logp {tuple(batch['old_logp'].shape)}, keys {', '.join(sorted(batch))}"
+
+    def ratio(self, batch: Batch) -> tuple[float, str]:
+        out = self.evaluate(batch)
+        ensure(out.logp.shape == batch["old_logp"].shape,
+               f"logp {tuple(out.logp.shape)} != old_logp {tuple(batch['old_logp'].shape)}")
+        d = max_diff(out.logp, batch["old_logp"], out.logp_mask)
+        text = f"max |logp - old_logp| = {d:.3g}"
+        if out.logp_mask is not None:
+            text += f" over {int(out.logp_mask.sum())}/{out.logp_mask.numel()} masked elements"
+        ensure(d <= LOGP_TOL, f"{text} > {LOGP_TOL}: the PPO ratio is not 1 before an update")
+        if out.values is not None and "old_values" in batch:
+            dv = max_diff(out.values, batch["old_values"])
+            text += f", max |values - old_values| = {dv:.3g}"
+            ensure(dv <= LOGP_TOL, f"{text} > {LOGP_TOL}")
+        return d, text
+
+    def ratio_one(self) -> str:
+        return self.ratio(self.need_batch())[1]
+
+    def replay(self) -> str:
+        p, batch, b = self.policy, self.need_batch(), self.num_envs
+        e1, e2 = self.evaluate(batch), self.evaluate(batch)
+        want = (b, *p.logp_shape)
+        ensure(tuple(e1.logp.shape) == want, f"logp {tuple(e1.logp.shape)} != [B, *logp_shape] {want}")
+        if e1.logp_mask is not None:
+            ensure(e1.logp_mask.dtype == torch.bool and e1.logp_mask.shape == e1.logp.shape,
+                   f"logp_mask must be bool like logp, got {e1.logp_mask.dtype} {tuple(e1.logp_mask.shape)}")
+        ent = torch.as_tensor(e1.entropy)
+        ensure(ent.dim() == 0 and torch.isfinite(ent), f"entropy must be a finite scalar, got {ent}")
+        ensure((e1.values is not None) == p.has_critic, f"values {'missing' if p.has_critic else 'present'} with "
+                                                        f"has_critic={p.has_critic}")
+        if e1.values is not None:
+            ensure(tuple(e1.values.shape) == (b,), f"values {tuple(e1.values.shape)} != [B] ({b},)")
+        twice = max_diff(e1.logp, e2.logp)
+        ensure(twice == 0, f"evaluate twice on one batch differs by {twice:.3g}")
+        idx = torch.arange(b - 1, 0, -1) if b > 1 else torch.arange(1)
+        sub = self.evaluate(batch.index(idx))
+        mask = None if e1.logp_mask is None else e1.logp_mask[idx.to(e1.logp_mask.device)]
+        d = max_diff(sub.logp, e1.logp[idx.to(e1.logp.device)], mask)
+        ensure(d <= LOGP_TOL, f"a minibatch (rows {idx.tolist()}) gets other log-probs than the full batch: "
+                              f"max |diff| {d:.3g} > {LOGP_TOL}")
+        return f"logp {want} identical twice; minibatch rows {idx.tolist()} max |diff| {d:.3g}"
+
+    def eval_deterministic(self) -> str:
+        torch.manual_seed(self.seed + 11)  # a policy drawing from the global RNG gets other draws
+        a = self.rollout_batch(mode="eval")
+        torch.manual_seed(self.seed + 12)
+        b = self.rollout_batch(mode="eval")
+        diff = batch_diff(a, b)
+        ensure(diff is None, f"two eval rollouts with equally seeded generators differ: {diff}")
+        c = self.rollout_batch(offset=1, mode="eval")
+        other = batch_diff(a, c)
+        if self.setup.eval_ignores_seed:
+            ensure(other is None, f"eval should ignore the generator (greedy / mean), but another seed gives: {other}")
+            return "repeatable, and independent of the generator seed"
+        return f"repeatable; another generator seed {'changes ' + other.split()[0] if other else 'gives the same'}"
+
+    def simulated_update(self) -> None:
+        """What one iteration's update does to a policy, with random steps instead of gradients."""
+        g = torch.Generator().manual_seed(self.seed + 3)
+        with torch.no_grad():
+            for p in self.policy.parameters():
+                if p.requires_grad:
+                    p.add_(torch.randn(p.shape, generator=g).to(p) * UPDATE_SCALE)
+        self.policy.after_step()
+        if self.batch is not None:
+            self.policy.update_statistics(self.batch)
+        self.policy.sync_rollout()
+        self.batch = None
+
+    def ratio_after_sync(self) -> str:
+        self.batch = self.rollout_batch(offset=2)
+        return self.ratio(self.batch)[1] + " (after an update and sync_rollout)"
+
+    def demonstrations(self, batch: Batch) -> dict:
+        """Warm-start data of the simulator family's datasets, made of the rollout."""
+        obs = self.obs
+        if self.sim_name == "qa":  # questions: prompt, images, solution
+            images = obs.images if obs.images is not None else [[im] for im in obs.image]
+            return {"prompt": list(obs.instruction), "images": images, "solution": decode_answers(batch["actions"])[0]}
+        if self.sim_name == "prompts":  # (image, prompt) pairs: the generated images
+            img = (batch["actions"].reshape(-1, *self.sim.image_shape) + 1) * 127.5
+            return {"image": img.round().clamp(0, 255).to(torch.uint8), "prompt": list(obs.instruction)}
+        data = {"image": obs.image, "instruction": list(obs.instruction), "actions": batch["actions"]}
+        return data if obs.state is None else {**data, "state": obs.state}
+
+    def gradients(self) -> str:
+        p, batch = self.policy, self.need_batch()
+        p.zero_grad(set_to_none=True)
+        out = self.evaluate(batch, grad=True)
+        g = torch.Generator().manual_seed(self.seed + 4)
+        w = torch.rand(out.logp.shape, generator=g).to(out.logp)
+        if out.logp_mask is not None:
+            w = w * out.logp_mask
+        loss, parts = (w * out.logp).sum() + out.entropy, ["logp", "entropy"]
+        for name, x in (("values", out.values), ("kl", out.kl)):
+            if x is not None:
+                loss, parts = loss + (torch.rand(x.shape, generator=g).to(x) * x).sum(), parts + [name]
+        p.train()
+        try:
+            loss = loss + p.supervised_loss(p.warm_start_batch(self.demonstrations(batch)).to(self.device)).sum()
+            parts.append("supervised_loss")
+        except NotImplementedError:
+            pass
+        loss.backward()
+        bad = []
+        trainable = [(n, q) for n, q in p.named_parameters() if q.requires_grad]
+        for n, q in trainable:
+            if q.grad is None:
+                bad.append(f"{n} (no gradient)")
+            elif not torch.isfinite(q.grad).all():
+                bad.append(f"{n} (NaN/inf)")
+            elif not q.grad.abs().sum() > 0:
+                bad.append(f"{n} (all zero)")
+        p.zero_grad(set_to_none=True)
+        ensure(trainable, "no parameter requires grad")
+        ensure(not bad, f"{len(bad)} of {len(trainable)} trainable parameters get no usable gradient from "
+                        f"{' + '.join(parts)}: {', '.join(bad[:8])}{' ...' if len(bad) > 8 else ''}")
+        return f"all {len(trainable)} trainable parameters get finite non-zero gradients from {' + '.join(parts)}"
+
+    def save_load(self) -> str:
+        state = copy.deepcopy(self.policy.state_dict())
+        fresh = self.make_policy(self.seed + 1)
+        before = batch_diff(self.rollout_batch(), self.rollout_batch(fresh))
+        fresh.load_state_dict(state)
+        diff = batch_diff(self.rollout_batch(), self.rollout_batch(fresh))
+        ensure(diff is None, f"after load_state_dict a fresh policy rolls out differently: {diff}")
+        note = "" if before else " (a fresh policy matched even before loading: the round trip proved little)"
+        return f"{len(state)} state entries; a fresh policy's rollout is identical after loading{note}"
+
+
+def split_overrides(items: Sequence[str]) -> tuple[list[str], dict]:
+    """CLI ``key=value`` items -> (policy config overrides, checker kwargs: ``sim``, ``sim_kwargs``,
+    ``device``)."""
+    import yaml
+
+    cfg, kw = [], {"sim_kwargs": {}}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"argument {item!r} must look like key=value")
+        if key in ("sim", "device"):
+            kw[key] = value
+        elif key.startswith("sim."):
+            kw["sim_kwargs"][key[4:]] = yaml.safe_load(value)
+        else:
+            cfg.append(item)
+    return cfg, kw
+
+
+def check_policy(
+    policy: str | type[Policy],
+    overrides: Sequence[str] | dict = (),
+    *,
+    sim: str | None = None,
+    sim_kwargs: dict | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    num_envs: int = 4,
+    verbose: bool = True,
+) -> PolicyCheckResult:
+    """Run the contract checks on a registered policy type (or a `Policy` subclass, set up as the
+    registered type its config's ``type`` names); print a line per check and return the outcomes.
+
+    ``overrides``: policy config keys on top of the tiny setup, as ``["key=value", ...]`` or a dict.
+    ``sim`` / ``sim_kwargs``: the simulator (default: the tiny setup's; kwargs are merged).
+    """
+    from mmrl.registry import POLICIES, MissingDependencyError
+
+    name = policy if isinstance(policy, str) else policy.config_class.type
+    setup = TINY.get(name, TinySetup())
+    try:
+        cls = POLICIES.get(policy) if isinstance(policy, str) else policy  # an unknown name raises
+    except MissingDependencyError as exc:  # a policy that cannot be built fails, naming why
+        result = PolicyCheckResult([Outcome("build", False, str(exc))])
+        if verbose:
+            print(result[0])
+        return result
+    source = {**setup.policy, **(overrides if isinstance(overrides, dict) else {}), "type": name}
+    listed = [] if isinstance(overrides, dict) else list(overrides)
+    sim_name = sim or setup.sim
+    kwargs = {**(setup.sim_kwargs if sim_name == setup.sim else {}), **(sim_kwargs or {})}
+    if verbose and name not in TINY:
+        print(f"  note  no tiny setup for policy '{name}': its config defaults on '{sim_name}'")
+    return _Checker(cls, setup, source, listed, sim_name, kwargs, device, seed, num_envs, verbose).run()
+
+
+__all__ = ["check_policy", "PolicyCheckResult", "TINY", "TinySetup", "split_overrides", "tiny_smolvlm_folder"]
