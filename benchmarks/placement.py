@@ -11,7 +11,7 @@ The same policy in every mode: the quickstart's flow VLA (built-in encoder, chun
 steps, Flow-SDE train rollouts, random weights). Two workloads:
 
 1. ``synthetic``: NOT a real simulator. The embedded ReachSim (about 100x cheaper than the policy)
-   wrapped in `mmrl.placement.workload.LoadedSim`, which burns CPU with matmul + tanh busy-work in
+   wrapped in `simulators.loaded.LoadedSim`, which burns CPU with matmul + tanh busy-work in
    proportion to the env-steps, calibrated here so that one simulator decision (N envs x chunk 4)
    costs what one policy decision costs. A balanced load is the best case for pipelining (hybrid
    can hide at most half of a balanced iteration's collection); ``--load sleep`` makes the simulator
@@ -65,8 +65,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mmrl.placement import PlacementConfig, close_workers, collect_pipelined, start_sim_workers  # noqa: E402
-from mmrl.placement.workload import loaded_reach, time_burn  # noqa: E402
-from mmrl.trainer.rollout import collect_episodes, episode_seeds  # noqa: E402
+from simulators.loaded import loaded_reach, time_burn  # noqa: E402
+from mmrl.rollout import collect_episodes, episode_seeds  # noqa: E402
 
 CHUNK = 4
 CORES = os.cpu_count() or 1

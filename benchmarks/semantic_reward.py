@@ -122,7 +122,7 @@ def final_frames(policy, sim, first_seed: int, episodes: int, seed: int) -> dict
     ``policy``; the last frame is what the CLIP reward of ``episode_mode: final`` scores."""
     import torch
 
-    from mmrl.trainer.rollout import collect_episodes
+    from mmrl.rollout import collect_episodes
 
     gen = torch.Generator().manual_seed(first_seed + seed)
     was_training = policy.training

@@ -59,8 +59,8 @@ def by_task(correct: list[bool], tasks: list[str]) -> dict[str, float]:
 
 def accuracy_by_task(policy, sim, episodes: int, seed: int, generator) -> dict[str, float]:
     """Greedy accuracy over ``episodes`` questions, episode e reset with seed ``seed + e`` in batches
-    of ``sim.num_envs`` (the episodes `mmrl.trainer.rollout.evaluate_policy` runs), per task."""
-    from mmrl.trainer.rollout import collect_episodes
+    of ``sim.num_envs`` (the episodes `mmrl.rollout.evaluate_policy` runs), per task."""
+    from mmrl.rollout import collect_episodes
 
     was_training = policy.training
     policy.eval()

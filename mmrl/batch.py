@@ -17,13 +17,21 @@ KEYS: dict[str, str] = {
     # observations (what the policy saw at each decision)
     "image": "uint8 [.., H, W, 3] camera image (several cameras: [.., V, H, W, 3])",
     "state": "float [.., D] proprioceptive / low-dimensional state (optional)",
-    "instruction_ids": "long [.., L] tokenized instruction (0 = padding)",
+    "instruction": "uint8 [.., W] instruction / prompt as zero-padded UTF-8 (`mmrl.policies.base.encode_text`)",
     # what the rollout produced
-    "actions": "float [.., C, A] executed action chunk (C steps of A dims)",
+    "actions": "float [.., C, A] what the environment executes (an action chunk of C steps of A dims)",
     "old_logp": "float [.., *R] behaviour log-prob at the policy's log-prob level R (see policy)",
     "old_values": "float [..] critic value at rollout time",
+    "ref_logp": "float [.., *R] log-prob under the frozen reference (policies with provides_ref_logp)",
     "flow_chain": "float [.., K+1, C, A] denoising chain x_K..x_0 (replay input of flow policies)",
     "flow_stoch": "bool [.., K] which denoising transitions were stochastic",
+    "action_tokens": "long [.., C*A] generated action-bin tokens (replay input of the token VLA)",
+    "completion": "long [.., L] generated answer tokens (VLM; right-padded)",
+    "completion_mask": "bool [.., L] real answer tokens of ``completion``",
+    "uid": "long [..] key of the prompt encoding a VLM rollout cached for its update",
+    "engine_logp": "float [.., L] log-probs reported by the rollout engine (VLM with recompute_logp)",
+    "is_weight": "float [.., L] truncated importance weight trainer-vs-engine (VLM with tis_cap)",
+    "index": "long [..] row of a policy-held warm-start record (VLM supervised batch)",
     # environment feedback
     "rewards": "float [..] reward summed over the executed chunk",
     "dones": "bool [..] episode ended (terminated or truncated) during this chunk",

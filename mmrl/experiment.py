@@ -75,6 +75,17 @@ class WarmStartConfig:
     schedule: Literal["constant", "cosine"] = "constant"  # cosine decays the lr to 0 over the steps
     kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
+    def validate(self) -> None:
+        if self.dataset is None:
+            return
+        from mmrl.data import check_dataset_arguments
+        from mmrl.registry import DATASETS
+
+        if self.dataset not in DATASETS:
+            raise ConfigError(f"'dataset' = {self.dataset!r} is not a registered dataset: "
+                              f"{', '.join(DATASETS.names())}")
+        check_dataset_arguments(self.dataset, self.kwargs)  # a misspelt argument fails here, before any work
+
 
 @dataclass
 class AlgorithmConfig:
@@ -85,6 +96,9 @@ class AlgorithmConfig:
     lam: float = 0.95
     normalize_advantages: bool = True
     adv_clip: float | None = None  # clamp advantages to [-adv_clip, adv_clip] (Flow-GRPO: 5)
+    # PSR/NSR: scale positive / negative advantages after normalisation (W-REINFORCE: 0.1 / 1.0)
+    pos_weight: float = 1.0
+    neg_weight: float = 1.0
     ratio: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, collect more
     max_sampling_rounds: int = 4  # dynamic sampling: rollout rounds per iteration at most
@@ -115,11 +129,19 @@ class AlgorithmConfig:
                               f"{', '.join(ADVANTAGES.names())}")
         if self.max_sampling_rounds < 1:
             raise ConfigError(f"'max_sampling_rounds' must be >= 1, got {self.max_sampling_rounds}")
-        if self.dynamic_sampling and self.advantage == "gae":
+        if self.dynamic_sampling and not self.grouped:
             raise ConfigError("'dynamic_sampling' filters groups: use a group estimator (grpo, dr_grpo, rloo, ...)")
-        if self.advantage != "gae" and self.group_size < 2:
+        if self.pos_weight < 0 or self.neg_weight < 0:
+            raise ConfigError(f"'pos_weight' / 'neg_weight' must be >= 0, got {self.pos_weight} / {self.neg_weight}")
+        if self.grouped and self.group_size < 2:
             raise ConfigError(f"'advantage' = {self.advantage!r} compares episodes within a group: "
                               "set group_size >= 2")
+
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the advantage estimator compares episodes within groups (GRPO family)."""
+        return self.advantage not in ("gae", "reinforce_pp")
 
 
 @dataclass
@@ -175,7 +197,7 @@ class ExperimentConfig:
                               "or async_staleness: 0")
         if self.trainer.rollout_steps:
             why = ("a group estimator needs groups of episodes sharing an initial state"
-                   if self.algorithm.advantage != "gae" else
+                   if self.algorithm.grouped else
                    "placement.mode must be collocated" if self.placement.mode != "collocated" else
                    "trainer.async_staleness must be 0" if self.trainer.async_staleness else None)
             if why:

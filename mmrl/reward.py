@@ -1,4 +1,4 @@
-"""The reward-model contract (checked by `rewards.check.check_reward`).
+"""The reward-model contract (checked by `mmrl.checks.reward.check_reward`).
 
 A reward model scores a batch of single-turn samples and returns float32 ``[B]`` on the CPU:
 
@@ -11,8 +11,9 @@ A reward model scores a batch of single-turn samples and returns float32 ``[B]``
 Scores must not depend on which other samples share the batch (a sample scores the same alone or
 in any batch, up to float tolerance), must be finite, and equal inputs give equal scores. Bad
 input (wrong dtype, shape, or a prompt list of the wrong length) raises ``ValueError`` naming what
-was expected. A reward model that fails while scoring raises; the trainer wraps that in
-`RewardError` with the reward's name and stops before touching the last checkpoint.
+was expected. A reward model that fails while scoring raises; the simulator that scores with it
+(`simulators.prompts`, `simulators.qa`, `simulators.semantic`) wraps that in `RewardError` with the
+reward's name, and the run stops before touching the last checkpoint.
 
 ``WeightedSum`` combines several rewards of one kind: ``sum_i w_i * r_i`` and reports each part.
 """

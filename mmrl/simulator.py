@@ -1,4 +1,4 @@
-"""The simulator contract every adapter implements (checked by `simulators.check.check_simulator`).
+"""The simulator contract every adapter implements (checked by `mmrl.checks.simulator.check_simulator`).
 
 A simulator holds ``num_envs`` environments and is driven in batches of torch tensors on
 ``self.device`` (CPU or GPU):
@@ -78,6 +78,9 @@ class Simulator:
     task_arg: str | None = None
     #: constructor arguments that evaluation simulators get (e.g. LIBERO's held-out init states)
     eval_kwargs: dict = {}
+    #: the one language instruction of a single-task simulator (reported per task by `mmrl eval`);
+    #: None where each episode has its own
+    instruction: str | None = None
 
     @classmethod
     def suite_tasks(cls, **kwargs) -> list:

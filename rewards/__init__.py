@@ -2,7 +2,7 @@
 
 A reward model scores a batch of single-turn samples: ``reward(images, prompts, meta) -> float32 [B]``
 (images uint8 ``[B, H, W, 3]``; or ``kind = "text"``: a list of B completion strings). The contract
-is in `mmrl.reward` and every reward passes `rewards.check.check_reward`. Simulators return their
+is in `mmrl.reward` and every reward passes `mmrl.checks.reward.check_reward`. Simulators return their
 own task reward; these models score generated images (diffusion) and VLM answers.
 
 Built-ins register lazily, so importing this package imports no model library; constructors take
@@ -35,7 +35,7 @@ Third-party packages register more under the ``mmrl.rewards`` entry-point group.
 from mmrl.registry import REWARDS
 
 from mmrl.reward import Reward, RewardError, WeightedSum
-from .check import check_reward
+from mmrl.checks.reward import check_reward
 
 REWARDS.register(
     "clip_score", "rewards.clip_score:CLIPScore", extra="clip",

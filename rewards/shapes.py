@@ -324,7 +324,7 @@ class ShapesReward(Reward):
 
     name = "shapes"
     kind = "image"
-    # what `rewards.check.check_reward` scores (it only understands shapes-grammar prompts)
+    # what `mmrl.checks.reward.check_reward` scores (it only understands shapes-grammar prompts)
     example_prompts = ["a red circle on the left", "two blue squares", "a green triangle and a yellow square"]
 
     def __init__(self, *, colors: dict[str, tuple[int, int, int]] | None = None,

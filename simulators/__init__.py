@@ -1,14 +1,14 @@
 """Simulator adapters (import package `simulators`).
 
 Every simulator implements the contract in `mmrl.simulator` and passes
-`simulators.check.check_simulator`. Built-ins register lazily in `mmrl.registry.SIMULATORS`, so
+`mmrl.checks.simulator.check_simulator`. Built-ins register lazily in `mmrl.registry.SIMULATORS`, so
 importing this package never imports a heavy simulator dependency.
 """
 
 from mmrl.registry import SIMULATORS
 
 from mmrl.simulator import Observation, Simulator, StepResult
-from .check import check_simulator
+from mmrl.checks.simulator import check_simulator
 
 SIMULATORS.register(
     "reach",

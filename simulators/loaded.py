@@ -78,7 +78,7 @@ def burn(work: int, rows: int, w: torch.Tensor, x: torch.Tensor) -> float:
 def loaded_reach(num_envs: int, seed: int = 0, device: str = "cpu", work: int = 0, delay_s: float = 0.0,
                  **kwargs) -> LoadedSim:
     """A `LoadedSim` around `simulators.reach.ReachSim` (a picklable worker factory target)."""
-    from simulators.reach import ReachSim
+    from simulators.reach import ReachSim  # (an adapter may import another adapter)
 
     return LoadedSim(ReachSim(num_envs=num_envs, seed=seed, device=device, **kwargs), work, delay_s)
 

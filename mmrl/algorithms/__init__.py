@@ -56,6 +56,11 @@ ADVANTAGES.register(
     description="NGRPO: GRPO with a virtual max-reward sample in each group's mean and std",
 )
 ADVANTAGES.register(
+    "reinforce_pp",
+    reinforce_pp_advantages,
+    description="REINFORCE++: discounted return-to-go of each decision, whitened over the batch (no critic, no groups)",
+)
+ADVANTAGES.register(
     "gae", gae, description="GAE(gamma, lambda) over time-major [T, N] rollouts with a critic"
 )
 

@@ -2,7 +2,7 @@
 
 Declared in config (`PlacementConfig`, the ``placement`` section), not written into the loop:
 
-- ``collocated``: `mmrl.trainer.rollout.collect_episodes` in the main process (simulate, then infer);
+- ``collocated``: `mmrl.rollout.collect_episodes` in the main process (simulate, then infer);
 - ``disaggregated``: the simulator in a `SimWorker` process, inference in the main process;
 - ``hybrid``: S sim workers, one per contiguous slice of the env batch, pipelined against
   inference by `collect_pipelined` (stage s simulates while stage s+1 infers).
@@ -15,15 +15,8 @@ group (``pip install 'mmrl[ray]'``; Ray is imported only when used).
 from mmrl.placement.config import BACKENDS, MODES, ROLES, PlacementConfig
 from mmrl.placement.pipeline import SimGroup, collect, collect_pipelined
 from mmrl.placement.ray_worker import RaySimWorker
-from mmrl.placement.worker import (
-    SimWorker,
-    WorkerCrashed,
-    WorkerError,
-    build_registered_sim,
-    close_workers,
-    registered_sim,
-    start_sim_workers,
-)
+from mmrl.placement.start import build_registered_sim, registered_sim, start_sim_workers
+from mmrl.placement.worker import SimWorker, WorkerCrashed, WorkerError, close_workers
 
 __all__ = [
     "BACKENDS", "MODES", "ROLES", "PlacementConfig", "RaySimWorker", "SimGroup", "SimWorker",

@@ -1,7 +1,7 @@
 """The ``placement`` section: where each role runs and how rollout collection is laid out.
 
-Roles: ``render`` (the simulator), ``rollout`` (policy inference), ``train`` (the update) and
-``reward`` (reward models). Modes:
+Where the simulator renders (``render_device``: the device its workers build it on) and how
+collection is laid out; the policy (inference and update) lives on ``run.device``. Modes:
 
 - ``collocated``: one process simulates then infers, in sequence (`collect_episodes` itself);
 - ``disaggregated``: the simulator lives in its own worker process, inference in the main
@@ -24,7 +24,7 @@ from mmrl.config import ConfigError
 MODES = ("collocated", "disaggregated", "hybrid")
 BACKENDS = ("local", "ray")
 RAY_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-ROLES = ("render", "rollout", "train", "reward")
+ROLES = ("render",)  # roles with a device of their own here (the policy's is run.device)
 
 
 @dataclass
@@ -32,12 +32,9 @@ class PlacementConfig:
     mode: Literal["collocated", "disaggregated", "hybrid"] = "collocated"
     stages: int = 1  # hybrid: env-batch slices (one sim worker each) pipelined against inference
     backend: Literal["local", "ray"] = "local"
-    # device of each role ("cpu", "cuda", "cuda:1"); on the local backend `render` is where the
-    # sim workers build their simulators, `rollout` / `train` are where the policy already lives
+    # device the sim workers build their simulators on ("cpu", "cuda", "cuda:1"); inference and the
+    # update run where the policy lives, `run.device`
     render_device: str = "cpu"
-    rollout_device: str = "cpu"
-    train_device: str = "cpu"
-    reward_device: str = "cpu"
     torch_threads: int = 1  # intra-op threads of each sim worker process (0 = torch's default)
     max_restarts: int = 3  # per sim worker: crashes survived (lost episodes counted) before giving up
     step_timeout_s: float | None = None  # a worker silent for this long is killed and restarted

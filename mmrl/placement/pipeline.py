@@ -46,7 +46,7 @@ import torch
 
 from mmrl.batch import Batch
 from mmrl.placement.worker import SimWorker, WorkerCrashed, close_workers
-from mmrl.trainer.rollout import episode_info, step_record, truncation_values
+from mmrl.rollout import episode_info, step_record, truncation_values
 from mmrl.simulator import StepResult
 
 
@@ -60,7 +60,7 @@ def collect_pipelined(policy, sim_workers: list[SimWorker], seeds: list[int],
                       generator: torch.Generator | None, mode: str = "train") -> tuple[Batch, dict]:
     """Run one episode per env over ``sim_workers`` (stage s = worker s's envs, in order).
 
-    Returns what `mmrl.trainer.rollout.collect_episodes` returns, (Batch [T, N, ...], info with
+    Returns what `mmrl.rollout.collect_episodes` returns, (Batch [T, N, ...], info with
     ``return`` / ``success`` / ``length`` [N]), plus in info ``lost`` bool [N], ``lost_episodes``,
     ``worker_restarts`` (crashes survived in this call), ``policy_s`` / ``sim_wait_s`` (seconds the
     main process spent in inference / waiting for a simulator) and ``sim_s`` (seconds the workers
@@ -218,6 +218,6 @@ def collect(policy, sim, seeds: list[int], generator: torch.Generator | None,
     """`collect_pipelined` when ``sim`` is a `SimGroup`, else `collect_episodes` in this process."""
     if isinstance(sim, SimGroup):
         return collect_pipelined(policy, sim.workers, seeds, generator, mode)
-    from mmrl.trainer.rollout import collect_episodes
+    from mmrl.rollout import collect_episodes
 
     return collect_episodes(policy, sim, seeds, generator, mode)

@@ -36,10 +36,10 @@ from mmrl.placement.worker import (
     WorkerBase,
     WorkerCrashed,
     WorkerError,
-    _from_wire,
-    _meta,
-    _to_wire,
+    from_wire,
     handle_request,
+    sim_meta,
+    to_wire,
 )
 
 ACTOR_CPUS = 0.01  # CPU reserved per sim actor (a bundle may not be empty; 0.01 lets 100 share a core)
@@ -77,10 +77,10 @@ class _SimActor:
 
     def build(self, factory: Callable) -> dict:
         self.sim = factory()
-        return _meta(self.sim)
+        return sim_meta(self.sim)
 
     def call(self, method: str, args: tuple) -> Any:
-        return _to_wire(handle_request(self.sim, method, _from_wire(args)))
+        return to_wire(handle_request(self.sim, method, from_wire(args)))
 
     def close(self) -> None:
         if self.sim is not None:
@@ -199,7 +199,7 @@ class RaySimWorker(WorkerBase):
         """Call the actor without waiting; its answer is the next `result`."""
         if self.actor is None:
             raise RuntimeError(f"sim worker {self.name!r} is closed")
-        self._pending.append((self.actor.call.remote(method, _to_wire(args)), True))
+        self._pending.append((self.actor.call.remote(method, to_wire(args)), True))
 
     def poll(self, timeout_s: float = 0.0) -> bool:
         """Whether the oldest outstanding answer (or the actor's death) is in."""
@@ -236,7 +236,7 @@ class RaySimWorker(WorkerBase):
                 raise self._crashed(f"{type(e).__name__}: {e}") from None
             self._pending.popleft()
             if keep:
-                return _from_wire(payload)
+                return from_wire(payload)
 
     def _crashed(self, why: str) -> WorkerCrashed:
         return WorkerCrashed(f"sim worker {self.name!r} (Ray actor, pid {self.pid}) died: {why}")

@@ -71,40 +71,40 @@ class _Arr:
         return t.view(torch.bfloat16) if self.dtype == "bfloat16" else t
 
 
-def _to_wire(x: Any) -> Any:
+def to_wire(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return _Arr(x)
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_wire(v) for v in x)
+        return type(x)(to_wire(v) for v in x)
     if isinstance(x, dict):
-        return {k: _to_wire(v) for k, v in x.items()}
+        return {k: to_wire(v) for k, v in x.items()}
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return type(x)(**{f.name: _to_wire(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        return type(x)(**{f.name: to_wire(getattr(x, f.name)) for f in dataclasses.fields(x)})
     return x
 
 
-def _from_wire(x: Any) -> Any:
+def from_wire(x: Any) -> Any:
     if isinstance(x, _Arr):
         return x.tensor()
     if isinstance(x, (list, tuple)):
-        return type(x)(_from_wire(v) for v in x)
+        return type(x)(from_wire(v) for v in x)
     if isinstance(x, dict):
-        return {k: _from_wire(v) for k, v in x.items()}
+        return {k: from_wire(v) for k, v in x.items()}
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return type(x)(**{f.name: _from_wire(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        return type(x)(**{f.name: from_wire(getattr(x, f.name)) for f in dataclasses.fields(x)})
     return x
 
 
 def _dumps(x: Any) -> bytes:
-    return pickle.dumps(_to_wire(x), protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(to_wire(x), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 # ---------------------------------------------------------------------------------- the process
-#: the simulator attributes a worker mirrors (`_meta`) and a `SimGroup` exposes
+#: the simulator attributes a worker mirrors (`sim_meta`) and a `SimGroup` exposes
 SHAPE_KEYS = ("num_envs", "action_dim", "max_episode_steps", "image_shape", "state_dim", "has_images", "has_success")
 
 
-def _meta(sim) -> dict:
+def sim_meta(sim) -> dict:
     return {
         "num_envs": int(sim.num_envs), "action_dim": int(sim.action_dim),
         "max_episode_steps": int(sim.max_episode_steps), "image_shape": tuple(sim.image_shape),
@@ -140,7 +140,7 @@ def _serve(factory: Callable, conn, torch_threads: int) -> None:
         torch.set_num_threads(torch_threads)
     try:
         sim = factory()
-        conn.send_bytes(_dumps(("ok", _meta(sim))))
+        conn.send_bytes(_dumps(("ok", sim_meta(sim))))
     except Exception:
         conn.send_bytes(_dumps(("error", traceback.format_exc())))
         return
@@ -153,7 +153,7 @@ def _serve(factory: Callable, conn, torch_threads: int) -> None:
             if method == "close":
                 break
             try:
-                reply = ("ok", handle_request(sim, method, _from_wire(args)))
+                reply = ("ok", handle_request(sim, method, from_wire(args)))
             except Exception:
                 reply = ("error", traceback.format_exc())
             conn.send_bytes(_dumps(reply))
@@ -320,7 +320,7 @@ class SimWorker(WorkerBase):
                 continue
             if status == "error":
                 raise WorkerError(f"sim worker {self.name!r} failed:\n{payload}")
-            return _from_wire(payload)
+            return from_wire(payload)
 
     def _recv(self, timeout_s: float | None) -> tuple:
         start = time.monotonic()
@@ -356,55 +356,6 @@ def _close_live_workers() -> None:
             w.close()
         except Exception:
             pass
-
-
-# ---------------------------------------------------------------------------------- factories
-def build_registered_sim(sim_type: str, num_envs: int, seed: int = 0, device: str = "cpu", **kwargs):
-    """Build registered simulator ``sim_type`` (a picklable factory target for worker processes)."""
-    import simulators  # noqa: F401  (registers the built-ins)
-    from mmrl.registry import SIMULATORS
-
-    return SIMULATORS.build(sim_type, num_envs=num_envs, seed=seed, device=device, **kwargs)
-
-
-def registered_sim(sim_type: str, **kwargs) -> Callable:
-    """A factory ``f(num_envs=, seed=, device=)`` of a registered simulator, for `start_sim_workers`."""
-    return functools.partial(build_registered_sim, sim_type, **kwargs)
-
-
-def start_sim_workers(factory: Callable, num_envs: int, placement, seed: int = 0) -> list[WorkerBase]:
-    """One worker per stage of ``placement`` (a `PlacementConfig`), stage s holding the envs of
-    ``placement.stage_slices(num_envs)[s]``. ``factory(num_envs=, seed=, device=)`` builds a
-    simulator; the workers start in parallel. ``placement.backend`` picks the kind: `SimWorker`
-    processes (local) or `RaySimWorker` actors in one Ray placement group (ray)."""
-    placement.validate()
-    placement.check_backend()
-    if placement.mode == "collocated":
-        raise ValueError("placement.mode = 'collocated' simulates in the main process: no workers "
-                         "to start (valid modes for workers: disaggregated, hybrid)")
-    slices = placement.stage_slices(num_envs)
-    make = SimWorker
-    if placement.backend == "ray":
-        from mmrl.placement.ray_worker import RayPlacement, RaySimWorker
-
-        group = RayPlacement(placement.num_workers, placement.ray_strategy,
-                             gpu=placement.render_device.startswith("cuda"))
-        make = functools.partial(RaySimWorker, group=group)  # each worker takes a bundle
-    workers = []
-    try:
-        for s, part in enumerate(slices):
-            f = functools.partial(factory, num_envs=part.stop - part.start, seed=seed + s,
-                                  device=placement.render_device)
-            workers.append(make(f, name=f"sim{s}", torch_threads=placement.torch_threads,
-                                max_restarts=placement.max_restarts,
-                                timeout_s=placement.step_timeout_s, start=False))
-            workers[-1].start()
-        for w in workers:
-            w.wait_ready()
-    except BaseException:
-        close_workers(workers)
-        raise
-    return workers
 
 
 def close_workers(workers: list[WorkerBase]) -> None:

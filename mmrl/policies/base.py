@@ -163,6 +163,21 @@ class Policy(nn.Module):
             batch["state"] = data["state"].float()
         return batch
 
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute activations in the backward pass (``trainer.engine.gradient_checkpointing``).
+        Default: on the outermost Hugging Face models inside the policy; a ConfigError if none."""
+        from mmrl.config import ConfigError
+
+        found: list[str] = []
+        for name, sub in self.named_modules():
+            if (getattr(sub, "supports_gradient_checkpointing", False)  # the transformers API
+                    and not any(name.startswith(f"{outer}.") for outer in found)):
+                sub.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                found.append(name)
+        if not found:
+            raise ConfigError(f"'gradient_checkpointing' = true but policy '{self.cfg.type}' has no model that "
+                              "supports it (only Hugging Face backbones do): set gradient_checkpointing: false")
+
     def after_warm_start(self) -> None:
         """Called once the supervised warm start is done (e.g. to take a reference copy)."""
 

@@ -60,6 +60,11 @@ class FlowVLAConfig(PolicyConfig):
     # state tasks), or "auto": mlp on the state backbone, transformer otherwise
     expert: Literal["auto", "transformer", "mlp"] = "auto"
     chunk_size: int = 4
+    # environment units of the action bounds, per dimension (or one value for all): the policy
+    # samples in [-1, 1] and the environment gets low + (x + 1) (high - low) / 2 (e.g. a dataset's
+    # 1st / 99th percentiles, as OpenVLA); null = the simulator's [-1, 1] contract
+    action_low: list[float] | None = None
+    action_high: list[float] | None = None
     num_steps: int = 4  # denoising steps (rollout and training)
     method: Literal["sde", "cps", "noise"] = "sde"  # stochastic sampler used by RL rollouts
     noise_level: float = 0.5  # a of Flow-SDE / CPS
@@ -176,7 +181,7 @@ class FlowVLAPolicy(Policy):
             else nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1)) if cfg.critic else None
         )
         self.has_critic = cfg.critic
-        self.normalizer = normalizer or ActionNormalizer()
+        self.normalizer = normalizer or ActionNormalizer.from_config(cfg.action_low, cfg.action_high)
         self.register_buffer("grid", time_grid(cfg.num_steps), persistent=False)
         self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)
 

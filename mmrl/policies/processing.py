@@ -31,6 +31,13 @@ class ActionNormalizer:
         if torch.any(self.high <= self.low):
             raise ValueError("ActionNormalizer needs high > low in every dimension")
 
+    @classmethod
+    def from_config(cls, low: list[float] | None, high: list[float] | None) -> "ActionNormalizer":
+        """From a policy config's ``action_low`` / ``action_high`` (both null: the identity on [-1, 1])."""
+        if (low is None) != (high is None):
+            raise ValueError("set both policy.action_low and policy.action_high, or neither")
+        return cls() if low is None else cls(torch.tensor(low), torch.tensor(high))
+
     def normalize(self, actions: torch.Tensor) -> torch.Tensor:
         low, high = self.low.to(actions.device), self.high.to(actions.device)
         return (2 * (actions - low) / (high - low) - 1).clamp(-1, 1)

@@ -81,6 +81,11 @@ class TokenVLAConfig(PolicyConfig):
     trust_remote_code: bool = False
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     chunk_size: int = 4
+    # environment units of the action bounds, per dimension (or one value for all): the policy
+    # samples in [-1, 1] and the environment gets low + (x + 1) (high - low) / 2 (e.g. a dataset's
+    # 1st / 99th percentiles, as OpenVLA); null = the simulator's [-1, 1] contract
+    action_low: list[float] | None = None
+    action_high: list[float] | None = None
     num_bins: int = 256
     action_tokens: Literal["last", "new"] = "last"  # which vocabulary ids are the action bins
     decoding: Literal["autoregressive", "parallel"] = "autoregressive"
@@ -136,7 +141,7 @@ class TokenVLAPolicy(Policy):
         d = int(text_config.hidden_size)
         self.value_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1)) if cfg.critic else None
         self.has_critic = cfg.critic
-        self.normalizer = normalizer or ActionNormalizer()
+        self.normalizer = normalizer or ActionNormalizer.from_config(cfg.action_low, cfg.action_high)
         self.num_tokens = cfg.chunk_size * action_dim
         self.logp_shape = (self.num_tokens,)
 

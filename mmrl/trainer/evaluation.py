@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from mmrl.trainer.rollout import evaluate_policy
+from mmrl.rollout import evaluate_policy
 
 
 def task_slug(task: Any) -> str:
@@ -39,11 +39,11 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
         try:
             video = video_dir / f"eval_{task_slug(task)}.mp4" if video_dir is not None and video_envs else None
             res = evaluate_policy(policy, sim, episodes, seed, generator, video, video_envs)
-            language = getattr(sim, "instruction", None)
+            language = sim.instruction
         finally:
             sim.close()
         row = {"task": task, **res}
-        if isinstance(language, str):
+        if language is not None:
             row["instruction"] = language
         if video is not None:
             row["video"] = str(video)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from mmrl.algorithms import aggregate_loss, gae, kl_penalty, ppo_clip_loss, value_loss
+from mmrl.algorithms import (aggregate_loss, gae, kl_penalty, ppo_clip_loss, psr_nsr_weights,
+                             reinforce_pp_advantages, value_loss)
 from mmrl.algorithms.losses import gspo_token_ratio
 from mmrl.batch import Batch
 from mmrl.registry import ADVANTAGES
@@ -15,12 +16,13 @@ def compute_advantages(batch: Batch, algo, last_values: torch.Tensor | None = No
     """Adds ``advantages`` [T, N] and ``returns`` [T, N] to a time-major batch.
 
     ``gae`` uses the critic's ``old_values``. Where the time limit cut an episode (``bootstrap``
-    [T, N]: the value of its last observation, see `mmrl.trainer.rollout.truncation_values`) the
+    [T, N]: the value of its last observation, see `mmrl.rollout.truncation_values`) the
     reward gets ``gamma * bootstrap`` added and the step stays terminal for GAE (SB3's scheme);
-    ``last_values`` [N] bootstraps envs still running at the end of a fixed-length rollout. Every
-    other estimator is group-based (GRPO family): the episode return is scored within its group
-    of episodes that share an initial state, and that advantage is given to every valid decision
-    of the episode.
+    ``last_values`` [N] bootstraps envs still running at the end of a fixed-length rollout.
+    ``reinforce_pp`` (REINFORCE++) needs neither critic nor groups: each decision's discounted
+    return-to-go, whitened over the batch's valid decisions. Every other estimator is group-based
+    (GRPO family): the episode return is scored within its group of episodes that share an initial
+    state, and that advantage is given to every valid decision of the episode.
     """
     valid = batch["valid"]
     rewards = batch["rewards"] * valid
@@ -33,6 +35,9 @@ def compute_advantages(batch: Batch, algo, last_values: torch.Tensor | None = No
         values = batch["old_values"] * valid
         last = torch.zeros_like(values[0]) if last_values is None else last_values.to(values)
         adv, ret = gae(rewards, values, batch["dones"], last, algo.gamma, algo.lam, valid=valid)
+    elif algo.advantage == "reinforce_pp":
+        adv = reinforce_pp_advantages(rewards.T, valid.T, algo.gamma).T
+        ret = rewards.sum(0)[None].expand_as(rewards)
     else:
         episode_return = rewards.sum(0)  # [N]
         group = batch["group"][0]
@@ -51,6 +56,14 @@ def valid_samples(batch: Batch, normalize: bool) -> Batch:
         a = flat["advantages"]
         flat["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
     return flat
+
+
+def weight_advantages(samples: Batch, pos_weight: float, neg_weight: float) -> Batch:
+    """PSR/NSR: scale positive advantages by ``pos_weight`` and negative ones by ``neg_weight``
+    (W-REINFORCE: 0.1 / 1; both 1 leaves them)."""
+    if pos_weight != 1.0 or neg_weight != 1.0:
+        samples["advantages"] = psr_nsr_weights(samples["advantages"], pos_weight, neg_weight)
+    return samples
 
 
 def clip_advantages(samples: Batch, limit: float | None) -> Batch:

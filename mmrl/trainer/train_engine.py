@@ -119,24 +119,6 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: flo
     return StepResult(True, norm)
 
 
-def enable_gradient_checkpointing(module: nn.Module) -> None:
-    """``gradient_checkpointing_enable()`` on the module, or else on its outermost submodules that
-    have it (Hugging Face models); a ConfigError naming the policy type if none does."""
-    if hasattr(module, "gradient_checkpointing_enable"):
-        module.gradient_checkpointing_enable()
-        return
-    found: list[str] = []
-    for name, sub in module.named_modules():
-        if (getattr(sub, "supports_gradient_checkpointing", False)
-                and not any(name.startswith(f"{outer}.") for outer in found)):
-            sub.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            found.append(name)
-    if not found:
-        kind = getattr(getattr(module, "cfg", None), "type", type(module).__name__)
-        raise ConfigError(f"'gradient_checkpointing' = true but policy '{kind}' has no model that "
-                          "supports it (only Hugging Face backbones do): set gradient_checkpointing: false")
-
-
 class TrainEngine:
     """The optimizer of one module. Subclasses: `TorchEngine`, `DeepSpeedTrainEngine`."""
 
@@ -298,7 +280,7 @@ def build_train_engine(cfg: TrainEngineConfig, module: nn.Module, lr: float, dev
     """The engine ``cfg`` describes, optimizing ``module``'s trainable parameters at learning rate ``lr``."""
     cfg.validate(device)
     if cfg.gradient_checkpointing:
-        enable_gradient_checkpointing(module)
+        module.enable_gradient_checkpointing()
     if cfg.backend == "deepspeed":
         return DeepSpeedTrainEngine(cfg, module, lr, device)
     return TorchEngine(cfg, module, lr, device)

@@ -22,13 +22,11 @@ from mmrl.algorithms.normalization import RewardScaler, explained_variance
 from mmrl.batch import Batch
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.logging import RunLogger
-from mmrl.trainer.objectives import OBJECTIVES, clip_advantages, compute_advantages, valid_samples
-from mmrl.placement.pipeline import SimGroup, collect
-from mmrl.trainer.rollout import StepCollector, episode_seeds, evaluate_policy
+from mmrl.trainer.objectives import (OBJECTIVES, clip_advantages, compute_advantages, valid_samples,
+                                     weight_advantages)
+from mmrl.rollout import evaluate_policy
+from mmrl.trainer.collectors import COUNTS, AsyncCollector, build_collector
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
-
-TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
-COUNTS = ("env_steps", "episodes", "lost_episodes")  # what a collection adds to the run's TrainState
 
 
 @dataclass
@@ -43,21 +41,6 @@ class TrainState:
     rl_seconds: float = 0.0  # wall time spent in RL iterations (evaluation and checkpoints excluded)
     lost_episodes: int = 0  # episodes lost with a crashed sim worker (not trained on, not counted)
     results: dict = field(default_factory=dict)  # evaluation results by name
-
-
-def accepted_kwargs(dataset: str, **kwargs) -> dict:
-    """The ``kwargs`` that dataset ``dataset``'s builder accepts (all of them if it takes ``**kwargs``)."""
-    import inspect
-
-    from mmrl.data import builder_module
-
-    try:
-        params = inspect.signature(builder_module(dataset).build).parameters
-    except (FileNotFoundError, AttributeError):  # a dataset registered by another package
-        return kwargs
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in params}
 
 
 def demo_simulator(dataset: str) -> str | None:
@@ -79,25 +62,6 @@ def recording_simulator(sim_type: str, kwargs: dict) -> tuple[str, dict]:
     return sim_type, kwargs
 
 
-def pad_time(batch: Batch, horizon: int) -> Batch:
-    """[T, N, ...] -> [horizon, N, ...], the added decisions zero (so ``valid`` False)."""
-    t = batch["valid"].shape[0]
-    if t == horizon:
-        return batch
-    return Batch({k: torch.cat([v, v.new_zeros(horizon - t, *v.shape[1:])]) for k, v in batch.items()})
-
-
-def drop_lost(batch: Batch, info: dict) -> tuple[Batch, dict]:
-    """Remove the episodes a crashed sim worker lost (``info["lost"]`` [N]) from the [T, N] batch
-    and the per-episode info, so that they count nowhere: not in a group's baseline, not in the
-    logged success rate."""
-    keep = ~info["lost"]
-    batch = Batch({k: v[:, keep] for k, v in batch.items()})
-    info = {k: v[keep] if isinstance(v, torch.Tensor) and v.shape[:1] == keep.shape else v
-            for k, v in info.items()}
-    return batch, info
-
-
 class Trainer:
     def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None):
         self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
@@ -107,9 +71,7 @@ class Trainer:
         self._engine: TrainEngine | None = None
         self.state = TrainState()
         algo, t = cfg.algorithm, cfg.trainer
-        # fixed-length rollouts keep their episodes (and the simulator) across iterations
-        self.steps = StepCollector(sim, t.rollout_steps, episode_seeds(cfg.run.seed * TRAIN_SEED_STRIDE, sim.num_envs)) \
-            if t.rollout_steps else None
+        self.collector = build_collector(cfg, sim)  # where and how the training episodes are collected
         self.reward_scaler = RewardScaler(algo.gamma) if algo.reward_norm else None
 
     @property
@@ -138,8 +100,7 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the sim workers of a non-collocated placement (an in-process simulator stays)."""
-        if isinstance(self.sim, SimGroup):
-            self.sim.close()
+        self.collector.close()
 
     def _run(self) -> dict:
         self.resume()
@@ -150,8 +111,9 @@ class Trainer:
             self.save()
         total = self.planned_iterations()
         bar = tqdm(initial=self.state.iteration, total=total, desc="rl", dynamic_ncols=True)
-        collector = AsyncCollector(self, self.cfg.trainer.async_staleness) \
-            if self.cfg.trainer.async_staleness else None
+        staleness = self.cfg.trainer.async_staleness
+        collector = AsyncCollector(self.collector, self.policy, staleness, lambda j: self.generator("rl", j),
+                                   self.autocast) if staleness else None
         try:
             while not self.done():
                 self.iteration(self.state.iteration, collector, bar)
@@ -172,8 +134,9 @@ class Trainer:
         t = self.cfg.trainer
         if t.env_steps is None:
             return t.iterations
-        per_iteration = self.sim.num_envs * self.policy.chunk_size * (
-            t.rollout_steps or math.ceil(self.sim.max_episode_steps / self.policy.chunk_size))
+        c = self.collector
+        per_iteration = c.num_envs * self.policy.chunk_size * (
+            t.rollout_steps or math.ceil(c.max_episode_steps / self.policy.chunk_size))
         return max(self.state.iteration, math.ceil(t.env_steps / per_iteration))
 
     def done(self) -> bool:
@@ -203,7 +166,7 @@ class Trainer:
         if collector is None:
             batch, info = self.collect(it, gen)
         else:  # batch it was collected by the behaviour weights of `info["policy_version"]`
-            collector.submit_up_to(it, total)
+            collector.submit_up_to(it, total, self.state.iteration)
             batch, info = collector.result(it)
             gen = self.generator("update", it)  # the rollout's generator stayed with the collector
         for key in COUNTS:
@@ -217,7 +180,7 @@ class Trainer:
         self.state.rl_seconds += time.time() - t0
         metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
         self.logger.log(self.state.iteration, metrics)
-        key = "train/success" if self.sim.has_success else "train/return"
+        key = "train/success" if self.collector.has_success else "train/return"
         if key in metrics:
             bar.set_postfix({key[6:]: f"{metrics[key]:.3g}", "skipped": self.state.skipped_steps})
         every = self.cfg.trainer.eval_every
@@ -231,16 +194,17 @@ class Trainer:
         """Supervised flow matching on scripted demonstrations (skipped if no dataset is set)."""
         ws = self.cfg.warm_start
         if ws.dataset:
-            from mmrl.data import load_dataset
+            from mmrl.data import declared_kwargs, load_dataset
 
-            # demonstrations recorded in the simulator the RL runs in, configured as it is (image size,
-            # time limit, ...), when the dataset records in that simulator; warm_start.kwargs wins
+            # context offered where the builder declares it: demonstrations recorded in the simulator
+            # the RL runs in, configured as it is (image size, time limit, ...), when the dataset
+            # records in that simulator; warm_start.kwargs (checked strictly) wins
             sim_type, sim_kwargs = recording_simulator(self.cfg.sim.type, dict(self.cfg.sim.kwargs))
             same_sim = demo_simulator(ws.dataset) == sim_type
-            data = load_dataset(ws.dataset, **{**accepted_kwargs(
+            context = declared_kwargs(
                 ws.dataset, num_episodes=ws.num_episodes, num_samples=ws.num_episodes, seed=self.cfg.run.seed,
-                chunk_size=self.policy.chunk_size, **({"sim_kwargs": sim_kwargs} if same_sim else {})),
-                **ws.kwargs})
+                chunk_size=self.policy.chunk_size, **({"sim_kwargs": sim_kwargs} if same_sim else {}))
+            data = load_dataset(ws.dataset, **{**context, **ws.kwargs})
             self.supervised(data, ws)
         self.policy.after_warm_start()
         self.state.warm_started = True
@@ -266,78 +230,27 @@ class Trainer:
                 self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()})
         opt.zero_grad(set_to_none=True)  # no warm-start gradient may reach the RL engine's first step
 
-    def collect(self, it: int, gen: torch.Generator, policy=None) -> tuple[Batch, dict]:
-        """One rollout round, or with DAPO dynamic sampling up to ``max_sampling_rounds`` rounds
-        keeping only groups whose rewards differ, until N / G groups are kept (metrics of the
-        first round, so the logged return is not biased by the filter)."""
-        algo = self.cfg.algorithm
-        if not algo.dynamic_sampling:
-            return self.collect_round(it, gen, policy)
-        from mmrl.algorithms.dynamic_sampling import DynamicSamplingBuffer
-
-        rounds = algo.max_sampling_rounds
-        horizon = math.ceil(self.sim.max_episode_steps / self.policy.chunk_size)  # longest episode
-        buf = DynamicSamplingBuffer(self.sim.num_envs // algo.group_size, reward_key="episode_return")
-        first = None
-        for r in range(rounds):
-            batch, info = self.collect_round(it * rounds + r, gen, policy)
-            if first is None:
-                first = info
-            else:  # every round's episodes count as collected
-                for key in COUNTS:
-                    first[key] += info[key]
-            envs_first = {k: v.transpose(0, 1) for k, v in pad_time(batch, horizon).items() if k != "group"}
-            buf.add(envs_first, info["return"], batch["group"][0])
-            if buf.ready:
-                break
-        first.update(kept_groups=min(buf.num_groups, buf.target_groups), sampling_rounds=r + 1)
-        if not buf.num_groups:  # every group constant: zero advantages, train on the last round as it is
-            return batch, first
-        kept = buf.pop(partial=True)
-        group = kept.pop("group")
-        del kept["episode_return"]
-        out = Batch({k: v.transpose(0, 1) for k, v in kept.items()})
-        out["group"] = group[None].expand(horizon, -1)
-        return out, first
-
-    def collect_round(self, it: int, gen: torch.Generator, policy=None) -> tuple[Batch, dict]:
-        """One episode per env with round ``it``'s seeds, by ``policy`` (default: the trained one).
-        info counts what was collected (``env_steps``, ``episodes``, ``lost_episodes``); the
-        caller adds it to the run's counters."""
-        algo, policy = self.cfg.algorithm, policy or self.policy
-        if self.steps is not None:  # fixed-length rollout continuing the episodes in progress
-            policy.eval()
-            with self.autocast():
-                batch, info = self.steps.collect(policy, gen)
-            info.update(episodes=len(info["return"]), lost_episodes=0)
-            return batch, info
-        base = self.cfg.run.seed * TRAIN_SEED_STRIDE + it * (self.sim.num_envs // algo.group_size)
-        seeds = episode_seeds(base, self.sim.num_envs, algo.group_size)
-        torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
-        policy.eval()
-        with self.autocast():  # (thread-local: entered here, in the collecting thread)
-            batch, info = collect(policy, self.sim, seeds, gen, mode="train")
-        group = torch.unique(torch.tensor(seeds), return_inverse=True)[1]
-        batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
-        if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
-            batch, info = drop_lost(batch, info)
-        info.update(env_steps=int((batch["env_steps"] * batch["valid"]).sum()),
-                    episodes=batch["valid"].shape[1], lost_episodes=info.get("lost_episodes", 0))
-        return batch, info
+    def collect(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
+        """Round ``it`` of the collector, by the trained policy in eval mode (sampling stays
+        stochastic in train rollouts) under the engine's precision."""
+        self.policy.eval()
+        with self.autocast():
+            return self.collector.collect(self.policy, it, gen)
 
     def reward(self, batch: Batch) -> Batch:
         """Task reward from the simulator (reward models, ``rewards/``, plug in here), scaled by the
         running std of the discounted return when ``algorithm.reward_norm`` is on."""
         if self.reward_scaler is not None:
             batch["rewards"] = self.reward_scaler.scale(batch["rewards"], batch["dones"], batch["valid"],
-                                                        continuing=self.steps is not None)
+                                                        continuing=self.collector.continuing)
         return batch
 
     def update(self, batch: Batch, gen: torch.Generator) -> dict:
         """``algorithm.epochs`` passes of minibatch steps of the objective over the valid samples;
         with ``target_kl`` the update stops after the epoch whose mean approx KL exceeds it."""
         algo = self.cfg.algorithm
-        samples = clip_advantages(valid_samples(batch, algo.normalize_advantages), algo.adv_clip)
+        samples = valid_samples(batch, algo.normalize_advantages)
+        samples = clip_advantages(weight_advantages(samples, algo.pos_weight, algo.neg_weight), algo.adv_clip)
         objective = OBJECTIVES[algo.objective]
         self.set_lr()
         self.policy.train()
@@ -411,12 +324,12 @@ class Trainer:
         return {**{f"train/{k}": v for k, v in self.policy.rollout_stats().items()},
             **({"train/return": info["return"].float().mean().item(),
                 "train/length": info["length"].float().mean().item()} if ended else {}),
-            **({"train/success": info["success"].float().mean().item()} if ended and self.sim.has_success else {}),
+            **({"train/success": info["success"].float().mean().item()} if ended and self.collector.has_success else {}),
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
             **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",
                                                "sim_s", "worker_restarts", "staleness") if k in info},
-            **({"train/lost_episodes": self.state.lost_episodes} if isinstance(self.sim, SimGroup) else {}),
+            **({"train/lost_episodes": self.state.lost_episodes} if self.collector.remote else {}),
         }
 
     def generator(self, purpose: str, index: int) -> torch.Generator:
@@ -428,8 +341,9 @@ class Trainer:
     # ---- checkpoints -------------------------------------------------------------------------
     def save(self) -> None:
         extra = {}
-        if self.steps is not None:
-            extra["rollout"] = self.steps.state_dict()
+        rollout = self.collector.state_dict()  # fixed-length rollouts: the episodes in progress
+        if rollout:
+            extra["rollout"] = rollout
         if self.reward_scaler is not None:
             extra["reward_scaler"] = self.reward_scaler.state_dict()
         ckpt.save(self.out_dir, self.cfg, self.policy, self.optimizer, self.state,
@@ -445,63 +359,10 @@ class Trainer:
             self.state = TrainState(**counters)
             self.logger.rewind(self.state.iteration)
             self.set_lr()  # the config's lr (and schedule) wins over the saved one
-            if self.steps is not None and "rollout" in extra:
-                warning = self.steps.load_state_dict(extra["rollout"])
+            if "rollout" in extra:
+                warning = self.collector.load_state_dict(extra["rollout"])
                 if warning:
                     tqdm.write(f"warning: {warning}")
             if self.reward_scaler is not None and "reward_scaler" in extra:
                 self.reward_scaler.load_state_dict(extra["reward_scaler"])
             tqdm.write(f"resumed from iteration {self.state.iteration} in {self.out_dir}")
-
-
-class AsyncCollector:
-    """Asynchronous rollout with bounded staleness: batch j is collected in a background thread by
-    a behaviour copy of the policy holding the weights of version max(0, j - N) (version v = the
-    weights after v updates), so that collecting batch k+N overlaps training on batch k.
-
-    The mapping batch -> weight version is fixed, not timing-dependent: at the start of iteration
-    k the trainer submits batch k+N with the current weights (version k) and then waits for batch
-    k. PPO's ratio is taken against the log-probs stored at rollout, i.e. against the behaviour
-    policy that produced the batch, and its clip bounds the step from it. After a resume at
-    iteration k, batches k .. k+N-1 are collected with version k (fresher than in the run that was
-    interrupted; their seeds are the same, so no episode is repeated or skipped).
-    """
-
-    def __init__(self, trainer: Trainer, staleness: int):
-        import copy
-        from concurrent.futures import ThreadPoolExecutor
-
-        reason = trainer.policy.async_unsupported
-        if reason:
-            raise ValueError(f"trainer.async_staleness = {staleness} is not supported by policy "
-                             f"'{trainer.cfg.policy.type}': {reason}. Set trainer.async_staleness=0")
-        self.trainer, self.staleness = trainer, staleness
-        self.behaviour = copy.deepcopy(trainer.policy).eval()
-        for p in self.behaviour.parameters():
-            p.requires_grad_(False)
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="mmrl-rollout")
-        self.futures: dict = {}
-
-    def submit_up_to(self, it: int, total: int) -> None:
-        """Submit every batch up to ``it + N`` (below ``total``) not submitted yet, with the
-        current weights."""
-        weights = None
-        for j in range(it, min(it + self.staleness + 1, total)):
-            if j not in self.futures:
-                weights = weights or {k: v.detach().clone() for k, v in self.trainer.policy.state_dict().items()}
-                self.futures[j] = self.pool.submit(self._collect, j, weights, self.trainer.state.iteration)
-
-    def _collect(self, j: int, weights: dict, version: int) -> tuple[Batch, dict]:
-        self.behaviour.load_state_dict(weights)
-        batch, info = self.trainer.collect(j, self.trainer.generator("rl", j), policy=self.behaviour)
-        info.update(policy_version=version, staleness=j - version)
-        return batch, info
-
-    def result(self, it: int) -> tuple[Batch, dict]:
-        return self.futures.pop(it).result()
-
-    def close(self) -> None:
-        for f in self.futures.values():
-            f.cancel()
-        self.pool.shutdown(wait=True)
-        self.futures.clear()

@@ -22,7 +22,7 @@ from mmrl.placement import (
     start_sim_workers,
 )
 from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
-from mmrl.trainer.rollout import collect_episodes
+from mmrl.rollout import collect_episodes
 from simulators.reach import ReachSim
 from tests.placement.stage_order import StageByStage
 

@@ -26,7 +26,7 @@ from mmrl.placement import (  # noqa: E402
     registered_sim,
     start_sim_workers,
 )
-from mmrl.placement.workload import loaded_reach  # noqa: E402
+from simulators.loaded import loaded_reach  # noqa: E402
 from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy  # noqa: E402
 from tests.placement.test_pipeline import (  # noqa: E402  (the local backend's reference helpers)
     EARLY,

@@ -192,7 +192,7 @@ def test_async_batches_hold_the_log_probs_of_the_weights_they_claim(tmp_path, mo
         def result(self, it):
             batch, info = super().result(it)
             seen.append((it, Batch({k: v.clone() for k, v in batch.items()}), info))
-            versions[it] = params(self.trainer.policy)  # = the weights after `it` updates
+            versions[it] = params(self.policy)  # = the weights after `it` updates
             return batch, info
 
     monkeypatch.setattr(trainer_module, "AsyncCollector", Recording)
@@ -220,12 +220,12 @@ def test_async_rollout_in_a_hybrid_placement(tmp_path):
 
 
 def test_async_is_refused_by_policies_that_cannot_roll_out_from_a_copy(tmp_path, monkeypatch):
-    from mmrl.trainer.trainer import AsyncCollector
+    from mmrl.trainer.collectors import AsyncCollector
 
     trainer = build_trainer(cfg(tmp_path))
     monkeypatch.setattr(type(trainer.policy), "async_unsupported", "a test reason")
     with pytest.raises(ValueError, match="a test reason. Set trainer.async_staleness=0"):
-        AsyncCollector(trainer, 1)
+        AsyncCollector(trainer.collector, trainer.policy, 1, lambda j: None, trainer.autocast)
 
 
 def test_interrupted_async_run_resumes_with_nothing_repeated_or_lost(tmp_path, killed_in_iteration):

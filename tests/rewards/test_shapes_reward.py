@@ -195,7 +195,7 @@ def test_batch_independent_and_deterministic(shapes):
 
 
 def test_passes_the_reward_contract_checker():
-    from rewards.check import check_reward
+    from mmrl.checks.reward import check_reward
 
     assert "rejects_bad_input" in check_reward(ShapesReward, kind="image")
 

@@ -3,7 +3,7 @@ permutation of the questions: consecutive seeds never repeat or skip a question)
 
 import torch
 
-from simulators.check import check_simulator
+from mmrl.checks.simulator import check_simulator
 from simulators.qa import QASim, decode_answers, encode_answers
 
 KW = dict(dataset="shapes_vqa", dataset_kwargs={"num_samples": 24, "tasks": ["count"]}, reward="counting")

@@ -8,7 +8,7 @@ import torch
 
 from mmrl.registry import SIMULATORS
 from mmrl.reward import Reward
-from simulators.check import check_simulator
+from mmrl.checks.simulator import check_simulator
 from simulators.reach import ReachSim
 from simulators.semantic import SemanticRewardSim
 

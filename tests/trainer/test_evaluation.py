@@ -9,7 +9,7 @@ import torch
 
 from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 from mmrl.trainer.evaluation import evaluate_suite, task_slug
-from mmrl.trainer.rollout import evaluate_policy, write_video
+from mmrl.rollout import evaluate_policy, write_video
 from simulators.reach import ReachSim
 
 

@@ -44,7 +44,7 @@ def test_episodes_continue_across_iterations_until_the_env_step_budget(tmp_path)
     # 2 envs x 8 steps per iteration: 3 iterations reach the 40-step budget; Pendulum's episodes
     # last 200 steps, so none ended and each env's episode went on through all three rollouts
     assert trainer.state.iteration == 3 and trainer.state.env_steps == 48
-    assert trainer.state.episodes == 0 and trainer.steps.ep_length.tolist() == [24, 24]
+    assert trainer.state.episodes == 0 and trainer.collector.rollout.ep_length.tolist() == [24, 24]
     assert all(b["valid"].all() and tuple(b["rewards"].shape) == (8, 2) for b in batches)
     assert not torch.equal(batches[1]["state"][0], batches[0]["state"][0])  # not reset in between
     assert "image" not in batches[0]  # the state path stores no (all-zero) images
@@ -69,8 +69,8 @@ def test_state_policies_replay_their_own_log_probs(tmp_path):
 
 def test_rollout_end_is_bootstrapped_from_the_next_observation(tmp_path):
     trainer = build_trainer(pendulum(tmp_path))
-    batch, info = trainer.steps.collect(trainer.policy, torch.Generator().manual_seed(0))
-    last = trainer.policy.value(trainer.steps.obs)
+    batch, info = trainer.collector.rollout.collect(trainer.policy, torch.Generator().manual_seed(0))
+    last = trainer.policy.value(trainer.collector.rollout.obs)
     assert last.abs().sum() > 0
     torch.testing.assert_close(info["last_values"], last)
     assert info["env_steps"] == 16 and len(info["return"]) == 0  # no 200-step episode ended yet

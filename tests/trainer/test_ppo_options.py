@@ -54,4 +54,4 @@ def test_diagnostics_and_return_as_the_headline(tmp_path, capsys):
     # reward scaling: the critic learns returns in units of the discounted return's std (~1), not
     # Pendulum's raw returns of about -1000
     assert trainer.reward_scaler.rms.var.item() > 1.0
-    assert abs(trainer.policy.value(trainer.steps.obs)).max().item() < 50
+    assert abs(trainer.policy.value(trainer.collector.rollout.obs)).max().item() < 50

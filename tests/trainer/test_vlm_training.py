@@ -33,23 +33,25 @@ def test_vlm_grpo_trains_and_logs(tmp_path):
 
 
 def _record_questions(monkeypatch):
-    seen = []
-    original = Trainer.collect_round
+    from mmrl.trainer import collectors
 
-    def collect_round(self, it, gen, policy=None):
-        batch, info = original(self, it, gen, policy)
-        seen.append(self.sim.question_index(self.sim_seeds).tolist())
+    seen = []
+    original = collectors.EpisodeCollector.collect
+
+    def collect(self, policy, round, generator):
+        batch, info = original(self, policy, round, generator)
+        seen.append(self.sim.question_index(collectors.EpisodeCollector.sim_seeds).tolist())
         return batch, info
 
-    original_seeds = __import__("mmrl.trainer.trainer", fromlist=["episode_seeds"]).episode_seeds
+    original_seeds = collectors.episode_seeds
 
-    def episode_seeds(base, n, g):
+    def episode_seeds(base, n, g=1):
         seeds = original_seeds(base, n, g)
-        Trainer.sim_seeds = seeds
+        collectors.EpisodeCollector.sim_seeds = seeds
         return seeds
 
-    monkeypatch.setattr("mmrl.trainer.trainer.episode_seeds", episode_seeds)
-    monkeypatch.setattr(Trainer, "collect_round", collect_round)
+    monkeypatch.setattr(collectors, "episode_seeds", episode_seeds)
+    monkeypatch.setattr(collectors.EpisodeCollector, "collect", collect)
     return seen
 
 
