@@ -107,6 +107,16 @@ def declared_kwargs(name: str, **offered: Any) -> dict:
     return dict(offered) if valid is None else {k: v for k, v in offered.items() if k in valid}
 
 
+def recorded_in(name: str) -> str | None:
+    """The registered simulator a demonstration dataset records in (its builder module's
+    ``SIMULATOR``), or None: not a recording, or a dataset registered by another package."""
+    try:
+        module = builder_module(name)
+    except FileNotFoundError:
+        return None
+    return module.__dict__.get("SIMULATOR")
+
+
 def load_dataset(name: str, **kwargs: Any):
     """Build dataset ``name`` (see `mmrl list`) with the builder's keyword arguments; an argument it
     does not declare is a `ConfigError` naming the valid ones."""

@@ -43,16 +43,6 @@ class TrainState:
     results: dict = field(default_factory=dict)  # evaluation results by name
 
 
-def demo_simulator(dataset: str) -> str | None:
-    """The registered simulator a demonstration dataset records in (its builder's ``SIMULATOR``)."""
-    from mmrl.data import builder_module
-
-    try:
-        return getattr(builder_module(dataset), "SIMULATOR", None)
-    except FileNotFoundError:  # a dataset registered by another package
-        return None
-
-
 def recording_simulator(sim_type: str, kwargs: dict) -> tuple[str, dict]:
     """The simulator (type, constructor kwargs) whose episodes demonstrations should come from: the
     configured one, or for a wrapper that names the simulator it wraps (``base`` / ``base_kwargs``,
@@ -194,13 +184,13 @@ class Trainer:
         """Supervised flow matching on scripted demonstrations (skipped if no dataset is set)."""
         ws = self.cfg.warm_start
         if ws.dataset:
-            from mmrl.data import declared_kwargs, load_dataset
+            from mmrl.data import declared_kwargs, load_dataset, recorded_in
 
             # context offered where the builder declares it: demonstrations recorded in the simulator
             # the RL runs in, configured as it is (image size, time limit, ...), when the dataset
             # records in that simulator; warm_start.kwargs (checked strictly) wins
             sim_type, sim_kwargs = recording_simulator(self.cfg.sim.type, dict(self.cfg.sim.kwargs))
-            same_sim = demo_simulator(ws.dataset) == sim_type
+            same_sim = recorded_in(ws.dataset) == sim_type
             context = declared_kwargs(
                 ws.dataset, num_episodes=ws.num_episodes, num_samples=ws.num_episodes, seed=self.cfg.run.seed,
                 chunk_size=self.policy.chunk_size, **({"sim_kwargs": sim_kwargs} if same_sim else {}))
