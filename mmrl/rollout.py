@@ -8,13 +8,14 @@ stays a dense ``[T, N, ...]`` `Batch`; the simulator's auto reset keeps those ro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import torch
 
 from mmrl.batch import Batch
-from mmrl.simulator import Simulator
+from mmrl.simulator import Observation, Simulator
 
 
 def episode_seeds(base_seed: int, num_envs: int, group_size: int = 1) -> list[int]:
@@ -161,7 +162,8 @@ class StepCollector:
             sim_state = self.sim.get_state()
         except NotImplementedError:
             sim_state = None
-        return {"obs": self.obs, "sim": sim_state, "return": self.ep_return.clone(),
+        obs = {f.name: getattr(self.obs, f.name) for f in dataclasses.fields(self.obs)}  # plain data, no class
+        return {"obs": obs, "sim": sim_state, "return": self.ep_return.clone(),
                 "length": self.ep_length.clone(), "success": self.ep_success.clone()}
 
     def load_state_dict(self, state: dict) -> str | None:
@@ -173,7 +175,8 @@ class StepCollector:
             return ("the simulator cannot snapshot its state (Simulator.get_state): the episodes in "
                     "progress at the checkpoint restart from a reset, so this resume is not bit-exact")
         self.sim.set_state(state["sim"])
-        self.obs = state["obs"]
+        obs = state["obs"]
+        self.obs = Observation(**obs) if isinstance(obs, dict) else obs  # (checkpoints before 2026-11-24 pickled it)
         self.ep_return, self.ep_length, self.ep_success = state["return"], state["length"], state["success"]
         return None
 
