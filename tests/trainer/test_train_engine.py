@@ -125,13 +125,20 @@ def test_gradient_checkpointing():
     transformers = pytest.importorskip("transformers")
     cfg = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8,
                                    bos_token_id=0, eos_token_id=0)
-    wrapper = torch.nn.ModuleDict({"head": torch.nn.Linear(8, 1), "lm": transformers.GPT2Model(cfg)})
+    from mmrl.policies.base import Policy
+
+    class Wrapper(Policy):  # a policy holding a Hugging Face model (the default hook finds it)
+        def __init__(self):
+            super().__init__()
+            self.head, self.lm = torch.nn.Linear(8, 1), transformers.GPT2Model(cfg)
+
+    wrapper = Wrapper()
     engine = build_train_engine(TrainEngineConfig(gradient_checkpointing=True), wrapper, 1e-3, "cpu")
-    assert wrapper["lm"].is_gradient_checkpointing
+    assert wrapper.lm.is_gradient_checkpointing
     wrapper.train()
-    hidden = wrapper["lm"](torch.tensor([[1, 2, 3]])).last_hidden_state
-    assert engine.step(wrapper["head"](hidden).sum())  # backward recomputes the checkpointed blocks
-    assert wrapper["lm"].h[0].attn.c_attn.weight.grad is not None
+    hidden = wrapper.lm(torch.tensor([[1, 2, 3]])).last_hidden_state
+    assert engine.step(wrapper.head(hidden).sum())  # backward recomputes the checkpointed blocks
+    assert wrapper.lm.h[0].attn.c_attn.weight.grad is not None
 
 
 # ---- DeepSpeed on CPU ------------------------------------------------------------------------------
