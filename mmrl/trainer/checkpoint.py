@@ -1,13 +1,25 @@
 """Checkpoints: model, optimizer, RNG states and counters, with the resolved config beside them.
 
-Layout: ``OUT/checkpoints/iter_000010/{state.pt, config.yaml}`` and ``OUT/checkpoints/latest``
-naming the newest complete one. A checkpoint is written to a temporary folder and renamed, so a
-run killed while saving leaves the previous checkpoint intact.
+Layout: ``OUT/checkpoints/iter_000010/{state.pt, config.yaml, COMPLETE}``, and ``OUT/checkpoints/latest``
+naming the newest one (for people and tools; resume does not trust it).
+
+Durability: no kill at any instant and no power loss leaves a run without its newest complete
+checkpoint. A checkpoint is written to a temporary folder, every file and the folder fsynced, and
+``COMPLETE`` (the sha256 and size of ``state.pt``) written last; then it is renamed into place.
+Saving an iteration a second time (the final save after a periodic one) first renames the old
+folder to ``.iter_N.replaced`` and deletes it only after the new one is in place, so the iteration
+exists, complete, at every instant. Old checkpoints are deleted only after the new one is durable,
+and only ones of earlier iterations. Resume (`load_latest`) scans the folder, takes the newest
+checkpoint that verifies, says which, and falls back past a corrupt one naming it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import random
+import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -15,17 +27,42 @@ from pathlib import Path
 import numpy as np
 import torch
 
+MARKER = "COMPLETE"
+_NAME = re.compile(r"^\.?iter_(\d+)(\.replaced)?$")
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint in the run folder could be loaded; the message names each one and why."""
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(file: Path) -> str:
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
 
 def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dict | None = None) -> Path:
-    """Write checkpoint ``iter_<state.iteration>``; ``extra`` holds the trainer's other resumable
-    state (e.g. the episodes in progress of fixed-length rollouts, the reward scaler)."""
+    """Write checkpoint ``iter_<state.iteration>`` durably; ``extra`` holds the trainer's other
+    resumable state (e.g. the episodes in progress of fixed-length rollouts, the reward scaler).
+    Keeps the ``keep`` newest iterations."""
     from mmrl.config import save_config
 
     root = Path(out_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
     name = f"iter_{state.iteration:06d}"
-    final, tmp = root / name, root / f".{name}.tmp"
+    final, tmp, replaced = root / name, root / f".{name}.tmp", root / f".{name}.replaced"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp.mkdir()
     torch.save(
         {
             # a training engine gathers ZeRO-3's partitioned weights; else the module's own
@@ -40,25 +77,69 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
         tmp / "state.pt",
     )
     save_config(cfg, tmp / "config.yaml")
-    shutil.rmtree(final, ignore_errors=True)
+    for f in ("state.pt", "config.yaml"):
+        _fsync(tmp / f)
+    marker = {"sha256": _sha256(tmp / "state.pt"), "bytes": (tmp / "state.pt").stat().st_size,
+              "iteration": state.iteration}
+    (tmp / MARKER).write_text(json.dumps(marker))
+    _fsync(tmp / MARKER)
+    _fsync(tmp)
+    if final.exists():  # saved before at this iteration: keep it complete until the new one is in place
+        shutil.rmtree(replaced, ignore_errors=True)
+        final.rename(replaced)
     tmp.rename(final)
+    _fsync(root)
+    shutil.rmtree(replaced, ignore_errors=True)
     (root / "latest.tmp").write_text(name)
+    _fsync(root / "latest.tmp")
     (root / "latest.tmp").replace(root / "latest")
-    for old in sorted(p for p in root.glob("iter_*") if p.is_dir())[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    _fsync(root)
+    older = sorted({i for i, _ in candidates(root) if i < state.iteration})
+    for it in older[: max(0, len(older) - (keep - 1))]:
+        for p in (root / f"iter_{it:06d}", root / f".iter_{it:06d}.replaced"):
+            shutil.rmtree(p, ignore_errors=True)
     return final
 
 
-def latest_path(out_dir: Path) -> Path | None:
-    pointer = Path(out_dir) / "checkpoints" / "latest"
-    if not pointer.exists():
+def candidates(root: Path) -> list[tuple[int, Path]]:
+    """Checkpoint folders in ``root``, newest first: ``(iteration, folder)``; at equal iteration the
+    folder in place before one renamed aside during its replacement."""
+    found = []
+    for p in Path(root).glob("*iter_*"):
+        m = _NAME.match(p.name)
+        if m and p.is_dir():
+            found.append((int(m.group(1)), m.group(2) is None, p))
+    return [(it, p) for it, _, p in sorted(found, key=lambda x: (x[0], x[1]), reverse=True)]
+
+
+def verify(folder: Path) -> str | None:
+    """None if ``folder`` holds a complete checkpoint, else why not. Checkpoints written before
+    completion markers existed (no ``COMPLETE``) count as complete when their state.pt is there."""
+    file = folder / "state.pt"
+    if not file.exists():
+        return f"{file} is missing"
+    marker = folder / MARKER
+    if not marker.exists():  # written before markers existed (a marker is written before the rename)
         return None
-    path = pointer.parent / pointer.read_text().strip()
-    return path if (path / "state.pt").exists() else None
+    try:
+        want = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return f"{marker} is unreadable"
+    if file.stat().st_size != want["bytes"] or _sha256(file) != want["sha256"]:
+        return f"{file} does not match its checksum (truncated or corrupted)"
+    return None
+
+
+def latest_path(out_dir: Path) -> Path | None:
+    """The newest complete checkpoint folder of a run (None if there is none)."""
+    for _, path in candidates(Path(out_dir) / "checkpoints"):
+        if verify(path) is None:
+            return path
+    return None
 
 
 def load_policy(path: Path, policy) -> dict:
-    """Load weights from a checkpoint folder (or its state.pt); returns the saved counters."""
+    """Load weights from a checkpoint folder (or its state.pt); returns the saved data."""
     path = Path(path)
     file = path / "state.pt" if path.is_dir() else path
     data = torch.load(file, map_location="cpu", weights_only=False)
@@ -66,16 +147,51 @@ def load_policy(path: Path, policy) -> dict:
     return data
 
 
-def load_latest(out_dir: Path, policy, optimizer) -> tuple[dict, dict] | None:
-    """Restore the newest checkpoint: weights, then the optimizer (``optimizer`` may be a callable
-    returning it, so that an engine that copies the weights when built is built after they load).
-    Returns ``(counters, extra)`` (see `save`), or None when there is no checkpoint."""
-    path = latest_path(out_dir)
-    if path is None:
+def load_latest(out_dir: Path, policy, optimizer, log=print) -> tuple[dict, dict, Path] | None:
+    """Restore the newest checkpoint that verifies and loads: weights, then the optimizer
+    (``optimizer`` may be a callable returning it, so that an engine that copies the weights when
+    built is built after they load). A corrupt or incomplete one is skipped with a warning naming
+    it. Returns ``(counters, extra, folder)`` (see `save`), None when there is no checkpoint."""
+    found = candidates(Path(out_dir) / "checkpoints")
+    problems = []
+    for _, path in found:
+        why = verify(path)
+        if why is None:
+            try:
+                data = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+            except Exception as exc:  # noqa: BLE001  (any unreadable file: try the previous one)
+                why = f"{path / 'state.pt'} cannot be read ({type(exc).__name__}: {exc})"
+        if why is not None:
+            problems.append(why)
+            log(f"warning: skipping checkpoint {path.name}: {why}")
+            continue
+        policy.load_state_dict(data["policy"])
+        (optimizer() if callable(optimizer) else optimizer).load_state_dict(data["optimizer"])
+        torch.set_rng_state(data["rng"]["torch"])
+        np.random.set_state(data["rng"]["numpy"])
+        random.setstate(data["rng"]["python"])
+        return data["state"], data.get("extra", {}), path
+    if found:
+        raise CheckpointError(f"no checkpoint in {Path(out_dir) / 'checkpoints'} could be loaded: "
+                              + "; ".join(problems) + ". Fix: remove the folder to start over, or set a new run.name")
+    return None
+
+
+def move_aside(out_dir: Path) -> Path | None:
+    """A fresh start (``trainer.resume=false``) in a folder that holds a run: its checkpoints,
+    results and log move to ``OUT/previous_<n>/`` so the two runs never mix. Returns that folder."""
+    out_dir = Path(out_dir)
+    items = [out_dir / n for n in ("checkpoints", "results.json", "metrics.jsonl", "videos") if (out_dir / n).exists()]
+    if not (out_dir / "checkpoints").exists():
         return None
-    data = load_policy(path, policy)
-    (optimizer() if callable(optimizer) else optimizer).load_state_dict(data["optimizer"])
-    torch.set_rng_state(data["rng"]["torch"])
-    np.random.set_state(data["rng"]["numpy"])
-    random.setstate(data["rng"]["python"])
-    return data["state"], data.get("extra", {})
+    n = 0
+    while (out_dir / f"previous_{n}").exists():
+        n += 1
+    dest = out_dir / f"previous_{n}"
+    dest.mkdir()
+    for item in items:
+        if item.name == "metrics.jsonl":  # the logger holds it open: keep a copy, it is then emptied
+            shutil.copy2(item, dest / item.name)
+        else:
+            item.rename(dest / item.name)
+    return dest

@@ -340,12 +340,21 @@ class Trainer:
                   keep=self.cfg.trainer.keep_checkpoints, extra=extra)
 
     def resume(self) -> None:
-        if not self.cfg.trainer.resume:  # a fresh start in this folder: forget its earlier log
+        """Restore the newest complete checkpoint of the run folder (``trainer.resume``), or start
+        fresh: with ``resume=false`` a previous run there moves to ``previous_<n>/`` first. The log
+        is rewound to the checkpoint (to nothing for a fresh start), so no row appears twice."""
+        if not self.cfg.trainer.resume:
+            moved = ckpt.move_aside(self.out_dir)
+            if moved is not None:
+                tqdm.write(f"trainer.resume=false: the previous run in {self.out_dir} moved to {moved}")
             self.logger.rewind(-(2**62))
             return
-        loaded = ckpt.load_latest(self.out_dir, self.policy, lambda: self.optimizer)
+        loaded = ckpt.load_latest(self.out_dir, self.policy, lambda: self.optimizer, log=tqdm.write)
+        if loaded is None:  # nothing to resume (a kill during the warm start logged what is redone)
+            self.logger.rewind(-(2**62))
+            return
         if loaded is not None:
-            counters, extra = loaded
+            counters, extra, path = loaded
             self.state = TrainState(**counters)
             self.logger.rewind(self.state.iteration)
             self.set_lr()  # the config's lr (and schedule) wins over the saved one
@@ -355,4 +364,4 @@ class Trainer:
                     tqdm.write(f"warning: {warning}")
             if self.reward_scaler is not None and "reward_scaler" in extra:
                 self.reward_scaler.load_state_dict(extra["reward_scaler"])
-            tqdm.write(f"resumed from iteration {self.state.iteration} in {self.out_dir}")
+            tqdm.write(f"resumed from checkpoint {path.name} (iteration {self.state.iteration}) in {self.out_dir}")

@@ -43,7 +43,7 @@ def test_sigkill_then_same_command_resumes_exactly(tmp_path):
 
     done = subprocess.run(train_cmd(tmp_path / "b"), check=True, capture_output=True, text=True, env=env,
                           timeout=600)
-    assert f"resumed from iteration {int(killed_at[5:])}" in done.stdout + done.stderr
+    assert f"resumed from checkpoint {killed_at} (iteration {int(killed_at[5:])})" in done.stdout + done.stderr
     a, b = final_params(tmp_path / "a"), final_params(tmp_path / "b")
     assert a.keys() == b.keys()
     for k in a:

@@ -1,0 +1,130 @@
+"""Checkpoints survive the faults that used to lose work (issue 18): a fresh start in a folder
+holding a longer run, a kill between the two renames of a second save of one iteration, an empty
+``latest`` pointer, a corrupted newest ``state.pt``, a kill during the warm start. After each, the
+same command resumes from the newest complete checkpoint, ends at the parameters of an
+uninterrupted run, and ``metrics.jsonl`` holds no row twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmrl.experiment import build_trainer
+from mmrl.trainer import checkpoint as ckpt
+from tests.trainer.test_trainer import params, tiny_cfg
+
+
+def run(tmp_path, *extra):
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", *extra))
+    trainer.run()
+    return trainer
+
+
+def rows(tmp_path) -> list[dict]:
+    return [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_no_duplicate_rows(tmp_path):
+    keys = [(r["step"], tuple(sorted(r))) for r in rows(tmp_path)]
+    assert len(keys) == len(set(keys)), "a metrics row was logged twice"
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The uninterrupted 3-iteration run every faulted run must end at."""
+    path = tmp_path_factory.mktemp("straight")
+    return params(run(path, "trainer.iterations=3").policy)
+
+
+def same(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_fresh_start_in_a_used_folder_moves_the_old_run_aside(tmp_path, straight):
+    run(tmp_path, "trainer.iterations=5")  # a longer run: iter_000004, iter_000005
+    trainer = run(tmp_path, "trainer.iterations=3", "trainer.resume=false")
+    folders = sorted(p.name for p in (tmp_path / "t" / "checkpoints").iterdir() if p.is_dir())
+    assert folders == ["iter_000002", "iter_000003"]  # the new run's, none deleted by the old ones
+    assert (tmp_path / "t" / "checkpoints" / "latest").read_text() == "iter_000003"
+    assert (tmp_path / "t" / "previous_0" / "checkpoints" / "iter_000005" / "state.pt").exists()
+    assert same(params(trainer.policy), straight)
+    assert max(r["step"] for r in rows(tmp_path)) == 3
+    assert_no_duplicate_rows(tmp_path)
+
+
+def test_kill_between_the_renames_of_a_second_save_keeps_the_iteration(tmp_path, monkeypatch, straight):
+    run(tmp_path, "trainer.iterations=2")  # iter_000002 saved (periodic, then final)
+    real = Path.rename
+
+    def killed(self, target):  # the old folder moved aside, then the process dies
+        real(self, target)
+        if str(target).endswith(".replaced"):
+            raise KeyboardInterrupt("killed between the renames")
+
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=2"))
+    trainer.resume()  # at iteration 2: the next save replaces iter_000002
+    monkeypatch.setattr(Path, "rename", killed)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.save()
+    monkeypatch.setattr(Path, "rename", real)
+    root = tmp_path / "t" / "checkpoints"
+    assert not (root / "iter_000002").exists() and (root / ".iter_000002.replaced").exists()
+    assert ckpt.latest_path(tmp_path / "t") == root / ".iter_000002.replaced"
+    trainer = run(tmp_path, "trainer.iterations=3")
+    assert trainer.state.iteration == 3 and same(params(trainer.policy), straight)
+    assert_no_duplicate_rows(tmp_path)
+
+
+def test_empty_latest_pointer_and_a_corrupt_newest_state_fall_back(tmp_path, capsys, straight):
+    run(tmp_path, "trainer.iterations=2")
+    root = tmp_path / "t" / "checkpoints"
+    (root / "latest").write_text("")  # what a power loss can leave
+    newest = root / "iter_000002" / "state.pt"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    newest.write_bytes(bytes(data))
+    trainer = run(tmp_path, "trainer.iterations=3")
+    out = capsys.readouterr().out
+    assert "skipping checkpoint iter_000002" in out and "does not match its checksum" in out
+    assert "resumed from checkpoint iter_000001" in out
+    assert same(params(trainer.policy), straight)
+    assert_no_duplicate_rows(tmp_path)
+
+
+def test_every_checkpoint_unreadable_is_one_clear_error(tmp_path):
+    run(tmp_path, "trainer.iterations=1")
+    for state in (tmp_path / "t" / "checkpoints").glob("iter_*/state.pt"):
+        state.write_bytes(b"garbage")
+    with pytest.raises(ckpt.CheckpointError, match="could be loaded.*Fix: remove the folder"):
+        run(tmp_path, "trainer.iterations=2")
+
+
+def test_kill_during_the_warm_start_logs_it_once(tmp_path, monkeypatch):
+    from mmrl.trainer.trainer import Trainer
+
+    real = Trainer.supervised
+
+    def dies(self, data, ws):
+        real(self, data, ws)
+        raise KeyboardInterrupt("killed after the warm start's steps, before its checkpoint")
+
+    monkeypatch.setattr(Trainer, "supervised", dies)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "trainer.iterations=1")
+    monkeypatch.setattr(Trainer, "supervised", real)
+    assert any(r["step"] < 0 for r in rows(tmp_path))  # the warm start had logged
+    run(tmp_path, "trainer.iterations=1")
+    assert_no_duplicate_rows(tmp_path)
+
+
+def test_a_checkpoint_is_complete_when_it_is_in_place(tmp_path):
+    run(tmp_path, "trainer.iterations=1")
+    folder = tmp_path / "t" / "checkpoints" / "iter_000001"
+    marker = json.loads((folder / ckpt.MARKER).read_text())
+    assert marker["bytes"] == (folder / "state.pt").stat().st_size and len(marker["sha256"]) == 64
+    assert ckpt.verify(folder) is None
+    (folder / "state.pt").write_bytes((folder / "state.pt").read_bytes()[:-10])  # truncated
+    assert "checksum" in ckpt.verify(folder)
