@@ -114,7 +114,7 @@ def recorded_in(name: str) -> str | None:
         module = builder_module(name)
     except FileNotFoundError:
         return None
-    return module.__dict__.get("SIMULATOR")
+    return getattr(module, "SIMULATOR", None)
 
 
 def load_dataset(name: str, **kwargs: Any):

@@ -137,7 +137,6 @@ class AlgorithmConfig:
             raise ConfigError(f"'advantage' = {self.advantage!r} compares episodes within a group: "
                               "set group_size >= 2")
 
-
     @property
     def grouped(self) -> bool:
         """Whether the advantage estimator compares episodes within groups (GRPO family)."""
@@ -267,10 +266,12 @@ def build_trainer(cfg: ExperimentConfig):
         policy = build_policy(cfg, sim)
         # the training simulator runs in workers: a one-env copy here, built only if the check reads it
         local = OnDemandSim(lambda: build_sim(cfg, 1, cfg.run.seed)) if remote else sim
-        policy.check_simulator(local)
-        policy.check_simulator(eval_sim)
-        if remote:
-            local.close()
+        try:
+            policy.check_simulator(local)
+            policy.check_simulator(eval_sim)
+        finally:
+            if remote:
+                local.close()
     except BaseException:
         if remote:
             sim.close()

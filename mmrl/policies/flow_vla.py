@@ -307,7 +307,7 @@ class FlowVLAPolicy(Policy):
 
 
 def build_backbone(cfg: FlowVLAConfig, state_dim: int | None = None) -> nn.Module:
-    # "auto" is resolved from the simulator by `mmrl.experiment.build_policy`; built by hand it is "tiny"
+    # "auto" is resolved from the simulator by `FlowVLAPolicy.configure`; built by hand it is "tiny"
     if cfg.backbone == "state":
         from mmrl.policies.state_backbone import StateBackbone
 

@@ -60,7 +60,7 @@ class Trainer:
         self.device = torch.device(cfg.run.device)
         self._engine: TrainEngine | None = None
         self.state = TrainState()
-        algo, t = cfg.algorithm, cfg.trainer
+        algo = cfg.algorithm
         self.collector = build_collector(cfg, sim)  # where and how the training episodes are collected
         self.reward_scaler = RewardScaler(algo.gamma) if algo.reward_norm else None
 
@@ -353,15 +353,14 @@ class Trainer:
         if loaded is None:  # nothing to resume (a kill during the warm start logged what is redone)
             self.logger.rewind(-(2**62))
             return
-        if loaded is not None:
-            counters, extra, path = loaded
-            self.state = TrainState(**counters)
-            self.logger.rewind(self.state.iteration)
-            self.set_lr()  # the config's lr (and schedule) wins over the saved one
-            if "rollout" in extra:
-                warning = self.collector.load_state_dict(extra["rollout"])
-                if warning:
-                    tqdm.write(f"warning: {warning}")
-            if self.reward_scaler is not None and "reward_scaler" in extra:
-                self.reward_scaler.load_state_dict(extra["reward_scaler"])
-            tqdm.write(f"resumed from checkpoint {path.name} (iteration {self.state.iteration}) in {self.out_dir}")
+        counters, extra, path = loaded
+        self.state = TrainState(**counters)
+        self.logger.rewind(self.state.iteration)
+        self.set_lr()  # the config's lr (and schedule) wins over the saved one
+        if "rollout" in extra:
+            warning = self.collector.load_state_dict(extra["rollout"])
+            if warning:
+                tqdm.write(f"warning: {warning}")
+        if self.reward_scaler is not None and "reward_scaler" in extra:
+            self.reward_scaler.load_state_dict(extra["reward_scaler"])
+        tqdm.write(f"resumed from checkpoint {path.name} (iteration {self.state.iteration}) in {self.out_dir}")
