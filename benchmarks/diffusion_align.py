@@ -96,8 +96,8 @@ def baselines(trainer) -> dict:
     idx = sim.prompt_index([t.eval_seed + e for e in range(t.eval_episodes)]).tolist()
     prompts, meta = [sim.prompts[i] for i in idx], [sim.meta[i] for i in idx]
     gold = builder_module("shapes").draw([m["objects"] for m in meta], seed=0, image_size=sim.image_size)
-    return {"gold_reward": round(sim.reward_model(gold, prompts, meta).mean().item(), 4),
-            "prompt_ignoring_reward": round(sim.reward_model(gold.roll(1, 0), prompts, meta).mean().item(), 4)}
+    return {"gold_reward": round(trainer.reward_stage.model(gold, prompts, meta).mean().item(), 4),
+            "prompt_ignoring_reward": round(trainer.reward_stage.model(gold.roll(1, 0), prompts, meta).mean().item(), 4)}
 
 
 def run_seed(seed: int, args) -> tuple[dict, dict]:

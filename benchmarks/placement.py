@@ -112,7 +112,7 @@ def calibrate(policy, n: int, sim_kwargs: dict, load: str) -> tuple[dict, float,
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         policy.rollout(obs, generator=gen)
-        acts = policy.rollout(obs, generator=gen)["actions"]
+        acts = policy.rollout(obs, generator=gen).actions
         t_policy = median_time(lambda: policy.rollout(obs, generator=gen), 5)
     t_bare = median_time(lambda: sim.step_chunk(acts), 7)
     if load == "sleep":
@@ -143,7 +143,7 @@ def decision_costs(policy, sim, n: int, repeats: int = 3) -> tuple[float, float]
     obs = sim.reset(list(range(n)))
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        acts = policy.rollout(obs, generator=gen)["actions"]
+        acts = policy.rollout(obs, generator=gen).actions
         t_policy = median_time(lambda: policy.rollout(obs, generator=gen), repeats)
     return t_policy, median_time(lambda: sim.step_chunk(acts), repeats)
 
@@ -154,7 +154,7 @@ def contention(policy, worker, n: int) -> tuple[float, float]:
     obs = worker.reset(list(range(n)))
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        acts = policy.rollout(obs, generator=gen)["actions"]
+        acts = policy.rollout(obs, generator=gen).actions
         alone = median_time(lambda: policy.rollout(obs, generator=gen), 5)
 
         def together():

@@ -66,6 +66,10 @@ def rl_settings_differences(true_path: str | Path = ROOT / TRUE_CONFIG, clip_pat
     for section in a:
         if section == "sim":
             continue
+        if not isinstance(a[section], dict) or not isinstance(b[section], dict):  # e.g. no `reward` section
+            if a[section] != b[section]:
+                diff.append(f"{section}: {a[section]!r} vs {b[section]!r}")
+            continue
         for key in sorted(set(a[section]) | set(b[section])):
             if section == "run" and key == "name":
                 continue

@@ -49,7 +49,7 @@ def measure(sim, policy, seconds: float) -> tuple[float, float]:
     loop(lambda o: torch.rand(shape, generator=gen) * 2 - 1)  # warm-up
     raw = loop(lambda o: torch.rand(shape, generator=gen) * 2 - 1)
     with torch.no_grad():
-        policy_sps = loop(lambda o: policy.rollout(o, generator=gen)["actions"].to(sim.device))
+        policy_sps = loop(lambda o: policy.rollout(o, generator=gen).actions.to(sim.device))
     return raw, policy_sps
 
 

@@ -57,9 +57,10 @@ def by_task(correct: list[bool], tasks: list[str]) -> dict[str, float]:
     return out
 
 
-def accuracy_by_task(policy, sim, episodes: int, seed: int, generator) -> dict[str, float]:
+def accuracy_by_task(policy, sim, reward, episodes: int, seed: int, generator) -> dict[str, float]:
     """Greedy accuracy over ``episodes`` questions, episode e reset with seed ``seed + e`` in batches
-    of ``sim.num_envs`` (the episodes `mmrl.rollout.evaluate_policy` runs), per task."""
+    of ``sim.num_envs`` (the episodes `mmrl.rollout.evaluate_policy` runs) scored by the reward stage
+    ``reward``, per task."""
     from mmrl.rollout import collect_episodes
 
     was_training = policy.training
@@ -67,7 +68,7 @@ def accuracy_by_task(policy, sim, episodes: int, seed: int, generator) -> dict[s
     correct, tasks = [], []
     while len(correct) < episodes:
         seeds = [seed + len(correct) + i for i in range(sim.num_envs)]
-        _, info = collect_episodes(policy, sim, seeds, generator, mode="eval")
+        _, info = collect_episodes(policy, sim, seeds, generator, mode="eval", reward=reward)
         take = min(sim.num_envs, episodes - len(correct))
         correct += info["success"][:take].tolist()
         tasks += episode_tasks(sim, seeds[:take])
@@ -75,10 +76,9 @@ def accuracy_by_task(policy, sim, episodes: int, seed: int, generator) -> dict[s
     return by_task(correct, tasks)
 
 
-def baselines(train_sim, sim, episodes: int, seed: int) -> dict:
-    """Gold and best-constant accuracy on the evaluated questions, scored by ``sim``'s reward; the
-    constant of a task is chosen on the training pool (``train_sim``'s questions)."""
-    reward = sim.reward_model
+def baselines(train_sim, sim, reward, episodes: int, seed: int) -> dict:
+    """Gold and best-constant accuracy on the evaluated questions, scored by the reward model
+    ``reward``; the constant of a task is chosen on the training pool (``train_sim``'s questions)."""
     qs = sim.question_index([seed + e for e in range(episodes)]).tolist()
     tasks = [str(sim.meta[q].get("task", "all")) for q in qs]
 
@@ -116,13 +116,14 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
     def evaluate_with_tasks(name: str) -> dict:
         res = evaluate(name)
         if name in ("start", "final"):
-            row = {split: accuracy_by_task(trainer.policy, trainer.eval_sim, t.eval_episodes, t.eval_seed,
+            row = {split: accuracy_by_task(trainer.policy, trainer.eval_sim, trainer.reward_stage, t.eval_episodes,
+                                           t.eval_seed,
                                            trainer.generator("eval", 0))}
             if abs(row[split]["all"] - res["success_rate"]) > 1e-9:
                 raise RuntimeError(f"per-task evaluation ({row[split]['all']}) disagrees with the trainer's "
                                    f"({res['success_rate']}): not the same episodes")
             if split != "val":
-                row["val"] = accuracy_by_task(trainer.policy, val_sim, t.eval_episodes, t.eval_seed,
+                row["val"] = accuracy_by_task(trainer.policy, val_sim, trainer.reward_stage, t.eval_episodes, t.eval_seed,
                                               trainer.generator("eval", 0))
             found[name] = row
         return res
@@ -130,7 +131,7 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
     trainer.evaluate = evaluate_with_tasks
     results = trainer.run()
     curve = sorted((r["iteration"], r["success_rate"]) for r in results.values())
-    base = baselines(trainer.sim, trainer.eval_sim, t.eval_episodes, t.eval_seed)
+    base = baselines(trainer.sim, trainer.eval_sim, trainer.reward_stage.model, t.eval_episodes, t.eval_seed)
     return {"seed": seed, "sft": found["start"], "rl": found["final"], "curve": curve, "baselines": base,
             "wall_s": time.time() - t0, "rl_s": results["final"]["rl_seconds"],
             "episodes": results["final"]["episodes"]}

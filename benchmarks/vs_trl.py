@@ -62,9 +62,8 @@ TASKS = ["count", "color"]
 
 
 def data_kwargs(a: argparse.Namespace) -> dict:
-    """The `QASim` arguments both sides take their questions and reward from."""
-    return {"dataset": "shapes_vqa", "dataset_kwargs": {"num_samples": a.num_samples, "tasks": TASKS},
-            "reward": "short_answer"}
+    """The `QASim` arguments both sides take their questions from (the reward: `REWARD`)."""
+    return {"dataset": "shapes_vqa", "dataset_kwargs": {"num_samples": a.num_samples, "tasks": TASKS}}
 
 
 # ---------------------------------------------------------------------------------- counting
@@ -131,7 +130,7 @@ def mmrl_overrides(a: argparse.Namespace, out: str, name: str) -> list[str]:
     return [f"run.output_dir={out}", f"run.name={name}", f"run.threads={a.threads}", "run.seed=0", "run.device=cpu",
             "trainer.resume=false", f"sim.num_envs={a.prompts * a.group}", f"sim.eval_num_envs={a.group}",
             f"sim.kwargs.dataset_kwargs={{num_samples: {a.num_samples}, tasks: [{', '.join(TASKS)}]}}",
-            "sim.kwargs.reward=short_answer", f"algorithm.group_size={a.group}", "policy.model=tiny",
+            "reward.type=short_answer", f"algorithm.group_size={a.group}", "policy.model=tiny",
             "policy.tiny_seed=0", "policy.dtype=float32", "policy.engine=hf"]
 
 
@@ -160,7 +159,7 @@ def run_mmrl(a: argparse.Namespace) -> dict:
     counters = Counters()
     counters.count_generate(model, stop_ids(model, trainer.policy.processor))
     counters.count_optimizer_steps()
-    trainer.sim.reward_model = counters.recording(trainer.sim.reward_model)  # QASim calls it with meta
+    trainer.reward_stage.model = counters.recording(trainer.reward_stage.model)  # called with meta
     log = trainer.logger.log
 
     def timed_log(step, metrics):
@@ -223,6 +222,7 @@ def run_trl(a: argparse.Namespace) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from mmrl.registry import REWARDS
     from mmrl.tiny.tiny_models import tiny_image_text_model
     from simulators.qa import QASim
 
@@ -240,7 +240,8 @@ def run_trl(a: argparse.Namespace) -> dict:
     counters = Counters()
     counters.count_generate(model, stop_ids(model, processor))
     counters.count_optimizer_steps()
-    reward = counters.recording(sim.reward_model)  # the Reward mmrl's QASim calls (it reads meta["answer"])
+    # the Reward mmrl's reward stage calls (it reads meta["answer"])
+    reward = counters.recording(REWARDS.build("short_answer"))
 
     def short_answer(prompts, completions, answer, index, **kwargs):
         meta = [{"answer": x, "index": i} for x, i in zip(answer, index)]

@@ -40,7 +40,7 @@ def cmd_eval(args) -> int:
 
     import torch
 
-    from mmrl.experiment import build_policy, build_sim, eval_tasks, load_experiment, output_dir
+    from mmrl.experiment import build_policy, build_reward, build_sim, eval_tasks, load_experiment, output_dir
     from mmrl.trainer.checkpoint import latest_path, load_policy
     from mmrl.trainer.evaluation import evaluate_suite
 
@@ -65,7 +65,7 @@ def cmd_eval(args) -> int:
     out = output_dir(cfg)
     report = evaluate_suite(policy, make_sim, tasks, t.eval_episodes, t.eval_seed, gen,
                             out / "videos" if t.video_episodes else None, t.video_episodes,
-                            max_envs=cfg.sim.eval_num_envs)
+                            max_envs=cfg.sim.eval_num_envs, reward=build_reward(cfg))
     report["checkpoint"] = str(path)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval_report.json").write_text(json.dumps(report, indent=2))

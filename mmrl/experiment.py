@@ -1,7 +1,8 @@
 """The experiment schema (what a file in ``configs/`` may contain) and how it becomes objects.
 
-Sections: ``run``, ``sim``, ``policy`` (its ``type`` picks the family's config), ``warm_start``,
-``algorithm``, ``trainer``, ``placement`` (where simulation runs: `mmrl.placement`). Everything is
+Sections: ``run``, ``sim``, ``reward`` (a reward model scoring a single-turn policy's answers or
+images: `mmrl.reward.RewardStage`), ``policy`` (its ``type`` picks the family's config),
+``warm_start``, ``algorithm``, ``trainer``, ``placement`` (where simulation runs: `mmrl.placement`). Everything is
 validated at load time, before any work: unknown keys, bad values, unregistered simulator /
 advantage names and simulator keyword arguments the simulator does not take all fail with the key
 path and the valid choices.
@@ -19,7 +20,9 @@ from mmrl.placement.config import PlacementConfig
 from mmrl.trainer.train_engine import TrainEngineConfig
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.flow_vla import FlowVLAConfig  # the default policy section
-from mmrl.registry import ADVANTAGES, POLICIES, SIMULATORS
+from mmrl.registry import ADVANTAGES, POLICIES, REWARDS, SIMULATORS
+
+REWARD_KEYS = ("reward", "reward_kwargs", "success_threshold")  # simulator kwargs of the old layout
 
 
 @dataclass
@@ -61,8 +64,28 @@ class SimConfig:
             allowed = sorted(set(params) - {"self", "num_envs", "seed", "device"})
             for key in self.kwargs:
                 if key not in allowed:
+                    moved = (" (reward models are the experiment's top-level `reward:` section: type, kwargs, "
+                             "success_threshold)") if key in REWARD_KEYS else ""
                     raise ConfigError(f"'kwargs.{key}' is not an argument of simulator "
-                                      f"'{self.type}'. Valid: {', '.join(allowed)}")
+                                      f"'{self.type}'{moved}. Valid: {', '.join(allowed)}")
+        elif cls.action_type != "chunk" and any(k in self.kwargs for k in REWARD_KEYS):
+            raise ConfigError(f"'kwargs' of simulator '{self.type}' name a reward: reward models are the "
+                              "experiment's top-level `reward:` section now (type, kwargs, success_threshold)")
+
+
+@dataclass
+class RewardConfig:
+    """The trainer's reward stage: a reward model (``rewards/``, `mmrl list`) that scores what a
+    single-turn policy produced (a VLM's answers, a generator's images) against the prompt and its
+    ground truth. None (no section) = the simulator's own task reward alone."""
+
+    type: str = "shapes"  # a registered reward
+    kwargs: dict[str, Any] = field(default_factory=dict)  # its constructor arguments
+    success_threshold: float | None = None  # success = score >= this (None: the task's success only)
+
+    def validate(self) -> None:
+        if self.type not in REWARDS:
+            raise ConfigError(f"'type' = {self.type!r} is not a registered reward: {', '.join(REWARDS.names())}")
 
 
 @dataclass
@@ -180,6 +203,7 @@ class TrainerConfig:
 class ExperimentConfig:
     run: RunConfig = field(default_factory=RunConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    reward: RewardConfig | None = None
     policy: PolicyConfig = field(default_factory=FlowVLAConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -207,6 +231,15 @@ class ExperimentConfig:
                               f"'algorithm.group_size' ({self.algorithm.group_size})")
         if self.policy.type not in POLICIES:
             raise ConfigError(f"'policy.type' = {self.policy.type!r} is not a registered policy")
+        sim_actions, policy_actions = SIMULATORS.get(self.sim.type).action_type, POLICIES.get(self.policy.type).action_type
+        if sim_actions != policy_actions:
+            raise ConfigError(f"policy '{self.policy.type}' produces {policy_actions} actions but simulator "
+                              f"'{self.sim.type}' takes {sim_actions}: pick a {policy_actions} simulator or "
+                              f"a {sim_actions} policy")
+        if sim_actions != "chunk" and self.reward is None:
+            raise ConfigError(f"simulator '{self.sim.type}' has no task reward of its own: add a `reward:` section "
+                              "naming the reward model that scores the policy's answers / images")
+
         fix = POLICIES.get(self.policy.type).kl_support(self.policy) if self.algorithm.kl_coef else None
         if fix:
             raise ConfigError(f"'algorithm.kl_coef' > 0 needs a reference model, which policy "
@@ -247,6 +280,20 @@ def build_policy(cfg: ExperimentConfig, sim):
     return policy.to(cfg.run.device)
 
 
+def build_reward(cfg: ExperimentConfig):
+    """The trainer's reward stage (`mmrl.reward.RewardStage`) of the ``reward`` section, or None. Its
+    model is built without moving the global torch RNG, so the policy built next is seeded the same."""
+    import torch
+
+    from mmrl.reward import RewardStage
+
+    if cfg.reward is None:
+        return None
+    with torch.random.fork_rng(devices=[]):
+        model = REWARDS.build(cfg.reward.type, **cfg.reward.kwargs)
+    return RewardStage(model, cfg.reward.success_threshold, name=cfg.reward.type)
+
+
 def build_trainer(cfg: ExperimentConfig):
     """Simulators, policy and trainer for an experiment (seeded, on ``run.device``)."""
     import torch
@@ -259,7 +306,10 @@ def build_trainer(cfg: ExperimentConfig):
     torch.manual_seed(cfg.run.seed)
     from mmrl.placement import SimGroup
 
+    reward = build_reward(cfg)
     eval_sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1, evaluation=True)
+    if reward is not None:
+        reward.check_simulator(eval_sim)  # the same simulator type trains: checked before any work
     sim = build_train_sim(cfg)
     remote = isinstance(sim, SimGroup)
     try:
@@ -276,7 +326,7 @@ def build_trainer(cfg: ExperimentConfig):
         if remote:
             sim.close()
         raise
-    return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg))
+    return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg), reward=reward)
 
 
 class OnDemandSim:

@@ -11,9 +11,14 @@ A reward model scores a batch of single-turn samples and returns float32 ``[B]``
 Scores must not depend on which other samples share the batch (a sample scores the same alone or
 in any batch, up to float tolerance), must be finite, and equal inputs give equal scores. Bad
 input (wrong dtype, shape, or a prompt list of the wrong length) raises ``ValueError`` naming what
-was expected. A reward model that fails while scoring raises; the simulator that scores with it
-(`simulators.prompts`, `simulators.qa`, `simulators.semantic`) wraps that in `RewardError` with the
-reward's name, and the run stops before touching the last checkpoint.
+was expected. A reward model that fails while scoring raises; `RewardStage` (the trainer's reward
+stage) and `simulators.semantic` wrap that in `RewardError` with the reward's name, and the run
+stops before touching the last checkpoint.
+
+`RewardStage` is where reward models meet the trainer: after each decision of a single-turn policy
+(a VLM's answers, a generator's images) it scores the policy's actions, batched over the envs that
+acted, against the observation's prompts and ``meta``, adds the score to the simulator's task
+reward and sets ``success`` where the score reaches ``success_threshold``.
 
 ``WeightedSum`` combines several rewards of one kind: ``sum_i w_i * r_i`` and reports each part.
 """
@@ -23,6 +28,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+
+from mmrl.simulator import Completions, Observation, StepResult
 
 
 class RewardError(RuntimeError):
@@ -95,3 +102,61 @@ class WeightedSum(Reward):
     def score(self, samples, prompts, meta) -> torch.Tensor:
         parts = self.parts(samples, prompts, meta)
         return sum(w * parts[k] for (k, _), w in zip(self.items, self.weights))
+
+
+class RewardStage:
+    """The trainer's reward stage (the experiment's ``reward:`` section): ``model`` scores a
+    single-turn policy's actions; ``success_threshold`` (None: the task's own success only) makes
+    ``success = score >= threshold``."""
+
+    KINDS = {"text": "text", "image": "image"}  # the simulator action type each reward kind scores
+
+    def __init__(self, model: Reward, success_threshold: float | None = None, name: str | None = None):
+        if model.kind not in self.KINDS:
+            raise ValueError(f"reward '{name or model.name}' has kind {model.kind!r}; a reward stage scores "
+                             f"{sorted(self.KINDS)}")
+        self.model, self.threshold = model, success_threshold
+        self.name = name or model.name
+
+    @property
+    def defines_success(self) -> bool:
+        return self.threshold is not None
+
+    def check_simulator(self, sim) -> None:
+        """Raise ValueError naming the fix unless the simulator's actions are what the reward scores."""
+        want = self.KINDS[self.model.kind]
+        if sim.action_type != want:
+            raise ValueError(f"reward '{self.name}' scores {self.model.kind}, but simulator actions are "
+                             f"{sim.action_type!r}: use a {sim.action_type} reward, or for a robot simulator's frames "
+                             "sim.type: semantic (an image reward on the rendered frames)")
+
+    def __call__(self, res: StepResult, obs: Observation, actions, alive: torch.Tensor) -> StepResult:
+        """``res`` of the decision ``actions`` taken on ``obs``, with the score of the envs in
+        ``alive`` added to its reward (and ``success`` set by the threshold)."""
+        rows = alive.cpu().nonzero().flatten().tolist()
+        if not rows:
+            return res
+        prompts = [obs.instruction[r] for r in rows]
+        meta = [dict(obs.meta[r]) if obs.meta is not None else {} for r in rows]
+        if isinstance(actions, Completions):
+            samples = Completions([actions[r] for r in rows], [actions.num_tokens[r] for r in rows])
+            for m, n in zip(meta, samples.num_tokens):
+                m["completion_tokens"] = n  # the overlong penalty reads it
+        elif isinstance(actions, list):
+            samples = [actions[r] for r in rows]
+        else:
+            samples = actions[torch.tensor(rows, device=actions.device)].cpu()
+        try:
+            score = self.model(samples, prompts, meta)
+        except Exception as exc:
+            raise RewardError(f"reward '{self.name}' failed on {len(rows)} samples (first prompt {prompts[0]!r}): "
+                              f"{type(exc).__name__}: {exc}") from exc
+        reward = res.reward.clone()
+        idx = torch.tensor(rows, device=reward.device)
+        reward[idx] = reward[idx] + score.to(reward.device, reward.dtype)
+        res.reward = reward
+        if self.threshold is not None:
+            success = res.success.clone()
+            success[idx] |= score.to(success.device) >= self.threshold
+            res.success = success
+        return res

@@ -39,6 +39,17 @@ def truncation_values(policy, res, alive: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def act(policy, sim, obs: Observation, generator, mode: str, alive: torch.Tensor, reward=None):
+    """One decision in ``sim``: the policy's `Decision` on ``obs``, the simulator's step, and the
+    reward stage's score of the decision added (``reward``: a `mmrl.reward.RewardStage`, or None).
+    Returns (training batch rows, `StepResult`)."""
+    batch, actions = policy.rollout(obs, generator=generator, mode=mode)
+    res = sim.step_chunk(actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions)
+    if reward is not None:
+        res = reward(res, obs, actions, alive)
+    return batch, res
+
+
 def step_record(out: Batch, res, alive: torch.Tensor, bootstrap: torch.Tensor | None) -> Batch:
     """The environment's feedback on one decision, added to the policy's rollout output ``out``
     (the keys of `mmrl.batch.KEYS`: rewards, dones, terminated, truncated, success, valid,
@@ -67,8 +78,9 @@ def episode_info(batch: Batch) -> dict:
 
 @torch.no_grad()
 def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.Generator | None,
-                     mode: str = "train", frames_of: int = 0) -> tuple[Batch, dict]:
-    """Run one episode per env. Returns (Batch [T, N, ...], info).
+                     mode: str = "train", frames_of: int = 0, reward=None) -> tuple[Batch, dict]:
+    """Run one episode per env, each decision scored by the reward stage ``reward`` (if any).
+    Returns (Batch [T, N, ...], info).
 
     info: ``return`` [N], ``success`` [N] bool, ``length`` [N] environment steps, ``env_steps``, and
     for videos of the first ``frames_of`` envs: ``frames`` uint8 [T+1, frames_of, H, W, 3],
@@ -82,8 +94,7 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
     steps, frames = [], [obs.image[:frames_of].cpu()] if frames_of else []
     captions, reached = list(obs.instruction[:frames_of]), [torch.zeros(frames_of, dtype=torch.bool)]
     for _ in range(horizon):
-        out = policy.rollout(obs, generator=generator, mode=mode)
-        res = sim.step_chunk(out["actions"].to(sim.device))
+        out, res = act(policy, sim, obs, generator, mode, alive, reward)
         boot = truncation_values(policy, res, alive) if mode == "train" else None
         steps.append(step_record(out, res, alive, boot).to("cpu"))
         if frames_of:  # show the finished episode's last frame, not the auto-reset one
@@ -117,8 +128,8 @@ class StepCollector:
     (exact when the simulator can snapshot itself, `Simulator.get_state`).
     """
 
-    def __init__(self, sim: Simulator, steps: int, seeds: list[int]):
-        self.sim, self.steps, self.seeds = sim, int(steps), list(seeds)
+    def __init__(self, sim: Simulator, steps: int, seeds: list[int], reward=None):
+        self.sim, self.steps, self.seeds, self.reward = sim, int(steps), list(seeds), reward
         self.obs = None
         n = sim.num_envs
         self.ep_return, self.ep_length = torch.zeros(n), torch.zeros(n, dtype=torch.long)
@@ -132,8 +143,7 @@ class StepCollector:
         every = torch.ones(n, dtype=torch.bool, device=sim.device)
         steps, finished = [], {"return": [], "success": [], "length": []}
         for _ in range(self.steps):
-            out = policy.rollout(self.obs, generator=generator, mode="train")
-            res = sim.step_chunk(out["actions"].to(sim.device))
+            out, res = act(policy, sim, self.obs, generator, "train", every, self.reward)
             steps.append(step_record(out, res, every, truncation_values(policy, res, every)).to("cpu"))
             self.ep_return += res.reward.float().cpu()
             self.ep_length += res.info["num_steps"].long().cpu()
@@ -184,8 +194,9 @@ class StepCollector:
 @torch.no_grad()
 def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
                     generator: torch.Generator | None = None, video_path: Path | None = None,
-                    video_envs: int = 8) -> dict:
-    """Success rate over ``num_episodes`` held-out episodes, in batches of ``sim.num_envs``.
+                    video_envs: int = 8, reward=None) -> dict:
+    """Success rate over ``num_episodes`` held-out episodes, in batches of ``sim.num_envs``, each
+    decision scored by the reward stage ``reward`` (if any) as in training.
 
     Episode e uses reset seed ``seed + e``, so the evaluation set is fixed and reproducible.
     Writes an mp4 grid of the first ``video_envs`` episodes when ``video_path`` is given.
@@ -199,7 +210,7 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
         seeds = [seed + done + i for i in range(n)]
         want_video = video_path is not None and done == 0
         _, info = collect_episodes(policy, sim, seeds, generator, mode="eval",
-                                   frames_of=min(video_envs, n) if want_video else 0)
+                                   frames_of=min(video_envs, n) if want_video else 0, reward=reward)
         take = min(n, num_episodes - done)
         successes.append(info["success"][:take].cpu())
         returns.append(info["return"][:take].cpu())

@@ -9,6 +9,13 @@ A simulator holds ``num_envs`` environments and is driven in batches of torch te
 - ``step(actions)`` with ``actions`` float ``[N, A]`` in ``[-1, 1]`` advances every environment one
   step; ``step_chunk(actions)`` with ``[N, C, A]`` executes an action chunk (C steps). An environment
   whose episode ends inside a chunk ignores the rest of the chunk. Returns a `StepResult`.
+- Actions come in the simulator's ``action_type`` (`ACTION_TYPES`), the natural type of what the
+  policy produces: ``"chunk"`` float ``[N, C, A]`` (robots), ``"text"`` a list of N `Completions`
+  (VLM answers), ``"image"`` uint8 ``[N, H, W, 3]`` (generated images). Text and image simulators
+  are single-turn: every episode is one decision.
+- Rewards: a simulator returns its own task reward. Reward models (``rewards/``) are not the
+  simulator's business: the trainer's reward stage (`mmrl.reward.RewardStage`) scores what the
+  policy produced against ``Observation.instruction`` and ``Observation.meta``.
 - Auto reset: an environment whose episode ended is reset inside the same call. The returned
   observation is already the first observation of its next episode; the last observation of the
   finished episode is in ``StepResult.final_obs`` (rows of the other environments are unspecified).
@@ -31,6 +38,8 @@ class Observation:
     #: per env, the full-resolution images of a question (uint8 [H, W, 3] each, any size and count);
     #: VLM question sims set it and ``image`` then holds fixed-size thumbnails for videos
     images: list[list[torch.Tensor]] | None = None
+    #: per env, the ground truth a reward model reads (e.g. ``{"answer": "3"}``, ``{"color": "red"}``)
+    meta: list[dict] | None = None
 
     def index(self, idx: torch.Tensor) -> "Observation":
         rows = idx.tolist() if idx.dtype != torch.bool else idx.nonzero().flatten().tolist()
@@ -39,7 +48,31 @@ class Observation:
             [self.instruction[i] for i in rows],
             None if self.state is None else self.state[idx],
             None if self.images is None else [self.images[i] for i in rows],
+            None if self.meta is None else [self.meta[i] for i in rows],
         )
+
+
+class Completions(list):
+    """The text actions of a VLM: N answer strings, and how many tokens each took
+    (``num_tokens``, for rewards that read the length)."""
+
+    def __init__(self, texts, num_tokens=None):
+        super().__init__(str(t) for t in texts)
+        self.num_tokens = [int(n) for n in num_tokens] if num_tokens is not None else [0] * len(self)
+        if len(self.num_tokens) != len(self):
+            raise ValueError(f"{len(self)} completions but {len(self.num_tokens)} token counts")
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return Completions(list.__getitem__(self, idx), self.num_tokens[idx])
+        return list.__getitem__(self, idx)
+
+    def __reduce__(self):  # pickles (sim workers) with its token counts
+        return (Completions, (list(self), self.num_tokens))
+
+
+#: what ``step_chunk`` takes, by ``Simulator.action_type``
+ACTION_TYPES = {"chunk": "float [N, C, A]", "text": "Completions (N strings)", "image": "uint8 [N, H, W, 3]"}
 
 
 @dataclass
@@ -71,6 +104,9 @@ class Simulator:
     #: whether the task defines success (``StepResult.success``); if not, the headline metric of
     #: training and evaluation is the episode return
     has_success: bool = True
+    #: what ``step_chunk`` takes (`ACTION_TYPES`): robot action chunks, or a single-turn answer /
+    #: image; a policy acts only in simulators of its own ``action_type``
+    action_type: str = "chunk"
     device: torch.device = torch.device("cpu")
     #: constructor argument set by a ``NAME:VALUE`` simulator name (``maniskill:PickCube-v1``)
     name_arg: str | None = None
@@ -95,9 +131,10 @@ class Simulator:
     def reset(self, seed: int | list[int] | None = None) -> Observation:
         raise NotImplementedError
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        """One step of ``[N, A]`` actions: a chunk of length one."""
-        return self.step_chunk(actions[:, None])
+    def step(self, actions) -> StepResult:
+        """One step of ``[N, A]`` actions: a chunk of length one (a single-turn simulator's
+        answers or images are one step as they are)."""
+        return self.step_chunk(actions[:, None] if self.action_type == "chunk" else actions)
 
     def step_chunk(self, actions: torch.Tensor) -> StepResult:
         """Execute ``[N, C, A]`` chunks; envs that finish mid-chunk skip the rest.
@@ -180,7 +217,7 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
     if acc is None:
         return Observation(
             new.image.clone(), list(new.instruction), None if new.state is None else new.state.clone(),
-            None if new.images is None else list(new.images),
+            None if new.images is None else list(new.images), None if new.meta is None else list(new.meta),
         )
     acc.image[rows] = new.image[rows]
     if acc.state is not None:
@@ -189,4 +226,6 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
         acc.instruction[i] = new.instruction[i]
         if acc.images is not None:
             acc.images[i] = new.images[i]
+        if acc.meta is not None:
+            acc.meta[i] = new.meta[i]
     return acc

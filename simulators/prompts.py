@@ -2,16 +2,16 @@
 
 This is how the one trainer drives image generators: every episode is one step. ``reset`` deals
 each environment a prompt from a prompt dataset (``datasets/``, e.g. ``shapes_prompts`` or
-``prompt_list``); the policy's action is the generated image, flattened: ``actions`` ``[N, 1,
-H*W*3]`` in ``[-1, 1]`` (pixel ``(h, w, c)`` at index ``(h * W + w) * 3 + c``, ``-1`` black, ``1``
-white); ``step`` turns it into uint8 images and scores them with a reward model (``rewards/``, e.g.
-``shapes``, ``clip_score``, ``pickscore``; a ``weighted_sum`` combines several). The episode then
-terminates, so a GRPO group (environments given the same reset seed) is a group of images of one
-prompt, as in Flow-GRPO.
+``prompt_list``); the policy's action is the generated image (``action_type = "image"``: uint8
+``[N, H, W, 3]``) and the episode ends, so a GRPO group (environments given the same reset seed) is
+a group of images of one prompt, as in Flow-GRPO. The task reward is 0: the trainer's reward stage
+(the experiment's ``reward:`` section, `mmrl.reward.RewardStage`) scores the images with a reward
+model (``rewards/``, e.g. ``shapes``, ``clip_score``, ``pickscore``; a ``weighted_sum`` combines
+several) against the prompt and its ``meta``, and decides ``success`` from its threshold.
 
 Observations: ``image`` is black before generation; the finished episode's ``final_obs.image`` is
-the generated image (so evaluation videos and grids show it). ``instruction`` is the prompt. There is
-no ``state``. ``success`` is ``reward >= success_threshold`` (all False without a threshold).
+the generated image (so evaluation videos and grids show it). ``instruction`` is the prompt,
+``meta`` its ground truth from the dataset. There is no ``state``.
 
 Prompt datasets: ``build(split="train"|"eval", **dataset_kwargs)`` returning ``{"prompt": [P str],
 "meta": [P dict]}``; evaluation simulators get ``split="eval"`` (held-out prompts).
@@ -21,8 +21,7 @@ counter-based hash ``u`` (`simulators.reach.hash_uniform`) with ``deal="random"`
 prompts drawn with replacement), or prompt ``s mod P`` with ``deal="cycle"`` (evaluation, the
 ``eval_kwargs``): the trainer evaluates episodes with consecutive seeds, so ``k * P`` episodes
 evaluate every held-out prompt exactly k times (`PromptSim.evaluation_rounds` checks the count).
-Either way equal seeds give equal prompts in any batch. Reward model failures raise
-`mmrl.reward.RewardError` naming the reward, the prompts, and the cause.
+Either way equal seeds give equal prompts in any batch.
 """
 
 from __future__ import annotations
@@ -32,22 +31,28 @@ import torch
 from mmrl.simulator import Observation, Simulator, StepResult, reset_seeds
 from .reach import hash_uniform
 
+MOVED = ("reward models are the trainer's reward stage now: move sim.kwargs.reward / reward_kwargs / "
+         "success_threshold to the experiment's top-level section `reward: {type, kwargs, success_threshold}`")
+
 
 class PromptSim(Simulator):
     """Prompt -> image -> reward, one step per episode."""
 
     max_episode_steps = 1
+    action_type = "image"
+    action_dim = 0  # the action is an image, not a vector
+    has_success = False  # success is the reward stage's threshold
     name_arg = "dataset"  # `mmrl check simulator prompts:shapes_prompts`
     eval_kwargs = {"split": "eval", "deal": "cycle"}  # every held-out prompt equally often
     DEALS = ("random", "cycle")
 
     def __init__(self, num_envs: int = 8, dataset: str = "shapes_prompts", dataset_kwargs: dict | None = None,
-                 reward: str = "shapes", reward_kwargs: dict | None = None, image_size: int = 16,
-                 split: str = "train", success_threshold: float | None = None, deal: str = "random",
-                 device: str | torch.device = "cpu", seed: int = 0):
+                 image_size: int = 16, split: str = "train", deal: str = "random",
+                 device: str | torch.device = "cpu", seed: int = 0, **moved):
         from mmrl.data import load_dataset
-        from mmrl.registry import REWARDS
 
+        if moved:
+            raise TypeError(f"PromptSim got {sorted(moved)}: {MOVED}")
         if num_envs < 1 or image_size < 1:
             raise ValueError("num_envs >= 1 and image_size >= 1 required")
         if deal not in self.DEALS:
@@ -59,15 +64,9 @@ class PromptSim(Simulator):
                              "with at least one prompt")
         self.prompts: list[str] = list(data["prompt"])
         self.meta: list[dict] = list(data.get("meta") or [{} for _ in self.prompts])
-        self.reward_name = reward
-        self.reward_model = REWARDS.build(reward, **(reward_kwargs or {}))
-        if getattr(self.reward_model, "kind", "image") != "image":
-            raise ValueError(f"reward '{reward}' scores {self.reward_model.kind}, PromptSim needs an image reward")
-        self.num_envs, self.split, self.deal, self.threshold = int(num_envs), split, deal, success_threshold
-        self.has_success = success_threshold is not None  # else the metric is the mean reward
+        self.num_envs, self.split, self.deal = int(num_envs), split, deal
         self.image_size = int(image_size)
         self.image_shape = (self.image_size, self.image_size, 3)
-        self.action_dim = self.image_size * self.image_size * 3
         self.device = torch.device(device)
         self._next_seed = int(seed) * 1_000_003  # auto resets draw fresh prompts from here
         self._idx = torch.zeros(self.num_envs, dtype=torch.long)
@@ -96,47 +95,31 @@ class PromptSim(Simulator):
 
     def _obs(self) -> Observation:
         image = torch.zeros(self.num_envs, *self.image_shape, dtype=torch.uint8, device=self.device)
-        return Observation(image, [self.prompts[i] for i in self._idx.tolist()])
+        rows = self._idx.tolist()
+        return Observation(image, [self.prompts[i] for i in rows], meta=[self.meta[i] for i in rows])
 
     def reset(self, seed: int | list[int] | None = None) -> Observation:
         seeds, self._next_seed = reset_seeds(seed, self.num_envs, self._next_seed)
         self._idx = self.prompt_index(seeds)
         return self._obs()
 
-    def to_images(self, actions: torch.Tensor) -> torch.Tensor:
-        """Flat ``[N, H*W*3]`` actions in [-1, 1] -> uint8 ``[N, H, W, 3]``."""
-        x = (actions.float().clamp(-1, 1) + 1) * 127.5
-        return x.round().to(torch.uint8).reshape(-1, *self.image_shape)
-
-    def _run(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
-        from mmrl.reward import RewardError
-
-        if actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
-            raise ValueError(f"PromptSim expects actions [{self.num_envs}, C, {self.action_dim}] "
-                             f"(images of {self.image_size} px), got {tuple(actions.shape)}")
-        if not torch.isfinite(actions).all():
-            raise ValueError("PromptSim got non-finite actions (NaN/inf pixels)")
+    def step_chunk(self, actions: torch.Tensor) -> StepResult:
+        """Each env's generated image (uint8 ``[N, H, W, 3]``) ends its episode; reward 0 (the
+        reward stage scores the image)."""
+        want = (self.num_envs, *self.image_shape)
+        if not isinstance(actions, torch.Tensor) or actions.dtype != torch.uint8 or tuple(actions.shape) != want:
+            got = f"{actions.dtype} {tuple(actions.shape)}" if isinstance(actions, torch.Tensor) else type(actions).__name__
+            raise ValueError(f"PromptSim takes uint8 images {list(want)} (sim.kwargs.image_size = "
+                             f"{self.image_size}, the policy's image size), got {got}")
         n, dev = self.num_envs, self.device
-        images = self.to_images(actions[:, 0].cpu())
-        rows = active.cpu().nonzero().flatten().tolist()
-        reward = torch.zeros(n)
-        if rows:
-            prompts = [self.prompts[self._idx[r]] for r in rows]
-            try:
-                reward[rows] = self.reward_model(images[rows], prompts, [self.meta[self._idx[r]] for r in rows])
-            except Exception as exc:
-                raise RewardError(f"reward '{self.reward_name}' failed on {len(rows)} images "
-                                  f"(first prompt {prompts[0]!r}): {type(exc).__name__}: {exc}") from exc
-        done = active.to(dev).clone()
-        success = done & (reward.to(dev) >= self.threshold) if self.threshold is not None else torch.zeros_like(done)
+        done = torch.ones(n, dtype=torch.bool, device=dev)
         final = self._obs()
-        final.image[done] = images.to(dev)[done]
-        ended = done.cpu().nonzero().flatten().tolist()
-        if ended:  # auto reset: the next prompt for every env that finished
-            self._idx[ended] = self.prompt_index([self._next_seed + i for i in range(len(ended))])
-            self._next_seed += len(ended)
+        final.image = actions.to(dev).clone()
+        self._idx = self.prompt_index([self._next_seed + i for i in range(n)])  # auto reset: next prompts
+        self._next_seed += n
         info = {"num_steps": done.long()}
-        return StepResult(self._obs(), reward.to(dev), done, torch.zeros_like(done), success, final, info)
+        return StepResult(self._obs(), torch.zeros(n, device=dev), done, torch.zeros_like(done),
+                          torch.zeros_like(done), final, info)
 
     def get_state(self) -> dict:
         return {"idx": self._idx.clone(), "next_seed": self._next_seed}

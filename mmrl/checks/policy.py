@@ -14,8 +14,9 @@ run with the module in eval mode and ``evaluate`` in train mode.
 Checks, in order:
 
 - ``build``: the config (tiny keys + overrides, validated like YAML), the simulator, the policy.
-- ``rollout``: a train-mode rollout of B envs is a `Batch` whose every value has B rows; ``actions``
-  ``[B, chunk_size, action_dim]`` and ``old_logp`` ``[B, *logp_shape]`` finite; ``old_values`` ``[B]``
+- ``rollout``: a train-mode rollout of B envs is a `Decision`: a `Batch` whose every value has B rows,
+  and actions of the policy's ``action_type`` (float ``[B, chunk_size, action_dim]`` finite, B
+  `Completions`, or uint8 images of the simulator's size); ``old_logp`` ``[B, *logp_shape]`` finite; ``old_values`` ``[B]``
   exactly when ``has_critic``; ``ref_logp`` exactly when ``provides_ref_logp``.
 - ``ratio_one``: before an update ``evaluate`` gives the rollout's log-probs (max |logp - old_logp|
   over the ``logp_mask`` elements <= ``LOGP_TOL``) and values (|values - old_values|).
@@ -54,7 +55,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from mmrl.batch import Batch
-from mmrl.policies.base import Evaluation, Policy, decode_answers
+from mmrl.policies.base import Decision, Evaluation, Policy
+from mmrl.simulator import Completions
 
 LOGP_TOL = 1e-5  # recomputed vs rollout log-probs (and values) before an update
 UPDATE_SCALE = 1e-2  # std of the simulated update of every trainable parameter
@@ -82,8 +84,7 @@ class TinySetup:
     eval_ignores_seed: bool = False  # greedy / mean-action evaluation: the generator is not used
 
 
-QA = {"dataset": "shapes_vqa", "dataset_kwargs": {"num_samples": 16, "tasks": ["count"]}, "reward": "counting",
-      "answer_bytes": 16}
+QA = {"dataset": "shapes_vqa", "dataset_kwargs": {"num_samples": 16, "tasks": ["count"]}}
 TINY: dict[str, TinySetup] = {
     "flow_vla": TinySetup({"dim": 32, "expert_dim": 32, "expert_layers": 1}),  # eval: ODE from sampled noise
     "gaussian": TinySetup({"hidden": 16, "chunk_size": 2}, eval_ignores_seed=True),  # eval: the mean
@@ -157,6 +158,20 @@ def batch_diff(a: Batch, b: Batch, skip: tuple[str, ...] = ("uid",)) -> str | No
     return None
 
 
+def decision_diff(a: Decision, b: Decision) -> str | None:
+    """First difference between two decisions: their environment actions, then their batches."""
+    x, y = a.actions, b.actions
+    if isinstance(x, torch.Tensor):
+        if x.shape != y.shape:
+            return f"actions shapes differ: {tuple(x.shape)} vs {tuple(y.shape)}"
+        if not torch.equal(x.cpu(), y.cpu()):
+            return f"actions differ (max |diff| {max_diff(x, y):.3g})"
+    elif list(x) != list(y):
+        first = next(i for i, (u, v) in enumerate(zip(x, y)) if u != v)
+        return f"actions differ (answer {first}: {x[first]!r} vs {y[first]!r})"
+    return batch_diff(a.batch, b.batch)
+
+
 class _Checker:
     def __init__(self, cls: type, setup: TinySetup, cfg_source: dict, cfg_overrides: Sequence[str],
                  sim_name: str, sim_kwargs: dict, device: str, seed: int, num_envs: int, verbose: bool):
@@ -164,7 +179,7 @@ class _Checker:
         self.cfg_source, self.cfg_overrides = cfg_source, list(cfg_overrides)
         self.sim_name, self.sim_kwargs, self.num_envs = sim_name, sim_kwargs, num_envs
         self.result = PolicyCheckResult()
-        self.policy = self.sim = self.obs = self.batch = None
+        self.policy = self.sim = self.obs = self.batch = self.actions = None
 
     def gen(self, offset: int = 0) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(self.seed + offset)
@@ -217,10 +232,34 @@ class _Checker:
         n = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         return f"{type(self.policy).__name__} on '{self.sim_name}' ({self.num_envs} envs), {n} trainable weights"
 
-    def rollout_batch(self, policy: Policy | None = None, offset: int = 0, mode: str = "train") -> Batch:
+    def decide(self, policy: Policy | None = None, offset: int = 0, mode: str = "train") -> Decision:
         policy = policy or self.policy
         policy.eval()  # as the trainer collects
-        return policy.rollout(self.obs, self.gen(offset), mode=mode)
+        out = policy.rollout(self.obs, self.gen(offset), mode=mode)
+        ensure(isinstance(out, tuple) and len(out) == 2, f"rollout must return a Decision (batch, actions), got "
+                                                          f"{type(out).__name__}")
+        return Decision(*out)
+
+    def rollout_batch(self, policy: Policy | None = None, offset: int = 0, mode: str = "train") -> Batch:
+        return self.decide(policy, offset, mode).batch
+
+    def check_actions(self, actions) -> str:
+        """The decision's actions are what the simulator's ``step_chunk`` takes (`ACTION_TYPES`)."""
+        p, b, kind = self.policy, self.num_envs, self.policy.action_type
+        if kind == "text":
+            ensure(isinstance(actions, Completions) and len(actions) == b,
+                   f"text actions must be Completions of {b} answers, got {type(actions).__name__}")
+            return f"{b} answers"
+        ensure(isinstance(actions, torch.Tensor), f"actions must be a tensor, got {type(actions).__name__}")
+        if kind == "image":
+            want = (b, *self.sim.image_shape)
+            ensure(actions.dtype == torch.uint8 and tuple(actions.shape) == want,
+                   f"image actions must be uint8 {want}, got {actions.dtype} {tuple(actions.shape)}")
+        else:
+            want = (b, p.chunk_size, self.sim.action_dim)
+            ensure(tuple(actions.shape) == want, f"actions {tuple(actions.shape)} != [B, chunk_size, action_dim] {want}")
+            ensure(torch.isfinite(actions).all(), "actions have NaN/inf")
+        return f"actions {want}"
 
     def need_batch(self) -> Batch:
         ensure(self.batch is not None, "no rollout batch (see the rollout check)")
@@ -234,25 +273,22 @@ class _Checker:
     # -------------------------------------------------------------- checks
     def rollout(self) -> str:
         p, b = self.policy, self.num_envs
-        batch = self.rollout_batch()
-        ensure(isinstance(batch, Batch), f"rollout must return a Batch, got {type(batch).__name__}")
+        batch, actions = self.decide()
+        ensure(isinstance(batch, Batch), f"rollout's batch must be a Batch, got {type(batch).__name__}")
         rows = {k: tuple(v.shape) for k, v in batch.items() if v.dim() == 0 or v.shape[0] != b}
         ensure(not rows, f"every value needs {b} rows (the trainer indexes them): {rows}")
-        want = (b, p.chunk_size, self.sim.action_dim)
-        ensure(tuple(batch["actions"].shape) == want, f"actions {tuple(batch['actions'].shape)} != [B, chunk_size, "
-                                                      f"action_dim] {want}")
+        shown = self.check_actions(actions)
         ensure(tuple(batch["old_logp"].shape) == (b, *p.logp_shape),
                f"old_logp {tuple(batch['old_logp'].shape)} != [B, *logp_shape] {(b, *p.logp_shape)}")
-        for k in ("actions", "old_logp"):
-            ensure(torch.isfinite(batch[k]).all(), f"{k} has NaN/inf")
+        ensure(torch.isfinite(batch["old_logp"]).all(), "old_logp has NaN/inf")
         ensure(("old_values" in batch) == p.has_critic, f"old_values {'missing' if p.has_critic else 'present'} "
                                                         f"with has_critic={p.has_critic}")
         if p.has_critic:
             ensure(tuple(batch["old_values"].shape) == (b,), f"old_values {tuple(batch['old_values'].shape)} != [B]")
         ensure(("ref_logp" in batch) == p.provides_ref_logp, f"ref_logp presence != provides_ref_logp "
                                                              f"({p.provides_ref_logp})")
-        self.batch = batch
-        return f"actions {want}, old_logp {tuple(batch['old_logp'].shape)}, keys {', '.join(sorted(batch))}"
+        self.batch, self.actions = batch, actions
+        return f"{shown}, old_logp {tuple(batch['old_logp'].shape)}, keys {', '.join(sorted(batch))}"
 
     def ratio(self, batch: Batch) -> tuple[float, str]:
         out = self.evaluate(batch)
@@ -298,13 +334,13 @@ class _Checker:
 
     def eval_deterministic(self) -> str:
         torch.manual_seed(self.seed + 11)  # a policy drawing from the global RNG gets other draws
-        a = self.rollout_batch(mode="eval")
+        a = self.decide(mode="eval")
         torch.manual_seed(self.seed + 12)
-        b = self.rollout_batch(mode="eval")
-        diff = batch_diff(a, b)
+        b = self.decide(mode="eval")
+        diff = decision_diff(a, b)
         ensure(diff is None, f"two eval rollouts with equally seeded generators differ: {diff}")
-        c = self.rollout_batch(offset=1, mode="eval")
-        other = batch_diff(a, c)
+        c = self.decide(offset=1, mode="eval")
+        other = decision_diff(a, c)
         if self.setup.eval_ignores_seed:
             ensure(other is None, f"eval should ignore the generator (greedy / mean), but another seed gives: {other}")
             return "repeatable, and independent of the generator seed"
@@ -324,19 +360,18 @@ class _Checker:
         self.batch = None
 
     def ratio_after_sync(self) -> str:
-        self.batch = self.rollout_batch(offset=2)
+        self.batch, self.actions = self.decide(offset=2)
         return self.ratio(self.batch)[1] + " (after an update and sync_rollout)"
 
     def demonstrations(self, batch: Batch) -> dict:
-        """Warm-start data of the simulator family's datasets, made of the rollout."""
-        obs = self.obs
-        if self.sim_name == "qa":  # questions: prompt, images, solution
+        """Warm-start data of the simulator family's datasets, made of the rollout's actions."""
+        obs, actions = self.obs, self.actions
+        if self.policy.action_type == "text":  # questions: prompt, images, solution
             images = obs.images if obs.images is not None else [[im] for im in obs.image]
-            return {"prompt": list(obs.instruction), "images": images, "solution": decode_answers(batch["actions"])[0]}
-        if self.sim_name == "prompts":  # (image, prompt) pairs: the generated images
-            img = (batch["actions"].reshape(-1, *self.sim.image_shape) + 1) * 127.5
-            return {"image": img.round().clamp(0, 255).to(torch.uint8), "prompt": list(obs.instruction)}
-        data = {"image": obs.image, "instruction": list(obs.instruction), "actions": batch["actions"]}
+            return {"prompt": list(obs.instruction), "images": images, "solution": list(actions)}
+        if self.policy.action_type == "image":  # (image, prompt) pairs: the generated images
+            return {"image": actions.cpu(), "prompt": list(obs.instruction)}
+        data = {"image": obs.image, "instruction": list(obs.instruction), "actions": actions}
         return data if obs.state is None else {**data, "state": obs.state}
 
     def gradients(self) -> str:
@@ -376,9 +411,9 @@ class _Checker:
     def save_load(self) -> str:
         state = copy.deepcopy(self.policy.state_dict())
         fresh = self.make_policy(self.seed + 1)
-        before = batch_diff(self.rollout_batch(), self.rollout_batch(fresh))
+        before = decision_diff(self.decide(), self.decide(fresh))
         fresh.load_state_dict(state)
-        diff = batch_diff(self.rollout_batch(), self.rollout_batch(fresh))
+        diff = decision_diff(self.decide(), self.decide(fresh))
         ensure(diff is None, f"after load_state_dict a fresh policy rolls out differently: {diff}")
         note = "" if before else " (a fresh policy matched even before loading: the round trip proved little)"
         return f"{len(state)} state entries; a fresh policy's rollout is identical after loading{note}"

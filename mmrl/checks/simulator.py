@@ -27,6 +27,10 @@ Checks, in order:
   time up to each env's end (reward sum, flags, final observation), so actions after the end of an
   episode are ignored.
 - ``auto_reset``: envs that ended keep running a fresh episode (not truncated again at once).
+
+Single-turn simulators (``action_type`` text or image) get random answers / images of their type,
+and instead of the chunk, bounds and time-limit checks: ``single_turn``, every decision ends every
+episode with a ``final_obs``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any, Callable
 
 import torch
 
-from mmrl.simulator import Observation, Simulator, StepResult
+from mmrl.simulator import ACTION_TYPES, Completions, Observation, Simulator, StepResult
 
 
 class CheckResult(list):
@@ -79,9 +83,28 @@ class _Checker:
         want = torch.device(self.sim.device)
         return t.device.type == want.type and (want.index is None or t.device.index == want.index)
 
-    def actions(self, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    @property
+    def single_turn(self) -> bool:
+        """Text and image simulators: one decision per episode, actions of their natural type."""
+        return getattr(self.sim, "action_type", "chunk") != "chunk"
+
+    def actions(self, *shape: int, scale: float = 1.0):
+        """Random actions of the simulator's type: float ``[*shape, action_dim]`` in [-scale, scale]
+        for a chunk simulator; for a single-turn one, ``shape[0]`` random answers or images."""
+        kind = getattr(self.sim, "action_type", "chunk")
+        if kind == "text":
+            words = ["0", "1", "2", "3", "red", "blue", "yes", "no", "(A)", "x = 4", ""]
+            pick = torch.randint(0, len(words), (shape[0],), generator=self.gen).tolist()
+            return Completions([words[i] for i in pick], [max(1, len(words[i])) for i in pick])
+        if kind == "image":
+            img = torch.randint(0, 256, (shape[0], *self.sim.image_shape), generator=self.gen, dtype=torch.uint8)
+            return img.to(self.sim.device)
         a = (torch.rand(*shape, self.sim.action_dim, generator=self.gen) * 2 - 1) * scale
         return a.to(self.sim.device)
+
+    def first(self, x):
+        """The first step of a chunk (a single-turn action is its own first step)."""
+        return x if self.single_turn else x[:, 0]
 
     def snapshot(self) -> dict | None:
         if not callable(getattr(self.sim, "get_state", None)) or not callable(getattr(self.sim, "set_state", None)):
@@ -166,16 +189,34 @@ class _Checker:
         self.resets()
         self.steps()
         self.state_roundtrip()  # before the checks that rely on snapshots
+        if self.single_turn:  # no chunks, no bounds: every decision is a whole episode
+            self.single_turn_episodes()
+            return self.result
         self.action_bounds()
         self.episode(num_steps)
         return self.result
+
+    def single_turn_episodes(self) -> None:
+        sim, n = self.sim, self.sim.num_envs
+        self.check = "single_turn"
+        self.ensure(sim.max_episode_steps == 1, f"a {sim.action_type} simulator is single-turn: "
+                    f"max_episode_steps must be 1, got {sim.max_episode_steps}")
+        sim.reset(self.seed + 3)
+        for _ in range(2):
+            res = sim.step_chunk(self.actions(n))
+            self.step_result(res, "step_chunk")
+            self.ensure(bool(res.done.all()), "every decision of a single-turn simulator must end its episode")
+            self.obs(res.final_obs, "final_obs")
+        self.passed()
 
     def attributes(self) -> None:
         self.check = "attributes"
         sim = self.sim
         for name in ("num_envs", "action_dim", "max_episode_steps", "image_shape", "device"):
             self.ensure(hasattr(sim, name), f"missing attribute {name!r}")
-        for name in ("num_envs", "action_dim", "max_episode_steps"):
+        kind = getattr(sim, "action_type", "chunk")
+        self.ensure(kind in ACTION_TYPES, f"action_type must be one of {list(ACTION_TYPES)}, got {kind!r}")
+        for name in ("num_envs", "max_episode_steps") + (() if self.single_turn else ("action_dim",)):
             v = getattr(sim, name)
             self.ensure(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive int, got {v!r}")
         shape = tuple(sim.image_shape)
@@ -411,11 +452,11 @@ class _Checker:
         kept = _clone_tree(snap)
         x = self.actions(n, self.chunk_size)
         r1 = sim.step_chunk(x)
-        r1b = sim.step(x[:, 0])
+        r1b = sim.step(self.first(x))
         self.ensure(_tree_equal(snap, kept), "get_state() returned views that stepping changed; return copies")
         sim.set_state(snap)
         r2 = sim.step_chunk(x)
-        r2b = sim.step(x[:, 0])
+        r2b = sim.step(self.first(x))
         diff = self.compare(r1, r2) or self.compare(r1b, r2b)
         self.ensure(diff is None, f"set_state(get_state()) did not reproduce the next steps: {diff}")
         self.passed()

@@ -57,25 +57,26 @@ def stage_torch_seed(seeds: list[int]) -> int:
 
 @torch.no_grad()
 def collect_pipelined(policy, sim_workers: list[SimWorker], seeds: list[int],
-                      generator: torch.Generator | None, mode: str = "train") -> tuple[Batch, dict]:
+                      generator: torch.Generator | None, mode: str = "train", reward=None) -> tuple[Batch, dict]:
     """Run one episode per env over ``sim_workers`` (stage s = worker s's envs, in order).
 
     Returns what `mmrl.rollout.collect_episodes` returns, (Batch [T, N, ...], info with
     ``return`` / ``success`` / ``length`` [N]), plus in info ``lost`` bool [N], ``lost_episodes``,
     ``worker_restarts`` (crashes survived in this call), ``policy_s`` / ``sim_wait_s`` (seconds the
     main process spent in inference / waiting for a simulator) and ``sim_s`` (seconds the workers
-    spent simulating, summed over workers). No video frames.
+    spent simulating, summed over workers). No video frames. The reward stage ``reward`` (if any)
+    scores each stage's decision in the main process when its simulation comes back.
     """
     workers = list(sim_workers)
     try:
-        return _collect(policy, workers, seeds, generator, mode)
+        return _collect(policy, workers, seeds, generator, mode, reward)
     except BaseException:
         for w in workers:  # answers still in flight must not be taken for the next request's
             w.discard_pending()
         raise
 
 
-def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode: str):
+def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode: str, reward):
     sizes = [w.num_envs for w in workers]
     n = sum(sizes)
     if len(seeds) != n:
@@ -118,7 +119,7 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
 
     # ---- the pipeline --------------------------------------------------------------------------
     steps: list[list[Batch]] = []
-    waiting: list[Batch | None] = [None] * S  # policy output whose simulation is in flight
+    waiting: list[tuple | None] = [None] * S  # (batch, actions, obs) of a decision whose simulation is in flight
     for t in range(horizon + 1):
         last = t == horizon
         finished = False
@@ -134,8 +135,11 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
                     res = _nothing_happened(restart_and_reset(s))
                 timing["sim_wait_s"] += time.perf_counter() - t0
                 timing["sim_s"] += float(res.info.get("worker_s", 0.0))
+                out, actions, acted_on = waiting[s]
+                if reward is not None:
+                    res = reward(res, acted_on, actions, alive[s])
                 boot = truncation_values(policy, res, alive[s]) if mode == "train" else None
-                steps[t - 1][s] = step_record(waiting[s], res, alive[s], boot).to("cpu")
+                steps[t - 1][s] = step_record(out, res, alive[s], boot).to("cpu")
                 alive[s] &= ~res.done.cpu()
                 obs[s] = res.obs
                 if s == S - 1 and not any(bool(a.any()) for a in alive):
@@ -152,12 +156,13 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
                 steps.append([None] * S)
                 rng_before = _get_rng(generator) if S > 1 else None
             t0 = time.perf_counter()
-            out = policy.rollout(obs[s], generator=generator, mode=mode)
+            out, actions = policy.rollout(obs[s], generator=generator, mode=mode)
             timing["policy_s"] += time.perf_counter() - t0
             # the last observation of an episode the time limit cuts is needed in train mode only
             # (the critic's bootstrap value there); evaluation saves the traffic
-            workers[s].submit("step_chunk", out["actions"].detach().cpu(), mode == "train")
-            waiting[s] = out
+            sent = actions.detach().cpu() if isinstance(actions, torch.Tensor) else actions
+            workers[s].submit("step_chunk", sent, mode == "train")
+            waiting[s] = (out, actions, obs[s])
         if finished or last:
             break
     batch = Batch.stack([Batch.cat(row, dim=0) for row in steps])  # [T, N, ...]
@@ -206,6 +211,7 @@ class SimGroup:
         first = self.workers[0]
         self.num_envs = sum(w.num_envs for w in self.workers)
         self.action_dim, self.max_episode_steps = first.action_dim, first.max_episode_steps
+        self.action_type = first.action_type
         self.image_shape, self.state_dim = first.image_shape, first.state_dim
         self.has_images, self.has_success = first.has_images, first.has_success
 
@@ -214,10 +220,10 @@ class SimGroup:
 
 
 def collect(policy, sim, seeds: list[int], generator: torch.Generator | None,
-            mode: str = "train") -> tuple[Batch, dict]:
+            mode: str = "train", reward=None) -> tuple[Batch, dict]:
     """`collect_pipelined` when ``sim`` is a `SimGroup`, else `collect_episodes` in this process."""
     if isinstance(sim, SimGroup):
-        return collect_pipelined(policy, sim.workers, seeds, generator, mode)
+        return collect_pipelined(policy, sim.workers, seeds, generator, mode, reward)
     from mmrl.rollout import collect_episodes
 
-    return collect_episodes(policy, sim, seeds, generator, mode)
+    return collect_episodes(policy, sim, seeds, generator, mode, reward=reward)

@@ -101,12 +101,13 @@ def _dumps(x: Any) -> bytes:
 
 # ---------------------------------------------------------------------------------- the process
 #: the simulator attributes a worker mirrors (`sim_meta`) and a `SimGroup` exposes
-SHAPE_KEYS = ("num_envs", "action_dim", "max_episode_steps", "image_shape", "state_dim", "has_images", "has_success")
+SHAPE_KEYS = ("num_envs", "action_dim", "action_type", "max_episode_steps", "image_shape", "state_dim", "has_images",
+              "has_success")
 
 
 def sim_meta(sim) -> dict:
     return {
-        "num_envs": int(sim.num_envs), "action_dim": int(sim.action_dim),
+        "num_envs": int(sim.num_envs), "action_dim": int(sim.action_dim), "action_type": str(sim.action_type),
         "max_episode_steps": int(sim.max_episode_steps), "image_shape": tuple(sim.image_shape),
         "state_dim": sim.state_dim, "has_images": bool(sim.has_images), "has_success": bool(sim.has_success),
         "device": str(sim.device), "pid": os.getpid(),
@@ -123,7 +124,7 @@ def handle_request(sim, method: str, args: tuple) -> Any:
     if method == "step_chunk":
         actions, with_final_obs = args
         t0 = time.perf_counter()
-        res = sim.step_chunk(actions.to(sim.device))
+        res = sim.step_chunk(actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions)
         res.info["worker_s"] = time.perf_counter() - t0  # simulation time in the worker
         if not with_final_obs:
             res.final_obs = None  # not needed by the collector: half the traffic
@@ -169,6 +170,7 @@ class WorkerBase:
 
     num_envs: int
     action_dim: int
+    action_type: str
     max_episode_steps: int
     image_shape: tuple
     state_dim: int | None

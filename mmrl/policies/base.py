@@ -3,9 +3,11 @@
 A policy turns a batch of observations into actions plus everything training needs later, and
 evaluates log-probs / values / entropy of given actions:
 
-- ``rollout(obs, generator, mode)`` -> `Batch` with ``actions`` (what the environment executes),
-  ``old_logp`` (behaviour log-prob at the policy's log-prob level), ``old_values`` (critic, if any)
-  and the replay inputs that ``evaluate`` needs (observations as tensors, a flow chain, tokens...).
+- ``rollout(obs, generator, mode)`` -> `Decision`: the training `Batch` (``old_logp``, the
+  behaviour log-prob at the policy's log-prob level; ``old_values`` with a critic; the replay inputs
+  that ``evaluate`` needs: observations as tensors, a flow chain, tokens...) and the ``actions`` the
+  environment receives in their natural type (``action_type``): a float chunk for a robot,
+  `Completions` for a VLM, uint8 images for a generator.
 - ``evaluate(batch)`` -> `Evaluation` with ``logp`` (same shape as ``old_logp``), ``entropy`` and
   optionally ``values``, ``logp_mask``, ``kl``, differentiable w.r.t. the policy's parameters.
 - ``supervised_loss(batch)`` -> per-sample loss for warm start on rows of ``warm_start_batch(data)``.
@@ -20,6 +22,7 @@ Every hook of the contract, with its default, is on `Policy` below.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -51,23 +54,11 @@ def decode_text(data: torch.Tensor) -> list[str]:
     return [bytes(r).rstrip(b"\0").decode("utf-8") for r in rows]
 
 
-def encode_answers(texts: list[str], num_tokens: list[int], width: int) -> torch.Tensor:
-    """Answers -> float ``[N, 1, 1 + width]`` actions (token count, then zero-padded UTF-8 bytes;
-    answers longer than ``width`` bytes are cut at a character boundary)."""
-    out = torch.zeros(len(texts), 1, 1 + width)
-    for i, (text, n) in enumerate(zip(texts, num_tokens)):
-        data = text.encode("utf-8")[:width].decode("utf-8", errors="ignore").encode("utf-8")
-        out[i, 0, 0] = float(n)
-        if data:
-            out[i, 0, 1:1 + len(data)] = torch.tensor(list(data), dtype=torch.float32)
-    return out
+class Decision(NamedTuple):
+    """What `Policy.rollout` returns for B envs."""
 
-
-def decode_answers(actions: torch.Tensor) -> tuple[list[str], list[int]]:
-    """Inverse of `encode_answers`: (answers, token counts)."""
-    rows = actions.reshape(actions.shape[0], -1).round().clamp(0, 255).to(torch.uint8).cpu()
-    texts = [bytes(r[1:].tolist()).rstrip(b"\0").decode("utf-8", errors="replace") for r in rows]
-    return texts, actions.reshape(actions.shape[0], -1)[:, 0].round().long().tolist()
+    batch: Batch  # B rows of what training needs (old_logp, replay inputs, ...)
+    actions: Any  # what the simulator's ``step_chunk`` takes (`mmrl.simulator.ACTION_TYPES`)
 
 
 @dataclass
@@ -114,6 +105,8 @@ class Policy(nn.Module):
 
     #: the config dataclass of the ``policy`` section when ``type`` names this policy
     config_class: type[PolicyConfig] = PolicyConfig
+    #: the actions it produces (`mmrl.simulator.ACTION_TYPES`): it acts in simulators of this type
+    action_type: str = "chunk"
     #: shape of one sample's log-prob after the leading batch dim, e.g. () chunk-level, (C, A) per dim
     logp_shape: tuple[int, ...] = ()
     has_critic: bool = False
@@ -204,10 +197,11 @@ class Policy(nn.Module):
         after the update, not during the rollout, keeps the PPO ratio exactly 1 on the first
         minibatch: rollout and update see the same statistics."""
 
-    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
-        """Observations of B envs -> `Batch` of B rows: ``actions`` (what the environment
-        executes), ``old_logp`` [B, *logp_shape], ``old_values`` [B] with a critic, and the replay
-        inputs ``evaluate`` reads. ``mode="eval"`` is the deterministic evaluation sampler."""
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
+        """Observations of B envs -> `Decision`: a `Batch` of B rows (``old_logp`` [B, *logp_shape],
+        ``old_values`` [B] with a critic, the replay inputs ``evaluate`` reads; a robot policy also
+        stores its float ``actions`` there) and the environment's actions in ``action_type``.
+        ``mode="eval"`` is the deterministic evaluation sampler."""
         raise NotImplementedError
 
     def evaluate(self, batch: Batch) -> Evaluation:

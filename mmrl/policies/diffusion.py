@@ -42,7 +42,7 @@ from mmrl.batch import Batch
 from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
 from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
-from mmrl.policies.base import Evaluation, Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 
 
 @dataclass
@@ -98,6 +98,7 @@ class DiffusionPolicy(Policy):
     """A flow-matching generator behind the policy contract (see the module docstring)."""
 
     config_class = DiffusionConfig
+    action_type = "image"  # generated images, uint8 [B, H, W, 3]
 
     @property
     def text_bytes(self) -> int:
@@ -117,11 +118,6 @@ class DiffusionPolicy(Policy):
         super().__init__()
         self.cfg = cfg
         self.gen = generator if generator is not None else build_generator(cfg)
-        c, h, w = self.gen.sample_shape
-        if action_dim != cfg.image_size * cfg.image_size * 3:
-            raise ValueError(f"the simulator's actions have {action_dim} values but policy.image_size="
-                             f"{cfg.image_size} makes {cfg.image_size ** 2 * 3}: set sim.kwargs.image_size "
-                             "and policy.image_size to the same value")
         self.uses_adapter = bool(getattr(self.gen, "has_adapter", False))
         needs_ref = cfg.kl_reference or cfg.awm_ref_coef > 0
         self.ref = copy.deepcopy(self.gen).requires_grad_(False) if needs_ref and not self.uses_adapter else None
@@ -173,7 +169,7 @@ class DiffusionPolicy(Policy):
 
     # ---- the policy contract ------------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         c = self.cfg
         prompts = list(obs.instruction)
         train = mode == "train"
@@ -188,14 +184,20 @@ class DiffusionPolicy(Policy):
                                 window=tuple(c.window) if c.window else None, device=dev)
         out = sample(self.model_fn(cond, null, guidance), noise, grid, method, noise_level=c.noise_level,
                      stoch=stoch, generator=generator)
-        images = self.gen.decode(out.x0)  # [B, 3, H, W] in [-1, 1]
-        batch = Batch(
-            instruction=encode_text(prompts, c.prompt_bytes).to(dev),
-            actions=images.permute(0, 2, 3, 1).reshape(len(prompts), 1, -1).float(),
-        )
+        images = to_uint8(self.gen.decode(out.x0))  # [B, H, W, 3]
+        batch = Batch(instruction=encode_text(prompts, c.prompt_bytes).to(dev))
         if train:  # the replay inputs (evaluation rollouts are never trained on)
             batch.update(flow_chain=out.chain, flow_stoch=out.stoch, old_logp=self._reduce(out.logp, out.stoch))
-        return batch
+        return Decision(batch, images)
+
+    def check_simulator(self, sim) -> None:
+        """The simulator's images (its black placeholders, and the generated ones it shows) have the
+        size this policy generates."""
+        want = (self.cfg.image_size, self.cfg.image_size, 3)
+        if tuple(sim.image_shape) != want:
+            raise ValueError(f"the simulator shows {tuple(sim.image_shape)} images but policy.image_size = "
+                             f"{self.cfg.image_size} generates {want}: set sim.kwargs.image_size to "
+                             f"{self.cfg.image_size}")
 
     def _reduce(self, logp_elem: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor:
         step = "none" if self.cfg.logp_level == "step" else "sum"
@@ -286,6 +288,12 @@ def diffusers_family(model: str) -> str:
             raise ValueError(f"{model} holds a {name}; the diffusion policy supports {sorted(families)}")
         return families[name]
     return "flux" if "flux" in model.lower() else "sd3"
+
+
+def to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """Generated images ``[B, 3, H, W]`` in [-1, 1] -> uint8 ``[B, H, W, 3]`` (-1 black, 1 white)."""
+    x = (images.permute(0, 2, 3, 1).float().clamp(-1, 1) + 1) * 127.5
+    return x.round().to(torch.uint8).cpu()
 
 
 def build_generator(cfg: DiffusionConfig) -> nn.Module:

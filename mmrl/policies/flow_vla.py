@@ -37,7 +37,7 @@ from mmrl.flow import (
     time_grid,
 )
 from mmrl.algorithms.normalization import RunningMeanStd
-from mmrl.policies.base import Evaluation, Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
 
@@ -258,7 +258,7 @@ class FlowVLAPolicy(Policy):
 
     # ---- the policy contract ------------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         c = self.cfg
         prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
         b, dev = prefix.shape[0], prefix.device
@@ -282,7 +282,7 @@ class FlowVLAPolicy(Policy):
         values = self.values(prefix, mask, obs.state)
         if values is not None:
             batch["old_values"] = values
-        return batch
+        return Decision(batch, batch["actions"])
 
     def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
         c = self.cfg

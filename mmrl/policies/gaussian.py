@@ -23,7 +23,7 @@ from torch import nn
 
 from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
-from mmrl.policies.base import Evaluation, Policy, PolicyConfig
+from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
 
 
 @dataclass
@@ -101,7 +101,7 @@ class GaussianPolicy(Policy):
         return None if self.value_head is None else self.value_head(self._state(state)).squeeze(-1)
 
     @torch.no_grad()
-    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         dist = self._dist(obs.state)
         if mode == "train":
             noise = torch.randn(dist.mean.shape, generator=generator, device=dist.mean.device)
@@ -113,7 +113,7 @@ class GaussianPolicy(Policy):
         values = self._values(obs.state)
         if values is not None:
             batch["old_values"] = values
-        return batch
+        return Decision(batch, batch["actions"])
 
     def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
         dist = self._dist(batch["state"])

@@ -65,7 +65,7 @@ from torch import nn
 from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.policies.action_tokenizer import ActionTokenizer
-from mmrl.policies.base import Evaluation, Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
 PLACEHOLDER = "<action_query>"  # parallel decoding's default input token
@@ -257,7 +257,7 @@ class TokenVLAPolicy(Policy):
 
     # ---- the policy contract ------------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         greedy = mode != "train"
         enc = self.encode_prompt(obs.image, list(obs.instruction))
         b, n = enc["input_ids"].shape[0], self.num_tokens
@@ -298,7 +298,7 @@ class TokenVLAPolicy(Policy):
         values = self._values(last)
         if values is not None:
             batch["old_values"] = values
-        return batch
+        return Decision(batch, batch["actions"])
 
     def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Teacher-forced log-probs ``logp`` [B, C*A] of ``action_tokens``, ``values`` [B] (or None)

@@ -49,7 +49,8 @@ from torch import nn
 from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.engines.base import GenRequest, SamplingConfig
-from mmrl.policies.base import Evaluation, Policy, PolicyConfig, encode_answers
+from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
+from mmrl.simulator import Completions
 from mmrl.policies.token_vla import VISION_TOWER_NAMES, freeze_vision_tower
 
 MM_SKIP = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
@@ -102,6 +103,7 @@ class VLMPolicy(Policy):
     """A transformers image-text LM answering questions; see the module docstring."""
 
     config_class = VLMConfig
+    action_type = "text"  # answers, as `Completions`
 
     async_unsupported = ("its rollout engine (HF or vLLM) and the per-iteration processor cache "
                          "belong to the trained policy, not to a background copy")
@@ -115,9 +117,6 @@ class VLMPolicy(Policy):
             model, processor = load_vlm(cfg)
         self.cfg, self.processor = cfg, processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
-        self.answer_bytes = int(action_dim) - 1
-        if self.answer_bytes < 1:
-            raise ValueError(f"a VLM needs a question simulator (action_dim = 1 + answer bytes), got {action_dim}")
         if cfg.freeze_vision:
             freeze_vision_tower(model)
         if cfg.finetune == "lora":
@@ -270,7 +269,7 @@ class VLMPolicy(Policy):
 
     # ---- the policy contract ------------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Batch:
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         train = mode == "train"
         reqs = self.requests(list(obs.instruction), self._obs_images(obs))
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device)) \
@@ -283,12 +282,10 @@ class VLMPolicy(Policy):
         b, width = len(reqs), self.cfg.max_new_tokens
         completion, mask = pad_right([g.token_ids for g in gens], width, self.tokenizer.pad_token_id or 0)
         engine_logp, _ = pad_right([g.logprobs for g in gens], width, 0.0, torch.float32)
-        texts = [g.text for g in gens]
-        lengths = mask.sum(1).tolist()
-        batch = Batch(actions=encode_answers(texts, lengths, self.answer_bytes).to(self.device),
-                      completion=completion, completion_mask=mask, old_logp=engine_logp)
+        answers = Completions([g.text for g in gens], mask.sum(1).tolist())
+        batch = Batch(completion=completion, completion_mask=mask, old_logp=engine_logp)
         if not train:
-            return batch
+            return Decision(batch, answers)
         entries = self.encode_unique(reqs)
         uids = list(range(self._next_uid, self._next_uid + b))
         self._next_uid += b
@@ -305,7 +302,7 @@ class VLMPolicy(Policy):
                 batch["is_weight"] = torch.exp(old - engine_logp).clamp(max=self.cfg.tis_cap) * mask
         if self.provides_ref_logp:
             batch["ref_logp"] = self.reference_logp(entries, completion, mask).cpu() * mask
-        return batch
+        return Decision(batch, answers)
 
     def reference_logp(self, entries, completion, mask) -> torch.Tensor:
         if self.cfg.reference == "adapter":

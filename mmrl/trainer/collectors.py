@@ -56,8 +56,8 @@ class Collector:
     #: whether episodes go on across rounds (the reward scaler then keeps its running return)
     continuing = False
 
-    def __init__(self, sim):
-        self.sim = sim
+    def __init__(self, sim, reward=None):
+        self.sim, self.reward = sim, reward  # reward: the trainer's `mmrl.reward.RewardStage`, or None
 
     @property
     def num_envs(self) -> int:
@@ -66,10 +66,6 @@ class Collector:
     @property
     def max_episode_steps(self) -> int:
         return self.sim.max_episode_steps
-
-    @property
-    def has_success(self) -> bool:
-        return self.sim.has_success
 
     @property
     def remote(self) -> bool:
@@ -97,15 +93,15 @@ class EpisodeCollector(Collector):
     """One episode per env with round ``r``'s seeds: ``seed * TRAIN_SEED_STRIDE + r * (N / G)`` +
     the env's group index."""
 
-    def __init__(self, sim, seed: int, group_size: int):
-        super().__init__(sim)
+    def __init__(self, sim, seed: int, group_size: int, reward=None):
+        super().__init__(sim, reward)
         self.seed, self.group_size = seed, group_size
 
     def collect(self, policy, round: int, generator: torch.Generator) -> tuple[Batch, dict]:
         base = self.seed * TRAIN_SEED_STRIDE + round * (self.num_envs // self.group_size)
         seeds = episode_seeds(base, self.num_envs, self.group_size)
         torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
-        batch, info = collect(policy, self.sim, seeds, generator, mode="train")
+        batch, info = collect(policy, self.sim, seeds, generator, mode="train", reward=self.reward)
         group = torch.unique(torch.tensor(seeds), return_inverse=True)[1]
         batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
         if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
@@ -120,9 +116,9 @@ class FixedLengthCollector(Collector):
 
     continuing = True
 
-    def __init__(self, sim, seed: int, steps: int):
-        super().__init__(sim)
-        self.rollout = StepCollector(sim, steps, episode_seeds(seed * TRAIN_SEED_STRIDE, sim.num_envs))
+    def __init__(self, sim, seed: int, steps: int, reward=None):
+        super().__init__(sim, reward)
+        self.rollout = StepCollector(sim, steps, episode_seeds(seed * TRAIN_SEED_STRIDE, sim.num_envs), reward)
 
     def collect(self, policy, round: int, generator: torch.Generator) -> tuple[Batch, dict]:
         batch, info = self.rollout.collect(policy, generator)
@@ -142,7 +138,7 @@ class DynamicSamplingCollector(Collector):
     biased by the filter)."""
 
     def __init__(self, inner: EpisodeCollector, max_rounds: int):
-        super().__init__(inner.sim)
+        super().__init__(inner.sim, inner.reward)
         self.inner, self.max_rounds = inner, max_rounds
 
     def collect(self, policy, round: int, generator: torch.Generator) -> tuple[Batch, dict]:
@@ -174,12 +170,13 @@ class DynamicSamplingCollector(Collector):
         return out, first
 
 
-def build_collector(cfg, sim) -> Collector:
-    """The collector the experiment's ``trainer`` and ``algorithm`` sections ask for (the
-    background `AsyncCollector` wraps it in the trainer, which owns the weight versions)."""
+def build_collector(cfg, sim, reward=None) -> Collector:
+    """The collector the experiment's ``trainer`` and ``algorithm`` sections ask for, scoring with
+    the reward stage ``reward`` (the background `AsyncCollector` wraps it in the trainer, which
+    owns the weight versions)."""
     if cfg.trainer.rollout_steps:
-        return FixedLengthCollector(sim, cfg.run.seed, cfg.trainer.rollout_steps)
-    episodes = EpisodeCollector(sim, cfg.run.seed, cfg.algorithm.group_size)
+        return FixedLengthCollector(sim, cfg.run.seed, cfg.trainer.rollout_steps, reward)
+    episodes = EpisodeCollector(sim, cfg.run.seed, cfg.algorithm.group_size, reward)
     if cfg.algorithm.dynamic_sampling:
         return DynamicSamplingCollector(episodes, cfg.algorithm.max_sampling_rounds)
     return episodes

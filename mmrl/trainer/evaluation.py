@@ -25,9 +25,9 @@ def task_slug(task: Any) -> str:
 
 def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, episodes: int, seed: int,
                    generator: torch.Generator | None = None, video_dir: Path | None = None,
-                   video_envs: int = 8, max_envs: int = 64) -> dict:
+                   video_envs: int = 8, max_envs: int = 64, reward=None) -> dict:
     """Evaluate ``policy`` on every task in ``tasks``; ``make_sim(task, num_envs)`` builds one
-    task's simulator. Returns the report: overall ``success_rate`` / ``return`` / ``length`` /
+    task's simulator; ``reward`` is the experiment's reward stage (`mmrl.reward.RewardStage`) or None. Returns the report: overall ``success_rate`` / ``return`` / ``length`` /
     ``episodes`` (episode-weighted over tasks) and ``tasks``, one entry per task."""
     if not tasks:
         raise ValueError("evaluate_suite needs at least one task")
@@ -38,7 +38,7 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
         sim = make_sim(task, min(max_envs, episodes))
         try:
             video = video_dir / f"eval_{task_slug(task)}.mp4" if video_dir is not None and video_envs else None
-            res = evaluate_policy(policy, sim, episodes, seed, generator, video, video_envs)
+            res = evaluate_policy(policy, sim, episodes, seed, generator, video, video_envs, reward=reward)
             language = sim.instruction
         finally:
             sim.close()

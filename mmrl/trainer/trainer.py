@@ -53,15 +53,21 @@ def recording_simulator(sim_type: str, kwargs: dict) -> tuple[str, dict]:
 
 
 class Trainer:
-    def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None):
+    def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None,
+                 reward=None):
         self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
+        #: the reward stage (`mmrl.reward.RewardStage`): a reward model scoring each decision of a
+        #: single-turn policy, in training and evaluation rollouts alike; None = the task reward alone
+        self.reward_stage = reward
+        #: whether the task is judged by success (the simulator's, or the reward stage's threshold)
+        self.has_success = eval_sim.has_success or bool(reward is not None and reward.defines_success)
         self.out_dir = Path(out_dir)
         self.logger = logger or RunLogger(self.out_dir, cfg.run.wandb, cfg.run.wandb_project)
         self.device = torch.device(cfg.run.device)
         self._engine: TrainEngine | None = None
         self.state = TrainState()
         algo = cfg.algorithm
-        self.collector = build_collector(cfg, sim)  # where and how the training episodes are collected
+        self.collector = build_collector(cfg, sim, reward)  # where and how the training episodes are collected
         self.reward_scaler = RewardScaler(algo.gamma) if algo.reward_norm else None
 
     @property
@@ -146,7 +152,7 @@ class Trainer:
 
     def headline(self) -> tuple[str, str]:
         """(results key, name) of the metric this task is judged by."""
-        return ("success_rate", "success") if self.eval_sim.has_success else ("return", "return")
+        return ("success_rate", "success") if self.has_success else ("return", "return")
 
     def iteration(self, it: int, collector: "AsyncCollector | None", bar) -> None:
         """Collect (or take the batch collected in the background) -> advantages -> update -> log."""
@@ -170,7 +176,7 @@ class Trainer:
         self.state.rl_seconds += time.time() - t0
         metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
         self.logger.log(self.state.iteration, metrics)
-        key = "train/success" if self.collector.has_success else "train/return"
+        key = "train/success" if self.has_success else "train/return"
         if key in metrics:
             bar.set_postfix({key[6:]: f"{metrics[key]:.3g}", "skipped": self.state.skipped_steps})
         every = self.cfg.trainer.eval_every
@@ -228,8 +234,9 @@ class Trainer:
             return self.collector.collect(self.policy, it, gen)
 
     def reward(self, batch: Batch) -> Batch:
-        """Task reward from the simulator (reward models, ``rewards/``, plug in here), scaled by the
-        running std of the discounted return when ``algorithm.reward_norm`` is on."""
+        """The collected rewards (the simulator's task reward plus the reward stage's score, added
+        at each decision by the collector, so that success, videos and dynamic sampling see them),
+        scaled by the running std of the discounted return when ``algorithm.reward_norm`` is on."""
         if self.reward_scaler is not None:
             batch["rewards"] = self.reward_scaler.scale(batch["rewards"], batch["dones"], batch["valid"],
                                                         continuing=self.collector.continuing)
@@ -297,7 +304,7 @@ class Trainer:
         video = self.out_dir / "videos" / f"{name}.mp4" if t.video_episodes else None
         with self.autocast():
             res = evaluate_policy(self.policy, self.eval_sim, t.eval_episodes, t.eval_seed,
-                                  self.generator("eval", 0), video, t.video_episodes)
+                                  self.generator("eval", 0), video, t.video_episodes, reward=self.reward_stage)
         res.update(iteration=self.state.iteration, rl_seconds=self.state.rl_seconds,
                    train_episodes=self.state.episodes, env_steps=self.state.env_steps)
         self.state.results[name] = res
@@ -314,7 +321,7 @@ class Trainer:
         return {**{f"train/{k}": v for k, v in self.policy.rollout_stats().items()},
             **({"train/return": info["return"].float().mean().item(),
                 "train/length": info["length"].float().mean().item()} if ended else {}),
-            **({"train/success": info["success"].float().mean().item()} if ended and self.collector.has_success else {}),
+            **({"train/success": info["success"].float().mean().item()} if ended and self.has_success else {}),
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
             **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",

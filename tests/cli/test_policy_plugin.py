@@ -18,6 +18,7 @@ from pathlib import Path
 PLUGIN = '''
 from dataclasses import dataclass
 
+from mmrl.policies.base import Decision
 from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 
 
@@ -35,9 +36,9 @@ class ScaledFlowPolicy(FlowVLAPolicy):
     config_class = ScaledFlowConfig
 
     def rollout(self, obs, generator=None, mode="train"):
-        out = super().rollout(obs, generator, mode)
-        out["actions"] = out["actions"] * self.cfg.action_scale
-        return out
+        batch, actions = super().rollout(obs, generator, mode)
+        batch["actions"] = actions = actions * self.cfg.action_scale
+        return Decision(batch, actions)
 '''
 
 CONFIG = """

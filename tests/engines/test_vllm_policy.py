@@ -15,13 +15,12 @@ TOL = 1e-3
 
 
 def test_vllm_policy_recomputes_engine_logprobs_and_syncs_updates():
-    sim = QASim(num_envs=4, dataset="shapes_vqa", dataset_kwargs={"num_samples": 8, "tasks": ["count"]},
-                reward="counting")
+    sim = QASim(num_envs=4, dataset="shapes_vqa", dataset_kwargs={"num_samples": 8, "tasks": ["count"]})
     torch.manual_seed(0)
     pol = VLMPolicy(VLMConfig(model="tiny", engine="vllm", max_new_tokens=6, max_prompt_tokens=64),
                     action_dim=sim.action_dim)
     assert pol.recompute
-    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(0))
+    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(0)).batch
     m = batch["completion_mask"]
     assert not any(t in pol.banned_ids for t in batch["completion"][m].tolist())
     assert pol.rollout_stats()["logp_mismatch_max"] < TOL

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.batch import Batch
+from mmrl.policies.base import Decision
 
 
 class StageByStage:
@@ -41,7 +42,8 @@ class StageByStage:
         k = n // self.stages
         parts = [self._rollout(obs.index(torch.arange(s * k, (s + 1) * k)), generator=generator, mode=mode)
                  for s in range(self.stages)]
-        return Batch.cat(parts, dim=0)
+        batch = Batch.cat([p.batch for p in parts], dim=0)
+        return Decision(batch, batch["actions"])
 
     def __getattr__(self, name: str):  # every other hook (e.g. `value`) is the policy's own
         policy = self.__dict__.get("policy")

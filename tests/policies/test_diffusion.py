@@ -25,7 +25,7 @@ def _tiny(**kw):
 @pytest.mark.parametrize("kw", [{}, {"stochastic": "one", "guidance_scale": 3.0}, {"logp_level": "sample", "method": "cps"}])
 def test_ratio_is_one_before_an_update(kw):
     pol = _tiny(**kw)
-    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch
     out = pol.evaluate(batch)
     assert out.logp.shape == batch["old_logp"].shape == ((4, 4) if pol.cfg.logp_level == "step" else (4,))
     assert torch.allclose(out.logp, batch["old_logp"], atol=1e-5)
@@ -34,15 +34,15 @@ def test_ratio_is_one_before_an_update(kw):
         assert (out.logp[~batch["flow_stoch"]] == 0).all()
 
 
-def test_actions_are_the_decoded_images_in_hwc_order():
+def test_actions_are_the_decoded_images_as_uint8_in_hwc_order():
     pol = _tiny()
-    batch = pol.rollout(_obs(), torch.Generator().manual_seed(1))
+    batch, img = pol.rollout(_obs(), torch.Generator().manual_seed(1))
     x0 = batch["flow_chain"][:, -1]  # pixel space: the image itself
-    img = batch["actions"].reshape(4, 16, 16, 3)
-    assert torch.allclose(img, x0.clamp(-1, 1).permute(0, 2, 3, 1))
-    assert batch["actions"].shape == (4, 1, 768) and batch["flow_chain"].shape == (4, 5, 3, 16, 16)
-    ev = pol.rollout(_obs(), torch.Generator().manual_seed(1), mode="eval")  # ODE, eval grid, no replay
-    assert "flow_chain" not in ev and ev["actions"].shape == (4, 1, 768)
+    want = ((x0.clamp(-1, 1).permute(0, 2, 3, 1) + 1) * 127.5).round().to(torch.uint8)
+    assert img.dtype == torch.uint8 and img.shape == (4, 16, 16, 3) and torch.equal(img, want)
+    assert "actions" not in batch and batch["flow_chain"].shape == (4, 5, 3, 16, 16)
+    ev, ev_img = pol.rollout(_obs(), torch.Generator().manual_seed(1), mode="eval")  # ODE, eval grid, no replay
+    assert "flow_chain" not in ev and ev_img.shape == (4, 16, 16, 3)
 
 
 def test_classifier_free_guidance_formula():
@@ -58,7 +58,7 @@ def test_classifier_free_guidance_formula():
 
 def test_kl_to_reference_is_zero_then_positive():
     pol = _tiny(kl_reference=True)
-    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch
     assert torch.allclose(pol.evaluate(batch).kl, torch.zeros(4))
     with torch.no_grad():
         pol.gen.out[-1].bias.add_(0.1)  # velocity +0.1 everywhere: mean drift = dt * 0.1
@@ -78,7 +78,7 @@ def test_kl_to_reference_is_zero_then_positive():
 
 def test_awm_regularisers_and_ema():
     pol = _tiny(awm_ref_coef=1.0, awm_ema_coef=1.0, ema_decay=0.5)
-    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch
     adv = torch.zeros(4)
     torch.manual_seed(0)
     assert torch.allclose(pol.likelihood_free_loss(batch, adv), torch.zeros(4), atol=1e-7)  # v == v_ref == v_ema
@@ -103,8 +103,11 @@ def test_supervised_loss_and_size_mismatch():
     batch = {"image": torch.randint(0, 256, (4, 16, 16, 3), dtype=torch.uint8), "instruction": encode_text(PROMPTS)}
     loss = pol.supervised_loss(batch)
     assert loss.shape == (4,) and torch.isfinite(loss).all()
-    with pytest.raises(ValueError, match="policy.image_size"):
-        DiffusionPolicy(DiffusionConfig(image_size=16), 32 * 32 * 3)
+    from simulators.prompts import PromptSim
+
+    pol.check_simulator(PromptSim(num_envs=2, image_size=16))
+    with pytest.raises(ValueError, match="set sim.kwargs.image_size to 16"):
+        pol.check_simulator(PromptSim(num_envs=2, image_size=32))
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +129,8 @@ def test_sd3_lora_ratio_reference_and_training(tiny_sd3):
     pol = DiffusionPolicy(cfg, 16 * 16 * 3)
     trainable = [n for n, p in pol.named_parameters() if p.requires_grad]
     assert trainable and all("lora" in n for n in trainable) and pol.ref is None  # reference = adapter off
-    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
-    assert batch["flow_chain"].shape == (4, 4, 4, 16, 16) and batch["actions"].shape == (4, 1, 768)
+    batch, images = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    assert batch["flow_chain"].shape == (4, 4, 4, 16, 16) and images.shape == (4, 16, 16, 3)
     out = pol.evaluate(batch)
     assert torch.allclose(out.logp, batch["old_logp"], atol=1e-4)
     assert torch.allclose(out.kl, torch.zeros(4), atol=1e-8)  # LoRA B starts at 0

@@ -24,7 +24,7 @@ def make_policy(**kw):
 
 def test_gradients_reach_expert_backbone_and_noise_head():
     policy = make_policy(method="noise")
-    batch = policy.rollout(make_obs(), generator=torch.Generator().manual_seed(2))
+    batch = policy.rollout(make_obs(), generator=torch.Generator().manual_seed(2)).batch
     out = policy.evaluate(batch)
     (out.logp.sum() + out.values.sum()).backward()
     assert policy.expert.out.weight.grad.abs().sum() > 0
@@ -36,7 +36,7 @@ def test_gradients_reach_expert_backbone_and_noise_head():
 
 def test_detached_value_does_not_train_backbone():
     policy = make_policy(detach_value=True)
-    batch = policy.rollout(make_obs(), generator=torch.Generator().manual_seed(3))
+    batch = policy.rollout(make_obs(), generator=torch.Generator().manual_seed(3)).batch
     policy.evaluate(batch).values.sum().backward()
     assert policy.backbone.conv1.weight.grad is None or policy.backbone.conv1.weight.grad.abs().sum() == 0
 
@@ -44,8 +44,8 @@ def test_detached_value_does_not_train_backbone():
 def test_eval_mode_is_deterministic_ode():
     policy = make_policy()
     obs = make_obs()
-    a = policy.rollout(obs, generator=torch.Generator().manual_seed(5), mode="eval")
-    b = policy.rollout(obs, generator=torch.Generator().manual_seed(5), mode="eval")
+    a = policy.rollout(obs, generator=torch.Generator().manual_seed(5), mode="eval").batch
+    b = policy.rollout(obs, generator=torch.Generator().manual_seed(5), mode="eval").batch
     torch.testing.assert_close(a["actions"], b["actions"])
     assert not a["flow_stoch"].any()  # ODE: no stochastic transitions
 
@@ -87,7 +87,7 @@ def test_policy_with_hf_backbone_ratio_one(tmp_path):
     torch.manual_seed(0)
     cfg = FlowVLAConfig(backbone=str(tmp_path), expert_dim=32, expert_layers=1, method="sde")
     policy = FlowVLAPolicy(cfg, action_dim=2, state_dim=2, backbone=backbone)
-    batch = policy.rollout(make_obs(b=3), generator=torch.Generator().manual_seed(0))
+    batch = policy.rollout(make_obs(b=3), generator=torch.Generator().manual_seed(0)).batch
     out = policy.evaluate(batch)
     torch.testing.assert_close(out.logp, batch["old_logp"], atol=1e-4, rtol=0)
     out.logp.sum().backward()
@@ -99,7 +99,7 @@ def test_cuda_rollout_and_recompute_agree():
     policy = make_policy(method="sde").cuda()
     obs = make_obs()
     obs = Observation(obs.image.cuda(), obs.instruction, obs.state.cuda())
-    batch = policy.rollout(obs, generator=torch.Generator(device="cuda").manual_seed(0))
+    batch = policy.rollout(obs, generator=torch.Generator(device="cuda").manual_seed(0)).batch
     assert batch["actions"].is_cuda
     out = policy.evaluate(batch)
     torch.testing.assert_close(out.logp, batch["old_logp"], atol=1e-4, rtol=0)

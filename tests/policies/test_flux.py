@@ -98,9 +98,9 @@ def test_lora_ratio_reference_and_training(tiny_flux):
     for block in ("transformer_blocks.0.attn.", "single_transformer_blocks.0.attn."):  # both block kinds
         assert any(f".{block}to_q.lora_A" in n for n in trainable)
     assert any("add_q_proj.lora_A" in n for n in trainable) and any("to_add_out.lora_A" in n for n in trainable)
-    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0))
-    assert batch["flow_chain"].shape == (4, 4, 16, 8, 8) and batch["actions"].shape == (4, 1, 768)
-    assert batch["actions"].abs().max() <= 1 and batch["actions"].std() > 0
+    batch, images = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    assert batch["flow_chain"].shape == (4, 4, 16, 8, 8) and images.shape == (4, 16, 16, 3)
+    assert images.dtype == torch.uint8 and images.float().std() > 0
     out = pol.evaluate(batch)
     assert torch.allclose(out.logp, batch["old_logp"], atol=1e-4)  # ratio 1 before an update
     assert torch.allclose(out.kl, torch.zeros(4), atol=1e-8)  # LoRA B starts at 0
@@ -139,7 +139,7 @@ def test_family_detection_and_schnell(tiny_flux, tmp_path):
     pol = _policy(schnell, flux_guidance=7.0)
     assert isinstance(pol.gen, FluxGenerator) and pol.gen.guidance is None  # no guidance embedding to feed
     assert pol.gen.default_shift == 1.0  # schnell's scheduler: no resolution-dependent shift
-    batch = pol.rollout(_obs(2), torch.Generator().manual_seed(0))
+    batch = pol.rollout(_obs(2), torch.Generator().manual_seed(0)).batch
     assert torch.allclose(pol.evaluate(batch).logp, batch["old_logp"], atol=1e-4)
     with pytest.raises(ValueError, match="multiple of 4"):
         FluxGenerator.from_pretrained(str(schnell), image_size=18)
@@ -150,7 +150,7 @@ def test_flux_lora_flow_grpo_and_awm_smoke(tmp_path, tiny_flux, objective):
     c = trainer_cfg(tmp_path, f"policy.model={tiny_flux}", "policy.lora_rank=4", "policy.lora_alpha=8",
                     f"algorithm.objective={objective}",
                     # random weights draw nothing the shapes reward scores; JPEG size varies per image
-                    "sim.kwargs={dataset: shapes_prompts, reward: jpeg_compressibility, image_size: 16}")
+                    "sim.kwargs={dataset: shapes_prompts, image_size: 16}", "reward={type: jpeg_compressibility}")
     trainer = build_trainer(c)
     assert type(trainer.policy.gen).__name__ == "FluxGenerator"
     lora = {k: v.clone() for k, v in trainer.policy.state_dict().items() if "lora_B" in k}

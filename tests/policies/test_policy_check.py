@@ -12,6 +12,7 @@ from torch import nn
 
 from mmrl.checks.policy import check_policy, tiny_smolvlm_folder
 from mmrl.cli import main
+from mmrl.policies.base import Decision
 from mmrl.policies.gaussian import GaussianPolicy
 from mmrl.registry import POLICIES, MissingDependencyError
 
@@ -87,10 +88,10 @@ class GlobalNoiseEval(GaussianPolicy):
     """Eval actions get noise from the global RNG: not reproducible with a seeded generator."""
 
     def rollout(self, obs, generator=None, mode="train"):
-        batch = super().rollout(obs, generator, mode)
+        batch, actions = super().rollout(obs, generator, mode)
         if mode == "eval":
-            batch["actions"] = batch["actions"] + 0.1 * torch.randn(batch["actions"].shape)
-        return batch
+            batch["actions"] = actions = actions + 0.1 * torch.randn(actions.shape)
+        return Decision(batch, actions)
 
 
 class SampledEval(GaussianPolicy):

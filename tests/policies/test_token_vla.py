@@ -97,7 +97,7 @@ def make_policy(model_dir=None, **kw):
 @pytest.mark.parametrize("temperature,top_k", [(1.0, None), (0.7, 5)])
 def test_recomputed_logp_equals_rollout_logp(decoding, temperature, top_k):
     policy = make_policy(decoding=decoding, temperature=temperature, top_k=top_k)
-    batch = policy.rollout(make_obs(), generator=torch.Generator().manual_seed(1))
+    batch = policy.rollout(make_obs(), generator=torch.Generator().manual_seed(1)).batch
     n = 4 * 2
     assert batch["actions"].shape == (6, 4, 2) and batch["actions"].abs().max() <= 1
     assert batch["action_tokens"].shape == (6, n) and batch["action_tokens"].dtype == torch.long
@@ -128,7 +128,7 @@ def test_openvla_last_tokens_vocabulary(model_dir):
     vocab = policy.tokenizer.vocab_size
     assert policy.bin_ids.tolist() == [vocab - 1 - b for b in range(32)]
     assert policy.model.get_output_embeddings().weight.shape[0] == vocab  # nothing added
-    batch = policy.rollout(make_obs(4), generator=torch.Generator().manual_seed(3))
+    batch = policy.rollout(make_obs(4), generator=torch.Generator().manual_seed(3)).batch
     tokens = batch["action_tokens"]
     assert "old_values" not in batch and ((tokens >= vocab - 32) & (tokens < vocab)).all()
     out = policy.evaluate(batch)
@@ -154,15 +154,15 @@ def test_eval_mode_is_greedy_and_deterministic():
     for decoding in ["autoregressive", "parallel"]:
         policy = make_policy(decoding=decoding, temperature=0.7)
         obs = make_obs(3)
-        a = policy.rollout(obs, generator=torch.Generator().manual_seed(5), mode="eval")
-        b = policy.rollout(obs, generator=torch.Generator().manual_seed(6), mode="eval")
+        a = policy.rollout(obs, generator=torch.Generator().manual_seed(5), mode="eval").batch
+        b = policy.rollout(obs, generator=torch.Generator().manual_seed(6), mode="eval").batch
         torch.testing.assert_close(a["actions"], b["actions"])
         assert torch.equal(a["action_tokens"], b["action_tokens"])
         logits, _ = policy._teacher_forced(policy.encode_prompt(obs.image, obs.instruction), a["action_tokens"])
         taken = policy.action_tokenizer.tokens_to_bins(a["action_tokens"])
         assert torch.equal(logits.argmax(-1), taken)  # every token is the argmax given its inputs
-        s1 = policy.rollout(obs, generator=torch.Generator().manual_seed(5))
-        s2 = policy.rollout(obs, generator=torch.Generator().manual_seed(5))
+        s1 = policy.rollout(obs, generator=torch.Generator().manual_seed(5)).batch
+        s2 = policy.rollout(obs, generator=torch.Generator().manual_seed(5)).batch
         assert torch.equal(s1["action_tokens"], s2["action_tokens"])  # sampling follows the generator
 
 
@@ -232,7 +232,7 @@ def test_cuda_rollout_and_recompute_agree():
         policy = make_policy(decoding=decoding).cuda()
         obs = make_obs()
         obs = Observation(obs.image.cuda(), obs.instruction, obs.state.cuda())
-        batch = policy.rollout(obs, generator=torch.Generator(device="cuda").manual_seed(0))
+        batch = policy.rollout(obs, generator=torch.Generator(device="cuda").manual_seed(0)).batch
         assert batch["actions"].is_cuda and batch["action_tokens"].is_cuda
         out = policy.evaluate(batch)
         torch.testing.assert_close(out.logp, batch["old_logp"], atol=1e-4, rtol=0)

@@ -9,9 +9,10 @@ import torch
 pytest.importorskip("transformers")
 
 from mmrl.policies.vlm import VLMConfig, VLMPolicy, collate_pixels, lora_targets  # noqa: E402
-from simulators.qa import QASim, decode_answers  # noqa: E402
+from mmrl.simulator import Completions  # noqa: E402
+from simulators.qa import QASim  # noqa: E402
 
-KW = dict(dataset="shapes_vqa", dataset_kwargs={"num_samples": 16, "tasks": ["count"]}, reward="counting")
+KW = dict(dataset="shapes_vqa", dataset_kwargs={"num_samples": 16, "tasks": ["count"]})
 
 
 @pytest.fixture(scope="module")
@@ -27,16 +28,17 @@ def make(sim, **kw):
 def test_rollout_logp_equals_recomputation_and_actions_carry_the_text(sim):
     pol = make(sim)
     obs = sim.reset([0, 0, 1, 1])
-    batch = pol.rollout(obs, torch.Generator().manual_seed(0))
+    batch, answers = pol.rollout(obs, torch.Generator().manual_seed(0))
     mask = batch["completion_mask"]
     assert mask.shape == (4, 6) and mask.any(1).all() and (mask[:, :-1] >= mask[:, 1:]).all()  # prefix masks
     out = pol.evaluate(batch)
     diff = ((out.logp - batch["old_logp"]).abs() * mask).max()
     assert diff < 1e-4, diff
     assert torch.isfinite(out.entropy) and out.entropy > 0
-    texts, lengths = decode_answers(batch["actions"][:, 0])
+    assert isinstance(answers, Completions) and "actions" not in batch  # text, not floats
+    lengths = answers.num_tokens
     ids = [batch["completion"][i, : lengths[i]].tolist() for i in range(4)]
-    assert texts == [pol.tokenizer.decode(t, skip_special_tokens=True)[: sim.answer_bytes] for t in ids]
+    assert list(answers) == [pol.tokenizer.decode(t, skip_special_tokens=True) for t in ids]
     assert lengths == mask.sum(1).tolist()
     pol.sync_rollout()  # the per-iteration cache is released
     with pytest.raises(RuntimeError, match="cache"):
@@ -45,7 +47,7 @@ def test_rollout_logp_equals_recomputation_and_actions_carry_the_text(sim):
 
 def test_recompute_mode_logs_the_mismatch_and_tis_weights(sim):
     pol = make(sim, recompute_logp=True, tis_cap=2.0)
-    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(1))
+    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(1)).batch
     stats = pol.rollout_stats()
     assert stats["logp_mismatch_max"] < 1e-4
     m = batch["completion_mask"]
@@ -55,8 +57,8 @@ def test_recompute_mode_logs_the_mismatch_and_tis_weights(sim):
 def test_eval_rollouts_are_greedy_and_reproducible(sim):
     pol = make(sim)
     obs = sim.reset([3, 4, 5, 6])
-    a = pol.rollout(obs, torch.Generator().manual_seed(0), mode="eval")["completion"]
-    b = pol.rollout(obs, torch.Generator().manual_seed(9), mode="eval")["completion"]
+    a = pol.rollout(obs, torch.Generator().manual_seed(0), mode="eval").batch["completion"]
+    b = pol.rollout(obs, torch.Generator().manual_seed(9), mode="eval").batch["completion"]
     assert torch.equal(a, b)
 
 
@@ -66,7 +68,7 @@ def test_lora_skips_the_vision_tower_and_its_reference_is_the_base_model(sim):
     assert names and not any("vision_model" in n for n in names) and not any(n.endswith("lm_head") for n in names)
     trainable = [n for n, p in pol.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
-    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(0))
+    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(0)).batch
     m = batch["completion_mask"]
     # peft initialises B = 0: before training the adapter changes nothing, so ref == policy
     assert ((batch["ref_logp"] - batch["old_logp"]).abs() * m).max() < 1e-4

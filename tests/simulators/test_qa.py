@@ -1,36 +1,60 @@
-"""QASim: the contract checker, answers as byte actions, and the data order (an epoch-wise
-permutation of the questions: consecutive seeds never repeat or skip a question)."""
+"""QASim: the contract checker, answers as text actions scored by the trainer's reward stage, and
+the data order (an epoch-wise permutation of the questions: consecutive seeds never repeat or skip
+a question)."""
 
+import pytest
 import torch
 
 from mmrl.checks.simulator import check_simulator
-from simulators.qa import QASim, decode_answers, encode_answers
+from mmrl.registry import REWARDS
+from mmrl.reward import RewardError, RewardStage
+from mmrl.simulator import Completions
+from simulators.qa import QASim
 
-KW = dict(dataset="shapes_vqa", dataset_kwargs={"num_samples": 24, "tasks": ["count"]}, reward="counting")
+KW = dict(dataset="shapes_vqa", dataset_kwargs={"num_samples": 24, "tasks": ["count"]})
 
 
 def test_qa_sim_passes_the_checker():
     passed = check_simulator(lambda: QASim(num_envs=4, **KW), chunk_size=1, verbose=False)
-    assert "determinism" in " ".join(passed) or passed
+    assert "single_turn" in passed and "state_roundtrip" in passed
 
 
-def test_answers_round_trip_as_actions():
-    acts = encode_answers(["3", "héllo", ""], [2, 5, 1], width=8)
-    assert acts.shape == (3, 1, 9)
-    texts, n = decode_answers(acts[:, 0])
-    assert texts == ["3", "héllo", ""] and n == [2, 5, 1]
-    cut, _ = decode_answers(encode_answers(["ééééé"], [1], width=5)[:, 0])
-    assert cut == ["éé"]  # cut at a character boundary, never a broken byte
-
-
-def test_correct_answers_score_and_succeed():
+def test_the_simulator_pays_nothing_the_reward_stage_scores_the_answers():
     sim = QASim(num_envs=4, **KW)
-    sim.reset([0, 1, 2, 3])
-    answers = [sim.meta[i]["answer"] for i in sim._idx.tolist()]
+    obs = sim.reset([0, 1, 2, 3])
+    answers = [m["answer"] for m in obs.meta]
     answers[1] = "nine hundred"
-    res = sim.step_chunk(encode_answers(answers, [1] * 4, sim.answer_bytes))
-    assert res.reward.tolist() == [1.0, 0.0, 1.0, 1.0] and res.success.tolist() == [True, False, True, True]
+    actions = Completions(answers, [1, 3, 1, 1])
+    res = sim.step_chunk(actions)
+    assert res.reward.tolist() == [0.0] * 4 and not res.success.any()  # no task reward of its own
     assert res.done.all() and res.info["answers"][1] == "nine hundred"
+    stage = RewardStage(REWARDS.build("counting"), success_threshold=1.0)
+    res = stage(res, obs, actions, torch.tensor([True, True, True, False]))
+    assert res.reward.tolist() == [1.0, 0.0, 1.0, 0.0]  # env 3 was not acting: not scored
+    assert res.success.tolist() == [True, False, True, False]
+
+
+def test_reward_stage_passes_token_counts_and_names_a_failing_reward():
+    seen = []
+
+    class Spy(REWARDS.get("counting")):
+        def score(self, samples, prompts, meta):
+            seen.extend(m["completion_tokens"] for m in meta)
+            raise KeyError("boom")
+
+    sim = QASim(num_envs=2, **KW)
+    obs = sim.reset(0)
+    actions = Completions(["1", "2"], [4, 7])
+    with pytest.raises(RewardError, match="reward 'spy' failed on 2 samples.*KeyError"):
+        RewardStage(Spy(), name="spy")(sim.step_chunk(actions), obs, actions, torch.ones(2, dtype=torch.bool))
+    assert seen == [4, 7]
+
+
+def test_old_reward_arguments_name_the_new_section():
+    with pytest.raises(TypeError, match="top-level section `reward:"):
+        QASim(num_envs=2, reward="counting", **KW)
+    with pytest.raises(ValueError, match="takes 2 answers"):
+        QASim(num_envs=2, **KW).step_chunk(torch.zeros(2, 1, 9))
 
 
 def test_data_order_is_a_permutation_per_epoch():

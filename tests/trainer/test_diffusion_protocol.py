@@ -42,7 +42,7 @@ class Recorder:
 @pytest.mark.parametrize("path", CONFIGS)
 def test_every_held_out_prompt_is_evaluated_equally_often(tmp_path, path):
     trainer = demo(path, tmp_path, "warm_start.dataset=null")
-    recorder = trainer.eval_sim.reward_model = Recorder(trainer.eval_sim.reward_model)
+    recorder = trainer.reward_stage.model = Recorder(trainer.reward_stage.model)
     res = trainer.evaluate("start")
     held_out = trainer.eval_sim.prompts
     assert len(held_out) == len(set(held_out)) == 42

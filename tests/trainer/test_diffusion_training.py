@@ -11,11 +11,12 @@ import torch
 
 from mmrl.experiment import build_trainer, load_experiment
 from mmrl.trainer.checkpoint import latest_path, load_policy
-from mmrl.reward import RewardError
+from mmrl.registry import REWARDS
+from mmrl.reward import RewardError, RewardStage
 from simulators.prompts import PromptSim
 
 SIM = ["sim.type=prompts", "sim.num_envs=8", "sim.eval_num_envs=8",
-       "sim.kwargs={dataset: shapes_prompts, reward: shapes, image_size: 16, success_threshold: 0.9}"]
+       "sim.kwargs={dataset: shapes_prompts, image_size: 16}", "reward={type: shapes, success_threshold: 0.9}"]
 TINY_GEN = ["policy.type=diffusion", "policy.image_size=16", "policy.width=16", "policy.num_steps=3",
             "policy.eval_num_steps=3"]
 ALGO = ["algorithm.advantage=grpo_global_std", "algorithm.group_size=4", "algorithm.normalize_advantages=false",
@@ -32,19 +33,25 @@ def test_prompt_sim_images_rewards_and_splits():
     obs = sim.reset([5, 5, 6, 7])
     assert obs.instruction[0] == obs.instruction[1] and obs.image.shape == (4, 4, 4, 3) and obs.state is None
     assert sim.reset([5, 9, 9, 9]).instruction[0] == obs.instruction[0]  # a seed's prompt, any batch
-    actions = torch.full((4, 1, 48), -1.0)
-    actions[0, 0, :3] = torch.tensor([1.0, 0.0, -1.0])  # pixel (0, 0) of env 0
-    res = sim.step_chunk(actions)
+    images = torch.zeros(4, 4, 4, 3, dtype=torch.uint8)
+    images[0, 0, 0] = torch.tensor([255, 128, 0], dtype=torch.uint8)  # pixel (0, 0) of env 0
+    res = sim.step_chunk(images)
     assert res.terminated.all() and not res.truncated.any() and res.final_obs is not None
-    assert res.final_obs.image[0, 0, 0].tolist() == [255, 128, 0] and (res.final_obs.image[1] == 0).all()
+    assert torch.equal(res.final_obs.image, images)  # videos and grids show the generated images
+    assert res.reward.tolist() == [0.0] * 4 and not res.success.any()  # the reward stage scores them
     meta = [sim.meta[i] for i in sim.prompt_index([5, 5, 6, 7])]
-    expected = sim.reward_model(res.final_obs.image, obs.instruction, meta)
-    assert torch.allclose(res.reward, expected)
+    assert obs.meta == meta  # the ground truth the reward stage hands the reward model
+    model = REWARDS.build("shapes")
+    scored = RewardStage(model, success_threshold=0.5)(res, obs, images, torch.ones(4, dtype=torch.bool))
+    assert torch.equal(scored.reward, model(images, obs.instruction, meta))
+    assert torch.equal(scored.success, scored.reward >= 0.5)
     assert (res.obs.image == 0).all()  # auto reset: a fresh (blank) episode
     eval_prompts = set(PromptSim(num_envs=1, split="eval").prompts)
     assert eval_prompts and not eval_prompts & set(sim.prompts)
-    with pytest.raises(ValueError, match="images of 8 px"):
+    with pytest.raises(ValueError, match=r"takes uint8 images \[2, 8, 8, 3\]"):
         PromptSim(num_envs=2, image_size=8).step_chunk(torch.zeros(2, 1, 5))
+    with pytest.raises(TypeError, match="top-level section `reward:"):
+        PromptSim(num_envs=2, reward="shapes")
 
 
 def test_prompt_sim_deals_eval_prompts_in_cycles_and_train_prompts_at_random():
@@ -112,7 +119,7 @@ def test_sd3_lora_flow_grpo_and_awm_smoke(tmp_path, tiny_sd3, objective):
     c = cfg(tmp_path, f"policy.model={tiny_sd3}", "policy.lora_rank=4", "policy.lora_alpha=8",
             "policy.guidance_scale=1.0", f"algorithm.objective={objective}",
             # random weights draw nothing the shapes reward scores; JPEG size varies per image
-            "sim.kwargs={dataset: shapes_prompts, reward: jpeg_compressibility, image_size: 16}")
+            "sim.kwargs={dataset: shapes_prompts, image_size: 16}", "reward={type: jpeg_compressibility}")
     trainer = build_trainer(c)
     lora = {k: v.clone() for k, v in trainer.policy.state_dict().items() if "lora_B" in k}
     frozen = {k: v.clone() for k, v in trainer.policy.state_dict().items() if "lora" not in k and "transformer" in k}
@@ -125,7 +132,7 @@ def test_sd3_lora_flow_grpo_and_awm_smoke(tmp_path, tiny_sd3, objective):
 
 def test_failing_reward_raises_and_keeps_the_checkpoint(tmp_path):
     trainer = build_trainer(cfg(tmp_path, "trainer.iterations=3"))
-    real = trainer.sim.reward_model
+    real = trainer.reward_stage.model  # scores training and evaluation rollouts
     calls = {"n": 0}
 
     class Flaky:
@@ -133,11 +140,11 @@ def test_failing_reward_raises_and_keeps_the_checkpoint(tmp_path):
 
         def __call__(self, images, prompts, meta=None):
             calls["n"] += 1
-            if calls["n"] > 2:  # rollouts of iterations 1 and 2 score, the 3rd fails
+            if calls["n"] > 3:  # the start's evaluation and iterations 1 and 2 score, the 3rd fails
                 raise ConnectionError("reward server went away")
             return real(images, prompts, meta)
 
-    trainer.sim.reward_model = Flaky()
+    trainer.reward_stage.model = Flaky()
     with pytest.raises(RewardError, match="reward server went away"):
         trainer.run()
     path = latest_path(tmp_path / "d")
@@ -166,7 +173,7 @@ def test_flow_grpo_climbs_a_simple_reward(tmp_path):
         # a random generator and a global reward: larger steps than the demo's fine-tuning settings
         "trainer.lr=3e-4", "algorithm.clip_low=1e-3", "algorithm.epochs=2"])
     trainer = build_trainer(c)
-    trainer.sim.reward_model = trainer.eval_sim.reward_model = Brightness()
+    trainer.reward_stage.model = Brightness()  # scores training and evaluation rollouts
     trainer.run()
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     ret = [r["train/return"] for r in rows if "train/return" in r]

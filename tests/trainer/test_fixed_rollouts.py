@@ -60,7 +60,7 @@ def test_state_policies_replay_their_own_log_probs(tmp_path):
         trainer = build_trainer(pendulum(tmp_path, policy=policy))
         policy = trainer.policy.eval()
         obs = Observation(torch.zeros(5, 1, 1, 3, dtype=torch.uint8), [""] * 5, torch.randn(5, 3))
-        out = policy.rollout(obs, torch.Generator().manual_seed(0))
+        out = policy.rollout(obs, torch.Generator().manual_seed(0)).batch
         again = policy.evaluate(out)
         torch.testing.assert_close(again.logp, out["old_logp"])
         torch.testing.assert_close(again.values, out["old_values"])

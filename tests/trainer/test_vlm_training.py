@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
+from mmrl.experiment import build_reward, build_trainer, load_experiment  # noqa: E402
 from mmrl.trainer.trainer import Trainer  # noqa: E402
 
 TINY = [
@@ -94,7 +94,8 @@ def test_quickstart_reward_scores_the_gold_answer_of_every_task_and_split(tmp_pa
                                                         "sim.kwargs.dataset_kwargs.num_samples=60"])
     tasks = set(c.sim.kwargs["dataset_kwargs"]["tasks"])
     assert tasks == {"count", "color"} and set(c.warm_start.kwargs["tasks"]) == tasks
+    reward = build_reward(c)
     for split in ("train", "val", "eval"):
         sim = SIMULATORS.build(c.sim.type, num_envs=4, **{**c.sim.kwargs, "split": split})
         assert {m["task"] for m in sim.meta} == tasks
-        assert sim.reward_model(sim.solutions, sim.prompts, sim.meta).tolist() == [1.0] * 60, split
+        assert reward.model(sim.solutions, sim.prompts, sim.meta).tolist() == [1.0] * 60, split
