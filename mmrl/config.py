@@ -389,7 +389,10 @@ def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
             yield key, hints[name], default, ""
     if variants and issubclass(cls, Variants):
         for vname in cls.variant_names():
-            sub = cls.variant_class(vname)
+            try:
+                sub = cls.variant_class(vname)
+            except ImportError:  # a variant whose optional dependencies are not installed has no keys here
+                continue
             for key, hint, default, note in _walk(sub, prefix, depth, None, variants=False):
                 if key not in own and not key.startswith(tuple(k + "." for k in own)):
                     yield key, hint, default, note or f"type={vname}"

@@ -38,6 +38,7 @@ class Entry:
     target: Any  # the object, or "module:attr" to import lazily
     description: str = ""
     extra: str | None = None  # the pip extra that provides its dependencies
+    fix: str | None = None  # how to install them, where `pip install mmrl[extra]` is not the way
     spec: Any = None  # what was registered (target is replaced by the object once loaded)
 
     def __post_init__(self) -> None:
@@ -50,7 +51,7 @@ class Entry:
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            hint = f"pip install 'mmrl[{self.extra}]'" if self.extra else "check your installation"
+            hint = self.fix or (f"pip install 'mmrl[{self.extra}]'" if self.extra else "check your installation")
             raise MissingDependencyError(
                 f"{kind} '{self.name}' needs a package that is not installed ({exc.name or exc}). "
                 f"Fix: {hint}"
@@ -70,7 +71,8 @@ class Registry:
         self._discovered = False
 
     def register(
-        self, name: str, target: Any = None, *, description: str = "", extra: str | None = None
+        self, name: str, target: Any = None, *, description: str = "", extra: str | None = None,
+        fix: str | None = None,
     ) -> Callable:
         """Register ``target`` (object or "module:attr") under ``name``; usable as a decorator."""
 
@@ -81,7 +83,7 @@ class Registry:
                 # a lazy "module:attr" may be replaced by its object; anything else is a clash
                 raise ValueError(f"{self.kind} '{name}' is already registered ({prev.spec!r})")
             doc = description or _first_line(obj)
-            self._entries[name] = Entry(name, obj, doc, extra)
+            self._entries[name] = Entry(name, obj, doc, extra, fix)
             return obj
 
         return add if target is None else add(target)

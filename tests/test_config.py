@@ -297,6 +297,10 @@ def test_variant_decorator_misuse():
 def test_every_shipped_config_loads(path):
     """Every file in configs/ validates (keys, registered names, simulator arguments) as shipped."""
     from mmrl.experiment import load_experiment
+    from mmrl.registry import MissingDependencyError
 
-    cfg = load_experiment(path)
+    try:
+        cfg = load_experiment(path)
+    except MissingDependencyError as exc:  # e.g. the LeRobot configs outside .venv-lerobot
+        pytest.skip(str(exc))
     assert cfg.run.name == path.stem

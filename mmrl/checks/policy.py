@@ -94,6 +94,9 @@ TINY: dict[str, TinySetup] = {
                      eval_ignores_seed=True),  # eval_temperature 0: greedy
     "diffusion": TinySetup({"num_steps": 4, "eval_num_steps": 4, "width": 16, "image_size": 16}, "prompts",
                            {"image_size": 16}),  # eval: ODE from sampled noise
+    # a tiny random-initialised LeRobot SmolVLA (model=tiny:pi0 / tiny:pi05 for the others); eval: ODE
+    "lerobot": TinySetup({"model": "tiny:smolvla", "chunk_size": 2, "finetune": "full",
+                          "tiny": {"image_size": 32, "patch_size": 8, "hidden": 32, "layers": 2, "horizon": 4}}),
 }
 
 

@@ -36,3 +36,11 @@ POLICIES.register(
                 "rollouts; full or LoRA fine-tuning): GRPO / DAPO / GSPO / RLOO on verifiable rewards",
     extra="vlm",
 )
+
+POLICIES.register(
+    "lerobot",
+    "mmrl.policies.lerobot.policy:LeRobotVLAPolicy",
+    description="a pretrained LeRobot flow VLA (SmolVLA, PI0, PI05 checkpoints by hub id or folder) sampled by "
+                "mmrl's Flow-SDE / CPS / Flow-Noise with exact log-probs of the executed actions",
+    fix="bash scripts/setup_lerobot.sh (LeRobot 0.6.1 needs Python >= 3.12; run mmrl from .venv-lerobot)",
+)

@@ -41,6 +41,9 @@ FLOW_SAMPLERS = [(f"method={m}", f"stochastic={s}", f"logp_level={level}", "nois
 
 @pytest.mark.parametrize("name, overrides", [case(n) for n in POLICIES.names()]
                          + [case("flow_vla", *o) for o in FLOW_SAMPLERS]
+                         + [case("lerobot", f"model=tiny:{f}", *o) for f in ("pi0", "pi05")
+                            for o in [(), ("method=sde", "stochastic=one", "logp_level=dim", "finetune=expert")]]
+                         + [case("lerobot", "method=cps", "finetune=lora", "reference=adapter")]
                          + [case("token_vla", "decoding=parallel", "temperature=0.7", "top_k=5"),
                             case("gaussian", "logp_level=dim", "critic=false"),
                             case("diffusion", "logp_level=sample", "method=cps", "guidance_scale=3.0")])

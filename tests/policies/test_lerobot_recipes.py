@@ -1,0 +1,82 @@
+"""The GPU recipes of the pretrained-VLA family, built and trained here with tiny stand-ins.
+
+``configs/libero_spatial_smolvla_flow_noise.yaml`` and ``configs/libero_pi05_flow_sde.yaml`` are
+loaded as users run them, with only what a CPU test must change: the device, sizes, a tiny
+checkpoint folder of the real class with the recipe's features (LIBERO's two cameras under the
+recipe's ``camera_keys``, an 8-d state, 7-d actions) in place of the hub id, and LIBERO's stand-in
+envs (tests/simulators/test_libero.py). The trainer is built from them and runs an RL iteration and
+both evaluations; the CPU config ``configs/reach_smolvla_flow_noise.yaml`` trains two iterations.
+Runs in the LeRobot venv (``bash scripts/setup_lerobot.sh``); skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lerobot", reason="the LeRobot venv: bash scripts/setup_lerobot.sh")
+
+from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
+from mmrl.policies.lerobot.policy import LeRobotVLAPolicy  # noqa: E402
+from mmrl.tiny import tiny_lerobot  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_LIBERO = f"{ROOT / 'tests' / 'simulators' / 'test_libero.py'}:FakeLiberoEnv"
+LIBERO_KEYS = ["observation.images.image", "observation.images.image2"]
+
+
+def tiny_libero_checkpoint(family: str, folder: Path, tokenizer: str | None) -> str:
+    kw = dict(cameras=2, image_size=32, state_dim=8, action_dim=7, chunk_size=12, n_action_steps=10, num_steps=10,
+              camera_keys=LIBERO_KEYS)
+    if family == "smolvla":
+        kw["vlm_folder"] = tiny_lerobot.tiny_smolvlm_folder(folder / "vlm")
+    stats = {"observation.state": {k: f(8) for k, f in STAT_FNS.items()},
+             "action": {k: f(7) for k, f in STAT_FNS.items()}}
+    return tiny_lerobot.save_tiny_lerobot_policy(family, folder / family, stats=stats, **kw)
+
+
+STAT_FNS = {"mean": torch.zeros, "std": torch.ones, "min": lambda n: -torch.ones(n), "max": torch.ones,
+            "q01": lambda n: -torch.ones(n), "q99": torch.ones}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe, family", [("configs/libero_spatial_smolvla_flow_noise.yaml", "smolvla"),
+                                            ("configs/libero_pi05_flow_sde.yaml", "pi05")])
+def test_libero_recipe_builds_and_trains_with_tiny_stand_ins(recipe, family, tmp_path, monkeypatch):
+    pytest.importorskip("libero", reason="the LIBERO extra")
+    monkeypatch.setenv("LIBERO_CONFIG_PATH", str(tmp_path / "libero_cfg"))
+    tok = tiny_lerobot.tiny_gemma_tokenizer_folder(tmp_path / "tok") if family != "smolvla" else None
+    variants = tiny_lerobot.TinyPiVariants(tok) if tok else contextlib.nullcontext()
+    with variants:
+        folder = tiny_libero_checkpoint(family, tmp_path, tok)
+        over = [f"policy.model={folder}", "run.device=cpu", f"run.output_dir={tmp_path / 'runs'}",
+                "sim.num_envs=2", "sim.eval_num_envs=2", "sim.eval_tasks=null",
+                f"sim.kwargs.env_factory={FAKE_LIBERO}", "sim.kwargs.image_size=32", "sim.kwargs.max_episode_steps=20",
+                "sim.kwargs.num_noop_steps=1", "trainer.iterations=1", "trainer.eval_episodes=2",
+                "trainer.video_episodes=0", "algorithm.minibatch_size=8"]
+        if family != "smolvla":
+            over += [f"policy.tokenizer={tok}", "algorithm.group_size=2"]
+        cfg = load_experiment(ROOT / recipe, over)
+        trainer = build_trainer(cfg)
+    policy = trainer.policy
+    assert isinstance(policy, LeRobotVLAPolicy) and policy.family.name == family
+    assert policy.camera_keys == LIBERO_KEYS and policy.chunk_size == 10 and len(policy.grid) == 11
+    assert type(policy.lerobot).__name__ == {"smolvla": "SmolVLAPolicy", "pi05": "PI05Policy"}[family]
+    results = trainer.run()
+    assert results["final"]["iteration"] == 1 and results["final"]["episodes"] == 2
+    metrics = (tmp_path / "runs" / cfg.run.name / "metrics.jsonl").read_text()
+    assert '"train/approx_kl"' in metrics
+
+
+@pytest.mark.slow
+def test_cpu_config_trains_end_to_end(tmp_path):
+    cfg = load_experiment(ROOT / "configs/reach_smolvla_flow_noise.yaml", [
+        f"run.output_dir={tmp_path}", "sim.num_envs=8", "sim.eval_num_envs=8", "trainer.iterations=2",
+        "trainer.eval_episodes=8", "trainer.video_episodes=0", "warm_start.num_episodes=20", "warm_start.steps=3",
+        "warm_start.batch_size=8", "algorithm.minibatch_size=16", "run.threads=1"])
+    results = build_trainer(cfg).run()
+    assert results["final"]["iteration"] == 2
+    assert (tmp_path / cfg.run.name / "checkpoints").is_dir()
