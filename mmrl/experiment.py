@@ -96,9 +96,12 @@ class WarmStartConfig:
     batch_size: int = 64
     lr: float = 1e-3
     schedule: Literal["constant", "cosine"] = "constant"  # cosine decays the lr to 0 over the steps
+    warmup_steps: int = 0  # linear warm-up from 0 over the first steps, then the schedule (LeRobot's presets warm up)
     kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
     def validate(self) -> None:
+        if not 0 <= self.warmup_steps < max(self.steps, 1):
+            raise ConfigError(f"'warmup_steps' = {self.warmup_steps} must be >= 0 and below 'steps' ({self.steps})")
         if self.dataset is None:
             return
         from mmrl.data import check_dataset_arguments
@@ -170,6 +173,9 @@ class AlgorithmConfig:
 class TrainerConfig:
     iterations: int = 30
     lr: float = 3e-4
+    # learning rate of the critic (the policy's value head); null = `lr`. A fresh critic beside a
+    # pretrained policy fine-tuned at a small lr needs its own, larger one (pi_RL trains it apart)
+    value_lr: float | None = None
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
     resume: bool = True  # restart from the newest checkpoint in the run folder if there is one
@@ -190,6 +196,8 @@ class TrainerConfig:
     engine: TrainEngineConfig = field(default_factory=TrainEngineConfig)  # torch or DeepSpeed ZeRO
 
     def validate(self) -> None:
+        if self.value_lr is not None and not self.value_lr > 0:
+            raise ConfigError(f"'value_lr' = {self.value_lr} must be > 0, or null (the critic learns at `lr`)")
         if self.rollout_steps < 0:
             raise ConfigError(f"'rollout_steps' = {self.rollout_steps} must be >= 0 (0 = one episode per env)")
         if self.env_steps is not None and self.env_steps < 1:

@@ -156,6 +156,12 @@ class Policy(nn.Module):
             batch["state"] = data["state"].float()
         return batch
 
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The critic's parameters, which ``trainer.value_lr`` optimises at their own learning rate.
+        Default: those of a ``value_head`` submodule (none without one)."""
+        head = getattr(self, "value_head", None)
+        return list(head.parameters()) if isinstance(head, nn.Module) else []
+
     def enable_gradient_checkpointing(self) -> None:
         """Recompute activations in the backward pass (``trainer.engine.gradient_checkpointing``).
         Default: on the outermost Hugging Face models inside the policy; a ConfigError if none."""

@@ -1,6 +1,6 @@
 """Training engines: what the trainer needs from an optimizer, with plain torch or DeepSpeed behind it.
 
-    engine = build_train_engine(cfg, policy, lr, device)
+    engine = build_train_engine(cfg, policy, lr, device, value_lr=None)
     with engine.autocast():
         loss = objective(policy, batch)          # policy methods on the module itself
     result = engine.step(loss, max_norm)          # StepResult; truthy when a step was taken
@@ -8,7 +8,9 @@
 Both engines zero the gradients, skip a non-finite loss before backward, clip the gradient norm to
 ``max_norm``, skip a non-finite gradient norm and take an Adam step (eps 1e-6). ``state_dict`` /
 ``load_state_dict`` hold the optimizer state (the module's weights are the caller's, as today);
-``param_groups`` exposes the learning rate.
+``param_groups`` exposes the learning rates: one group, or with ``value_lr`` a second one holding
+the policy's critic (`Policy.critic_parameters`) at its own rate; ``lr_scales`` is each group's rate
+relative to ``lr`` (a schedule scales them all).
 
 ``torch``: `torch.optim.Adam` over the trainable parameters; bf16 means autocast with fp32 weights.
 
@@ -104,6 +106,19 @@ def trainable(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
+def param_groups(module: nn.Module, lr: float, value_lr: float | None) -> tuple[list[dict], list[float]]:
+    """Optimizer groups of ``module``'s trainable parameters and each group's lr relative to ``lr``:
+    one group at ``lr``, or with ``value_lr`` the critic (``module.critic_parameters()``) apart."""
+    params = trainable(module)
+    if value_lr is None:
+        return [{"params": params, "lr": lr}], [1.0]
+    critic = {id(p) for p in module.critic_parameters() if p.requires_grad}
+    if not critic:
+        raise ConfigError(f"'trainer.value_lr' = {value_lr} but the policy has no trainable critic: remove value_lr")
+    return ([{"params": [p for p in params if id(p) not in critic], "lr": lr},
+             {"params": [p for p in params if id(p) in critic], "lr": value_lr}], [1.0, value_lr / lr])
+
+
 def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
     """One guarded step of a torch optimizer: a non-finite loss or gradient norm skips it."""
     opt.zero_grad(set_to_none=True)
@@ -121,6 +136,8 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: flo
 
 class TrainEngine:
     """The optimizer of one module. Subclasses: `TorchEngine`, `DeepSpeedTrainEngine`."""
+
+    lr_scales: list[float] = [1.0]  # each param group's lr relative to the base lr
 
     def __init__(self, cfg: TrainEngineConfig, module: nn.Module, device):
         self.cfg, self.module, self.device = cfg, module, torch.device(device)
@@ -162,9 +179,10 @@ class TorchEngine(TrainEngine):
     every device: torch picks them only on CUDA, and on CPU they halve the per-step cost of the many
     small parameters of a policy)."""
 
-    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device):
+    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device, value_lr: float | None = None):
         super().__init__(cfg, module, device)
-        self.optimizer = torch.optim.Adam(trainable(module), lr=lr, eps=ADAM_EPS, foreach=True)
+        groups, self.lr_scales = param_groups(module, lr, value_lr)
+        self.optimizer = torch.optim.Adam(groups, lr=lr, eps=ADAM_EPS, foreach=True)
 
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
         return optimizer_step(self.optimizer, loss, max_norm)
@@ -214,11 +232,12 @@ def deepspeed_config(cfg: TrainEngineConfig, lr: float) -> dict:
 class DeepSpeedTrainEngine(TrainEngine):
     """``deepspeed.initialize`` over the module's trainable parameters (see the module docstring)."""
 
-    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device):
+    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device, value_lr: float | None = None):
         super().__init__(cfg, module, device)
         self.ds = init_process_group(self.device)
+        groups, self.lr_scales = param_groups(module, lr, value_lr)
         self.engine, self.optimizer, _, _ = self.ds.initialize(
-            model=module, model_parameters=trainable(module), config=deepspeed_config(cfg, lr))
+            model=module, model_parameters=groups, config=deepspeed_config(cfg, lr))
         if cfg.zero_stage == 3:  # MultiheadAttention reads out_proj's weights in its own forward
             for m in module.modules():
                 if isinstance(m, nn.MultiheadAttention):
@@ -276,11 +295,13 @@ class DeepSpeedTrainEngine(TrainEngine):
             self.optimizer.refresh_fp32_params()
 
 
-def build_train_engine(cfg: TrainEngineConfig, module: nn.Module, lr: float, device) -> TrainEngine:
-    """The engine ``cfg`` describes, optimizing ``module``'s trainable parameters at learning rate ``lr``."""
+def build_train_engine(cfg: TrainEngineConfig, module: nn.Module, lr: float, device,
+                       value_lr: float | None = None) -> TrainEngine:
+    """The engine ``cfg`` describes, optimizing ``module``'s trainable parameters at learning rate ``lr``
+    (its critic at ``value_lr`` when given)."""
     cfg.validate(device)
     if cfg.gradient_checkpointing:
         module.enable_gradient_checkpointing()
     if cfg.backend == "deepspeed":
-        return DeepSpeedTrainEngine(cfg, module, lr, device)
-    return TorchEngine(cfg, module, lr, device)
+        return DeepSpeedTrainEngine(cfg, module, lr, device, value_lr)
+    return TorchEngine(cfg, module, lr, device, value_lr)

@@ -52,6 +52,17 @@ def recording_simulator(sim_type: str, kwargs: dict) -> tuple[str, dict]:
     return sim_type, kwargs
 
 
+def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) -> float:
+    """The warm start's learning rate at ``step`` (0-based) of ``steps``, as a fraction of ``lr``:
+    ``(step + 1) / (warmup + 1)`` during the first ``warmup`` steps, then 1 (``constant``) or a cosine
+    from 1 down to 0 over the remaining steps (``cosine``)."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule != "cosine":
+        return 1.0
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(steps - warmup, 1)))
+
+
 class Trainer:
     def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None,
                  reward=None):
@@ -77,7 +88,7 @@ class Trainer:
         stage 3 partitions) the weights when it starts."""
         if self._engine is None:
             self._engine = build_train_engine(self.cfg.trainer.engine, self.policy, self.cfg.trainer.lr,
-                                              self.device)
+                                              self.device, value_lr=self.cfg.trainer.value_lr)
         return self._engine
 
     def autocast(self):
@@ -211,7 +222,7 @@ class Trainer:
         self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / ws.steps)) if ws.schedule == "cosine" else 1.0)
+            opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps))
         gen = self.generator("warm_start", 0)
         torch.manual_seed(self.cfg.run.seed)
         self.policy.train()
@@ -284,8 +295,8 @@ class Trainer:
         return t.lr * max(0.0, 1.0 - min(progress, 1.0))
 
     def set_lr(self) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.current_lr()
+        for group, scale in zip(self.optimizer.param_groups, self.optimizer.lr_scales, strict=True):
+            group["lr"] = self.current_lr() * scale
 
     def optimizer_step(self, opt, loss: torch.Tensor, max_norm: float | None = None) -> bool:
         """One step of a `TrainEngine` or torch optimizer; a non-finite loss or gradient skips the

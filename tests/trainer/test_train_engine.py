@@ -324,3 +324,57 @@ def test_zero2_run_resumes_from_its_checkpoint_exactly(process_group, tmp_path, 
     a, b = straight.policy.state_dict(), resumed.policy.state_dict()
     for k in a:
         torch.testing.assert_close(b[k], a[k], atol=1e-6, rtol=0, msg=f"parameter {k} differs")
+
+
+# ---- critic learning rate -----------------------------------------------------------------------
+class ActorCritic(torch.nn.Module):
+    """Stands in for a policy: an actor and a ``value_head`` (`Policy.critic_parameters`' default)."""
+
+    critic_parameters = FlowVLAPolicy.critic_parameters
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.actor, self.value_head = torch.nn.Linear(3, 2), torch.nn.Linear(3, 1)
+
+
+def test_value_lr_moves_the_critic_at_its_own_rate():
+    """Adam's first step moves every weight by its group's lr (|m / sqrt(v)| = 1): the actor by lr,
+    the critic by value_lr; a schedule scales both."""
+    net = ActorCritic()
+    engine = build_train_engine(TrainEngineConfig(), net, lr=1e-3, device="cpu", value_lr=0.1)
+    assert [g["lr"] for g in engine.param_groups] == [1e-3, 0.1] and engine.lr_scales == [1.0, 100.0]
+    a0, c0 = flat(net.actor), flat(net.value_head)
+    x = torch.randn(4, 3)
+    engine.step(net.actor(x).sum() + net.value_head(x).sum())
+    assert torch.allclose((flat(net.actor) - a0).abs(), torch.full_like(a0, 1e-3), rtol=1e-3)
+    assert torch.allclose((flat(net.value_head) - c0).abs(), torch.full_like(c0, 0.1), rtol=1e-3)
+    single = build_train_engine(TrainEngineConfig(), ActorCritic(), lr=1e-3, device="cpu")
+    assert [g["lr"] for g in single.param_groups] == [1e-3] and single.lr_scales == [1.0]
+
+
+def test_value_lr_without_a_critic_fails_naming_the_key():
+    class NoCritic(torch.nn.Module):
+        critic_parameters = FlowVLAPolicy.critic_parameters
+
+        def __init__(self):
+            super().__init__()
+            self.actor = torch.nn.Linear(3, 2)
+
+    with pytest.raises(ConfigError, match="value_lr"):
+        build_train_engine(TrainEngineConfig(), NoCritic(), lr=1e-3, device="cpu", value_lr=0.1)
+
+
+def test_value_lr_reaches_the_trainer_and_follows_the_schedule(tmp_path):
+    from mmrl.experiment import build_trainer, load_experiment
+
+    cfg = load_experiment(None, [f"run.output_dir={tmp_path}", "trainer.lr=0.001", "trainer.value_lr=0.01",
+                                 "trainer.lr_schedule=linear", "trainer.iterations=4", "sim.num_envs=4",
+                                 "sim.eval_num_envs=4", "policy.dim=16", "policy.expert_dim=16"])
+    trainer = build_trainer(cfg)
+    trainer.state.iteration = 2  # half way: both rates halved
+    trainer.set_lr()
+    assert [g["lr"] for g in trainer.optimizer.param_groups] == pytest.approx([5e-4, 5e-3])
+    critic = {id(p) for p in trainer.policy.value_head.parameters()}
+    assert {id(p) for p in trainer.optimizer.param_groups[1]["params"]} == critic
+    trainer.close()

@@ -130,3 +130,14 @@ def test_a_wrapper_simulator_records_demonstrations_in_the_simulator_it_wraps():
     semantic = {"base": "reach", "base_kwargs": {"max_episode_steps": 20}, "reward": "clip_contrast_goal"}
     assert recording_simulator("semantic", semantic) == ("reach", {"max_episode_steps": 20})
     assert recording_simulator("reach", {"image_size": 16}) == ("reach", {"image_size": 16})
+
+
+def test_warm_start_lr_factor_by_hand():
+    from mmrl.trainer.trainer import warm_start_lr_factor as f
+
+    assert [f(s, 10, "constant") for s in (0, 9)] == [1.0, 1.0]
+    assert [f(s, 10, "cosine") for s in (0, 5)] == [1.0, pytest.approx(0.5)]
+    # 3 warm-up steps: 1/4, 2/4, 3/4, then the cosine over the 7 steps left starts at 1
+    assert [f(s, 10, "cosine", 3) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert f(3 + 7 / 2, 10, "cosine", 3) == pytest.approx(0.5)
+    assert [f(s, 10, "constant", 2) for s in (0, 1, 2, 9)] == [1 / 3, 2 / 3, 1.0, 1.0]
