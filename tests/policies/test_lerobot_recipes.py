@@ -5,7 +5,8 @@ loaded as users run them, with only what a CPU test must change: the device, siz
 checkpoint folder of the real class with the recipe's features (LIBERO's two cameras under the
 recipe's ``camera_keys``, an 8-d state, 7-d actions) in place of the hub id, and LIBERO's stand-in
 envs (tests/simulators/test_libero.py). The trainer is built from them and runs an RL iteration and
-both evaluations; the CPU config ``configs/reach_smolvla_flow_noise.yaml`` trains two iterations.
+both evaluations; the CPU config ``configs/reach_smolvla_flow_noise.yaml`` trains two iterations and
+its run is exported to LeRobot's format, where LeRobot's own SmolVLA acts as mmrl's policy did.
 Runs in the LeRobot venv (``bash scripts/setup_lerobot.sh``); skipped elsewhere.
 """
 
@@ -77,6 +78,24 @@ def test_cpu_config_trains_end_to_end(tmp_path):
         f"run.output_dir={tmp_path}", "sim.num_envs=8", "sim.eval_num_envs=8", "trainer.iterations=2",
         "trainer.eval_episodes=8", "trainer.video_episodes=0", "warm_start.num_episodes=20", "warm_start.steps=3",
         "warm_start.batch_size=8", "algorithm.minibatch_size=16", "run.threads=1"])
-    results = build_trainer(cfg).run()
+    trainer = build_trainer(cfg)
+    results = trainer.run()
     assert results["final"]["iteration"] == 2
-    assert (tmp_path / cfg.run.name / "checkpoints").is_dir()
+    # the trained policy leaves mmrl in LeRobot's format, with no simulator built, and acts the same there
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+    from mmrl.policies.lerobot.policy import export_checkpoint
+
+    folder = export_checkpoint(tmp_path / cfg.run.name, tmp_path / "export")
+    theirs = SmolVLAPolicy.from_pretrained(folder).eval()
+    pre, post = make_pre_post_processors(PreTrainedConfig.from_pretrained(folder), pretrained_path=folder)
+    obs = trainer.eval_sim.reset(list(range(8)))
+    policy = trainer.policy.eval()
+    ours = policy.rollout(obs, torch.Generator().manual_seed(5), mode="eval").actions
+    noise = torch.randn(8, policy.horizon, policy.max_action_dim, generator=torch.Generator().manual_seed(5))
+    raw = {"observation.images.camera1": obs.image.permute(0, 3, 1, 2).float() / 255,
+           "observation.state": obs.state, "task": obs.instruction}
+    chunk = theirs.predict_action_chunk(pre(raw), noise=noise)
+    assert torch.allclose(post(chunk[:, : policy.chunk_size]), ours, atol=1e-5)

@@ -324,6 +324,8 @@ def test_wrong_action_size_and_cameras_fail_with_the_fix():
 
     with pytest.raises(ValueError, match="renders 3 cameras.*camera_keys"):
         policy.check_simulator(ThreeCameras())
+    with pytest.raises(ConfigError, match="observation.images.wrist.*its image features: observation.images.camera1"):
+        make_policy("smolvla", camera_keys=["observation.images.wrist"])
 
 
 def test_other_lerobot_releases_are_refused(monkeypatch):

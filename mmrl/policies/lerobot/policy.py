@@ -111,8 +111,9 @@ class LeRobotVLAConfig(PolicyConfig):
     detach_value: bool = True
     value_hidden: int = 256
     stats: Literal["auto", "checkpoint", "demos"] = "auto"
-    # sizes of a tiny: model (TINY_SIZES): image_size, patch_size, hidden and layers of the language
-    # model, vision_hidden and vision_layers of the vision encoder, horizon (the model's chunk)
+    # sizes of a tiny: model (TINY_SIZES): image_size, patch_size, scale_factor (SmolVLM's pixel
+    # shuffle: (image_size / patch_size / scale_factor)**2 tokens per image), hidden and layers of the
+    # language model, vision_hidden and vision_layers of the vision encoder, horizon (the model's chunk)
     tiny: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -136,8 +137,8 @@ class LeRobotVLAConfig(PolicyConfig):
 
 
 #: sizes of a ``tiny:`` model and their defaults (mmrl.tiny.tiny_lerobot)
-TINY_SIZES = {"image_size": 32, "patch_size": 4, "hidden": 64, "layers": 4, "vision_hidden": 32, "vision_layers": 1,
-              "horizon": 8}
+TINY_SIZES = {"image_size": 32, "patch_size": 4, "scale_factor": 2, "hidden": 64, "layers": 4, "vision_hidden": 32,
+              "vision_layers": 1, "horizon": 8}
 
 
 def check_versions() -> None:
@@ -176,6 +177,10 @@ class LeRobotVLAPolicy(Policy):
             raise ConfigError(f"'policy.chunk_size' = {self._chunk} executes more steps than the model's chunk "
                               f"({self.horizon})")
         self.camera_keys = list(cfg.camera_keys or lcfg.image_features)
+        unknown = [k for k in self.camera_keys if k not in lcfg.image_features]
+        if unknown:
+            raise ConfigError(f"'policy.camera_keys' names {unknown}, which the checkpoint {cfg.model!r} does not read; "
+                              f"its image features: {', '.join(lcfg.image_features)}")
         self.state_key = STATE if STATE in lcfg.input_features else None
         self.real_action_dim = lcfg.output_features[ACTION].shape[0]
         if self.real_action_dim != action_dim:
@@ -452,6 +457,31 @@ class LeRobotVLAPolicy(Policy):
         return str(folder)
 
 
+def export_checkpoint(checkpoint: str | Path, folder: str | Path) -> str:
+    """A trained policy out of mmrl, into LeRobot's format: ``checkpoint`` is a run folder (its newest
+    complete checkpoint) or one checkpoint folder (``runs/NAME/checkpoints/iter_K``). No simulator is
+    built: the action and state sizes come from the checkpoint's statistics. Returns ``folder``."""
+    import yaml
+
+    from mmrl.config import load_config
+    from mmrl.trainer import checkpoint as ckpt
+
+    path = Path(checkpoint)
+    if (path / "checkpoints").is_dir():
+        found = ckpt.latest_path(path)
+        if found is None:
+            raise FileNotFoundError(f"{path} holds no complete checkpoint (checkpoints/iter_*)")
+        path = found
+    data = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    cfg = load_config(LeRobotVLAConfig, (yaml.safe_load((path / "config.yaml").read_text()) or {}).get("policy", {}))
+    weights = data["policy"]
+    state = weights.get("stats__" + STATE.replace(".", "__") + "__mean")
+    policy = LeRobotVLAPolicy(cfg, action_dim=len(weights["stats__action__mean"]),
+                              state_dim=None if state is None else len(state))
+    policy.load_state_dict(weights)
+    return policy.save_pretrained(folder)
+
+
 # ---- loading ----------------------------------------------------------------------------------
 def _stats_loaded(policy: LeRobotVLAPolicy, incompatible) -> None:
     """``load_state_dict`` post-hook: the loaded statistics reach the processors."""
@@ -639,6 +669,7 @@ def build_tiny(cfg: LeRobotVLAConfig, action_dim: int, state_dim: int | None):
                 for k, n in ((STATE, state_dim), (ACTION, action_dim)) if n}
     if family == "smolvla":
         vlm = _tiny_folder("vlm", image_size=sizes["image_size"], patch_size=sizes["patch_size"],
+                           scale_factor=sizes["scale_factor"],
                            hidden=sizes["hidden"], layers=sizes["layers"], vision_hidden=sizes["vision_hidden"],
                            vision_layers=sizes["vision_layers"])
         lcfg = tiny_lerobot.tiny_lerobot_config(family, vlm_folder=vlm, **common)
