@@ -72,6 +72,8 @@ def cmd_eval(args) -> int:
     for row in report["tasks"]:
         label = row.get("instruction") or ("as configured" if row["task"] is None else row["task"])
         print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  {label}")
+    for name, row in report.get("suites", {}).items():
+        print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  suite {name}")
     print(f"overall success {report['success_rate']:.3f} over {report['episodes']} episodes; "
           f"report: {out / 'eval_report.json'}")
     print(json.dumps(report))

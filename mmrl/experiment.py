@@ -50,6 +50,9 @@ class SimConfig:
     # tasks `mmrl eval` goes through: None = the configured task, "all" = the whole suite (e.g. the
     # 10 tasks of libero_spatial), or a list of values of the simulator's task argument
     eval_tasks: list[Any] | Literal["all"] | None = None
+    # constructor arguments of the evaluation simulators only, over `kwargs` and the simulator's own
+    # `eval_kwargs` (e.g. LIBERO's published protocol evaluates all 50 init states: {split: all})
+    eval_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.type not in SIMULATORS:
@@ -62,11 +65,11 @@ class SimConfig:
         params = inspect.signature(cls).parameters
         if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
             allowed = sorted(set(params) - {"self", "num_envs", "seed", "device"})
-            for key in self.kwargs:
+            for section, key in [*(("kwargs", k) for k in self.kwargs), *(("eval_kwargs", k) for k in self.eval_kwargs)]:
                 if key not in allowed:
                     moved = (" (reward models are the experiment's top-level `reward:` section: type, kwargs, "
                              "success_threshold)") if key in REWARD_KEYS else ""
-                    raise ConfigError(f"'kwargs.{key}' is not an argument of simulator "
+                    raise ConfigError(f"'{section}.{key}' is not an argument of simulator "
                                       f"'{self.type}'{moved}. Valid: {', '.join(allowed)}")
         elif cls.action_type != "chunk" and any(k in self.kwargs for k in REWARD_KEYS):
             raise ConfigError(f"'kwargs' of simulator '{self.type}' name a reward: reward models are the "
@@ -267,7 +270,7 @@ def build_sim(cfg: ExperimentConfig, num_envs: int, seed: int, evaluation: bool 
     """A simulator of the experiment. ``evaluation`` adds the simulator's ``eval_kwargs`` (held-out
     initial states); ``task`` overrides its task argument (one task of the suite)."""
     cls = SIMULATORS.get(cfg.sim.type)
-    kwargs = {**cfg.sim.kwargs, **(cls.eval_kwargs if evaluation else {})}
+    kwargs = {**cfg.sim.kwargs, **({**cls.eval_kwargs, **cfg.sim.eval_kwargs} if evaluation else {})}
     if task is not None:
         kwargs[cls.task_arg] = task
     return SIMULATORS.build(cfg.sim.type, num_envs=num_envs, seed=seed, device=cfg.run.device, **kwargs)

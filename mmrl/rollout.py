@@ -76,6 +76,43 @@ def episode_info(batch: Batch) -> dict:
     }
 
 
+def episode_tasks(obs: Observation) -> list[str] | None:
+    """Per env, the task its episode runs (``Observation.meta[i]["task"]``, set by multi-task
+    simulators such as LIBERO), or None when the simulator names none."""
+    meta = obs.meta
+    if not meta or not all(isinstance(m, dict) and "task" in m for m in meta):
+        return None
+    return [str(m["task"]) for m in meta]
+
+
+def success_by_task(tasks: list[str], success: torch.Tensor) -> dict[str, dict]:
+    """``{task: {"success_rate", "episodes"}}`` of episodes labelled ``tasks`` (sorted by task)."""
+    if len(tasks) != len(success):
+        raise ValueError(f"{len(tasks)} task labels for {len(success)} episodes")
+    ok = success.detach().float().cpu().tolist()
+    out: dict[str, list[float]] = {}
+    for t, s in zip(tasks, ok):
+        out.setdefault(t, []).append(s)
+    return {t: {"success_rate": sum(v) / len(v), "episodes": len(v)} for t, v in sorted(out.items())}
+
+
+def task_logs(prefix: str, by_task: dict[str, dict]) -> dict[str, float]:
+    """Scalar logs of a `success_by_task` result: ``<prefix>/success/<task>`` and, for
+    ``group/task`` labels such as LIBERO's ``libero_spatial/3``, the episode-weighted
+    ``<prefix>/success_suite/<group>``; empty for fewer than two tasks."""
+    if len(by_task) < 2:
+        return {}
+    out = {f"{prefix}/success/{t}": r["success_rate"] for t, r in by_task.items()}
+    if all("/" in t for t in by_task):
+        groups: dict[str, list[float]] = {}
+        for t, r in by_task.items():
+            g = groups.setdefault(t.split("/", 1)[0], [0.0, 0.0])
+            g[0] += r["success_rate"] * r["episodes"]
+            g[1] += r["episodes"]
+        out.update({f"{prefix}/success_suite/{g}": v[0] / v[1] for g, v in sorted(groups.items())})
+    return out
+
+
 @torch.no_grad()
 def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.Generator | None,
                      mode: str = "train", frames_of: int = 0, reward=None) -> tuple[Batch, dict]:
@@ -85,11 +122,13 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
     info: ``return`` [N], ``success`` [N] bool, ``length`` [N] environment steps, ``env_steps``, and
     for videos of the first ``frames_of`` envs: ``frames`` uint8 [T+1, frames_of, H, W, 3],
     ``frame_success`` bool [T+1, frames_of] (success reached by that frame) and ``captions`` (their
-    instructions). In train mode the batch carries ``bootstrap`` (`truncation_values`).
+    instructions); ``task`` [N] labels when the simulator names each episode's task
+    (`episode_tasks`). In train mode the batch carries ``bootstrap`` (`truncation_values`).
     """
     chunk = policy.chunk_size
     horizon = math.ceil(sim.max_episode_steps / chunk)
     obs = sim.reset(seeds)
+    tasks = episode_tasks(obs)
     alive = torch.ones(sim.num_envs, dtype=torch.bool, device=sim.device)
     steps, frames = [], [obs.image[:frames_of].cpu()] if frames_of else []
     captions, reached = list(obs.instruction[:frames_of]), [torch.zeros(frames_of, dtype=torch.bool)]
@@ -110,6 +149,8 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
             break
     batch = Batch.stack(steps)  # [T, N, ...]
     info = episode_info(batch)
+    if tasks is not None:
+        info["task"] = tasks
     if frames_of:
         info.update(frames=torch.stack(frames), frame_success=torch.stack(reached), captions=captions)
     return batch, info
@@ -198,12 +239,13 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
     """Success rate over ``num_episodes`` held-out episodes, in batches of ``sim.num_envs``, each
     decision scored by the reward stage ``reward`` (if any) as in training.
 
-    Episode e uses reset seed ``seed + e``, so the evaluation set is fixed and reproducible.
+    Episode e uses reset seed ``seed + e``, so the evaluation set is fixed and reproducible. A
+    multi-task simulator's episodes (`episode_tasks`) are also scored per task (``tasks``).
     Writes an mp4 grid of the first ``video_envs`` episodes when ``video_path`` is given.
     """
     was_training = policy.training
     policy.eval()
-    successes, returns, lengths = [], [], []
+    successes, returns, lengths, tasks = [], [], [], []
     done = 0
     while done < num_episodes:
         n = sim.num_envs
@@ -215,17 +257,21 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
         successes.append(info["success"][:take].cpu())
         returns.append(info["return"][:take].cpu())
         lengths.append(info["length"][:take].cpu())
+        tasks = None if tasks is None or "task" not in info else tasks + info["task"][:take]
         if want_video:
             write_video(info["frames"], video_path, info["captions"], info["frame_success"])
         done += take
     policy.train(was_training)
     success = torch.cat(successes).float()
-    return {
+    out = {
         "success_rate": success.mean().item(),
         "return": torch.cat(returns).mean().item(),
         "length": torch.cat(lengths).float().mean().item(),
         "episodes": int(success.numel()),
     }
+    if tasks and len(set(tasks)) > 1:  # a multi-task simulator: success per task as well
+        out["tasks"] = success_by_task(tasks, success)
+    return out
 
 
 def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = None,

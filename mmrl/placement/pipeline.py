@@ -46,7 +46,7 @@ import torch
 
 from mmrl.batch import Batch
 from mmrl.placement.worker import SimWorker, WorkerCrashed, close_workers
-from mmrl.rollout import episode_info, step_record, truncation_values
+from mmrl.rollout import episode_info, episode_tasks, step_record, truncation_values
 from mmrl.simulator import StepResult
 
 
@@ -115,6 +115,8 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
         except WorkerCrashed:
             obs.append(restart_and_reset(s))
     timing["sim_wait_s"] += time.perf_counter() - t0
+    stage_tasks = [episode_tasks(o) for o in obs]
+    tasks = None if any(t is None for t in stage_tasks) else [t for st in stage_tasks for t in st]
     alive = [torch.ones(k, dtype=torch.bool) for k in sizes]
 
     # ---- the pipeline --------------------------------------------------------------------------
@@ -175,6 +177,7 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
         "lost_episodes": int(lost_all.sum()),
         "worker_restarts": crashes,
         **timing,
+        **({"task": tasks} if tasks is not None else {}),
     }
     return batch, info
 

@@ -45,9 +45,15 @@ def drop_lost(batch: Batch, info: dict) -> tuple[Batch, dict]:
     logged success rate."""
     keep = ~info["lost"]
     batch = Batch({k: v[:, keep] for k, v in batch.items()})
-    info = {k: v[keep] if isinstance(v, torch.Tensor) and v.shape[:1] == keep.shape else v
-            for k, v in info.items()}
-    return batch, info
+
+    def kept(v):
+        if isinstance(v, torch.Tensor) and v.shape[:1] == keep.shape:
+            return v[keep]
+        if isinstance(v, list) and len(v) == len(keep):  # per-episode labels (``task``)
+            return [x for x, k in zip(v, keep.tolist()) if k]
+        return v
+
+    return batch, {k: kept(v) for k, v in info.items()}
 
 
 class Collector:

@@ -28,7 +28,8 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
                    video_envs: int = 8, max_envs: int = 64, reward=None) -> dict:
     """Evaluate ``policy`` on every task in ``tasks``; ``make_sim(task, num_envs)`` builds one
     task's simulator; ``reward`` is the experiment's reward stage (`mmrl.reward.RewardStage`) or None. Returns the report: overall ``success_rate`` / ``return`` / ``length`` /
-    ``episodes`` (episode-weighted over tasks) and ``tasks``, one entry per task."""
+    ``episodes`` (episode-weighted over tasks), ``tasks``, one entry per task, and ``suites`` (success
+    per suite) when the simulators name theirs (LIBERO)."""
     if not tasks:
         raise ValueError("evaluate_suite needs at least one task")
     if episodes < 1 or max_envs < 1:
@@ -39,12 +40,14 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
         try:
             video = video_dir / f"eval_{task_slug(task)}.mp4" if video_dir is not None and video_envs else None
             res = evaluate_policy(policy, sim, episodes, seed, generator, video, video_envs, reward=reward)
-            language = sim.instruction
+            language, suite = sim.instruction, getattr(sim, "suite", None)
         finally:
             sim.close()
         row = {"task": task, **res}
         if language is not None:
             row["instruction"] = language
+        if isinstance(suite, str):
+            row["suite"] = suite
         if video is not None:
             row["video"] = str(video)
         rows.append(row)
@@ -54,5 +57,13 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
     def mean(key: str) -> float:
         return sum(r[key] * r["episodes"] for r in rows) / total
 
-    return {"success_rate": mean("success_rate"), "return": mean("return"), "length": mean("length"),
-            "episodes": total, "tasks": rows}
+    report = {"success_rate": mean("success_rate"), "return": mean("return"), "length": mean("length"),
+              "episodes": total, "tasks": rows}
+    if all("suite" in r for r in rows):  # e.g. LIBERO: success per suite, episode-weighted over its tasks
+        suites: dict[str, list[float]] = {}
+        for r in rows:
+            acc = suites.setdefault(r["suite"], [0.0, 0])
+            acc[0] += r["success_rate"] * r["episodes"]
+            acc[1] += r["episodes"]
+        report["suites"] = {k: {"success_rate": v[0] / v[1], "episodes": v[1]} for k, v in suites.items()}
+    return report

@@ -24,7 +24,7 @@ from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.logging import RunLogger
 from mmrl.trainer.objectives import (OBJECTIVES, clip_advantages, compute_advantages, valid_samples,
                                      weight_advantages)
-from mmrl.rollout import evaluate_policy
+from mmrl.rollout import evaluate_policy, success_by_task, task_logs
 from mmrl.trainer.collectors import COUNTS, AsyncCollector, build_collector
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 
@@ -319,7 +319,8 @@ class Trainer:
         res.update(iteration=self.state.iteration, rl_seconds=self.state.rl_seconds,
                    train_episodes=self.state.episodes, env_steps=self.state.env_steps)
         self.state.results[name] = res
-        self.logger.log(self.state.iteration, {f"eval/{k}": v for k, v in res.items()})
+        self.logger.log(self.state.iteration, {**{f"eval/{k}": v for k, v in res.items() if k != "tasks"},
+                                               **task_logs("eval", res.get("tasks", {}))})
         key, metric = self.headline()
         tqdm.write(f"[eval {name}] {metric} {res[key]:.3f} over {res['episodes']} episodes")
         (self.out_dir / "results.json").write_text(json.dumps(self.state.results, indent=2))
@@ -333,6 +334,8 @@ class Trainer:
             **({"train/return": info["return"].float().mean().item(),
                 "train/length": info["length"].float().mean().item()} if ended else {}),
             **({"train/success": info["success"].float().mean().item()} if ended and self.has_success else {}),
+            **(task_logs("train", success_by_task(info["task"], info["success"]))
+               if ended and self.has_success and info.get("task") else {}),
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
             **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -206,6 +207,11 @@ class _Gripper:
         self.current_action = np.clip(self.current_action + np.array([-1.0, 1.0]) * self.speed * np.sign(a), -1, 1)
 
 
+def bddl_marker(bddl_file_name) -> int:
+    """A byte naming a BDDL file (FakeLiberoEnv paints it at the raw frame's pixel (0, 1))."""
+    return zlib.crc32(Path(bddl_file_name).name.encode()) % 251 + 1
+
+
 class _FakeSim:
     def __init__(self, env):
         self.env = env
@@ -218,6 +224,7 @@ class _FakeSim:
         img[..., 1] = np.uint8(np.clip(128 + 400 * d[1], 0, 255))
         img[..., 2] = 10 if camera_name == "agentview" else 200
         img[0, 0] = 255  # raw first row (bottom of the picture in OpenGL)
+        img[0, 1] = bddl_marker(e.bddl)  # which task's scene this env built
         return img
 
 
@@ -234,6 +241,7 @@ class FakeLiberoEnv:
     def __init__(self, bddl_file_name, camera_names, camera_heights, camera_widths, use_camera_obs, ignore_done, **kw):
         assert os.path.isfile(bddl_file_name) and use_camera_obs is False and ignore_done is True
         self.sim = _FakeSim(self)
+        self.bddl = bddl_file_name
         self.robots = [SimpleNamespace(gripper=_Gripper())]
         self.state = self.start = np.zeros(92)
         self.offset = np.zeros(3)
