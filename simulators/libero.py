@@ -240,6 +240,12 @@ def check_assets() -> Path:
     )
 
 
+def assets_expected() -> bool:
+    """Whether scene assets should be usable here: found, or the PyPI asset packages are installed
+    (then failing to find them is a bug to report, not an absence; tests skip only without both)."""
+    return _find_assets() is not None or importlib.util.find_spec(ASSETS_PACKAGE) is not None
+
+
 def _import_libero(name: str = "libero.libero"):
     ensure_libero_config()
     return importlib.import_module(name)

