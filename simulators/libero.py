@@ -96,6 +96,9 @@ CONFIG_KEYS = ("benchmark_root", "bddl_files", "init_states", "datasets", "asset
 RENDER_BACKENDS = ("egl", "osmesa", "glfw")
 IMAGE_FLIPS = ("rot180", "vertical", "none")
 NOOP_ACTION = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0)  # zero motion, gripper open
+#: (simulator camera name, key under ``data/demo_<i>/obs`` of LIBERO's demonstration HDF5 files), in
+#: the simulator's default image order (read by ``datasets/libero_demos``, written by its scripts)
+DEMO_CAMERAS = (("agentview", "agentview_rgb"), ("robot0_eye_in_hand", "eye_in_hand_rgb"))
 #: LIBERO's evaluation protocol as OpenVLA / OpenVLA-OFT / openpi's LIBERO clients run it (see the
 #: module docstring); the defaults of `LiberoSim` follow it, except ``image_size`` (those clients
 #: render 256 px and the policy resizes to 224; mmrl renders the policy's size directly)

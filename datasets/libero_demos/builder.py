@@ -24,15 +24,14 @@ import torch
 
 try:
     from mmrl.policies.processing import resize_images
-    from simulators.libero import IMAGE_FLIPS, SUITES, TaskInfo, ensure_libero_config, list_tasks
+    from simulators.libero import DEMO_CAMERAS, IMAGE_FLIPS, SUITES, TaskInfo, ensure_libero_config, list_tasks
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from mmrl.policies.processing import resize_images
-    from simulators.libero import IMAGE_FLIPS, SUITES, TaskInfo, ensure_libero_config, list_tasks
+    from simulators.libero import DEMO_CAMERAS, IMAGE_FLIPS, SUITES, TaskInfo, ensure_libero_config, list_tasks
 
 ROOT_ENV = "MMRL_LIBERO_DATASETS"
-#: (simulator camera name, key under ``data/demo_<i>/obs`` in the official files), in image order
-CAMERAS = (("agentview", "agentview_rgb"), ("robot0_eye_in_hand", "eye_in_hand_rgb"))
+CAMERAS = DEMO_CAMERAS  # (simulator camera name, key under data/demo_<i>/obs), in image order
 ACTION_DIM = 7
 STATE_DIM = 8
 #: the download script's ``--datasets`` value for each suite (libero_10 and libero_90 come together)
