@@ -72,13 +72,13 @@ CHUNK = 4
 CORES = os.cpu_count() or 1
 
 
-def build_policy(action_dim: int = 2, state_dim: int | None = 2):
+def build_policy(action_dim: int = 2, state_dim: int | None = 2, num_views: int = 1):
     """The quickstart flow VLA with random weights (the same one in every mode of a workload)."""
     from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 
     torch.manual_seed(0)
     cfg = FlowVLAConfig(backbone="tiny", chunk_size=CHUNK, num_steps=4, method="sde", stochastic="all",
-                        critic=True)
+                        critic=True, num_views=num_views)
     return FlowVLAPolicy(cfg, action_dim=action_dim, state_dim=state_dim).eval()
 
 
