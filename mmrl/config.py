@@ -79,6 +79,20 @@ class ConfigError(ValueError):
     """An invalid config file, dict or override; the message names the key path and the fix."""
 
 
+def check_range(obj: Any, rules: dict[str, str]) -> None:
+    """Raise `ConfigError` for the first field of ``obj`` outside its rule. Rules: ``">0"``,
+    ``">=0"``, ``">=1"``, ``">1"``, ``"0..1"`` (inclusive); a None value passes (an optional field
+    left unset). The message names the key, its value and the valid range."""
+    tests = {">0": lambda v: v > 0, ">=0": lambda v: v >= 0, ">=1": lambda v: v >= 1, ">1": lambda v: v > 1,
+             "0..1": lambda v: 0 <= v <= 1}
+    for name, rule in rules.items():
+        value = getattr(obj, name)
+        if value is not None and not tests[rule](value):
+            valid = {"0..1": "between 0 and 1"}.get(rule, rule.replace(">=", ">= ").replace(">0", "> 0")
+                                                    .replace(">1", "> 1"))
+            raise ConfigError(f"'{name}' = {value!r} must be {valid}")
+
+
 class Variants:
     """Mixin for a section whose ``type`` key selects a registered dataclass subclass.
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from mmrl.config import ConfigError, load_config
+from mmrl.config import ConfigError, check_range, load_config
 from mmrl.placement.config import PlacementConfig
 from mmrl.trainer.train_engine import TrainEngineConfig
 from mmrl.policies.base import PolicyConfig
@@ -36,9 +36,13 @@ class RunConfig:
     wandb_project: str = "mmrl"
 
     def validate(self) -> None:
+        from mmrl.placement.config import _valid_device
+
         if self.threads < -1:
             raise ConfigError(f"'threads' = {self.threads}: use 0 (automatic), -1 (torch's default) "
                               "or a positive thread count")
+        if not _valid_device(self.device):
+            raise ConfigError(f"'device' = {self.device!r} is not a device; valid: cpu, cuda, cuda:<index>, mps")
 
 
 @dataclass
@@ -55,6 +59,7 @@ class SimConfig:
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
+        check_range(self, {"num_envs": ">=1", "eval_num_envs": ">=1"})
         if self.type not in SIMULATORS:
             raise ConfigError(f"'type' = {self.type!r} is not a registered simulator: "
                               f"{', '.join(SIMULATORS.names())}")
@@ -103,6 +108,7 @@ class WarmStartConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
     def validate(self) -> None:
+        check_range(self, {"num_episodes": ">=1", "steps": ">=0", "batch_size": ">=1", "lr": ">0"})
         if not 0 <= self.warmup_steps < max(self.steps, 1):
             raise ConfigError(f"'warmup_steps' = {self.warmup_steps} must be >= 0 and below 'steps' ({self.steps})")
         if self.dataset is None:
@@ -151,6 +157,10 @@ class AlgorithmConfig:
     target_kl: float | None = None
 
     def validate(self) -> None:
+        check_range(self, {"group_size": ">=1", "gamma": "0..1", "lam": "0..1", "clip_low": ">0", "clip_high": ">0",
+                           "dual_clip": ">1", "epochs": ">=1", "minibatch_size": ">=1", "max_grad_norm": ">0",
+                           "vf_coef": ">=0", "ent_coef": ">=0", "kl_coef": ">=0", "adv_clip": ">0",
+                           "value_clip": ">0"})
         if self.target_kl is not None and not self.target_kl > 0:
             raise ConfigError(f"'target_kl' must be > 0 or null, got {self.target_kl}")
         if self.advantage not in ADVANTAGES:
@@ -199,6 +209,8 @@ class TrainerConfig:
     engine: TrainEngineConfig = field(default_factory=TrainEngineConfig)  # torch or DeepSpeed ZeRO
 
     def validate(self) -> None:
+        check_range(self, {"iterations": ">=0", "lr": ">0", "checkpoint_every": ">=1", "keep_checkpoints": ">=1",
+                           "eval_every": ">=0", "eval_episodes": ">=1", "video_episodes": ">=0"})
         if self.value_lr is not None and not self.value_lr > 0:
             raise ConfigError(f"'value_lr' = {self.value_lr} must be > 0, or null (the critic learns at `lr`)")
         if self.rollout_steps < 0:

@@ -304,3 +304,35 @@ def test_every_shipped_config_loads(path):
     except MissingDependencyError as exc:  # e.g. the LeRobot configs outside .venv-lerobot
         pytest.skip(str(exc))
     assert cfg.run.name == path.stem
+
+
+# values that cannot be right fail at load time, naming the key and the valid range (issue 18)
+@pytest.mark.parametrize("override, message", [
+    ("trainer.iterations=-3", "'iterations' = -3 must be >= 0"),
+    ("trainer.lr=-1", "'lr' = -1.0 must be > 0"),
+    ("trainer.checkpoint_every=0", "'checkpoint_every' = 0 must be >= 1"),
+    ("trainer.keep_checkpoints=0", "'keep_checkpoints' = 0 must be >= 1"),
+    ("trainer.eval_episodes=0", "'eval_episodes' = 0 must be >= 1"),
+    ("algorithm.gamma=2", "'gamma' = 2.0 must be between 0 and 1"),
+    ("algorithm.lam=-0.1", "'lam' = -0.1 must be between 0 and 1"),
+    ("algorithm.clip_low=-0.5", "'clip_low' = -0.5 must be > 0"),
+    ("algorithm.dual_clip=0.5", "'dual_clip' = 0.5 must be > 1"),
+    ("algorithm.minibatch_size=0", "'minibatch_size' = 0 must be >= 1"),
+    ("algorithm.epochs=0", "'epochs' = 0 must be >= 1"),
+    ("sim.num_envs=0", "'num_envs' = 0 must be >= 1"),
+    ("warm_start.lr=0", "'lr' = 0.0 must be > 0"),
+    ("run.device=gpu0", "'device' = 'gpu0' is not a device"),
+])
+def test_impossible_values_fail_at_load(override, message):
+    from mmrl.experiment import load_experiment
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_experiment(None, [override])
+
+
+def test_edge_values_that_are_right_still_load():
+    from mmrl.experiment import load_experiment
+
+    cfg = load_experiment(None, ["trainer.iterations=0", "algorithm.gamma=1", "algorithm.lam=0",
+                                 "run.threads=-1", "run.device=cuda:1", "algorithm.clip_high=null"])
+    assert cfg.trainer.iterations == 0 and cfg.algorithm.gamma == 1.0
