@@ -85,15 +85,22 @@ def episode_tasks(obs: Observation) -> list[str] | None:
     return [str(m["task"]) for m in meta]
 
 
+def weighted_rates(items) -> dict[str, dict]:
+    """``{key: {"success_rate", "episodes"}}`` from ``(key, success_rate, episodes)`` items: the
+    episode-weighted success rate of each key (keys sorted)."""
+    acc: dict = {}
+    for key, rate, n in items:
+        a = acc.setdefault(key, [0.0, 0])
+        a[0] += rate * n
+        a[1] += n
+    return {k: {"success_rate": total / n, "episodes": n} for k, (total, n) in sorted(acc.items())}
+
+
 def success_by_task(tasks: list[str], success: torch.Tensor) -> dict[str, dict]:
     """``{task: {"success_rate", "episodes"}}`` of episodes labelled ``tasks`` (sorted by task)."""
     if len(tasks) != len(success):
         raise ValueError(f"{len(tasks)} task labels for {len(success)} episodes")
-    ok = success.detach().float().cpu().tolist()
-    out: dict[str, list[float]] = {}
-    for t, s in zip(tasks, ok):
-        out.setdefault(t, []).append(s)
-    return {t: {"success_rate": sum(v) / len(v), "episodes": len(v)} for t, v in sorted(out.items())}
+    return weighted_rates((t, s, 1) for t, s in zip(tasks, success.detach().float().cpu().tolist()))
 
 
 def task_logs(prefix: str, by_task: dict[str, dict]) -> dict[str, float]:
@@ -104,12 +111,8 @@ def task_logs(prefix: str, by_task: dict[str, dict]) -> dict[str, float]:
         return {}
     out = {f"{prefix}/success/{t}": r["success_rate"] for t, r in by_task.items()}
     if all("/" in t for t in by_task):
-        groups: dict[str, list[float]] = {}
-        for t, r in by_task.items():
-            g = groups.setdefault(t.split("/", 1)[0], [0.0, 0.0])
-            g[0] += r["success_rate"] * r["episodes"]
-            g[1] += r["episodes"]
-        out.update({f"{prefix}/success_suite/{g}": v[0] / v[1] for g, v in sorted(groups.items())})
+        groups = weighted_rates((t.split("/", 1)[0], r["success_rate"], r["episodes"]) for t, r in by_task.items())
+        out.update({f"{prefix}/success_suite/{g}": r["success_rate"] for g, r in groups.items()})
     return out
 
 

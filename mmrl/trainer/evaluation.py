@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from mmrl.rollout import evaluate_policy
+from mmrl.rollout import evaluate_policy, weighted_rates
 
 
 def task_slug(task: Any) -> str:
@@ -60,10 +60,5 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
     report = {"success_rate": mean("success_rate"), "return": mean("return"), "length": mean("length"),
               "episodes": total, "tasks": rows}
     if all("suite" in r for r in rows):  # e.g. LIBERO: success per suite, episode-weighted over its tasks
-        suites: dict[str, list[float]] = {}
-        for r in rows:
-            acc = suites.setdefault(r["suite"], [0.0, 0])
-            acc[0] += r["success_rate"] * r["episodes"]
-            acc[1] += r["episodes"]
-        report["suites"] = {k: {"success_rate": v[0] / v[1], "episodes": v[1]} for k, v in suites.items()}
+        report["suites"] = weighted_rates((r["suite"], r["success_rate"], r["episodes"]) for r in rows)
     return report
