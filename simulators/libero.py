@@ -446,6 +446,18 @@ class _EnvSpec:
     factory: Any = None  # None: LIBERO's OffScreenRenderEnv; else a callable or "module:attr" / "file.py:attr"
 
 
+def offscreen_env_kwargs(task: TaskInfo, image_size: int, camera_names: Sequence[str]) -> dict:
+    """The ``OffScreenRenderEnv`` keywords of a task's env as `LiberoSim` workers build it."""
+    return {
+        "bddl_file_name": str(task.bddl_file),
+        "camera_heights": int(image_size),
+        "camera_widths": int(image_size),
+        "camera_names": list(camera_names),
+        "use_camera_obs": False,  # cameras are rendered on demand (see _EnvRunner.observe)
+        "ignore_done": True,  # the time limit is ours
+    }
+
+
 def _load_factory(factory: Any) -> Callable:
     if not isinstance(factory, str):
         return factory
@@ -726,15 +738,7 @@ class LiberoSim(Simulator):
         self._last: list[dict | None] = [None] * n
         self._conns: list = []
         self._procs: list = []
-        kwargs = {
-            "bddl_file_name": str(self.tasks[0].bddl_file),
-            "camera_heights": h,
-            "camera_widths": h,
-            "camera_names": list(self.camera_names),
-            "use_camera_obs": False,  # cameras are rendered on demand (see _EnvRunner.observe)
-            "ignore_done": True,  # the time limit is ours
-            **(env_kwargs or {}),
-        }
+        kwargs = {**offscreen_env_kwargs(self.tasks[0], h, self.camera_names), **(env_kwargs or {})}
         config_root = str(ensure_libero_config().parent)  # the workers import LIBERO with the same config
         spec = _EnvSpec(
             kwargs, self.camera_names, h, self.num_noop_steps, self.render_backend, image_flip,

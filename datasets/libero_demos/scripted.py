@@ -58,12 +58,12 @@ import numpy as np
 try:
     from simulators.libero import (DEMO_CAMERAS, MAX_EPISODE_STEPS, SUITES, LiberoSim, TaskInfo, _build_env,
                                    _EnvRunner, _EnvSpec, check_assets, ensure_libero_config, list_tasks,
-                                   load_init_states, proprio_state, resolve_render_backend)
+                                   load_init_states, offscreen_env_kwargs, proprio_state, resolve_render_backend)
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from simulators.libero import (DEMO_CAMERAS, MAX_EPISODE_STEPS, SUITES, LiberoSim, TaskInfo, _build_env,
                                    _EnvRunner, _EnvSpec, check_assets, ensure_libero_config, list_tasks,
-                                   load_init_states, proprio_state, resolve_render_backend)
+                                   load_init_states, offscreen_env_kwargs, proprio_state, resolve_render_backend)
 
 CAMERAS = DEMO_CAMERAS  # (simulator camera name, key under data/demo_<i>/obs), in image order
 SUPPORTED = ("a goal that is a single (On <object> <target>) predicate, optionally inside (And ...), "
@@ -309,18 +309,6 @@ class PickPlaceController:
 
 
 # ---------------------------------------------------------------------------------- generation
-def env_kwargs(task: TaskInfo, image_size: int, camera_names: Sequence[str]) -> dict:
-    """The ``OffScreenRenderEnv`` keywords `LiberoSim` gives its workers."""
-    return {
-        "bddl_file_name": str(task.bddl_file),
-        "camera_heights": int(image_size),
-        "camera_widths": int(image_size),
-        "camera_names": list(camera_names),
-        "use_camera_obs": False,
-        "ignore_done": True,
-    }
-
-
 @dataclass
 class Episode:
     """One controller run from LIBERO initial state ``index``."""
@@ -346,7 +334,7 @@ class GenerationEnv:
         assets = check_assets()
         self.task = task
         # the reset's one observation is rendered at 8 px from one camera: rendering never changes the physics
-        self.spec = _EnvSpec(env_kwargs(task, image_size, camera_names), (camera_names[0],), 8, int(num_noop_steps),
+        self.spec = _EnvSpec(offscreen_env_kwargs(task, image_size, camera_names), (camera_names[0],), 8, int(num_noop_steps),
                              resolve_render_backend(render_backend), "none", str(ensure_libero_config().parent),
                              str(assets))
         self.env = _build_env(self.spec)
@@ -586,7 +574,7 @@ def generate(suite: str, task_ids: Sequence[int] | None, episodes: int, root: st
         if demos:
             args = {"type": 1, "env_name": "Libero_Tabletop_Manipulation",
                     "problem_name": "libero_tabletop_manipulation", "bddl_file": str(task.bddl_file),
-                    "env_kwargs": {**env_kwargs(task, image_size, [c for c, _ in CAMERAS]),
+                    "env_kwargs": {**offscreen_env_kwargs(task, image_size, [c for c, _ in CAMERAS]),
                                    "controller": "OSC_POSE", "num_noop_steps": num_noop_steps,
                                    "max_episode_steps": max_steps}}
             path = write_task_file(task_path(root, task), task, demos, args,
