@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import errno
 import sys
 
 
@@ -26,12 +26,35 @@ def _split_checkpoint(overrides: list[str]) -> tuple[str | None, list[str]]:
     return ckpt, rest
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the run stops where it is and says how to resume."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def cmd_train(args) -> int:
+    import signal
+
     from mmrl.experiment import build_trainer, load_experiment
+    from mmrl.utils import jsonio
 
     cfg = load_experiment(args.config, args.overrides)
-    results = build_trainer(cfg).run()  # ends with its summary line (metric before / after, folder)
-    print(json.dumps(results))
+    signal.signal(signal.SIGTERM, _terminate)
+    trainer = None
+    try:
+        trainer = build_trainer(cfg)
+        results = trainer.run()  # ends with its summary line (metric before / after, folder)
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        if trainer is None:
+            print(f"{what} before training started; nothing was lost", file=sys.stderr)
+        else:
+            print(f"{what} at iteration {trainer.state.iteration}; newest complete checkpoint: "
+                  f"{trainer.newest_checkpoint()}; run the same command to resume", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    print(jsonio.dumps(results))
     return 0
 
 
@@ -41,16 +64,12 @@ def cmd_eval(args) -> int:
     import torch
 
     from mmrl.experiment import build_policy, build_reward, build_sim, eval_tasks, load_experiment, output_dir
-    from mmrl.trainer.checkpoint import latest_path, load_policy
-    from mmrl.trainer.evaluation import evaluate_suite
+    from mmrl.trainer.evaluation import evaluate_suite, load_checkpoint_policy, resolve_checkpoint
+    from mmrl.utils import jsonio
 
     ckpt, overrides = _split_checkpoint(args.overrides)
     cfg = load_experiment(args.config, overrides)
-    path = Path(ckpt) if ckpt else latest_path(output_dir(cfg))
-    if path is None or not path.exists():
-        print(f"error: no checkpoint at {ckpt or output_dir(cfg) / 'checkpoints'}; "
-              "pass checkpoint=PATH (a folder holding state.pt)", file=sys.stderr)
-        return 2
+    path = resolve_checkpoint(ckpt, output_dir(cfg))  # checked before any simulator is built
     tasks = eval_tasks(cfg)
     t, seed = cfg.trainer, cfg.run.seed + 1
 
@@ -60,7 +79,7 @@ def cmd_eval(args) -> int:
     probe = make_sim(tasks[0], 1)  # shapes for the policy; one env, closed at once
     policy = build_policy(cfg, probe)
     probe.close()
-    load_policy(path, policy)
+    load_checkpoint_policy(path, policy, cfg)
     gen = torch.Generator(device=cfg.run.device).manual_seed(cfg.run.seed)
     out = output_dir(cfg)
     report = evaluate_suite(policy, make_sim, tasks, t.eval_episodes, t.eval_seed, gen,
@@ -68,7 +87,7 @@ def cmd_eval(args) -> int:
                             max_envs=cfg.sim.eval_num_envs, reward=build_reward(cfg))
     report["checkpoint"] = str(path)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "eval_report.json").write_text(json.dumps(report, indent=2))
+    (out / "eval_report.json").write_text(jsonio.dumps(report, indent=2))
     for row in report["tasks"]:
         label = row.get("instruction") or ("as configured" if row["task"] is None else row["task"])
         print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  {label}")
@@ -76,7 +95,7 @@ def cmd_eval(args) -> int:
         print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  suite {name}")
     print(f"overall success {report['success_rate']:.3f} over {report['episodes']} episodes; "
           f"report: {out / 'eval_report.json'}")
-    print(json.dumps(report))
+    print(jsonio.dumps(report))
     return 0
 
 
@@ -134,11 +153,23 @@ def cmd_check(args) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from mmrl.experiment import constructor_arguments
+
+    def unknown(cls, what: str, exclude=()) -> str | None:
+        allowed = constructor_arguments(cls, exclude)
+        bad = [k for k in kwargs if allowed is not None and k not in allowed]
+        return (f"error: {', '.join(map(repr, bad))} {'is not an argument' if len(bad) == 1 else 'are not arguments'} "
+                f"of {what} '{args.name}'. Valid: {', '.join(allowed) or 'none'}") if bad else None
+
     if args.kind == "reward":
         from mmrl.registry import REWARDS
         from mmrl.checks.reward import check_reward
 
         cls = REWARDS.get(args.name)
+        problem = unknown(cls, "reward")
+        if problem:
+            print(problem, file=sys.stderr)
+            return 2
         reward = cls(**kwargs)
         passed = check_reward(reward, kind=getattr(reward, "kind", "image"))
     else:
@@ -153,6 +184,10 @@ def cmd_check(args) -> int:
                 print(f"error: simulator '{base}' takes no ':' suffix", file=sys.stderr)
                 return 2
             kwargs[key] = variant
+        problem = unknown(cls, "simulator")
+        if problem:
+            print(problem, file=sys.stderr)
+            return 2
         passed = check_simulator(lambda **kw: cls(**{**kwargs, **kw}))
     for name in passed:
         print(f"  ok  {name}")
@@ -181,13 +216,33 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_check)
     args = parser.parse_args(argv)
     from mmrl.config import ConfigError
+    from mmrl.errors import UserError
     from mmrl.registry import MissingDependencyError, UnknownComponentError
+    from mmrl.trainer.checkpoint import CheckpointError
 
     try:
         return args.fn(args)
-    except (ConfigError, MissingDependencyError, UnknownComponentError) as exc:
+    except (ConfigError, MissingDependencyError, UnknownComponentError, UserError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in _USER_ERRNOS:
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}: {_USER_ERRNOS[exc.errno]}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+_USER_ERRNOS = {  # OS errors a user fixes on the machine, and how
+    errno.ENOSPC: "free some space and run the same command again (a training run resumes from its newest "
+                  "complete checkpoint)",
+    errno.EDQUOT: "free some space under your quota and run the same command again",
+    errno.EACCES: "fix the permissions or point run.output_dir / the path elsewhere",
+    errno.EROFS: "the file system is read-only: point run.output_dir / the path at a writable folder",
+}
 
 
 if __name__ == "__main__":

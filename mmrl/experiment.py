@@ -67,9 +67,8 @@ class SimConfig:
         if self.eval_tasks is not None and cls.task_arg is None:
             raise ConfigError(f"'eval_tasks' is set but simulator '{self.type}' has a single task: "
                               "remove sim.eval_tasks")
-        params = inspect.signature(cls).parameters
-        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            allowed = sorted(set(params) - {"self", "num_envs", "seed", "device"})
+        allowed = constructor_arguments(cls, exclude=("num_envs", "seed", "device"))
+        if allowed is not None:
             for section, key in [*(("kwargs", k) for k in self.kwargs), *(("eval_kwargs", k) for k in self.eval_kwargs)]:
                 if key not in allowed:
                     moved = (" (reward models are the experiment's top-level `reward:` section: type, kwargs, "
@@ -79,6 +78,15 @@ class SimConfig:
         elif cls.action_type != "chunk" and any(k in self.kwargs for k in REWARD_KEYS):
             raise ConfigError(f"'kwargs' of simulator '{self.type}' name a reward: reward models are the "
                               "experiment's top-level `reward:` section now (type, kwargs, success_threshold)")
+
+
+def constructor_arguments(cls, exclude: Sequence[str] = ()) -> list[str] | None:
+    """The keyword arguments ``cls(...)`` takes (sorted, without ``exclude``), or None when it takes
+    any (``**kwargs``)."""
+    params = inspect.signature(cls).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    return sorted(set(params) - {"self", *exclude})
 
 
 @dataclass
@@ -192,6 +200,15 @@ class TrainerConfig:
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
     resume: bool = True  # restart from the newest checkpoint in the run folder if there is one
+    # resume although the config differs from the checkpoint's in keys that change training (the
+    # change is recorded in OUT/config_history.jsonl); false: such a resume is refused, naming the keys
+    accept_config_change: bool = False
+    # the run stops (newest checkpoint kept) when this many optimizer steps in a row were skipped
+    # for a non-finite loss or gradient
+    max_skipped_steps: int = 20
+    # episodes with a non-finite reward are dropped and counted; the run stops when more than this
+    # fraction of its episodes so far were dropped
+    max_nonfinite_fraction: float = 0.05
     eval_every: int = 0  # 0 = evaluate only after the warm start and at the end
     eval_episodes: int = 256
     eval_seed: int = 1_000_000_000  # held-out reset seeds: eval_seed + episode index
@@ -210,7 +227,8 @@ class TrainerConfig:
 
     def validate(self) -> None:
         check_range(self, {"iterations": ">=0", "lr": ">0", "checkpoint_every": ">=1", "keep_checkpoints": ">=1",
-                           "eval_every": ">=0", "eval_episodes": ">=1", "video_episodes": ">=0"})
+                           "eval_every": ">=0", "eval_episodes": ">=1", "video_episodes": ">=0",
+                           "max_skipped_steps": ">=1", "max_nonfinite_fraction": "0..1"})
         if self.value_lr is not None and not self.value_lr > 0:
             raise ConfigError(f"'value_lr' = {self.value_lr} must be > 0, or null (the critic learns at `lr`)")
         if self.rollout_steps < 0:
@@ -318,17 +336,58 @@ def build_reward(cfg: ExperimentConfig):
 
 
 def build_trainer(cfg: ExperimentConfig):
-    """Simulators, policy and trainer for an experiment (seeded, on ``run.device``)."""
+    """Simulators, policy and trainer for an experiment (seeded, on ``run.device``). Before any
+    work: the devices exist, the run folder is writable and not in use (it stays locked while the
+    trainer lives), and a resume's config matches its checkpoint's (`mmrl.trainer.run_folder`)."""
+    from mmrl.trainer import checkpoint
+    from mmrl.trainer.trainer import Trainer
+    from mmrl.trainer.run_folder import check_resume_config, open_run_folder, record_config_change
+
+    for key, device in (("run.device", cfg.run.device), ("placement.render_device", cfg.placement.render_device)):
+        check_device_available(key, device)
+    out = output_dir(cfg)
+    folder = open_run_folder(out)  # writable, and ours alone while we run
+    try:
+        resumed_from = checkpoint.latest_path(out) if cfg.trainer.resume else None
+        changes = check_resume_config(cfg, resumed_from)  # refused (one line) before any work
+        trainer = _build_trainer(cfg, Trainer, folder)
+    except BaseException:
+        folder.close()
+        raise
+    if changes:
+        record_config_change(out, resumed_from, changes)
+        trainer.log_line(f"warning: resuming {resumed_from.name} under a changed config (trainer.accept_config_change): "
+                         + ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in changes))
+    return trainer
+
+
+def check_device_available(key: str, device: str) -> None:
+    """A `UserError` naming ``key`` when ``device`` (a valid name) does not exist on this machine."""
     import torch
 
-    from mmrl.trainer.trainer import Trainer
+    from mmrl.errors import UserError
 
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= count:
+            have = f"{count} CUDA device(s)" if count else \
+                f"no CUDA device (torch {torch.__version__}{'' if torch.version.cuda else ', built without CUDA'})"
+            raise UserError(f"{key} = {device!r} but this machine has {have}: use {key}=cpu"
+                            + (f" or cuda:0..cuda:{count - 1}" if count else ""))
+    elif kind == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"{key} = 'mps' but MPS is not available here: use {key}=cpu")
+
+
+def _build_trainer(cfg: ExperimentConfig, Trainer, folder):
+    import torch
+
+    from mmrl.placement import SimGroup
     from mmrl.utils.threads import configure_threads
 
     configure_threads(cfg.run.threads)
     torch.manual_seed(cfg.run.seed)
-    from mmrl.placement import SimGroup
-
     reward = build_reward(cfg)
     eval_sim = build_sim(cfg, cfg.sim.eval_num_envs, cfg.run.seed + 1, evaluation=True)
     if reward is not None:
@@ -337,6 +396,10 @@ def build_trainer(cfg: ExperimentConfig):
     remote = isinstance(sim, SimGroup)
     try:
         policy = build_policy(cfg, sim)
+        if sim.action_type == "chunk" and policy.chunk_size > sim.max_episode_steps:
+            raise ConfigError(f"policy.chunk_size = {policy.chunk_size} is longer than an episode of simulator "
+                              f"'{cfg.sim.type}' ({sim.max_episode_steps} steps): set policy.chunk_size <= "
+                              f"{sim.max_episode_steps} or lengthen the episodes")
         # the training simulator runs in workers: a one-env copy here, built only if the check reads it
         local = OnDemandSim(lambda: build_sim(cfg, 1, cfg.run.seed)) if remote else sim
         try:
@@ -349,7 +412,7 @@ def build_trainer(cfg: ExperimentConfig):
         if remote:
             sim.close()
         raise
-    return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg), reward=reward)
+    return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg), reward=reward, run_folder=folder)
 
 
 class OnDemandSim:

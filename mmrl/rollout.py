@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from mmrl.batch import Batch
-from mmrl.simulator import Observation, Simulator
+from mmrl.simulator import Observation, Simulator, check_observation
 
 
 def episode_seeds(base_seed: int, num_envs: int, group_size: int = 1) -> list[int]:
@@ -131,6 +131,7 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
     chunk = policy.chunk_size
     horizon = math.ceil(sim.max_episode_steps / chunk)
     obs = sim.reset(seeds)
+    check_observation(sim, obs)
     tasks = episode_tasks(obs)
     alive = torch.ones(sim.num_envs, dtype=torch.bool, device=sim.device)
     steps, frames = [], [obs.image[:frames_of].cpu()] if frames_of else []

@@ -197,6 +197,20 @@ class Simulator:
         raise NotImplementedError
 
 
+def check_observation(sim, obs: Observation) -> None:
+    """The boundary check of every reset the trainer makes: ``obs.image`` is uint8 ``[N, *image_shape]``
+    as ``sim`` declares. A simulator that returns other images fails here, naming both shapes,
+    instead of training a policy built for the declared ones."""
+    want = (sim.num_envs, *tuple(sim.image_shape))
+    got = tuple(obs.image.shape)
+    if got != want or obs.image.dtype != torch.uint8:
+        from mmrl.errors import UserError
+
+        raise UserError(f"simulator {type(sim).__name__} returned images {obs.image.dtype} {list(got)} but declares "
+                        f"uint8 {list(want)} (num_envs, *image_shape): fix its image_shape or its rendering "
+                        "(`mmrl check simulator NAME` runs the full contract)")
+
+
 def reset_seeds(seed: int | list[int] | None, n: int, next_seed: int) -> tuple[list[int], int]:
     """Per-env seeds of a ``reset(seed)`` and the seed counter for later auto resets.
 

@@ -11,9 +11,11 @@
   behaviour copy of the policy, N weight versions behind at most.
 
 ``collect(policy, round, generator) -> (Batch [T, N, ...], info)``. info counts what was collected
-(``env_steps``, ``episodes``, ``lost_episodes``, which the trainer adds to its counters) and holds
-the episodes' ``return`` / ``success`` / ``length``; the trainer sets the policy to eval mode and
-the precision context around the call.
+(``env_steps``, ``episodes``, ``lost_episodes``, ``nonfinite_episodes``, which the trainer adds to
+its counters) and holds the episodes' ``return`` / ``success`` / ``length``; the trainer sets the
+policy to eval mode and the precision context around the call. Episodes with a non-finite reward
+(a NaN from a simulator or a reward model) are dropped where they enter, like lost ones, and
+counted (`drop_nonfinite`): nothing trains on them or averages them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from mmrl.placement.pipeline import SimGroup, collect
 from mmrl.rollout import StepCollector, episode_seeds
 
 TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
-COUNTS = ("env_steps", "episodes", "lost_episodes")  # what a collection adds to the run's TrainState
+# what a collection adds to the run's TrainState
+COUNTS = ("env_steps", "episodes", "lost_episodes", "nonfinite_episodes")
 
 
 def pad_time(batch: Batch, horizon: int) -> Batch:
@@ -39,11 +42,31 @@ def pad_time(batch: Batch, horizon: int) -> Batch:
     return Batch({k: torch.cat([v, v.new_zeros(horizon - t, *v.shape[1:])]) for k, v in batch.items()})
 
 
+def nonfinite_episodes(batch: Batch) -> torch.Tensor:
+    """[N] bool: the envs of the [T, N] batch with a NaN or infinite reward at a valid decision."""
+    return (~torch.isfinite(batch["rewards"]) & batch["valid"].bool()).any(0)
+
+
+def drop_nonfinite(batch: Batch, info: dict) -> tuple[Batch, dict]:
+    """Whole-episode batches: drop the episodes with a non-finite reward (`drop_episodes`) and count
+    them in ``info["nonfinite_episodes"]``."""
+    bad = nonfinite_episodes(batch)
+    if bad.any():
+        batch, info = drop_episodes(batch, info, bad)
+    info["nonfinite_episodes"] = int(bad.sum())
+    return batch, info
+
+
 def drop_lost(batch: Batch, info: dict) -> tuple[Batch, dict]:
     """Remove the episodes a crashed sim worker lost (``info["lost"]`` [N]) from the [T, N] batch
     and the per-episode info, so that they count nowhere: not in a group's baseline, not in the
     logged success rate."""
-    keep = ~info["lost"]
+    return drop_episodes(batch, info, info["lost"])
+
+
+def drop_episodes(batch: Batch, info: dict, drop: torch.Tensor) -> tuple[Batch, dict]:
+    """The [T, N] batch and per-episode info without the envs where ``drop`` [N] is True."""
+    keep = ~drop
     batch = Batch({k: v[:, keep] for k, v in batch.items()})
 
     def kept(v):
@@ -112,6 +135,7 @@ class EpisodeCollector(Collector):
         batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
         if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
             batch, info = drop_lost(batch, info)
+        batch, info = drop_nonfinite(batch, info)
         info.update(env_steps=int((batch["env_steps"] * batch["valid"]).sum()),
                     episodes=batch["valid"].shape[1], lost_episodes=info.get("lost_episodes", 0))
         return batch, info
@@ -128,7 +152,17 @@ class FixedLengthCollector(Collector):
 
     def collect(self, policy, round: int, generator: torch.Generator) -> tuple[Batch, dict]:
         batch, info = self.rollout.collect(policy, generator)
-        info.update(episodes=len(info["return"]), lost_episodes=0)
+        # episodes go on across rounds, so a non-finite reward cannot drop its episode: its
+        # decisions are masked out (reward 0, not valid) and the env counted once per round
+        bad_steps = ~torch.isfinite(batch["rewards"]) & batch["valid"].bool()
+        nonfinite = int(bad_steps.any(0).sum())
+        if nonfinite:
+            batch["rewards"] = torch.where(bad_steps, torch.zeros_like(batch["rewards"]), batch["rewards"])
+            batch["valid"] = batch["valid"] & ~bad_steps
+            ended = torch.isfinite(info["return"])  # ended episodes whose return saw the NaN
+            for key in ("return", "success", "length"):
+                info[key] = info[key][ended]
+        info.update(episodes=len(info["return"]), lost_episodes=0, nonfinite_episodes=nonfinite)
         return batch, info
 
     def state_dict(self) -> dict:

@@ -62,3 +62,70 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
     if all("suite" in r for r in rows):  # e.g. LIBERO: success per suite, episode-weighted over its tasks
         report["suites"] = weighted_rates((r["suite"], r["success_rate"], r["episodes"]) for r in rows)
     return report
+
+
+def resolve_checkpoint(given: str | None, run_dir: Path) -> Path:
+    """The checkpoint folder ``mmrl eval`` loads: ``checkpoint=`` a checkpoint folder, its
+    ``state.pt``, a run folder or its ``checkpoints/`` (their newest complete checkpoint), or
+    nothing (the configured run's). Raises `UserError` naming what was looked at and why."""
+    from mmrl.errors import UserError
+    from mmrl.trainer import checkpoint as ckpt
+
+    path = Path(given) if given else run_dir
+    if path.is_file() and path.name == "state.pt":
+        path = path.parent
+    if path.is_dir() and not (path / "state.pt").exists():  # a run folder or its checkpoints/
+        root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        found = ckpt.candidates(root)
+        if not found:
+            raise UserError(f"no checkpoint in {path}: pass checkpoint=PATH (a run folder, or a checkpoint folder "
+                            "holding state.pt)" if given else
+                            f"no checkpoint in {path} (the configured run has not saved one): pass checkpoint=PATH")
+        good = ckpt.latest_path(root.parent if root.name == "checkpoints" else root)
+        if good is None:
+            raise UserError(f"no complete checkpoint in {root}: "
+                            + "; ".join(f"{p.name}: {ckpt.verify(p) or 'unreadable'}" for _, p in found))
+        return good
+    if not path.exists():
+        raise UserError(f"checkpoint {path} does not exist: pass checkpoint=PATH (a run folder, or a checkpoint "
+                        "folder holding state.pt)")
+    why = ckpt.verify(path)
+    if why is not None:
+        raise UserError(f"checkpoint {path} is not usable: {why}")
+    return path
+
+
+def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
+    """Load the weights of checkpoint folder ``path`` into ``policy``, built from ``cfg``. A file
+    that is not a checkpoint, or weights of another policy config, raise `UserError`: the latter
+    names the differing config keys and the command that evaluates with the checkpoint's own config."""
+    import yaml
+
+    from mmrl.config import to_dict
+    from mmrl.errors import UserError
+    from mmrl.trainer.run_folder import flatten
+
+    file = Path(path) / "state.pt"
+    try:
+        data = torch.load(file, map_location="cpu", weights_only=False)
+        weights = data["policy"]
+    except Exception as exc:  # noqa: BLE001  (any unreadable file is the same problem for the user)
+        raise UserError(f"{file} cannot be read as an mmrl checkpoint ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:160] if str(exc) else 'no detail'}): it is damaged or "
+                        "was not written by mmrl; pass another checkpoint=PATH") from None
+    try:
+        policy.load_state_dict(weights)
+    except RuntimeError as exc:
+        saved = Path(path) / "config.yaml"
+        hint = ""
+        if saved.exists():
+            old = flatten({"policy": (yaml.safe_load(saved.read_text()) or {}).get("policy", {})})
+            new = flatten({"policy": to_dict(cfg.policy)})
+            diff = [f"{k} {old[k]!r} (checkpoint) vs {new[k]!r}" for k in sorted(old.keys() & new.keys())
+                    if old[k] != new[k]]
+            hint = (f" ({', '.join(diff[:6])})" if diff else "") + \
+                f". Evaluate it with the config it was trained with: mmrl eval {saved} checkpoint={path}"
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        raise UserError(f"checkpoint {path} holds weights of another policy config: {len(lines) - 1} "
+                        f"mismatches, first: {lines[1] if len(lines) > 1 else lines[0]}{hint}") from None
+    return data

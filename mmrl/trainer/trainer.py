@@ -9,8 +9,9 @@ same command reaches the same parameters as one that never stopped.
 
 from __future__ import annotations
 
-import json
+import errno
 import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from tqdm import tqdm
 
 from mmrl.algorithms.normalization import RewardScaler, explained_variance
 from mmrl.batch import Batch
+from mmrl.errors import TrainingError, UserError
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.logging import RunLogger
 from mmrl.trainer.objectives import (OBJECTIVES, clip_advantages, compute_advantages, valid_samples,
@@ -27,6 +29,10 @@ from mmrl.trainer.objectives import (OBJECTIVES, clip_advantages, compute_advant
 from mmrl.rollout import evaluate_policy, success_by_task, task_logs
 from mmrl.trainer.collectors import COUNTS, AsyncCollector, build_collector
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
+from mmrl.utils import jsonio
+
+#: collections in a row that may lose every episode (crashed sim workers) before the run stops
+MAX_EMPTY_COLLECTIONS = 3
 
 
 @dataclass
@@ -36,10 +42,12 @@ class TrainState:
     iteration: int = 0  # RL iterations completed
     warm_started: bool = False
     skipped_steps: int = 0  # optimizer steps skipped for a non-finite loss or gradient
+    skipped_in_a_row: int = 0  # of them, the latest consecutive ones (trainer.max_skipped_steps stops the run)
     env_steps: int = 0
     episodes: int = 0
     rl_seconds: float = 0.0  # wall time spent in RL iterations (evaluation and checkpoints excluded)
     lost_episodes: int = 0  # episodes lost with a crashed sim worker (not trained on, not counted)
+    nonfinite_episodes: int = 0  # episodes dropped for a non-finite reward (not trained on, not counted)
     results: dict = field(default_factory=dict)  # evaluation results by name
 
 
@@ -65,7 +73,7 @@ def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) 
 
 class Trainer:
     def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None,
-                 reward=None):
+                 reward=None, run_folder=None):
         self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
         #: the reward stage (`mmrl.reward.RewardStage`): a reward model scoring each decision of a
         #: single-turn policy, in training and evaluation rollouts alike; None = the task reward alone
@@ -73,6 +81,8 @@ class Trainer:
         #: whether the task is judged by success (the simulator's, or the reward stage's threshold)
         self.has_success = eval_sim.has_success or bool(reward is not None and reward.defines_success)
         self.out_dir = Path(out_dir)
+        self.run_folder = run_folder  # `mmrl.trainer.run_folder.RunFolder`: the lock, held until close()
+        self.log_line = tqdm.write  # one line for the user, above the progress bars
         self.logger = logger or RunLogger(self.out_dir, cfg.run.wandb, cfg.run.wandb_project)
         self.device = torch.device(cfg.run.device)
         self._engine: TrainEngine | None = None
@@ -106,8 +116,18 @@ class Trainer:
             self.close()
 
     def close(self) -> None:
-        """Stop the sim workers of a non-collocated placement (an in-process simulator stays)."""
-        self.collector.close()
+        """Stop the sim workers of a non-collocated placement (an in-process simulator stays) and
+        release the run folder."""
+        try:
+            self.collector.close()
+        finally:
+            if self.run_folder is not None:
+                self.run_folder.close()
+
+    def newest_checkpoint(self) -> str:
+        """The name of the newest complete checkpoint (for messages), or 'none'."""
+        path = ckpt.latest_path(self.out_dir)
+        return path.name if path is not None else "none"
 
     def _run(self) -> dict:
         self.resume()
@@ -169,15 +189,27 @@ class Trainer:
         """Collect (or take the batch collected in the background) -> advantages -> update -> log."""
         total = self.planned_iterations()
         t0 = time.time()
-        gen = self.generator("rl", it)
-        if collector is None:
-            batch, info = self.collect(it, gen)
-        else:  # batch it was collected by the behaviour weights of `info["policy_version"]`
-            collector.submit_up_to(it, total, self.state.iteration)
-            batch, info = collector.result(it)
-            gen = self.generator("update", it)  # the rollout's generator stayed with the collector
-        for key in COUNTS:
-            setattr(self.state, key, getattr(self.state, key) + info[key])
+        for attempt in range(MAX_EMPTY_COLLECTIONS):
+            gen = self.generator("rl", it)
+            if collector is None:
+                batch, info = self.collect(it, gen)
+            else:  # batch it was collected by the behaviour weights of `info["policy_version"]`
+                collector.submit_up_to(it, total, self.state.iteration)
+                batch, info = collector.result(it)
+                gen = self.generator("update", it)  # the rollout's generator stayed with the collector
+            for key in COUNTS:
+                setattr(self.state, key, getattr(self.state, key) + info[key])
+            self.check_rewards(it, info)
+            if batch["valid"].any():
+                break
+            # every episode lost (crashed sim workers): nothing to train on; collect the round again
+            self.log_line(f"warning: iteration {it + 1} lost every episode ({info['lost_episodes']} to crashed sim "
+                          f"workers, {info['nonfinite_episodes']} to non-finite rewards); collecting it again")
+        else:
+            raise TrainingError(f"iteration {it + 1} lost every episode {MAX_EMPTY_COLLECTIONS} times in a row "
+                                "(see the warnings above: crashed sim workers or non-finite rewards); nothing was "
+                                f"trained on them. Newest complete checkpoint: {self.newest_checkpoint()}; fix the "
+                                "simulator and run the same command to resume")
         batch = self.reward(batch)
         batch = compute_advantages(batch, self.cfg.algorithm, info.get("last_values"))
         metrics = self.update(batch, gen)
@@ -300,11 +332,41 @@ class Trainer:
 
     def optimizer_step(self, opt, loss: torch.Tensor, max_norm: float | None = None) -> bool:
         """One step of a `TrainEngine` or torch optimizer; a non-finite loss or gradient skips the
-        step and is counted."""
+        step and is counted; ``trainer.max_skipped_steps`` skipped in a row stop the run."""
         result = opt.step(loss, max_norm) if isinstance(opt, TrainEngine) else optimizer_step(opt, loss, max_norm)
-        if not result:
-            self.state.skipped_steps += 1
-        return bool(result)
+        if result:
+            self.state.skipped_in_a_row = 0
+            return True
+        self.state.skipped_steps += 1
+        self.state.skipped_in_a_row += 1
+        limit = self.cfg.trainer.max_skipped_steps
+        if self.state.skipped_in_a_row >= limit:
+            raise TrainingError(
+                f"{self.state.skipped_in_a_row} optimizer steps in a row were skipped for a non-finite loss or "
+                f"gradient (trainer.max_skipped_steps = {limit}): the weights stopped training. Lower trainer.lr / "
+                f"warm_start.lr, check the rewards and inputs for NaN; newest complete checkpoint: "
+                f"{self.newest_checkpoint()}")
+        return False
+
+    def check_rewards(self, it: int, info: dict) -> None:
+        """Warn about the episodes of this collection dropped for a non-finite reward, naming where
+        rewards come from; stop the run when more than ``trainer.max_nonfinite_fraction`` of its
+        episodes so far were dropped."""
+        n = info.get("nonfinite_episodes", 0)
+        if not n:
+            return
+        source = f"simulator '{self.cfg.sim.type}'" + (
+            f" or reward '{self.reward_stage.name}'" if self.reward_stage is not None else "")
+        total = self.state.nonfinite_episodes
+        seen = total + self.state.episodes
+        self.log_line(f"warning: iteration {it + 1}: {n} episode(s) with a NaN or infinite reward from the {source} "
+                      f"dropped (not trained on, not counted); {total} of {seen} so far")
+        limit = self.cfg.trainer.max_nonfinite_fraction
+        if total / max(seen, 1) > limit:
+            raise TrainingError(
+                f"{total} of {seen} episodes had a NaN or infinite reward from the {source}, more than "
+                f"trainer.max_nonfinite_fraction = {limit}: fix the reward (or raise the limit); newest complete "
+                f"checkpoint: {self.newest_checkpoint()}")
 
     def sync(self) -> None:
         """Weight sync to the rollout engine and release of per-iteration caches (the policy's job)."""
@@ -323,7 +385,7 @@ class Trainer:
                                                **task_logs("eval", res.get("tasks", {}))})
         key, metric = self.headline()
         tqdm.write(f"[eval {name}] {metric} {res[key]:.3f} over {res['episodes']} episodes")
-        (self.out_dir / "results.json").write_text(json.dumps(self.state.results, indent=2))
+        write_json(self.out_dir / "results.json", self.state.results)
         return res
 
     def rollout_metrics(self, info: dict) -> dict:
@@ -341,6 +403,7 @@ class Trainer:
             **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",
                                                "sim_s", "worker_restarts", "staleness") if k in info},
             **({"train/lost_episodes": self.state.lost_episodes} if self.collector.remote else {}),
+            **({"train/nonfinite_episodes": self.state.nonfinite_episodes} if self.state.nonfinite_episodes else {}),
         }
 
     def generator(self, purpose: str, index: int) -> torch.Generator:
@@ -357,8 +420,15 @@ class Trainer:
             extra["rollout"] = rollout
         if self.reward_scaler is not None:
             extra["reward_scaler"] = self.reward_scaler.state_dict()
-        ckpt.save(self.out_dir, self.cfg, self.policy, self.optimizer, self.state,
-                  keep=self.cfg.trainer.keep_checkpoints, extra=extra)
+        try:
+            ckpt.save(self.out_dir, self.cfg, self.policy, self.optimizer, self.state,
+                      keep=self.cfg.trainer.keep_checkpoints, extra=extra)
+        except (OSError, RuntimeError) as exc:
+            if not disk_full(exc, self.out_dir):
+                raise
+            raise UserError(f"no space left on the device of {self.out_dir} while writing checkpoint iter_"
+                            f"{self.state.iteration:06d}: free some space and run the same command to resume "
+                            f"(newest complete checkpoint: {self.newest_checkpoint()})") from None
 
     def resume(self) -> None:
         """Restore the newest complete checkpoint of the run folder (``trainer.resume``), or start
@@ -385,3 +455,25 @@ class Trainer:
         if self.reward_scaler is not None and "reward_scaler" in extra:
             self.reward_scaler.load_state_dict(extra["reward_scaler"])
         tqdm.write(f"resumed from checkpoint {path.name} (iteration {self.state.iteration}) in {self.out_dir}")
+
+
+def write_json(path: Path, data) -> None:
+    """Strict JSON (`mmrl.utils.jsonio`), replaced atomically: a kill never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(jsonio.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+def disk_full(exc: BaseException, folder: Path, min_free: int = 64 << 20) -> bool:
+    """Whether ``exc`` (raised while writing in ``folder``) means the disk is full: ENOSPC, or a
+    write error of torch's serialiser ("file write failed", "iostream error"), which loses the
+    errno, with less than ``min_free`` bytes left."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    if not any(s in text for s in ("write failed", "iostream", "No space left")):
+        return False
+    try:
+        return shutil.disk_usage(folder).free < min_free
+    except OSError:
+        return False

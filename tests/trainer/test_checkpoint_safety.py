@@ -70,6 +70,7 @@ def test_kill_between_the_renames_of_a_second_save_keeps_the_iteration(tmp_path,
     with pytest.raises(KeyboardInterrupt):
         trainer.save()
     monkeypatch.setattr(Path, "rename", real)
+    trainer.close()  # the killed process's lock on the run folder goes with it
     root = tmp_path / "t" / "checkpoints"
     assert not (root / "iter_000002").exists() and (root / ".iter_000002.replaced").exists()
     assert ckpt.latest_path(tmp_path / "t") == root / ".iter_000002.replaced"

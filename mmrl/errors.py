@@ -1,0 +1,21 @@
+"""Errors whose message is the whole story: the command line prints them as one line (``error: ...``)
+and exits with status 2, no traceback. Each names the problem and the fix."""
+
+from __future__ import annotations
+
+
+class UserError(RuntimeError):
+    """A problem the user can fix (a setting, a file, the machine); the message says how."""
+
+
+class TrainingError(UserError):
+    """Training cannot go on without training wrong (non-finite rewards or gradients, every episode
+    lost); the newest complete checkpoint is left as it was."""
+
+
+class RunLockedError(UserError):
+    """Another process is running in the same run folder."""
+
+
+class ConfigChangedError(UserError):
+    """A resume with a config that differs from the checkpoint's in keys that change training."""

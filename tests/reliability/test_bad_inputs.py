@@ -1,0 +1,289 @@
+"""Issue 18, as a hostile user would try it: every bad input and fault gets one line naming the
+problem and the fix (no traceback), before any work where it can be known before, and no run
+trains wrong in silence. `CLI_CASES` is also the source of the table in docs/bad_inputs.md
+(`python scripts/bad_input_table.py`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmrl.cli import main
+from mmrl.errors import ConfigChangedError, RunLockedError, TrainingError, UserError
+from mmrl.experiment import build_trainer
+from tests.trainer.test_trainer import TINY, params, tiny_cfg
+
+QUICK = ["configs/quickstart.yaml", *TINY, "trainer.video_episodes=0"]
+
+#: (case, `mmrl` arguments after the command, words the one-line error must hold); {out} is a run
+#: folder of the tiny quickstart trained for 2 iterations, {tmp} an empty temporary folder
+CLI_CASES = [
+    ("sim.num_envs=0", ["train", *QUICK, "sim.num_envs=0"], ["'num_envs' = 0", ">= 1"]),
+    ("trainer.lr=-1", ["train", *QUICK, "trainer.lr=-1"], ["'lr' = -1.0", "> 0"]),
+    ("trainer.checkpoint_every=0", ["train", *QUICK, "trainer.checkpoint_every=0"], ["'checkpoint_every' = 0"]),
+    ("algorithm.minibatch_size=0", ["train", *QUICK, "algorithm.minibatch_size=0"], ["'minibatch_size' = 0"]),
+    ("trainer.eval_episodes=0", ["train", *QUICK, "trainer.eval_episodes=0"], ["'eval_episodes' = 0"]),
+    ("trainer.iterations=-3", ["train", *QUICK, "trainer.iterations=-3"], ["'iterations' = -3"]),
+    ("algorithm.gamma=2", ["train", *QUICK, "algorithm.gamma=2"], ["'gamma' = 2.0", "between 0 and 1"]),
+    ("algorithm.clip_low=-0.5", ["train", *QUICK, "algorithm.clip_low=-0.5"], ["'clip_low' = -0.5"]),
+    ("trainer.keep_checkpoints=0", ["train", *QUICK, "trainer.keep_checkpoints=0"], ["'keep_checkpoints' = 0"]),
+    ("run.device=cuda without CUDA", ["train", *QUICK, "run.device=cuda"], ["run.device = 'cuda'", "run.device=cpu"]),
+    ("run.device=gpu0", ["train", *QUICK, "run.device=gpu0"], ["'device' = 'gpu0' is not a device"]),
+    ("run.threads=-2", ["train", *QUICK, "run.threads=-2"], ["'threads' = -2"]),
+    ("policy.chunk_size longer than the episode", ["train", *QUICK, "policy.chunk_size=16"],
+     ["policy.chunk_size = 16 is longer than an episode", "12 steps"]),
+    ("output folder that cannot be written", ["train", *QUICK, "run.output_dir={tmp}/file/x"],
+     ["cannot write the run folder", "run.output_dir"]),
+    ("check simulator with an unknown argument", ["check", "simulator", "reach", "bogus=1"],
+     ["'bogus' is not an argument of simulator 'reach'", "Valid:"]),
+    ("eval with no checkpoint", ["eval", *QUICK, "checkpoint={tmp}/nothing"], ["does not exist", "checkpoint=PATH"]),
+    ("eval on an empty state.pt", ["eval", *QUICK, "checkpoint={tmp}/empty"], ["cannot be read as an mmrl checkpoint"]),
+    ("eval on a random state.pt", ["eval", *QUICK, "checkpoint={tmp}/random"], ["cannot be read as an mmrl checkpoint"]),
+    ("eval on a truncated state.pt (with its marker)", ["eval", *QUICK, "checkpoint={out}/checkpoints/iter_000001"],
+     ["does not match its checksum"]),
+    ("eval on a checkpoint of another config", ["eval", *QUICK, "policy.dim=32", "checkpoint={out}"],
+     ["weights of another policy config", "policy.dim 16 (checkpoint) vs 32", "mmrl eval"]),
+]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 2-iteration tiny run (checkpoints iter_000001, iter_000002) to break in the eval cases."""
+    out = tmp_path_factory.mktemp("trained")
+    build_trainer(tiny_cfg(out, "trainer.video_episodes=0", "trainer.keep_checkpoints=2")).run()
+    return out / "t"
+
+
+def prepare(tmp: Path, out: Path) -> None:
+    (tmp / "file").write_text("a file where a folder should be")
+    (tmp / "empty").mkdir()
+    (tmp / "empty" / "state.pt").write_bytes(b"")
+    (tmp / "random").mkdir()
+    (tmp / "random" / "state.pt").write_bytes(os.urandom(4096))
+    state = out / "checkpoints" / "iter_000001" / "state.pt"
+    if state.stat().st_size > 100:
+        state.write_bytes(state.read_bytes()[:100])  # truncated behind its completion marker
+
+
+@pytest.mark.parametrize("case,argv,words", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_bad_input_is_one_clear_line(case, argv, words, trained, tmp_path, capsys):
+    prepare(tmp_path, trained)
+    argv = [a.replace("{out}", str(trained)).replace("{tmp}", str(tmp_path)) for a in argv]
+    if argv[0] == "train":
+        argv.insert(2, f"run.output_dir={tmp_path}") if not any("run.output_dir" in a for a in argv) else None
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert rc == 2 and len(lines) == 1, err
+    assert "Traceback" not in err
+    for w in words:
+        assert w in lines[0], lines[0]
+    if argv[0] == "train":  # known before any work: nothing was trained or written
+        assert not list(tmp_path.glob("*/checkpoints"))
+
+
+def test_eval_accepts_a_run_folder(trained, tmp_path, capsys):
+    rc = main(["eval", *QUICK, f"run.output_dir={tmp_path}", "run.name=t", f"checkpoint={trained}"])
+    assert rc == 0
+    report = json.loads((tmp_path / "t" / "eval_report.json").read_text())
+    assert report["checkpoint"].endswith("iter_000002")
+
+
+# ---- silent wrong training -------------------------------------------------------------------
+def nan_rewards(trainer, episodes: int, calls=(0,)):
+    """Make the training simulator return NaN as the reward of the first ``episodes`` envs on
+    the step calls numbered ``calls`` (0 = the first step of the first RL iteration)."""
+    sim, real, seen = trainer.collector.sim, trainer.collector.sim.step_chunk, [0]
+
+    def step_chunk(actions):
+        res = real(actions)
+        if seen[0] in calls:
+            res.reward[:episodes] = float("nan")
+        seen[0] += 1
+        return res
+
+    sim.step_chunk = step_chunk
+
+
+def test_a_nan_reward_drops_its_episode_counts_it_and_results_stay_strict_json(tmp_path, capsys):
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=2",
+                                     "trainer.max_nonfinite_fraction=0.2"))
+    nan_rewards(trainer, 1)
+    results = trainer.run()
+    out = capsys.readouterr().out
+    assert "1 episode(s) with a NaN or infinite reward from the simulator 'reach'" in out
+    assert trainer.state.nonfinite_episodes == 1 and trainer.state.episodes == 15
+    assert trainer.state.skipped_steps == 0  # the NaN never reached the loss
+    text = (tmp_path / "t" / "results.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"results.json holds {c}"))
+    for line in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line, parse_constant=lambda c: pytest.fail(f"metrics.jsonl holds {c}: {line}"))
+        assert row.get("train/return") is None or row["train/return"] == row["train/return"]
+    assert all(v == v for v in results["final"].values() if isinstance(v, float))
+
+
+def test_too_many_nan_rewards_stop_the_run_with_a_clear_error(tmp_path):
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=3"))
+    nan_rewards(trainer, 4)
+    with pytest.raises(TrainingError, match=r"4 of 8 episodes had a NaN or infinite reward.*max_nonfinite_fraction"):
+        trainer.run()
+    assert (tmp_path / "t" / "checkpoints" / "iter_000000" / "COMPLETE").exists()  # the warm start is kept
+
+
+def test_skipped_steps_in_a_row_stop_the_run(tmp_path, monkeypatch):
+    from mmrl.trainer import trainer as trainer_module
+
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.max_skipped_steps=3",
+                                     "algorithm.epochs=4"))
+    real = trainer_module.OBJECTIVES[trainer.cfg.algorithm.objective]
+    monkeypatch.setitem(trainer_module.OBJECTIVES, trainer.cfg.algorithm.objective,
+                        lambda *a: (lambda loss, m: (loss * float("nan"), m))(*real(*a)))
+    with pytest.raises(TrainingError, match="3 optimizer steps in a row were skipped"):
+        trainer.run()
+    assert trainer.state.iteration == 0
+
+
+def test_an_iteration_that_lost_every_episode_is_collected_again_not_counted(tmp_path, monkeypatch):
+    from mmrl.trainer import collectors
+
+    reference = build_trainer(tiny_cfg(tmp_path / "ref", "trainer.video_episodes=0"))
+    reference.run()
+    real, calls = collectors.collect, [0]
+
+    def crash_once(policy, sim, seeds, generator, **kw):
+        batch, info = real(policy, sim, seeds, generator, **kw)
+        calls[0] += 1
+        if calls[0] == 1:  # the first RL collection: every worker crashed
+            info.update(lost=torch.ones(len(seeds), dtype=torch.bool), lost_episodes=len(seeds))
+        return batch, info
+
+    monkeypatch.setattr(collectors, "collect", crash_once)
+    trainer = build_trainer(tiny_cfg(tmp_path / "b", "trainer.video_episodes=0"))
+    trainer.run()
+    assert trainer.state.iteration == 2 and trainer.state.lost_episodes == 8
+    assert trainer.state.episodes == reference.state.episodes
+    rows = [json.loads(x) for x in (tmp_path / "b" / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/return" in r] == [1, 2]
+    # the round was collected again with the same seeds: training ends where the reference did
+    a, b = params(reference.policy), params(trainer.policy)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_every_collection_lost_stops_with_a_clear_error(tmp_path, monkeypatch):
+    from mmrl.trainer import collectors
+
+    real = collectors.collect
+
+    def always_lost(policy, sim, seeds, generator, **kw):
+        batch, info = real(policy, sim, seeds, generator, **kw)
+        info.update(lost=torch.ones(len(seeds), dtype=torch.bool), lost_episodes=len(seeds))
+        return batch, info
+
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0"))
+    monkeypatch.setattr(collectors, "collect", always_lost)
+    with pytest.raises(TrainingError, match="iteration 1 lost every episode 3 times in a row"):
+        trainer.run()
+    assert trainer.state.iteration == 0
+
+
+def test_a_simulator_whose_images_are_not_the_declared_size_fails_at_the_boundary(tmp_path):
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0"))
+    assert trainer.eval_sim.image_shape == (32, 32, 3)
+    trainer.eval_sim.image_shape = (64, 64, 3)  # declares 64 px, renders 32
+    with pytest.raises(UserError, match=r"returned images torch.uint8 \[8, 32, 32, 3\] but declares uint8 \[8, 64, 64, 3\]"):
+        trainer.run()
+
+
+# ---- resume under a changed config -----------------------------------------------------------
+def test_resume_with_a_changed_config_is_refused_naming_the_keys(tmp_path):
+    build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0")).run()
+    for change in (["algorithm.clip_low=0.1"], ["run.seed=3"], ["sim.num_envs=16"], ["trainer.value_lr=1e-3"]):
+        with pytest.raises(ConfigChangedError, match=f"{change[0].split('=')[0]} .* -> .*new run.*accept_config_change"):
+            build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=3", *change))
+    saved = (tmp_path / "t" / "checkpoints" / "iter_000002" / "config.yaml").read_text()
+    assert "clip_low: 0.2" in saved  # the checkpoint still says what its weights were trained with
+
+
+def test_resume_with_more_iterations_or_other_eval_settings_is_fine(tmp_path):
+    build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0")).run()
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=3",
+                                     "trainer.eval_episodes=16", "trainer.keep_checkpoints=3"))
+    trainer.run()
+    assert trainer.state.iteration == 3
+
+
+def test_an_accepted_config_change_is_recorded(tmp_path, capsys):
+    build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0")).run()
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=3",
+                                     "algorithm.clip_low=0.1", "trainer.accept_config_change=true"))
+    trainer.run()
+    assert trainer.state.iteration == 3
+    history = [json.loads(x) for x in (tmp_path / "t" / "config_history.jsonl").read_text().splitlines()]
+    assert history == [{"time": history[0]["time"], "checkpoint": "iter_000002",
+                        "changes": {"algorithm.clip_low": {"from": 0.2, "to": 0.1}}}]
+    assert "under a changed config" in capsys.readouterr().out
+
+
+# ---- the run folder --------------------------------------------------------------------------
+def test_a_second_process_in_the_same_run_folder_is_refused_naming_the_first(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from mmrl.trainer.run_folder import open_run_folder; "
+                               f"f = open_run_folder({str(tmp_path / 't')!r}); print('locked', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunLockedError, match=rf"in use by another process \(pid {holder.pid} on .*run.name"):
+            build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0"))
+    finally:
+        holder.kill()
+        holder.wait()
+    build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0")).run()  # a killed holder leaves no stale lock
+
+
+def test_disk_full_while_checkpointing_is_one_line(tmp_path, monkeypatch):
+    import shutil
+
+    from mmrl.trainer import checkpoint
+
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0"))
+
+    def full(*a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0: file write failed")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1 << 20))
+    with pytest.raises(UserError, match=r"no space left on the device .* free some space and run the same command"):
+        trainer.run()
+
+
+# ---- signals ---------------------------------------------------------------------------------
+def _interrupt(tmp_path, sig) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "mmrl.cli", "train", *QUICK, f"run.output_dir={tmp_path}", "run.name=s",
+           "trainer.iterations=200"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    first = tmp_path / "s" / "checkpoints" / "iter_000001" / "COMPLETE"
+    deadline = time.time() + 120
+    while not first.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_sigint_and_sigterm_say_where_the_run_stopped_and_how_to_resume(tmp_path, sig, code, word):
+    done = _interrupt(tmp_path, sig)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == code, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert last.startswith(f"{word} at iteration ") and "run the same command to resume" in last, last
+    assert "newest complete checkpoint: iter_" in last
