@@ -352,6 +352,8 @@ def _convert(hint: Any, value: Any, key: str, base: Any = None) -> Any:
             return float(value)
         if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
             return float(value)  # YAML 1.1 reads `1e-5` as a string
+        if isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "infinity"):
+            return float("inf")  # YAML's own spelling is `.inf`
     elif hint in (list, tuple) or origin in (list, tuple):
         if isinstance(value, (list, tuple)):
             if origin is tuple and args and args[-1] is not Ellipsis:

@@ -37,7 +37,13 @@ class PlacementConfig:
     render_device: str = "cpu"
     torch_threads: int = 1  # intra-op threads of each sim worker process (0 = torch's default)
     max_restarts: int = 3  # per sim worker: crashes survived (lost episodes counted) before giving up
-    step_timeout_s: float | None = None  # a worker silent for this long is killed and restarted
+    # how long a sim worker may stay silent on a call (reset, step, ...) before it is killed, restarted
+    # (max_restarts) and its episodes in flight counted as lost. null (default) = automatic, per
+    # method: max(120 s, 20 x the slowest answer of that method this worker has given), measured in
+    # the worker and kept across restarts, so a method's first call (warm-up) gets 120 s
+    # (`mmrl.placement.worker.AUTO_TIMEOUT_FLOOR_S` / `AUTO_TIMEOUT_FACTOR`); a number = a fixed limit
+    # in seconds; .inf = wait forever. Start-up has its own limit (STARTUP_TIMEOUT_S, 120 s).
+    step_timeout_s: float | None = None
     # ray backend: how the placement group's bundles (one per sim worker) spread over the nodes
     ray_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
 
@@ -67,8 +73,12 @@ class PlacementConfig:
             raise ConfigError(f"placement.torch_threads = {self.torch_threads} must be >= 0")
         if self.max_restarts < 0:
             raise ConfigError(f"placement.max_restarts = {self.max_restarts} must be >= 0")
-        if self.step_timeout_s is not None and self.step_timeout_s <= 0:
-            raise ConfigError(f"placement.step_timeout_s = {self.step_timeout_s} must be > 0 or null")
+        if self.step_timeout_s is not None and not self.step_timeout_s > 0:  # (NaN is not > 0)
+            from mmrl.placement.worker import AUTO_TIMEOUT_FACTOR, AUTO_TIMEOUT_FLOOR_S
+
+            raise ConfigError(f"placement.step_timeout_s = {self.step_timeout_s} must be seconds > 0, "
+                              f".inf (wait forever) or null (automatic: max({AUTO_TIMEOUT_FLOOR_S:g} s, "
+                              f"{AUTO_TIMEOUT_FACTOR:g} x the slowest call so far))")
         if self.ray_strategy not in RAY_STRATEGIES:
             raise ConfigError(f"placement.ray_strategy = {self.ray_strategy!r} is not one of: "
                               f"{', '.join(RAY_STRATEGIES)}")

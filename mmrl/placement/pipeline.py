@@ -29,11 +29,13 @@ draws its noise in one batch-sized call per decision (eval / ODE sampling of the
 - Only ``valid`` rows are identical: after an episode ends, its env auto-resets from the worker
   simulator's own generator, which is seeded from that worker's slice of the seeds.
 
-Crashes: if a worker dies mid-collection it is restarted (`SimWorker.restart`), reset with its
-stage's seeds, and the episodes that were in progress in it are lost: their columns are marked
-``valid = False`` for the whole rollout, ``info["lost"]`` flags them and ``info["lost_episodes"]``
-counts them (their ``return`` / ``length`` read 0). Episodes that had ended before the crash are
-kept. A crash while resetting costs no episode: the worker is restarted and the reset retried.
+Crashes: if a worker dies mid-collection, or stays silent past its call's time limit
+(``placement.step_timeout_s``; automatic by default, see `mmrl.placement.worker`) and is killed, it
+is restarted (`SimWorker.restart`, which warns why), reset with its stage's seeds, and the episodes
+that were in progress in it are lost: their columns are marked ``valid = False`` for the whole
+rollout, ``info["lost"]`` flags them and ``info["lost_episodes"]`` counts them (their ``return`` /
+``length`` read 0). Episodes that had ended before the crash are kept. A crash while resetting
+costs no episode: the worker is restarted and the reset retried.
 """
 
 from __future__ import annotations

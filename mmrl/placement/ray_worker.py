@@ -17,8 +17,10 @@ initialised: connected to the cluster at ``RAY_ADDRESS`` when set, else a new lo
 needs mmrl (and the simulator's dependencies) installed.
 
 Failures: an exception in the simulator (`ray.exceptions.RayTaskError`) is `WorkerError`; a dead
-actor (killed, crashed, its node lost: any other Ray error) or one silent for ``timeout_s`` (then
-killed) is `WorkerCrashed`, and `restart` creates a fresh actor (at most ``max_restarts`` times).
+actor (killed, crashed, its node lost: any other Ray error) or one silent past its call's time limit
+(then killed) is `WorkerCrashed`, and `restart` creates a fresh actor (at most ``max_restarts``
+times). The time limits are the local backend's (`WorkerBase.call_limit_s`: ``timeout_s`` fixed,
+``inf`` none, ``None`` automatic from the durations the actor measures and reports with each answer).
 `is_alive` is what this side knows: a crash is noticed at the next `result`.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -79,8 +82,11 @@ class _SimActor:
         self.sim = factory()
         return sim_meta(self.sim)
 
-    def call(self, method: str, args: tuple) -> Any:
-        return to_wire(handle_request(self.sim, method, from_wire(args)))
+    def call(self, method: str, args: tuple) -> tuple[Any, float]:
+        """The answer on the wire and the seconds it took (the automatic time limits' measure)."""
+        t0 = time.perf_counter()
+        answer = handle_request(self.sim, method, from_wire(args))
+        return to_wire(answer), time.perf_counter() - t0
 
     def close(self) -> None:
         if self.sim is not None:
@@ -145,7 +151,7 @@ class RaySimWorker(WorkerBase):
         import_ray()
         super().__init__(factory, name, torch_threads, max_restarts, timeout_s)
         self.actor = None
-        self._pending: deque = deque()  # per outstanding request: (ObjectRef, keep its answer?)
+        self._pending: deque = deque()  # per outstanding request: (ObjectRef, method, keep its answer?)
         self._broken = False
         self.group = group
         self.bundle = None if group is None else group.take()
@@ -164,7 +170,7 @@ class RaySimWorker(WorkerBase):
         options = ({"num_cpus": ACTOR_CPUS} if self.group is None
                    else self.group.actor_options(self.bundle))
         self.actor = _actor_class().options(**options).remote(self.torch_threads)
-        self._pending = deque([(self.actor.build.remote(self.factory), True)])  # the ready answer
+        self._pending = deque([(self.actor.build.remote(self.factory), "start", True)])  # the ready answer
         self._broken, self.meta = False, None
 
     def close(self) -> None:
@@ -199,7 +205,7 @@ class RaySimWorker(WorkerBase):
         """Call the actor without waiting; its answer is the next `result`."""
         if self.actor is None:
             raise RuntimeError(f"sim worker {self.name!r} is closed")
-        self._pending.append((self.actor.call.remote(method, to_wire(args)), True))
+        self._pending.append((self.actor.call.remote(method, to_wire(args)), method, True))
 
     def poll(self, timeout_s: float = 0.0) -> bool:
         """Whether the oldest outstanding answer (or the actor's death) is in."""
@@ -210,18 +216,19 @@ class RaySimWorker(WorkerBase):
 
     def discard_pending(self) -> None:
         """Drop the answers of every outstanding request (they are still awaited, in order)."""
-        self._pending = deque((ref, False) for ref, _ in self._pending)
+        self._pending = deque((ref, method, False) for ref, method, _ in self._pending)
 
     def result(self, timeout_s: float | None = None) -> Any:
         """The answer of the oldest kept request (blocking); raises WorkerCrashed / WorkerError."""
-        if not any(keep for _, keep in self._pending):
+        if not any(keep for _, _, keep in self._pending):
             raise RuntimeError(f"sim worker {self.name!r}: no request waiting for a result")
         ray = import_ray()
-        timeout_s = timeout_s if timeout_s is not None else self.timeout_s
         while True:
-            ref, keep = self._pending[0]
+            ref, method, keep = self._pending[0]
+            limit_s, why = self._limit_for(method, timeout_s)
+            start = time.monotonic()
             try:
-                payload = ray.get(ref, timeout=timeout_s)
+                payload = ray.get(ref, timeout=limit_s)
             except ray.exceptions.RayTaskError as e:  # the simulator raised: the actor lives on
                 self._pending.popleft()
                 if keep:
@@ -230,13 +237,18 @@ class RaySimWorker(WorkerBase):
             except ray.exceptions.GetTimeoutError:
                 ray.kill(self.actor)
                 self._broken = True
-                raise self._crashed(f"no answer within {timeout_s:g} s (killed)") from None
+                raise self._crashed(self._silent(method, time.monotonic() - start, limit_s, why),
+                                    "was killed") from None
             except ray.exceptions.RayError as e:  # the actor (or its node) died
                 self._broken = True
                 raise self._crashed(f"{type(e).__name__}: {e}") from None
             self._pending.popleft()
+            if method != "start":  # a request's answer comes with the seconds it took
+                payload, seconds = payload
+                self._measured(method, seconds)
             if keep:
                 return from_wire(payload)
 
-    def _crashed(self, why: str) -> WorkerCrashed:
-        return WorkerCrashed(f"sim worker {self.name!r} (Ray actor, pid {self.pid}) died: {why}")
+    def _crashed(self, why: str, what: str = "died") -> WorkerCrashed:
+        self.last_crash = f"Ray actor, pid {self.pid}, {what}: {why.splitlines()[0]}"  # (Ray's are long)
+        return WorkerCrashed(f"sim worker {self.name!r} (Ray actor, pid {self.pid}) {what}: {why}")

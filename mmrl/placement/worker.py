@@ -11,8 +11,19 @@ blocking forms with the `Simulator` signatures. Results come back in request ord
 marked with `discard_pending` is answered but its answer is dropped.
 
 Failures: an exception inside the simulator comes back as `WorkerError` (a bug: not retried). A
-worker process that dies (or stays silent longer than ``timeout_s``) raises `WorkerCrashed`;
-`restart` starts a fresh process from the same factory (at most ``max_restarts`` times).
+worker process that dies, or stays silent past its call's time limit (then it is killed), raises
+`WorkerCrashed`; `restart` starts a fresh process from the same factory (at most ``max_restarts``
+times) and warns why.
+
+Time limits (``timeout_s``, from ``placement.step_timeout_s``): a number of seconds is a fixed limit
+on every call; ``float("inf")`` (YAML ``.inf``) waits forever; ``None`` (the default) is automatic:
+a call may take ``max(AUTO_TIMEOUT_FLOOR_S, AUTO_TIMEOUT_FACTOR x the slowest successful call of the
+same method this worker has answered)`` (`auto_timeout_s`): 120 s, or 20 x the slowest when that is
+longer. The durations are measured inside the worker (simulation alone) and kept per method
+(``reset`` may cost far more than ``step_chunk``) in ``slowest_s``, which survives a restart; a
+method never answered yet gets the floor, which also covers its first call's warm-up (compiling,
+loading a scene, the renderer's first frame). Starting a worker has its own limit,
+``STARTUP_TIMEOUT_S``. The clock of a call starts when `result` starts waiting for it.
 
 `WorkerBase` is what both backends share: the blocking API, `restart`, and `handle_request` (one
 request served on the simulator). The Ray backend's `RaySimWorker` (`mmrl.placement.ray_worker`)
@@ -25,6 +36,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
+import math
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours)
 import os
@@ -32,12 +44,30 @@ import pickle
 import signal
 import time
 import traceback
+import warnings
 import weakref
 from typing import Any, Callable
 
 import torch
 
 STARTUP_TIMEOUT_S = 120.0  # spawn + import torch + build the simulator
+# the automatic time limit of a call (placement.step_timeout_s = null): at least the floor (which is
+# all a method never answered yet gets: its first call may include warm-up), else this many times
+# the slowest answer of that method so far. Read at each call, so a test may patch them.
+AUTO_TIMEOUT_FLOOR_S = 120.0
+AUTO_TIMEOUT_FACTOR = 20.0
+SET_TIMEOUT_HINT = ("set placement.step_timeout_s=SECONDS for a fixed limit, or "
+                    "placement.step_timeout_s=.inf to wait forever")
+
+
+def auto_timeout_s(slowest_s: float | None, floor_s: float | None = None,
+                   factor: float | None = None) -> float:
+    """The automatic time limit of a call whose method's slowest answer so far took ``slowest_s``
+    seconds (None: never answered): ``max(floor_s, factor * slowest_s)``, or ``floor_s`` alone.
+    ``floor_s`` / ``factor`` default to ``AUTO_TIMEOUT_FLOOR_S`` / ``AUTO_TIMEOUT_FACTOR``."""
+    floor_s = AUTO_TIMEOUT_FLOOR_S if floor_s is None else floor_s
+    factor = AUTO_TIMEOUT_FACTOR if factor is None else factor
+    return floor_s if slowest_s is None else max(floor_s, factor * slowest_s)
 
 
 class WorkerError(RuntimeError):
@@ -139,11 +169,12 @@ def _serve(factory: Callable, conn, torch_threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     if torch_threads:
         torch.set_num_threads(torch_threads)
+    t0 = time.perf_counter()
     try:
         sim = factory()
-        conn.send_bytes(_dumps(("ok", sim_meta(sim))))
+        conn.send_bytes(_dumps(("ok", sim_meta(sim), time.perf_counter() - t0)))
     except Exception:
-        conn.send_bytes(_dumps(("error", traceback.format_exc())))
+        conn.send_bytes(_dumps(("error", traceback.format_exc(), time.perf_counter() - t0)))
         return
     try:
         while True:
@@ -153,11 +184,12 @@ def _serve(factory: Callable, conn, torch_threads: int) -> None:
                 break
             if method == "close":
                 break
+            t0 = time.perf_counter()
             try:
-                reply = ("ok", handle_request(sim, method, from_wire(args)))
+                status, payload = "ok", handle_request(sim, method, from_wire(args))
             except Exception:
-                reply = ("error", traceback.format_exc())
-            conn.send_bytes(_dumps(reply))
+                status, payload = "error", traceback.format_exc()
+            conn.send_bytes(_dumps((status, payload, time.perf_counter() - t0)))  # (seconds it took)
     finally:
         sim.close()
 
@@ -165,8 +197,10 @@ def _serve(factory: Callable, conn, torch_threads: int) -> None:
 # ---------------------------------------------------------------------------------- main side
 class WorkerBase:
     """What every sim worker kind shares: the simulator's shape attributes (mirrored once ready),
-    `wait_ready`, `restart` and the blocking `Simulator`-shaped API. A subclass implements
-    `start`, `_shutdown`, `close`, `submit`, `result`, `poll`, `discard_pending`, `is_alive`, `pid`."""
+    `wait_ready`, `restart`, the time limit of each call (`call_limit_s`, with the durations it is
+    derived from, ``slowest_s``) and the blocking `Simulator`-shaped API. A subclass implements
+    `start`, `_shutdown`, `close`, `submit`, `result`, `poll`, `discard_pending`, `is_alive`, `pid`.
+    Its ready answer is the pending request named ``"start"``."""
 
     num_envs: int
     action_dim: int
@@ -185,9 +219,46 @@ class WorkerBase:
         self.restarts = 0
         self.sim_device = "cpu"
         self.meta: dict | None = None  # what the simulator reported when ready (shapes, device, pid)
+        # per method: the seconds its slowest successful answer took in the worker (kept across
+        # restarts: the automatic time limits derive from it)
+        self.slowest_s: dict[str, float] = {}
+        self.last_crash: str | None = None  # why the worker last crashed (`restart` warns with it)
+
+    def call_limit_s(self, method: str) -> tuple[float | None, str]:
+        """How long a ``method`` request may stay unanswered (None: forever) and where that limit
+        comes from (for the error message): ``STARTUP_TIMEOUT_S`` for the ready answer, else
+        ``timeout_s`` when set, else automatic (`auto_timeout_s` of ``slowest_s[method]``)."""
+        if method == "start":
+            return STARTUP_TIMEOUT_S, "the start-up limit, STARTUP_TIMEOUT_S"
+        if self.timeout_s is not None:
+            if math.isinf(self.timeout_s):
+                return None, "placement.step_timeout_s = .inf"
+            return self.timeout_s, f"placement.step_timeout_s = {self.timeout_s:g}"
+        slowest = self.slowest_s.get(method)
+        limit = auto_timeout_s(slowest)
+        if slowest is None:
+            return limit, (f"automatic limit: the {AUTO_TIMEOUT_FLOOR_S:g} s floor, no {method!r} "
+                           "answered yet")
+        return limit, (f"automatic limit: {AUTO_TIMEOUT_FACTOR:g} x the slowest {method!r} so far, "
+                       f"{slowest:.3g} s, at least {AUTO_TIMEOUT_FLOOR_S:g} s")
+
+    def _measured(self, method: str, seconds: float | None) -> None:
+        """Record that a ``method`` request was answered after ``seconds`` in the worker."""
+        if seconds is not None and method != "start" and seconds > self.slowest_s.get(method, -1.0):
+            self.slowest_s[method] = float(seconds)
+
+    def _silent(self, method: str, waited_s: float, limit_s: float, why: str) -> str:
+        """The reason of a `WorkerCrashed` for a worker killed for silence."""
+        hint = "" if method == "start" else f"; {SET_TIMEOUT_HINT}"
+        return f"silent for {waited_s:.1f} s on {method!r}, past its limit of {limit_s:g} s ({why}){hint}"
+
+    def _limit_for(self, method: str, timeout_s: float | None) -> tuple[float | None, str]:
+        if timeout_s is None:
+            return self.call_limit_s(method)
+        return (None if math.isinf(timeout_s) else timeout_s), f"{timeout_s:g} s given to result()"
 
     def wait_ready(self) -> "WorkerBase":
-        meta = self.result(timeout_s=STARTUP_TIMEOUT_S)
+        meta = self.result()  # the "start" request: STARTUP_TIMEOUT_S
         for key in SHAPE_KEYS:
             setattr(self, key, meta[key])
         self.sim_device, self.meta = meta["device"], meta
@@ -195,14 +266,18 @@ class WorkerBase:
 
     def restart(self) -> None:
         """Replace a crashed worker by a fresh one built from the same factory."""
+        why = self.last_crash or "it crashed"
         if self.restarts >= self.max_restarts:
             self.close()
             raise WorkerCrashed(f"sim worker {self.name!r} crashed more than max_restarts="
-                                f"{self.max_restarts} times; giving up")
+                                f"{self.max_restarts} times; giving up (last: {why})")
+        warnings.warn(f"restarting sim worker {self.name!r} (restart {self.restarts + 1} of "
+                      f"max_restarts={self.max_restarts}): {why}", RuntimeWarning, stacklevel=2)
         self._shutdown(kill=True)
         self.restarts += 1
         self.start()
         self.wait_ready()
+        self.last_crash = None
 
     def __enter__(self) -> "WorkerBase":
         return self
@@ -240,7 +315,7 @@ class SimWorker(WorkerBase):
         self._ctx = mp.get_context("spawn")
         self._proc = None
         self._conn = None
-        self._pending: list[bool] = []  # per outstanding request: keep its answer?
+        self._pending: list[tuple[str, bool]] = []  # per outstanding request: (method, keep its answer?)
         self._broken = False
         if start:
             self.start()
@@ -257,7 +332,7 @@ class SimWorker(WorkerBase):
         self._proc.start()
         _LIVE.add(self)
         child.close()  # so that the worker's death reads as EOF here
-        self._conn, self._pending, self._broken = parent, [True], False  # the ready message
+        self._conn, self._pending, self._broken = parent, [("start", True)], False  # the ready message
 
     def close(self) -> None:
         if self._proc is None:
@@ -294,7 +369,7 @@ class SimWorker(WorkerBase):
         """Send a request without waiting; its answer is the next `result`."""
         if self._proc is None:
             raise RuntimeError(f"sim worker {self.name!r} is closed")
-        self._pending.append(True)
+        self._pending.append((method, True))
         if self._broken:
             return
         try:
@@ -308,23 +383,27 @@ class SimWorker(WorkerBase):
 
     def discard_pending(self) -> None:
         """Drop the answers of every outstanding request (they are still read, in order)."""
-        self._pending = [False] * len(self._pending)
+        self._pending = [(method, False) for method, _ in self._pending]
 
     def result(self, timeout_s: float | None = None) -> Any:
         """The answer of the oldest kept request (blocking); raises WorkerCrashed / WorkerError."""
-        if not any(self._pending):
+        if not any(keep for _, keep in self._pending):
             raise RuntimeError(f"sim worker {self.name!r}: no request waiting for a result")
         while True:
-            keep = self._pending[0]
-            status, payload = self._recv(timeout_s if timeout_s is not None else self.timeout_s)
+            method, keep = self._pending[0]
+            status, payload, seconds = self._recv(method, *self._limit_for(method, timeout_s))
             self._pending.pop(0)
+            if status == "ok":
+                self._measured(method, seconds)
             if not keep:
                 continue
             if status == "error":
                 raise WorkerError(f"sim worker {self.name!r} failed:\n{payload}")
             return from_wire(payload)
 
-    def _recv(self, timeout_s: float | None) -> tuple:
+    def _recv(self, method: str, limit_s: float | None, why: str) -> tuple:
+        """The next answer, (status, payload, seconds in the worker); kills a worker silent for
+        longer than ``limit_s`` (None: waits forever)."""
         start = time.monotonic()
         while True:
             if self._broken:
@@ -338,13 +417,15 @@ class SimWorker(WorkerBase):
             if not self._proc.is_alive() and not self._conn.poll(0):
                 self._broken = True
                 raise self._crashed(f"exit code {self._proc.exitcode}")
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
+            waited = time.monotonic() - start
+            if limit_s is not None and waited > limit_s:
                 self._proc.kill()
                 self._broken = True
-                raise self._crashed(f"no answer within {timeout_s:g} s (killed)")
+                raise self._crashed(self._silent(method, waited, limit_s, why), "was killed")
 
-    def _crashed(self, why: str) -> WorkerCrashed:
-        return WorkerCrashed(f"sim worker {self.name!r} (pid {self.pid}) died: {why}")
+    def _crashed(self, why: str, what: str = "died") -> WorkerCrashed:
+        self.last_crash = f"pid {self.pid} {what}: {why}"
+        return WorkerCrashed(f"sim worker {self.name!r} (pid {self.pid}) {what}: {why}")
 
 
 _LIVE: "weakref.WeakSet[SimWorker]" = weakref.WeakSet()

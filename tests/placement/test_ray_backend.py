@@ -103,7 +103,8 @@ def test_silent_actor_is_killed_after_timeout_and_restarted():
     slow = functools.partial(loaded_reach, num_envs=2, delay_s=1.0)  # 2 s per 1-step chunk
     with RaySimWorker(slow, name="slow", timeout_s=0.5) as w:  # no placement group: anywhere
         w.reset([0, 1])
-        with pytest.raises(WorkerCrashed, match="no answer within 0.5 s"):
+        with pytest.raises(WorkerCrashed, match=r"was killed: silent for 0\.\d s on 'step_chunk', past "
+                                                r"its limit of 0\.5 s \(placement\.step_timeout_s = 0\.5\)"):
             w.step_chunk(torch.zeros(2, 1, 2))
         assert not w.is_alive()
         old = w.pid
@@ -111,6 +112,29 @@ def test_silent_actor_is_killed_after_timeout_and_restarted():
         assert w.restarts == 1 and w.is_alive() and w.pid != old
         assert w.reset([0, 1]).image.shape == (2, 32, 32, 3)
     assert not w.is_alive() and w.pid is None
+
+
+@pytest.mark.timeout(60)
+def test_silent_actor_is_killed_by_the_automatic_limit(monkeypatch):
+    # placement.step_timeout_s null: a step never answered yet gets the floor (patched to 0.5 s);
+    # the measured resets survive the restart
+    from mmrl.placement import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "AUTO_TIMEOUT_FLOOR_S", 0.5)
+    slow = functools.partial(loaded_reach, num_envs=2, delay_s=1.0)  # 2 s per 1-step chunk
+    with RaySimWorker(slow, name="slow") as w:
+        w.reset([0, 1])
+        assert set(w.slowest_s) == {"reset"}
+        with pytest.raises(WorkerCrashed, match=r"silent for 0\.\d s on 'step_chunk', past its limit "
+                                                r"of 0\.5 s \(automatic limit: the 0\.5 s floor, no "
+                                                r"'step_chunk' answered yet\); set placement\.step_timeout_s"):
+            w.step_chunk(torch.zeros(2, 1, 2))
+        measured = dict(w.slowest_s)
+        with pytest.warns(RuntimeWarning, match=r"restarting sim worker 'slow' .*silent for"):
+            w.restart()
+        assert w.restarts == 1 and w.is_alive() and w.slowest_s == measured
+        w.reset([0, 1])
+        assert w.slowest_s["reset"] >= measured["reset"]
 
 
 class Kill:

@@ -148,6 +148,42 @@ def test_killed_sim_worker_is_restarted_and_the_run_goes_on(tmp_path):
     assert [r["train/worker_restarts"] for r in rows] == [0, 1, 0]
 
 
+@pytest.mark.timeout(120)  # a broken automatic limit waits forever on the stopped worker: fail instead
+def test_stopped_sim_worker_is_killed_by_the_automatic_timeout_and_the_run_goes_on(tmp_path, monkeypatch):
+    # placement.step_timeout_s is left null (automatic); the floor is patched from 120 s to 1 s (the
+    # tiny simulator's steps take milliseconds, so 20 x the slowest is below it)
+    from mmrl.placement import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "AUTO_TIMEOUT_FLOOR_S", 1.0)
+    trainer = build_trainer(cfg(tmp_path, "placement.mode=hybrid", "placement.stages=2",
+                                "trainer.iterations=3"))
+    try:
+        victim = trainer.sim.workers[1]
+        assert victim.timeout_s is None
+        rollout, calls = trainer.policy.rollout, []
+
+        def stop_in_iteration_two(obs, **kw):  # stage 1's worker stops (alive, silent) after its reset
+            calls.append(trainer.state.iteration)
+            if calls.count(1) == 1 and calls[-1] == 1:
+                assert victim.slowest_s["step_chunk"] < 0.05  # iteration 1's steps were measured
+                os.kill(victim.pid, signal.SIGSTOP)
+            return rollout(obs, **kw)
+
+        trainer.policy.rollout = stop_in_iteration_two
+        with pytest.warns(RuntimeWarning, match=r"restarting sim worker 'sim1' .*silent for 1\.\d s on "
+                                                r"'step_chunk', past its limit of 1 s \(automatic limit"):
+            trainer.run()
+    finally:
+        trainer.sim.close()  # (a stopped worker that was never killed is killed here)
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
+            if "train/success" in x]
+    assert trainer.state.iteration == 3 and victim.restarts == 1
+    assert trainer.state.lost_episodes == 4  # stage 1 held 4 envs, all in their first decision
+    assert trainer.state.episodes == 3 * 8 - 4
+    assert [r["train/lost_episodes"] for r in rows] == [0, 4, 4]
+    assert [r["train/worker_restarts"] for r in rows] == [0, 1, 0]
+
+
 def test_async_rollout_is_off_policy_by_exactly_the_bound(tmp_path):
     # N = 1: batch k is collected (in the background, during update k-1) by the weights of update
     # k-1; batch 0 by the initial weights. Two runs give the same parameters: the batch -> weights
