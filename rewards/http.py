@@ -19,6 +19,12 @@ Protocol (JSON over HTTP):
   -> ``{"scores": [...]}``; on failure HTTP 400 (bad input, the reward raised ``ValueError``) or
   500 (anything else) with ``{"error": message, "type": exception class name}``.
 
+The client waits at most ``timeout`` seconds (default 60) for a connection or a reply; it retries
+timeouts, failed connections and 5xx answers (``retries``, default 3, with exponential ``backoff``
+from 0.5 s; never a 4xx), and checks every answer: JSON, a ``"scores"`` list of one finite number
+per sample. A server that never answers fails after ``(retries + 1) * timeout`` plus the backoff,
+with the URL in the message.
+
 Scores travel as JSON floats, which round-trip float32 exactly. Requests are accepted concurrently
 (``ThreadingHTTPServer``) and scored one at a time (a lock: reward models need not be thread-safe).
 """
@@ -27,9 +33,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import io
 import json
+import math
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -149,21 +158,88 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # ----------------------------------------------------------------------------- client
+def parse_scores(body: bytes, n: int, url: str) -> list[float]:
+    """The ``n`` scores in a ``POST /score`` answer ``body`` from the server at ``url``.
+
+    Raises `RemoteRewardError` naming ``url`` unless ``body`` is a JSON object whose ``"scores"`` is a
+    list of exactly ``n`` finite numbers (booleans are not numbers).
+    """
+    answer = _parse_json(body, url, "POST /score")
+    scores = answer.get("scores")
+    if not isinstance(scores, list):
+        raise RemoteRewardError(
+            f"reward server at {url} answered POST /score without a 'scores' list (got {_preview(answer)}); "
+            f"it must answer {{\"scores\": [one number per sample]}}: is {url} a rewards.http server?"
+        )
+    if len(scores) != n:
+        raise RemoteRewardError(
+            f"reward server at {url} returned {len(scores)} scores for {n} samples; the reward it serves must "
+            "return one score per sample"
+        )
+    for i, v in enumerate(scores):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise RemoteRewardError(
+                f"reward server at {url} returned score {i} = {_preview(v)}, not a number; the reward it serves "
+                "must return numbers"
+            )
+        if not math.isfinite(v):
+            raise RemoteRewardError(
+                f"reward server at {url} returned a non-finite score {v} at index {i}; the reward it serves must "
+                "return finite scores"
+            )
+    return [float(v) for v in scores]
+
+
+def _parse_json(body: bytes, url: str, request: str) -> dict:
+    try:
+        answer = json.loads(body)
+    except ValueError as exc:  # JSONDecodeError and bad UTF-8 both
+        raise RemoteRewardError(
+            f"reward server at {url} answered {request} with invalid JSON ({exc}): {_preview(body)}; is {url} a "
+            "rewards.http server (`python -m rewards.http REWARD_NAME`)?"
+        ) from None
+    if not isinstance(answer, dict):
+        raise RemoteRewardError(
+            f"reward server at {url} answered {request} with JSON {type(answer).__name__} {_preview(answer)}, not an "
+            f"object; is {url} a rewards.http server (`python -m rewards.http REWARD_NAME`)?"
+        )
+    return answer
+
+
+def _preview(x: Any, limit: int = 80) -> str:
+    text = repr(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class RemoteReward(Reward):
-    """A reward scored by a `RewardServer` at ``url`` (same contract as a local reward)."""
+    """A reward scored by a `RewardServer` at ``url`` (same contract as a local reward).
+
+    Each request waits at most ``timeout`` seconds for the server (per connect / read). A request
+    that times out, cannot connect, or gets a 5xx answer is sent again up to ``retries`` more times,
+    ``backoff``, ``2 * backoff``, ``4 * backoff``, ... seconds apart; a 4xx answer is not retried (400,
+    the reward rejected its input, raises ``ValueError``). Every answer is validated (JSON, one finite
+    score per sample); every failure raises one line naming the URL, what went wrong and the fix.
+    """
 
     name = "http"
 
     def __init__(self, *, url: str = "http://127.0.0.1:8000", kind: str = "image", name: str | None = None,
-                 encoding: str = "raw", timeout: float = 600.0):
+                 encoding: str = "raw", timeout: float = 60.0, retries: int = 3, backoff: float = 0.5):
         if kind not in ("image", "text"):
             raise ValueError(f"kind must be 'image' or 'text', got {kind!r}")
-        self.url, self.kind, self.encoding, self.timeout = url.rstrip("/"), kind, encoding, timeout
+        if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"RemoteReward: timeout must be a positive number of seconds, got {timeout!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"RemoteReward: retries must be an integer >= 0 (0: no retry), got {retries!r}")
+        if not (isinstance(backoff, (int, float)) and backoff >= 0 and math.isfinite(backoff)):
+            raise ValueError(f"RemoteReward: backoff must be a number of seconds >= 0, got {backoff!r}")
+        self.url, self.kind, self.encoding = url.rstrip("/"), kind, encoding
+        self.timeout, self.retries, self.backoff = float(timeout), retries, float(backoff)
         self.name = name or f"http({self.url})"
 
     def info(self) -> dict:
         """The server's ``{"name", "kind"}``."""
-        return self._request("GET", "/info")
+        return _parse_json(self._request("GET", "/info"), self.url, "GET /info")
 
     def score(self, samples, prompts, meta) -> torch.Tensor:
         body = {
@@ -171,34 +247,75 @@ class RemoteReward(Reward):
             "prompts": list(prompts),
             "meta": meta,
         }
-        scores = self._request("POST", "/score", body)["scores"]
+        scores = parse_scores(self._request("POST", "/score", body), len(body["prompts"]), self.url)
         return torch.tensor(scores, dtype=torch.float32)
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        url = self.url + path
+    def _request(self, method: str, path: str, body: dict | None = None) -> bytes:
+        """The body of a 2xx answer to ``method path``, after up to ``retries`` retries."""
         try:
             data = None if body is None else json.dumps(body).encode()
         except TypeError as exc:
             raise ValueError(f"cannot send to the reward server at {self.url}: {exc} (meta must be JSON-able)") from exc
-        req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
+        attempts = self.retries + 1
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            req = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
             try:
-                err = json.loads(exc.read())
-            except ValueError:
-                err = {"error": exc.reason, "type": str(exc.code)}
-            msg = f"reward server at {self.url} answered {exc.code}: {err.get('error')}"
-            if exc.code == 400:
-                raise ValueError(msg) from None
-            raise RemoteRewardError(msg) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise RemoteRewardError(
-                f"reward server at {self.url} is unreachable ({reason}); start one with "
-                f"`python -m rewards.http REWARD_NAME --port PORT`"
-            ) from None
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return resp.read()
+            except urllib.error.HTTPError as exc:
+                failure = self._http_failure(exc, attempts)
+                if exc.code < 500:  # the request is wrong: sending it again cannot help
+                    raise failure from None
+            except urllib.error.URLError as exc:  # no connection (refused, timed out, no such host, ...)
+                failure = self._unreachable(exc.reason, attempts)
+            except http.client.RemoteDisconnected as exc:  # closed the connection without an answer
+                failure = self._unreachable(exc, attempts)
+            except http.client.HTTPException as exc:  # answered, but not with an HTTP response
+                raise RemoteRewardError(
+                    f"reward server at {self.url} answered {method} {path} with a broken HTTP response "
+                    f"({type(exc).__name__}: {_preview(str(exc))}); is {self.url} a rewards.http server "
+                    "(`python -m rewards.http REWARD_NAME`)?"
+                ) from None
+            except OSError as exc:  # a read timed out, the connection was reset, ...
+                failure = self._unreachable(exc, attempts)
+        raise failure
+
+    def _http_failure(self, exc: urllib.error.HTTPError, attempts: int) -> Exception:
+        try:
+            err = json.loads(exc.read()).get("error")
+        except (ValueError, AttributeError, OSError):
+            err = exc.reason
+        if exc.code == 400:
+            return ValueError(f"reward server at {self.url} answered 400: {err} (the reward rejected the samples "
+                              "or prompts sent; fix them)")
+        if exc.code < 500:
+            return RemoteRewardError(
+                f"reward server at {self.url} answered {exc.code}: {err}; is {self.url} a rewards.http server "
+                "(GET /info, POST /score)?"
+            )
+        return RemoteRewardError(
+            f"reward server at {self.url} answered {exc.code}: {err} ({_tries(attempts)}); the reward failed on "
+            "the server: fix it there, or raise RemoteReward(retries=...) if the failure is transient"
+        )
+
+    def _unreachable(self, reason: Any, attempts: int) -> RemoteRewardError:
+        if isinstance(reason, TimeoutError):
+            return RemoteRewardError(
+                f"reward server at {self.url} timed out: no answer within timeout={self.timeout:g} s "
+                f"({_tries(attempts)}); check that it is alive (GET {self.url}/info), or raise "
+                "RemoteReward(timeout=...) if scoring a batch takes longer"
+            )
+        return RemoteRewardError(
+            f"reward server at {self.url} is unreachable ({reason}; {_tries(attempts)}); start one with "
+            f"`python -m rewards.http REWARD_NAME --port PORT`"
+        )
+
+
+def _tries(attempts: int) -> str:
+    return "1 attempt" if attempts == 1 else f"{attempts} attempts"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -221,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
         server.server_close()
 
 
-__all__ = ["RemoteReward", "RewardServer", "RemoteRewardError", "encode_images", "decode_images"]
+__all__ = ["RemoteReward", "RewardServer", "RemoteRewardError", "encode_images", "decode_images", "parse_scores"]
 
 if __name__ == "__main__":
     main()

@@ -43,16 +43,32 @@ Auto reset and chunks
     mid-chunk really ignores the rest of its chunk (its new episode does not advance).
 
 Snapshots
-    ``get_state`` pickles the sub-envs into bytes and ``set_state`` unpickles them (sync mode only;
-    pygame render surfaces are shared by reference, not copied, since rendering redraws them fully). This is exact for envs whose whole
-    state lives in Python / numpy attributes (classic control, toy text). In async mode, or when an
-    env cannot be pickled, ``get_state`` raises ``NotImplementedError``.
+    ``get_state`` pickles the sub-envs into bytes and ``set_state`` unpickles them (sync mode only), so
+    every wrapper's state (the time limit's step count, ...) and each env's ``np_random`` come back.
+    pygame render surfaces are shared by reference, not copied, since rendering redraws them fully.
+    MuJoCo envs: gymnasium's are ``EzPickle`` (a plain pickle rebuilds a fresh env from the
+    constructor arguments), so they are pickled attribute by attribute instead; each ``MjData`` is
+    copied whole (``mj_copyData``), while the ``MjModel`` and the renderer (an OpenGL context) are
+    shared, the renderer pointed at the restored ``MjData``. An env that changes its ``MjModel``
+    while it runs (domain randomisation of masses, ...) is therefore not restored exactly. In async
+    mode, when an env cannot be pickled, or when it holds another ``EzPickle`` object (Box2D,
+    Atari: state in C objects pickle cannot copy), ``get_state`` raises ``NotImplementedError``.
+
+MuJoCo rendering
+    Each MuJoCo env renders through its own OpenGL context (made current before each frame). With no
+    ``MUJOCO_GL``, ``DISPLAY`` or ``WAYLAND_DISPLAY`` set, ``MUJOCO_GL`` is set to ``egl`` (gymnasium
+    would try glfw, which fails late without a display); set ``MUJOCO_GL=osmesa`` where there is no
+    EGL. gymnasium aims a MuJoCo camera at the pose of the env's first frame, so the first frame is
+    rendered at the model's initial pose (``init_qpos``): every env, in every run, gets the same view.
 """
 
 from __future__ import annotations
 
+import copy
+import copyreg
 import functools
 import io
+import os
 import pickle
 from typing import Any
 
@@ -64,6 +80,7 @@ from mmrl.simulator import Observation, Simulator, StepResult
 
 import gymnasium as gym  # a missing gymnasium is reported by the registry with `pip install 'mmrl[gym]'`
 from gymnasium import spaces
+from gymnasium.utils import EzPickle
 
 
 # ---------------------------------------------------------------------------- action mapping
@@ -150,12 +167,30 @@ class ContractEnv(gym.Wrapper):
                     f"GymSim: {env_id} does not support render_mode='rgb_array' (render modes: "
                     f"{env.metadata.get('render_modes')}); pass render_images=False for zero images"
                 )
-            obs, _ = env.reset()  # a first frame, to learn the render resolution
-            frame = self._frame()
+            mujoco_env = "mujoco_renderer" in vars(env.unwrapped)
+            if mujoco_env and not any(os.environ.get(v) for v in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY")):
+                os.environ["MUJOCO_GL"] = "egl"  # gymnasium would try glfw, which fails late without a display
+            try:
+                env.reset()  # a first frame, to learn the render resolution
+                base = env.unwrapped
+                if mujoco_env and hasattr(base, "init_qpos") and hasattr(base, "init_qvel"):
+                    # gymnasium aims the camera at the pose of the first frame: the same pose in every env
+                    base.set_state(base.init_qpos, base.init_qvel)
+                frame = self._frame()
+            except Exception as exc:  # noqa: BLE001 - any failure here means: this env cannot render here
+                gl = (f" MuJoCo renders through OpenGL (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): set "
+                      "MUJOCO_GL=egl (needs libEGL) or MUJOCO_GL=osmesa (needs libOSMesa), or" if mujoco_env else "")
+                raise RuntimeError(
+                    f"GymSim: {env_id} could not render a frame ({type(exc).__name__}: {exc}).{gl} pass "
+                    "render_images=False for zero images"
+                ) from exc
             obs_spaces["frame"] = spaces.Box(0, 255, frame.shape, np.uint8)
         self.observation_space = spaces.Dict(obs_spaces)
 
     def _frame(self) -> np.ndarray:
+        viewer = getattr(vars(self.env.unwrapped).get("mujoco_renderer"), "viewer", None)
+        if viewer is not None:  # each MuJoCo env has its own OpenGL context: render in this one's
+            viewer.make_context_current()
         frame = np.asarray(self.env.render())
         if frame.ndim != 3 or frame.shape[-1] not in (3, 4):
             raise ValueError(f"GymSim: render() returned an array of shape {frame.shape}, expected [H, W, 3]")
@@ -193,27 +228,100 @@ def _is_pygame(obj: Any) -> bool:
     return type(obj).__module__.split(".")[0] == "pygame"
 
 
+def _is_mujoco(obj: Any) -> bool:
+    """A MuJoCo binding object (``MjModel``, ``MjData``, ``MjvScene``, ...); not a class."""
+    return not isinstance(obj, type) and type(obj).__module__.split(".")[0] == "mujoco"
+
+
+def _is_mujoco_renderer(obj: Any) -> bool:
+    """gymnasium's MuJoCo renderer or one of its viewers (they hold an OpenGL context)."""
+    return not isinstance(obj, type) and type(obj).__module__ == "gymnasium.envs.mujoco.mujoco_rendering"
+
+
+class _ByReference:
+    """What a snapshot holds by reference (``copy.deepcopy`` keeps it): the live objects pickle
+    cannot copy (``items``), and private copies of each ``MjData`` (``datas``, never stepped)."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+        self.datas: list = []
+
+    def __deepcopy__(self, memo: dict) -> "_ByReference":
+        return self
+
+
+def _set_dict(obj: Any, state: dict) -> None:
+    obj.__dict__.update(state)
+
+
 class _EnvPickler(pickle.Pickler):
-    """Pickles envs, keeping pygame objects (render surfaces, clocks; not picklable) by reference."""
+    """Pickles envs by value, except what cannot be copied that way.
 
-    def __init__(self, file: io.BytesIO):
+    Kept by reference (``refs.items``): pygame objects (render surfaces, clocks; not picklable),
+    MuJoCo objects other than ``MjData`` (the ``MjModel``, which stepping does not change, and render
+    structures) and gymnasium's MuJoCo renderers (an OpenGL context each). Each ``MjData`` (the
+    physics state) is copied into ``refs.datas``. gymnasium's MuJoCo envs are ``EzPickle``, which
+    pickles as the constructor arguments (a fresh env); they are pickled by ``__dict__`` instead. Any
+    other ``EzPickle`` object (Box2D, Atari, ...) raises ``NotImplementedError``: its state lives in
+    C objects that pickle cannot copy.
+    """
+
+    def __init__(self, file: io.BytesIO, env_id: str):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.shared: list = []
+        self.env_id = env_id
+        self.refs = _ByReference()
+        self._ids: dict[int, tuple[str, int]] = {}  # persistent ids are not memoised by pickle
 
-    def persistent_id(self, obj: Any) -> int | None:
-        if _is_pygame(obj):
-            self.shared.append(obj)
-            return len(self.shared) - 1
-        return None
+    def persistent_id(self, obj: Any) -> tuple[str, int] | None:
+        if not (_is_pygame(obj) or _is_mujoco(obj) or _is_mujoco_renderer(obj)):
+            return None
+        if id(obj) not in self._ids:
+            if type(obj).__name__ == "MjData":  # mj_copyData: the whole physics state, contacts included
+                self.refs.datas.append(copy.copy(obj))
+                self._ids[id(obj)] = ("data", len(self.refs.datas) - 1)
+            else:
+                self.refs.items.append(obj)
+                self._ids[id(obj)] = ("shared", len(self.refs.items) - 1)
+        return self._ids[id(obj)]
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, EzPickle) and not isinstance(obj, type):
+            if not any(type(v).__name__ == "MjData" and _is_mujoco(v) for v in vars(obj).values()):
+                raise NotImplementedError(
+                    f"GymSim.get_state: {self.env_id} contains {type(obj).__name__}, which pickles by "
+                    "rebuilding itself from its constructor arguments (gymnasium EzPickle), so a snapshot "
+                    "would silently hold a fresh env instead of the current state; snapshots work for "
+                    "envs whose state lives in Python / numpy attributes or a MuJoCo MjData"
+                )
+            return copyreg.__newobj__, (type(obj),), dict(vars(obj)), None, None, _set_dict
+        return NotImplemented
 
 
 class _EnvUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, shared: list):
+    def __init__(self, data: bytes, refs: _ByReference):
         super().__init__(io.BytesIO(data))
-        self.shared = shared
+        self.refs = refs
+        self.loaded: dict[int, Any] = {}
 
-    def persistent_load(self, pid: int) -> Any:
-        return self.shared[pid]
+    def persistent_load(self, pid: tuple[str, int]) -> Any:
+        kind, i = pid
+        if kind == "shared":
+            return self.refs.items[i]
+        if i not in self.loaded:  # a fresh copy, so the snapshot can be restored again
+            self.loaded[i] = copy.copy(self.refs.datas[i])
+        return self.loaded[i]
+
+
+def _rebind_mujoco_renderers(envs: list) -> None:
+    """Point each restored MuJoCo env's (shared) renderer and its viewers at the env's new MjData."""
+    for env in envs:
+        base = env.unwrapped
+        renderer = vars(base).get("mujoco_renderer")
+        if renderer is None:
+            continue
+        renderer.data = base.data
+        for viewer in getattr(renderer, "_viewers", {}).values():
+            viewer.data = base.data
 
 
 # ---------------------------------------------------------------------------- simulator
@@ -366,18 +474,22 @@ class GymSim(Simulator):
                 "use vectorization='sync' for snapshots"
             )
         buf = io.BytesIO()
-        pickler = _EnvPickler(buf)
+        pickler = _EnvPickler(buf, self.env_id)
         try:
             pickler.dump(self._vec.envs)
+        except NotImplementedError:
+            raise
         except Exception as exc:  # noqa: BLE001 - any failure means: no snapshot for this env
             raise NotImplementedError(f"GymSim.get_state: {self.env_id} envs cannot be pickled ({exc})") from exc
-        # the sub-envs as immutable bytes; pygame render surfaces are shared (render redraws them)
-        return {"envs": buf.getvalue(), "shared": pickler.shared}
+        # the sub-envs as immutable bytes, plus what they reference but pickle cannot copy
+        return {"envs": buf.getvalue(), "refs": pickler.refs}
 
     def set_state(self, state: dict) -> None:
         if self.vectorization != "sync":
             raise NotImplementedError("GymSim.set_state needs vectorization='sync'")
-        self._vec.envs = _EnvUnpickler(state["envs"], state["shared"]).load()
+        envs = _EnvUnpickler(state["envs"], state["refs"]).load()
+        _rebind_mujoco_renderers(envs)
+        self._vec.envs = envs
 
 
 def _success(info: dict, i: int, key: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 gym = pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pip install "mmrl[gym]"')
 from gymnasium import spaces  # noqa: E402
+from gymnasium.utils import EzPickle  # noqa: E402
 
 from simulators import check_simulator  # noqa: E402
 from simulators.gym_env import GymSim, action_dim_of, to_env_action  # noqa: E402
@@ -17,6 +19,9 @@ from simulators.gym_env import GymSim, action_dim_of, to_env_action  # noqa: E40
 needs_pygame = pytest.mark.skipif(
     importlib.util.find_spec("pygame") is None,
     reason='rendering classic-control envs needs pygame: pip install "gymnasium[classic-control]"',
+)
+needs_mujoco = pytest.mark.skipif(
+    importlib.util.find_spec("mujoco") is None, reason='the MuJoCo envs need mujoco: pip install "mmrl[gym]"'
 )
 
 
@@ -53,7 +58,27 @@ class DictActionEnv(CounterEnv):
         self.action_space = spaces.Dict({"a": spaces.Discrete(2)})
 
 
-for _name, _cls in (("Counter", CounterEnv), ("InfBox", InfBoxEnv), ("DictAction", DictActionEnv)):
+class EzCounterEnv(CounterEnv, EzPickle):
+    """Pickles as its constructor arguments (as Box2D / Atari envs do): a pickle copy is a fresh env."""
+
+    def __init__(self):
+        CounterEnv.__init__(self)
+        EzPickle.__init__(self)
+
+
+class NoGLEnv(CounterEnv):
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, render_mode=None):
+        super().__init__()
+        self.render_mode = render_mode
+
+    def render(self):
+        raise RuntimeError("no OpenGL context")
+
+
+for _name, _cls in (("Counter", CounterEnv), ("InfBox", InfBoxEnv), ("DictAction", DictActionEnv),
+                    ("EzCounter", EzCounterEnv), ("NoGL", NoGLEnv)):
     if f"MmrlTest/{_name}-v0" not in gym.registry:
         gym.register(id=f"MmrlTest/{_name}-v0", entry_point=_cls, max_episode_steps=10)
 
@@ -82,6 +107,92 @@ def test_check_simulator_async_without_images():
         sim.close()
     assert "auto_reset" in result
     assert sim.action_dim == 1 and sim.state_dim == 4
+
+
+# ---------------------------------------------------------------------------- MuJoCo envs, snapshots
+def _steps(sim, actions):
+    """Everything the trainer sees of ``sim.step(a)`` for each ``a``, as a list of tensors."""
+    out = []
+    for a in actions:
+        r = sim.step(a)
+        final = r.final_obs.state if r.final_obs is not None else torch.zeros(0)
+        out.append([r.obs.state, r.obs.image, r.reward, r.terminated, r.truncated, final])
+    return out
+
+
+@needs_mujoco
+def test_mujoco_snapshot_reproduces_the_next_steps_through_auto_resets():
+    # gymnasium's MuJoCo envs are EzPickle: a plain pickle copy is a fresh env (qpos of the model,
+    # a new np_random, the time limit's step count at 0). max_episode_steps=3 puts truncations and
+    # auto resets (noise drawn from np_random) inside the replayed window.
+    sim = GymSim(2, env_id="InvertedPendulum-v5", render_images=False, max_episode_steps=3)
+    try:
+        g = torch.Generator().manual_seed(0)
+        sim.reset(5)
+        sim.step(torch.rand(2, 1, generator=g) * 2 - 1)  # mid-episode: one step taken, off the start pose
+        snap = sim.get_state()
+        actions = [torch.rand(2, 1, generator=g) * 2 - 1 for _ in range(6)]
+        first = _steps(sim, actions)
+        assert first[1][4].all() and first[4][4].all()  # truncated at steps 3 and 6 of the episode
+        for _ in range(2):  # a snapshot restores any number of times
+            sim.set_state(snap)
+            again = _steps(sim, actions)
+            for t, (a, b) in enumerate(zip(first, again)):
+                assert all(torch.equal(x, y) for x, y in zip(a, b)), f"step {t} differs after set_state"
+    finally:
+        sim.close()
+
+
+@needs_mujoco
+def test_check_simulator_mujoco_state_only():
+    sim = GymSim(3, env_id="Hopper-v5", render_images=False, max_episode_steps=10)
+    try:
+        result = check_simulator(sim, verbose=False)
+    finally:
+        sim.close()
+    assert "state_roundtrip" in result and "auto_reset" in result and "truncation" in result
+    assert not any("skipped" in n for n in result.notes), result.notes
+
+
+@needs_mujoco
+def test_check_simulator_mujoco_with_images(monkeypatch):
+    for var in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.setenv(var, "")  # as on a headless machine; restored afterwards
+    try:
+        sim = GymSim(3, env_id="InvertedPendulum-v5", image_size=16, max_episode_steps=6,
+                     env_kwargs={"width": 32, "height": 32})
+    except RuntimeError as exc:
+        if "could not render a frame" not in str(exc) or os.environ["MUJOCO_GL"] != "egl":
+            raise
+        pytest.skip(f"no OpenGL for MuJoCo on this machine (EGL or OSMesa): {exc}")
+    try:
+        assert os.environ["MUJOCO_GL"] == "egl"  # picked on a machine without a display
+        # same seed, same images (gymnasium aims each env's camera at its first rendered pose);
+        # after set_state the renderer draws the restored physics, not the discarded one
+        result = check_simulator(sim, verbose=False)
+        obs = sim.reset([1, 1, 2])
+        assert torch.equal(obs.image[0], obs.image[1]) and obs.image.float().std() > 0
+    finally:
+        sim.close()
+    assert "state_roundtrip" in result and "reset_seed_list" in result
+    assert not any("skipped" in n for n in result.notes), result.notes
+
+
+def test_ezpickle_env_snapshot_is_refused_not_wrong():
+    sim = GymSim(2, env_id="MmrlTest/EzCounter-v0", render_images=False)
+    try:
+        with pytest.raises(NotImplementedError, match=r"MmrlTest/EzCounter-v0 contains EzCounterEnv.*EzPickle"):
+            sim.get_state()
+        result = check_simulator(sim, verbose=False)
+    finally:
+        sim.close()
+    assert "state_roundtrip: skipped: get_state/set_state not implemented" in result.notes
+
+
+def test_render_failure_is_one_clear_error():
+    with pytest.raises(RuntimeError, match=r"MmrlTest/NoGL-v0 could not render a frame \(RuntimeError: no OpenGL "
+                                           r"context\).*render_images=False"):
+        GymSim(2, env_id="MmrlTest/NoGL-v0")
 
 
 # ---------------------------------------------------------------------------- action mapping
