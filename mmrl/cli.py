@@ -63,12 +63,14 @@ def cmd_eval(args) -> int:
 
     import torch
 
-    from mmrl.experiment import build_policy, build_reward, build_sim, eval_tasks, load_experiment, output_dir
+    from mmrl.experiment import (build_policy, build_reward, build_sim, check_device_available, eval_tasks,
+                                 load_experiment, output_dir)
     from mmrl.trainer.evaluation import evaluate_suite, load_checkpoint_policy, resolve_checkpoint
     from mmrl.utils import jsonio
 
     ckpt, overrides = _split_checkpoint(args.overrides)
     cfg = load_experiment(args.config, overrides)
+    check_device_available("run.device", cfg.run.device)
     path = resolve_checkpoint(ckpt, output_dir(cfg))  # checked before any simulator is built
     tasks = eval_tasks(cfg)
     t, seed = cfg.trainer, cfg.run.seed + 1

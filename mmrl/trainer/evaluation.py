@@ -88,7 +88,9 @@ def resolve_checkpoint(given: str | None, run_dir: Path) -> Path:
         return good
     if not path.exists():
         raise UserError(f"checkpoint {path} does not exist: pass checkpoint=PATH (a run folder, or a checkpoint "
-                        "folder holding state.pt)")
+                        "folder holding state.pt)" if given else
+                        f"nothing was trained in {path} (the configured run folder) yet: train it with the same "
+                        "config and overrides first, or pass checkpoint=PATH")
     why = ckpt.verify(path)
     if why is not None:
         raise UserError(f"checkpoint {path} is not usable: {why}")

@@ -36,6 +36,8 @@ CLI_CASES = [
     ("algorithm.clip_low=-0.5", ["train", *QUICK, "algorithm.clip_low=-0.5"], ["'clip_low' = -0.5"]),
     ("trainer.keep_checkpoints=0", ["train", *QUICK, "trainer.keep_checkpoints=0"], ["'keep_checkpoints' = 0"]),
     ("run.device=cuda without CUDA", ["train", *QUICK, "run.device=cuda"], ["run.device = 'cuda'", "run.device=cpu"]),
+    ("eval with run.device=cuda without CUDA", ["eval", *QUICK, "run.device=cuda", "checkpoint={out}"],
+     ["run.device = 'cuda'", "run.device=cpu"]),
     ("run.device=gpu0", ["train", *QUICK, "run.device=gpu0"], ["'device' = 'gpu0' is not a device"]),
     ("run.threads=-2", ["train", *QUICK, "run.threads=-2"], ["'threads' = -2"]),
     ("policy.chunk_size longer than the episode", ["train", *QUICK, "policy.chunk_size=16"],

@@ -1,0 +1,51 @@
+"""Regenerate the first table of docs/bad_inputs.md: every command-line case of
+tests/reliability/test_bad_inputs.py (`CLI_CASES`) run in-process, with the one line a user sees.
+
+    .venv/bin/python scripts/bad_input_table.py > /tmp/table.md
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mmrl.cli import main  # noqa: E402
+from mmrl.experiment import build_trainer  # noqa: E402
+from tests.reliability.test_bad_inputs import CLI_CASES, prepare  # noqa: E402
+from tests.trainer.test_trainer import tiny_cfg  # noqa: E402
+
+
+def run_cases() -> list[tuple[str, str]]:
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            build_trainer(tiny_cfg(d / "trained", "trainer.video_episodes=0")).run()
+        trained = d / "trained" / "t"
+        for i, (case, argv, _) in enumerate(CLI_CASES):
+            tmp = d / f"case{i}"
+            tmp.mkdir()
+            prepare(tmp, trained)
+            argv = [a.replace("{out}", str(trained)).replace("{tmp}", str(tmp)) for a in argv]
+            if argv[0] == "train" and not any("run.output_dir" in a for a in argv):
+                argv.insert(2, f"run.output_dir={tmp}")
+            err = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                rc = main(argv)
+            line = next((ln for ln in err.getvalue().splitlines() if ln.startswith("error:")), "(no error line)")
+            rows.append((case, f"{line.replace(str(d), '/tmp/x')} (exit {rc})"))
+    return rows
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    print("| case | what the user sees |")
+    print("|---|---|")
+    for case, line in run_cases():
+        print(f"| {case} | `{line.replace('|', '/')}` |")
