@@ -10,7 +10,10 @@ Saving an iteration a second time (the final save after a periodic one) first re
 folder to ``.iter_N.replaced`` and deletes it only after the new one is in place, so the iteration
 exists, complete, at every instant. Old checkpoints are deleted only after the new one is durable,
 and only ones of earlier iterations. Resume (`load_latest`) scans the folder, takes the newest
-checkpoint that verifies, says which, and falls back past a corrupt one naming it.
+checkpoint that verifies, says which, and falls back past a corrupt one naming it; it also cuts
+``metrics.jsonl`` back to its length at that save (recorded in ``state.pt``), so rows logged after
+the save, such as an evaluation between two saves of one iteration, are logged once when redone.
+Every step of a save is a named fault point (`mmrl.utils.faults`) that tests kill the process at.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from mmrl.trainer.logging import cut_log, log_size
+from mmrl.utils.faults import fault_point
 
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^\.?iter_(\d+)(\.replaced)?$")
@@ -63,6 +69,7 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     final, tmp, replaced = root / name, root / f".{name}.tmp", root / f".{name}.replaced"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    fault_point("ckpt.after_tmp_mkdir", tmp)
     torch.save(
         {
             # a training engine gathers ZeRO-3's partitioned weights; else the module's own
@@ -71,33 +78,50 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
             "optimizer": optimizer.state_dict(),
             "state": asdict(state),
             "extra": extra or {},
+            "log_bytes": log_size(out_dir),  # metrics.jsonl up to here is this checkpoint's past
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
         },
         tmp / "state.pt",
     )
+    fault_point("ckpt.mid_state", tmp / "state.pt")
+    fault_point("ckpt.after_state", tmp / "state.pt")
     save_config(cfg, tmp / "config.yaml")
+    fault_point("ckpt.after_config", tmp / "config.yaml")
     for f in ("state.pt", "config.yaml"):
         _fsync(tmp / f)
+    fault_point("ckpt.after_fsync", tmp)
     marker = {"sha256": _sha256(tmp / "state.pt"), "bytes": (tmp / "state.pt").stat().st_size,
               "iteration": state.iteration}
     (tmp / MARKER).write_text(json.dumps(marker))
+    fault_point("ckpt.mid_marker", tmp / MARKER)
     _fsync(tmp / MARKER)
     _fsync(tmp)
+    fault_point("ckpt.after_marker", tmp)
     if final.exists():  # saved before at this iteration: keep it complete until the new one is in place
         shutil.rmtree(replaced, ignore_errors=True)
         final.rename(replaced)
+        fault_point("ckpt.after_set_aside", replaced)
     tmp.rename(final)
     _fsync(root)
-    shutil.rmtree(replaced, ignore_errors=True)
+    fault_point("ckpt.after_rename", final)
+    if replaced.exists():
+        shutil.rmtree(replaced, ignore_errors=True)
+        fault_point("ckpt.after_drop_replaced", replaced)
     (root / "latest.tmp").write_text(name)
     _fsync(root / "latest.tmp")
+    fault_point("ckpt.mid_latest", root / "latest.tmp")
     (root / "latest.tmp").replace(root / "latest")
     _fsync(root)
+    fault_point("ckpt.after_latest", root / "latest")
     older = sorted({i for i, _ in candidates(root) if i < state.iteration})
     for it in older[: max(0, len(older) - (keep - 1))]:
         for p in (root / f"iter_{it:06d}", root / f".iter_{it:06d}.replaced"):
-            shutil.rmtree(p, ignore_errors=True)
+            if p.exists():
+                fault_point("ckpt.before_rotate", p)
+                fault_point("ckpt.mid_rotate", p)
+                shutil.rmtree(p, ignore_errors=True)
+                fault_point("ckpt.after_rotate", p)
     return final
 
 
@@ -170,6 +194,7 @@ def load_latest(out_dir: Path, policy, optimizer, log=print) -> tuple[dict, dict
         torch.set_rng_state(data["rng"]["torch"])
         np.random.set_state(data["rng"]["numpy"])
         random.setstate(data["rng"]["python"])
+        cut_log(out_dir, data.get("log_bytes"))  # rows logged after this save are redone
         return data["state"], data.get("extra", {}), path
     if found:
         raise CheckpointError(f"no checkpoint in {Path(out_dir) / 'checkpoints'} could be loaded: "

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
+
+from mmrl.utils import jsonio
+from mmrl.utils.faults import fault_point
 
 
 class RunLogger:
@@ -28,18 +32,30 @@ class RunLogger:
         return SummaryWriter(str(self.out_dir / "tb"), purge_step=purge_step)
 
     def rewind(self, step: int) -> None:
-        """Forget what was logged after ``step`` (a resumed run redoes those steps)."""
+        """Forget what was logged after ``step`` (a resumed run redoes those steps). The kept rows
+        go to a temporary file, fsynced, that then replaces ``metrics.jsonl`` in one rename: a kill
+        at any instant leaves the old log or the new one. A torn last row (a kill mid-write) goes."""
         self.jsonl.close()
-        path = self.out_dir / "metrics.jsonl"
-        keep = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in keep))
+        path, tmp = self.out_dir / "metrics.jsonl", self.out_dir / "metrics.jsonl.tmp"
+        keep = [line for line in path.read_text().splitlines() if _step(line) <= step]
+        with open(tmp, "w") as f:
+            f.write("".join(line + "\n" for line in keep))
+            f.flush()
+            os.fsync(f.fileno())
+        fault_point("log.mid_rewind", tmp)
+        os.replace(tmp, path)
+        _fsync_dir(self.out_dir)
+        fault_point("log.after_rewind", path)
         self.jsonl = open(path, "a", buffering=1)
         self.tb.close()
         self.tb = self._writer(purge_step=step + 1)
 
     def log(self, step: int, metrics: dict) -> None:
         clean = {k: _scalar(v) for k, v in metrics.items()}
-        self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
+        row = jsonio.dumps({"step": step, **clean}) + "\n"  # strict JSON: NaN is written null
+        self.jsonl.write(row)  # line-buffered: on disk (in the page cache) once written
+        fault_point("log.mid_row", self.jsonl.name, cut=len(row) // 2)
+        fault_point("log.after_row", self.jsonl.name)
         for k, v in clean.items():
             if isinstance(v, (int, float)) and math.isfinite(v):
                 self.tb.add_scalar(k, v, step)
@@ -51,6 +67,46 @@ class RunLogger:
         self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def log_size(out_dir: Path) -> int:
+    """Bytes in the run's ``metrics.jsonl`` now: every row logged so far (rows are written line-
+    buffered, so none is held back). A checkpoint records it (`mmrl.trainer.checkpoint.save`)."""
+    path = Path(out_dir) / "metrics.jsonl"
+    return path.stat().st_size if path.exists() else 0
+
+
+def cut_log(out_dir: Path, size: int | None) -> None:
+    """Cut ``metrics.jsonl`` back to ``size`` bytes, its length when a checkpoint was saved, when it
+    is longer and ends a row there: a resumed run redoes the rows logged after that save, those of its
+    step included (the evaluation logged between a periodic save and the final save of one iteration,
+    which `RunLogger.rewind` by step keeps). One truncate call: a kill leaves the log cut or not."""
+    path = Path(out_dir) / "metrics.jsonl"
+    if size is None or not path.exists() or path.stat().st_size <= size:
+        return
+    if size:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":  # not the log this checkpoint saw: leave it to rewind by step
+                return
+    os.truncate(path, size)
+    fault_point("log.after_cut", path)
+
+
+def _step(line: str) -> float:
+    """A row's step; a torn row (the process killed while writing it) counts as after every step."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return math.inf
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _scalar(v):
