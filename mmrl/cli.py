@@ -220,12 +220,21 @@ def main(argv: list[str] | None = None) -> int:
     from mmrl.config import ConfigError
     from mmrl.errors import UserError
     from mmrl.registry import MissingDependencyError, UnknownComponentError
+    from mmrl.reward import RewardError
     from mmrl.trainer.checkpoint import CheckpointError
 
     try:
         return args.fn(args)
     except (ConfigError, MissingDependencyError, UnknownComponentError, UserError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RewardError as exc:
+        if not isinstance(exc.__cause__, RewardError):  # a bug in a reward's code: its traceback helps
+            raise
+        # the reward's own one-line error (e.g. a reward server that does not answer)
+        resume = "; the newest complete checkpoint is kept: run the same command to resume" \
+            if args.command == "train" else ""
+        print(f"error: {exc}{resume}", file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.errno not in _USER_ERRNOS:

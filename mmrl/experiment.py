@@ -332,6 +332,15 @@ def build_reward(cfg: ExperimentConfig):
         return None
     with torch.random.fork_rng(devices=[]):
         model = REWARDS.build(cfg.reward.type, **cfg.reward.kwargs)
+    preflight = getattr(model, "preflight", None)
+    if callable(preflight):  # e.g. a reward server that does not answer: said before any work
+        from mmrl.errors import UserError
+        from mmrl.reward import RewardError
+
+        try:
+            preflight()
+        except RewardError as exc:
+            raise UserError(f"reward '{cfg.reward.type}' cannot score: {exc}") from None
     return RewardStage(model, cfg.reward.success_threshold, name=cfg.reward.type)
 
 

@@ -59,6 +59,10 @@ class Reward:
     def score(self, samples, prompts: list[str], meta: list[dict]) -> torch.Tensor:
         raise NotImplementedError
 
+    def preflight(self) -> None:
+        """Called once before a run starts any work: raise `RewardError` naming the problem when
+        the reward cannot score (e.g. its server does not answer). Default: nothing to check."""
+
     def parts(self, samples, prompts, meta=None) -> dict[str, torch.Tensor]:
         """Named components for logging (a single reward: itself)."""
         return {self.name: self(samples, prompts, meta)}

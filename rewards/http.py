@@ -241,6 +241,13 @@ class RemoteReward(Reward):
         """The server's ``{"name", "kind"}``."""
         return _parse_json(self._request("GET", "/info"), self.url, "GET /info")
 
+    def preflight(self) -> None:
+        """The server answers ``GET /info`` and serves this ``kind`` (checked before a run starts)."""
+        kind = self.info().get("kind")
+        if kind is not None and kind != self.kind:
+            raise RemoteRewardError(f"reward server at {self.url} serves a {kind!r} reward but this client was "
+                                    f"configured with kind={self.kind!r}: set reward.kwargs.kind={kind}")
+
     def score(self, samples, prompts, meta) -> torch.Tensor:
         body = {
             "samples": encode_images(samples, self.encoding) if self.kind == "image" else list(samples),

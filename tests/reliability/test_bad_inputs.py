@@ -22,6 +22,10 @@ from mmrl.experiment import build_trainer
 from tests.trainer.test_trainer import TINY, params, tiny_cfg
 
 QUICK = ["configs/quickstart.yaml", *TINY, "trainer.video_episodes=0"]
+GEN = ["sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs={dataset: shapes_prompts, image_size: 16}",
+       "policy.image_size=16", "policy.width=16", "policy.num_steps=3", "policy.eval_num_steps=3",
+       "algorithm.group_size=4", "algorithm.minibatch_size=8", "trainer.iterations=1", "trainer.eval_episodes=8",
+       "trainer.video_episodes=0", "warm_start.steps=2"]
 
 #: (case, `mmrl` arguments after the command, words the one-line error must hold); {out} is a run
 #: folder of the tiny quickstart trained for 2 iterations, {tmp} an empty temporary folder
@@ -44,6 +48,9 @@ CLI_CASES = [
      ["policy.chunk_size = 16 is longer than an episode", "12 steps"]),
     ("output folder that cannot be written", ["train", *QUICK, "run.output_dir={tmp}/file/x"],
      ["cannot write the run folder", "run.output_dir"]),
+    ("a reward server that does not answer", ["train", "configs/diffusion_shapes_flow_grpo.yaml", *GEN,
+                                              "reward={type: http, kwargs: {url: 'http://127.0.0.1:9', retries: 0}}"],
+     ["reward 'http' cannot score", "http://127.0.0.1:9 is unreachable", "python -m rewards.http"]),
     ("check simulator with an unknown argument", ["check", "simulator", "reach", "bogus=1"],
      ["'bogus' is not an argument of simulator 'reach'", "Valid:"]),
     ("eval with no checkpoint", ["eval", *QUICK, "checkpoint={tmp}/nothing"], ["does not exist", "checkpoint=PATH"]),

@@ -238,3 +238,12 @@ def test_bad_client_settings_fail_at_construction(kwargs, match):
 def test_defaults_bound_the_wait():
     remote = RemoteReward()
     assert remote.timeout == 60.0 and remote.retries == 3 and remote.backoff == 0.5
+
+
+def test_preflight_checks_the_server_answers_and_serves_the_configured_kind(serve):
+    server = serve(Length())
+    RemoteReward(url=server.url, kind="text").preflight()
+    with pytest.raises(RemoteRewardError, match=r"serves a 'text' reward .* kind='image': set reward.kwargs.kind=text"):
+        RemoteReward(url=server.url, kind="image").preflight()
+    with pytest.raises(RemoteRewardError, match="unreachable"):
+        RemoteReward(url="http://127.0.0.1:9", retries=0).preflight()
