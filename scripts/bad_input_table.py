@@ -48,4 +48,4 @@ if __name__ == "__main__":
     print("| case | what the user sees |")
     print("|---|---|")
     for case, line in run_cases():
-        print(f"| {case} | `{line.replace('|', '/')}` |")
+        print(f"| {case} | `` {line.replace('|', '/')} `` |")
