@@ -1,6 +1,7 @@
 """Command line: ``mmrl train|eval|list|check``.
 
     mmrl train configs/quickstart.yaml [key=value ...]     train (resumes from the run's last checkpoint)
+    mmrl eval RUN_OR_CHECKPOINT [key=value ...]            evaluate a run's newest checkpoint with its own config
     mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
     mmrl list                                              every registered component, objective and flow sampler
     mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
@@ -61,17 +62,28 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     from pathlib import Path
 
-    import torch
-
     from mmrl.experiment import (build_policy, build_reward, build_sim, check_device_available, eval_tasks,
                                  load_experiment, output_dir)
     from mmrl.trainer.evaluation import evaluate_suite, load_checkpoint_policy, resolve_checkpoint
     from mmrl.utils import jsonio
 
+    from mmrl.trainer.trainer import run_generator
+
     ckpt, overrides = _split_checkpoint(args.overrides)
-    cfg = load_experiment(args.config, overrides)
+    target = Path(args.config)
+    if target.is_dir() or target.name == "state.pt":  # a run or checkpoint folder: its own config
+        if ckpt:
+            print("error: give the checkpoint once: `mmrl eval RUN_OR_CHECKPOINT [key=value ...]`, or "
+                  "`mmrl eval CONFIG checkpoint=PATH`", file=sys.stderr)
+            return 2
+        path = resolve_checkpoint(str(target), target)
+        cfg = load_experiment(path / "config.yaml", overrides)
+        out = path.parent.parent  # the run folder the checkpoint belongs to
+    else:
+        cfg = load_experiment(args.config, overrides)
+        path = resolve_checkpoint(ckpt, output_dir(cfg))  # checked before any simulator is built
+        out = output_dir(cfg)
     check_device_available("run.device", cfg.run.device)
-    path = resolve_checkpoint(ckpt, output_dir(cfg))  # checked before any simulator is built
     tasks = eval_tasks(cfg)
     t, seed = cfg.trainer, cfg.run.seed + 1
 
@@ -82,8 +94,7 @@ def cmd_eval(args) -> int:
     policy = build_policy(cfg, probe)
     probe.close()
     load_checkpoint_policy(path, policy, cfg)
-    gen = torch.Generator(device=cfg.run.device).manual_seed(cfg.run.seed)
-    out = output_dir(cfg)
+    gen = run_generator(cfg.run.seed, "eval", 0, cfg.run.device)  # the draws of the training's evaluations
     report = evaluate_suite(policy, make_sim, tasks, t.eval_episodes, t.eval_seed, gen,
                             out / "videos" if t.video_episodes else None, t.video_episodes,
                             max_envs=cfg.sim.eval_num_envs, reward=build_reward(cfg))
@@ -206,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-4")
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out episodes")
-    p.add_argument("config")
+    p.add_argument("config", help="a run folder or checkpoint folder (evaluated with its own config and the "
+                                  "training's evaluation draws), or a config YAML (then checkpoint=PATH)")
     p.add_argument("overrides", nargs="*", help="checkpoint=PATH and dotted overrides")
     p.set_defaults(fn=cmd_eval)
     p = sub.add_parser("list", help="list registered components")

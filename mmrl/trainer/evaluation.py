@@ -36,9 +36,10 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
         raise ValueError(f"need episodes >= 1 and max_envs >= 1, got {episodes} and {max_envs}")
     rows = []
     for task in tqdm(tasks, desc="eval tasks", dynamic_ncols=True, disable=len(tasks) == 1):
-        sim = make_sim(task, min(max_envs, episodes))
+        sim = make_sim(task, max_envs)  # batches as in training's evaluation: the same draws, the same number
         try:
-            video = video_dir / f"eval_{task_slug(task)}.mp4" if video_dir is not None and video_envs else None
+            name = "eval.mp4" if task is None else f"eval_{task_slug(task)}.mp4"
+            video = video_dir / name if video_dir is not None and video_envs else None
             res = evaluate_policy(policy, sim, episodes, seed, generator, video, video_envs, reward=reward)
             language, suite = sim.instruction, getattr(sim, "suite", None)
         finally:

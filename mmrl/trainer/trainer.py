@@ -407,10 +407,7 @@ class Trainer:
         }
 
     def generator(self, purpose: str, index: int) -> torch.Generator:
-        offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3}[purpose]
-        g = torch.Generator(device=self.device)
-        g.manual_seed(self.cfg.run.seed * 7919 + offset * 104729 + index)
-        return g
+        return run_generator(self.cfg.run.seed, purpose, index, self.device)
 
     # ---- checkpoints -------------------------------------------------------------------------
     def save(self) -> None:
@@ -455,6 +452,16 @@ class Trainer:
         if self.reward_scaler is not None and "reward_scaler" in extra:
             self.reward_scaler.load_state_dict(extra["reward_scaler"])
         tqdm.write(f"resumed from checkpoint {path.name} (iteration {self.state.iteration}) in {self.out_dir}")
+
+
+def run_generator(seed: int, purpose: str, index: int = 0, device="cpu") -> torch.Generator:
+    """The sampling generator of a run's ``purpose`` ("rl", "warm_start", "eval", "update") at
+    ``index``: a pure function of ``run.seed``, so that a resumed run, and ``mmrl eval`` of its
+    checkpoint (purpose "eval"), draw exactly what the original run drew."""
+    offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3}[purpose]
+    g = torch.Generator(device=device)
+    g.manual_seed(seed * 7919 + offset * 104729 + index)
+    return g
 
 
 def write_json(path: Path, data) -> None:

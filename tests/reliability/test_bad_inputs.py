@@ -314,3 +314,13 @@ def test_strict_json(tmp_path):
     assert json.loads((tmp_path / "metrics.jsonl").read_text(), **strict) == \
         {"step": 3, "train/return": None, "train/length": 4.0}
     assert json.loads((tmp_path / "results.json").read_text(), **strict) == {"final": {"return": None}}
+
+
+def test_eval_of_a_run_folder_reproduces_the_training_final_number(trained, capsys):
+    """`mmrl eval RUN` uses the checkpoint's own config and the training's evaluation draws."""
+    final = json.loads((trained / "results.json").read_text())["final"]
+    assert main(["eval", str(trained)]) == 0
+    report = json.loads((trained / "eval_report.json").read_text())
+    assert report["checkpoint"].endswith("iter_000002") and report["episodes"] == final["episodes"]
+    assert (report["success_rate"], report["return"], report["length"]) == \
+        (final["success_rate"], final["return"], final["length"])
