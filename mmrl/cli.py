@@ -4,6 +4,9 @@
     mmrl eval RUN_OR_CHECKPOINT [key=value ...]            evaluate a run's newest checkpoint with its own config
     mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
     mmrl list                                              every registered component, objective and flow sampler
+    mmrl config show CONFIG [key=value ...]                the resolved config, every default filled in
+    mmrl config keys [PREFIX]                              every config key: type, default and what it does
+    mmrl --version
     mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
     mmrl check reward NAME [key=value ...]                 run the reward contract checker
     mmrl check policy NAME [key=value ...]                 run the policy contract checker on its tiny config
@@ -112,6 +115,32 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_config(args) -> int:
+    """``mmrl config show CONFIG [key=value ...]``: the resolved config (every key, defaults filled in),
+    as YAML that ``mmrl train`` reads back; ``mmrl config keys [PREFIX]``: every key with its type,
+    default and what it does."""
+    import yaml
+
+    from mmrl.config import config_keys, to_dict
+    from mmrl.experiment import ExperimentConfig, load_experiment
+
+    if args.action == "show":
+        if not args.rest:
+            print("error: mmrl config show needs a config: mmrl config show CONFIG [key=value ...]", file=sys.stderr)
+            return 2
+        cfg = load_experiment(args.rest[0], args.rest[1:])
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False), end="")
+        return 0
+    prefix = args.rest[0] if args.rest else ""
+    lines = [ln for ln in config_keys(ExperimentConfig, with_help=True) if ln.startswith(prefix)]
+    if not lines:
+        print(f"error: no config key starts with {prefix!r}; sections: run, sim, reward, policy, warm_start, "
+              "algorithm, trainer, placement", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_list(args) -> int:
     from mmrl.flow import steps
     from mmrl.registry import ALL, _first_line
@@ -211,16 +240,26 @@ def cmd_check(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mmrl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    from mmrl import __version__
+
+    parser.add_argument("--version", action="version", version=f"mmrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="train an experiment config")
-    p.add_argument("config")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-4")
+    argv_now = sys.argv[1:] if argv is None else argv
+    wants_help = bool(argv_now) and argv_now[0] == "train" and ("-h" in argv_now or "--help" in argv_now)
+    p = sub.add_parser("train", help="train an experiment config", epilog=_train_epilog() if wants_help else None,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", help="an experiment YAML (configs/*.yaml)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-4 (keys below)")
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out episodes")
     p.add_argument("config", help="a run folder or checkpoint folder (evaluated with its own config and the "
                                   "training's evaluation draws), or a config YAML (then checkpoint=PATH)")
     p.add_argument("overrides", nargs="*", help="checkpoint=PATH and dotted overrides")
     p.set_defaults(fn=cmd_eval)
+    p = sub.add_parser("config", help="show a resolved config, or every config key with its default and help")
+    p.add_argument("action", choices=["show", "keys"], help="show CONFIG [key=value ...] | keys [PREFIX]")
+    p.add_argument("rest", nargs="*")
+    p.set_defaults(fn=cmd_config)
     p = sub.add_parser("list", help="list registered components")
     p.set_defaults(fn=cmd_list)
     p = sub.add_parser("check", help="run a contract checker")
@@ -257,6 +296,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _train_epilog() -> str:
+    """Every config key with its type and default (``mmrl config keys`` adds what each does)."""
+    from mmrl.config import config_keys
+    from mmrl.experiment import ExperimentConfig
+
+    return ("config keys (KEY: TYPE = DEFAULT; `mmrl config keys [PREFIX]` explains each, "
+            "`mmrl config show CONFIG` prints a resolved config):\n  " + "\n  ".join(config_keys(ExperimentConfig)))
 
 
 _USER_ERRNOS = {  # OS errors a user fixes on the machine, and how

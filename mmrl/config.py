@@ -200,13 +200,44 @@ def save_config(cfg: Any, path: str | Path) -> Path:
     return path
 
 
-def config_keys(schema: type) -> list[str]:
-    """One line per key: ``trainer.lr: float = 1e-05``; variant-only keys end with ``[type=grpo]``."""
+def config_keys(schema: type, with_help: bool = False) -> list[str]:
+    """One line per key: ``trainer.lr: float = 1e-05``; variant-only keys end with ``[type=grpo]``;
+    ``with_help`` adds, on the next line, the comment that documents the key in its dataclass."""
     lines = []
-    for key, hint, default, note in _walk(schema, "", 0, None):
+    for key, hint, default, note, owner in _walk(schema, "", 0, None):
         line = f"{key}: {_name(hint)}" + (" (required)" if default is _MISSING else f" = {default!r}")
-        lines.append(line + (f"  [{note}]" if note else ""))
+        line += f"  [{note}]" if note else ""
+        doc = field_help(owner).get(key.rsplit(".", 1)[-1]) if with_help else None
+        lines.append(line + (f"\n      {doc}" if doc else ""))
     return lines
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Field name -> the comment that documents it in ``cls``'s source (the ``# ...`` lines right
+    above the field and its trailing ``# ...``), for `config_keys`; {} when the source is not there."""
+    import inspect
+
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            lines = inspect.getsource(klass).splitlines()
+        except (OSError, TypeError):
+            continue
+        above: list[str] = []
+        for line in lines[1:]:
+            text = line.strip()
+            if text.startswith("#"):
+                above.append(text.lstrip("# ").rstrip())
+                continue
+            m = re.match(r"([A-Za-z_]\w*)\s*:[^#]*?(#\s*(.*))?$", text)
+            if m and line.startswith("    ") and not line.startswith("     "):
+                doc = " ".join([*above, *([m.group(3).strip()] if m.group(3) else [])]).strip()
+                if doc:
+                    out[m.group(1)] = doc
+            above = []
+    return out
 
 
 # -------------------------------------------------------------------------------------- internals
@@ -387,7 +418,7 @@ def _validate(obj: Any, path: str) -> None:
 
 
 def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
-    """Yield ``(key, hint, default, note)`` for every leaf key; checks the depth limit."""
+    """Yield ``(key, hint, default, note, class)`` for every leaf key; checks the depth limit."""
     if depth >= MAX_DEPTH:
         raise TypeError(f"config schema is too deep at '{prefix}' ({cls.__name__}): at most {MAX_DEPTH} "
                         f"levels of dataclasses (root -> section -> subsection)")
@@ -402,13 +433,13 @@ def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
             sub = default if dataclasses.is_dataclass(default) else None
             yield from _walk(section, key, depth + 1, sub)
         else:
-            yield key, hints[name], default, ""
+            yield key, hints[name], default, "", cls
     if variants and issubclass(cls, Variants):
         for vname in cls.variant_names():
             try:
                 sub = cls.variant_class(vname)
             except ImportError:  # a variant whose optional dependencies are not installed has no keys here
                 continue
-            for key, hint, default, note in _walk(sub, prefix, depth, None, variants=False):
+            for key, hint, default, note, owner in _walk(sub, prefix, depth, None, variants=False):
                 if key not in own and not key.startswith(tuple(k + "." for k in own)):
-                    yield key, hint, default, note or f"type={vname}"
+                    yield key, hint, default, note or f"type={vname}", owner

@@ -104,3 +104,30 @@ def test_check_reward_command(capsys):
     assert "passed 9 contract checks" in capsys.readouterr().out
     assert main(["check", "reward", "jpeg_compressibility", "quality"]) == 2
     assert "key=value" in capsys.readouterr().err
+
+
+def test_version_config_show_and_keys(tmp_path, capsys):
+    """`mmrl --version`; `mmrl config show` prints a resolved config that loads back equal;
+    `mmrl config keys` and `mmrl train --help` list every key with its default (and its help)."""
+    import subprocess
+    import sys
+
+    import mmrl
+    from mmrl.experiment import load_experiment
+
+    out = subprocess.run([sys.executable, "-m", "mmrl", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"mmrl {mmrl.__version__}"
+    assert main(["config", "show", "configs/quickstart.yaml", "trainer.lr=1e-4", "sim.num_envs=16"]) == 0
+    (tmp_path / "resolved.yaml").write_text(capsys.readouterr().out)
+    assert load_experiment(tmp_path / "resolved.yaml") == \
+        load_experiment("configs/quickstart.yaml", ["trainer.lr=1e-4", "sim.num_envs=16"])
+    assert main(["config", "keys", "trainer.max_skipped"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "trainer.max_skipped_steps: int = 20",
+        "      the run stops (newest checkpoint kept) when this many optimizer steps in a row were skipped "
+        "for a non-finite loss or gradient"]
+    assert main(["config", "keys", "bogus"]) == 2
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    helptext = capsys.readouterr().out
+    assert "trainer.lr: float = 0.0003" in helptext and "policy.type: str" in helptext
