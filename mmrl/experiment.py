@@ -95,13 +95,49 @@ class RewardConfig:
     single-turn policy produced (a VLM's answers, a generator's images) against the prompt and its
     ground truth. None (no section) = the simulator's own task reward alone."""
 
-    type: str = "shapes"  # a registered reward
-    kwargs: dict[str, Any] = field(default_factory=dict)  # its constructor arguments
+    # a registered reward (`mmrl list`), or any Python function, TRL style (fn(completions | images,
+    # prompts=..., **dataset columns) -> list[float]), as 'module.path:function' or 'path/file.py:function'
+    type: str | None = None
+    # its constructor arguments (a function: keyword arguments bound to it); with `weights`, one
+    # mapping per part: {part: {arg: value}}
+    kwargs: dict[str, Any] = field(default_factory=dict)
     success_threshold: float | None = None  # success = score >= this (None: the task's success only)
+    # several rewards summed with weights, {registered name or reference: weight}, each part logged
+    # (rewards/<part>/mean); `type` is then weighted_sum (or left out)
+    weights: dict[str, float] = field(default_factory=dict)
 
     def validate(self) -> None:
-        if self.type not in REWARDS:
-            raise ConfigError(f"'type' = {self.type!r} is not a registered reward: {', '.join(REWARDS.names())}")
+        if self.weights:
+            if self.type not in (None, "weighted_sum"):
+                raise ConfigError(f"'weights' sums several rewards: drop 'type' ({self.type!r}) or set it to "
+                                  "weighted_sum, and name each part in 'weights'")
+            for part in self.weights:
+                check_reward_name(part, "weights")
+            unknown = [k for k in self.kwargs if k not in self.weights]
+            if unknown:
+                raise ConfigError(f"'kwargs' of a weighted reward are per part ({{part: {{arg: value}}}}); "
+                                  f"{unknown} name no part of 'weights': {list(self.weights)}")
+            return
+        if self.type is None:
+            raise ConfigError("'type' is required: a registered reward (`mmrl list`), a function "
+                              "('module.path:function' or 'path/file.py:function'), or 'weights' for several")
+        check_reward_name(self.type, "type")
+
+
+def check_reward_name(name: str, key: str) -> None:
+    """A registered reward, or a reference to a Python function that imports (checked at load time)."""
+    if ":" in name:
+        from mmrl.reward import import_reference
+
+        try:
+            fn = import_reference(name)
+        except ValueError as exc:
+            raise ConfigError(f"'{key}': {exc}") from None
+        if not callable(fn):
+            raise ConfigError(f"'{key}' = {name!r} is not callable")
+    elif name not in REWARDS:
+        raise ConfigError(f"'{key}' = {name!r} is not a registered reward ({', '.join(REWARDS.names())}) nor a "
+                          "function reference ('module.path:function' or 'path/file.py:function')")
 
 
 @dataclass
@@ -330,8 +366,23 @@ def build_reward(cfg: ExperimentConfig):
 
     if cfg.reward is None:
         return None
+    kind = SIMULATORS.get(cfg.sim.type).action_type  # what a function reward scores: text or images
+
+    def part(name: str, kwargs: dict):
+        if ":" in name:  # a user's function (or Reward class): TRL-style
+            from mmrl.reward import as_reward, import_reference
+
+            return as_reward(import_reference(name), kind, name=name.rpartition(":")[2], **kwargs)
+        return REWARDS.build(name, **kwargs)
+
     with torch.random.fork_rng(devices=[]):
-        model = REWARDS.build(cfg.reward.type, **cfg.reward.kwargs)
+        if cfg.reward.weights:
+            from mmrl.reward import WeightedSum
+
+            parts = {n.rpartition(":")[2]: part(n, dict(cfg.reward.kwargs.get(n) or {})) for n in cfg.reward.weights}
+            model = WeightedSum(parts, list(cfg.reward.weights.values()))
+        else:
+            model = part(cfg.reward.type, dict(cfg.reward.kwargs))
     preflight = getattr(model, "preflight", None)
     if callable(preflight):  # e.g. a reward server that does not answer: said before any work
         from mmrl.errors import UserError
@@ -341,7 +392,8 @@ def build_reward(cfg: ExperimentConfig):
             preflight()
         except RewardError as exc:
             raise UserError(f"reward '{cfg.reward.type}' cannot score: {exc}") from None
-    return RewardStage(model, cfg.reward.success_threshold, name=cfg.reward.type)
+    name = "weighted_sum" if cfg.reward.weights else cfg.reward.type.rpartition(":")[2]
+    return RewardStage(model, cfg.reward.success_threshold, name=name)
 
 
 def build_trainer(cfg: ExperimentConfig):

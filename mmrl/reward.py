@@ -104,8 +104,98 @@ class WeightedSum(Reward):
         return out
 
     def score(self, samples, prompts, meta) -> torch.Tensor:
-        parts = self.parts(samples, prompts, meta)
-        return sum(w * parts[k] for (k, _), w in zip(self.items, self.weights))
+        return self.combine(self.parts(samples, prompts, meta))
+
+    def combine(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The weighted sum of `parts`; a NaN part (a function reward's None: "does not apply") is
+        left out of its sample's sum, which is NaN only when every part is."""
+        stacked = torch.stack([w * parts[k] for (k, _), w in zip(self.items, self.weights)])
+        total = torch.nansum(stacked, 0)
+        return torch.where(torch.isnan(stacked).all(0), torch.full_like(total, float("nan")), total)
+
+
+class FunctionReward(Reward):
+    """Any Python callable as a reward, as TRL takes them: ``fn(samples, prompts=[...], **columns)``
+    returns one score per sample (a list of floats, a tensor or an array). ``samples`` are the
+    completions (text) or the uint8 images ``[B, H, W, 3]``; ``columns`` are the keys of the samples'
+    ``meta`` (the dataset's ground truth and extra columns, e.g. ``answer``), each a list over the
+    batch (None where a sample lacks it). ``fn`` gets the keywords its signature names, or all of
+    them if it takes ``**kwargs``. A None score (TRL's "does not apply") becomes NaN: in a weighted
+    sum the other parts decide; alone, the episode is dropped and counted by the trainer."""
+
+    def __init__(self, fn, kind: str, name: str | None = None, **bound):
+        import inspect
+
+        if not callable(fn):
+            raise TypeError(f"a function reward needs a callable, got {type(fn).__name__}")
+        if kind not in ("image", "text"):
+            raise ValueError(f"kind must be 'image' or 'text', got {kind!r}")
+        self.fn, self.kind, self.bound = fn, kind, bound
+        self.name = name or getattr(fn, "__name__", type(fn).__name__)
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):  # a builtin without a signature: give it everything
+            params = {}
+        positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if params and not positional and not any(p.kind is p.VAR_POSITIONAL for p in params.values()):
+            raise TypeError(f"reward function {self.name} must take the samples as its first argument "
+                            "(TRL style: def reward(completions, **kwargs) -> list[float])")
+        self._first = positional[0].name if positional else None
+        self._takes_all = not params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        self._names = set(params)
+
+    def score(self, samples, prompts, meta) -> torch.Tensor:
+        keys = sorted({k for m in meta for k in m})
+        offered = {"prompts": prompts, **{k: [m.get(k) for m in meta] for k in keys}, **self.bound}
+        offered.pop(self._first, None)  # the samples travel positionally
+        kwargs = offered if self._takes_all else {k: v for k, v in offered.items() if k in self._names}
+        out = self.fn(list(samples) if self.kind == "text" else samples, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return out.detach().float().cpu().reshape(-1)
+        values = [float("nan") if v is None else v for v in (out.tolist() if hasattr(out, "tolist") else list(out))]
+        if len(values) != len(prompts):
+            raise ValueError(f"reward function {self.name} returned {len(values)} scores for {len(prompts)} samples")
+        return torch.tensor(values, dtype=torch.float32)
+
+
+def import_reference(ref: str):
+    """The object a ``module.path:attr`` or ``path/to/file.py:attr`` reference names (TRL's
+    ``--reward_funcs my_lib.fn`` style, verl's file path + function). Raises ValueError naming what
+    could not be found and the two accepted forms."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    where, sep, attr = ref.rpartition(":")
+    if not sep or not where or not attr:
+        raise ValueError(f"{ref!r} is not a reference: use 'module.path:function' or 'path/to/file.py:function'")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise ValueError(f"reward file {path} not found (from {ref!r}); paths are relative to the current folder")
+        spec = importlib.util.spec_from_file_location(f"mmrl_user_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise ValueError(f"cannot import module {where!r} (from {ref!r}): {exc}; install it or give a file: "
+                             "'path/to/file.py:function'") from None
+    if not hasattr(module, attr):
+        found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+        raise ValueError(f"{where} has no {attr!r} (from {ref!r}); callables there: {', '.join(found) or 'none'}")
+    return getattr(module, attr)
+
+
+def as_reward(obj, kind: str, name: str | None = None, **bound) -> Reward:
+    """A `Reward` from a Reward instance (returned as it is), a Reward class, or any callable
+    (`FunctionReward`); ``bound`` keyword arguments go to a class's constructor or to the function."""
+    if isinstance(obj, Reward):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, Reward):
+        return obj(**bound)
+    return FunctionReward(obj, kind, name=name, **bound)
 
 
 class RewardStage:
@@ -121,6 +211,25 @@ class RewardStage:
                              f"{sorted(self.KINDS)}")
         self.model, self.threshold = model, success_threshold
         self.name = name or model.name
+        import threading
+
+        self._lock = threading.Lock()  # an async collector scores in a background thread
+        self._sums: dict[str, list[float]] = {}  # part -> [sum of finite scores, count]
+
+    def _record(self, parts: dict[str, torch.Tensor]) -> None:
+        with self._lock:
+            for k, (total, n) in _finite_mean_parts(parts).items():
+                acc = self._sums.setdefault(k, [0.0, 0])
+                acc[0] += total
+                acc[1] += n
+
+    def drain(self) -> dict[str, float]:
+        """``{"rewards/<part>/mean": ...}`` over the finite scores given since the last drain (one
+        entry per part of a weighted sum, else the reward's own), as TRL logs them; then forgets them."""
+        with self._lock:
+            out = {f"rewards/{k}/mean": total / n for k, (total, n) in self._sums.items() if n}
+            self._sums = {}
+        return out
 
     @property
     def defines_success(self) -> bool:
@@ -151,7 +260,13 @@ class RewardStage:
         else:
             samples = actions[torch.tensor(rows, device=actions.device)].cpu()
         try:
-            score = self.model(samples, prompts, meta)
+            if isinstance(self.model, WeightedSum):  # every part scored once: logged, then combined
+                parts = self.model.parts(samples, prompts, meta)
+                score = self.model.combine(parts)
+            else:
+                score = self.model(samples, prompts, meta)
+                parts = {self.name: score}
+            self._record(parts)
         except Exception as exc:
             raise RewardError(f"reward '{self.name}' failed on {len(rows)} samples (first prompt {prompts[0]!r}): "
                               f"{type(exc).__name__}: {exc}") from exc
@@ -164,3 +279,12 @@ class RewardStage:
             success[idx] |= score.to(success.device) >= self.threshold
             res.success = success
         return res
+
+
+def _finite_mean_parts(parts: dict[str, torch.Tensor]) -> dict[str, tuple[float, int]]:
+    out = {}
+    for k, v in parts.items():
+        v = v.float()
+        ok = torch.isfinite(v)
+        out[k] = (float(v[ok].sum()), int(ok.sum()))
+    return out

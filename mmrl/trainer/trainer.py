@@ -189,6 +189,8 @@ class Trainer:
         """Collect (or take the batch collected in the background) -> advantages -> update -> log."""
         total = self.planned_iterations()
         t0 = time.time()
+        if self.reward_stage is not None and collector is None:
+            self.reward_stage.drain()  # forget scores of evaluations: the iteration logs its own
         for attempt in range(MAX_EMPTY_COLLECTIONS):
             gen = self.generator("rl", it)
             if collector is None:
@@ -218,6 +220,8 @@ class Trainer:
         self.state.iteration = it + 1
         self.state.rl_seconds += time.time() - t0
         metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
+        if self.reward_stage is not None:  # TRL's rewards/<name>/mean, one per part of a weighted sum
+            metrics.update({f"train/{k}": v for k, v in self.reward_stage.drain().items()})
         self.logger.log(self.state.iteration, metrics)
         key = "train/success" if self.has_success else "train/return"
         if key in metrics:
