@@ -5,3 +5,17 @@ __version__ = "0.1.0"
 from mmrl.utils.threads import prefer_passive_waits as _prefer_passive_waits
 
 _prefer_passive_waits()  # before torch is imported: sleeping OpenMP waits (mmrl.utils.threads)
+
+
+def train(config, *overrides: str, reward=None) -> dict:
+    """Train an experiment (`mmrl.api.train`): ``mmrl.train("configs/x.yaml", "trainer.lr=1e-4", reward=fn)``."""
+    from mmrl.api import train as _train
+
+    return _train(config, *overrides, reward=reward)
+
+
+def evaluate(run_or_checkpoint, *overrides: str) -> dict:
+    """Evaluate a run's newest checkpoint with its own config (`mmrl.api.evaluate`)."""
+    from mmrl.api import evaluate as _evaluate
+
+    return _evaluate(run_or_checkpoint, *overrides)

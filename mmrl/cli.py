@@ -74,6 +74,9 @@ def cmd_eval(args) -> int:
 
     ckpt, overrides = _split_checkpoint(args.overrides)
     target = Path(args.config)
+    if not target.exists() and target.suffix not in (".yaml", ".yml"):
+        print(f"error: nothing at {target}: pass a run folder, a checkpoint folder or a config YAML", file=sys.stderr)
+        return 2
     if target.is_dir() or target.name == "state.pt":  # a run or checkpoint folder: its own config
         if ckpt:
             print("error: give the checkpoint once: `mmrl eval RUN_OR_CHECKPOINT [key=value ...]`, or "

@@ -1,0 +1,94 @@
+"""The Python API: the command line's ``mmrl train`` / ``mmrl eval`` as functions.
+
+    import mmrl
+
+    def exact(completions, answer, **kwargs):          # TRL style; dataset columns arrive as keywords
+        return [float(c.strip() == str(a)) for c, a in zip(completions, answer)]
+
+    results = mmrl.train("configs/vlm_quickstart.yaml", "trainer.iterations=20", reward=exact)
+    report = mmrl.evaluate("runs/vlm_quickstart")     # the run's newest checkpoint, its own config
+
+``config`` is a YAML path, a dict or an `ExperimentConfig`; ``overrides`` are ``key=value`` strings as
+on the command line. ``reward`` is any callable or `mmrl.reward.Reward` (or ``{reward: weight}`` for
+several): it replaces the config's ``reward`` section. A function defined in an importable module is
+recorded in the run's config as ``module:function``, so the run resumes from any process; one
+defined in ``__main__`` (a notebook, a script) is recorded under ``mmrl.api:`` and a resume needs the
+same ``reward=`` again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+#: functions given from ``__main__`` (not importable by name elsewhere), by the name the config records
+USER_REWARDS: dict[str, Any] = {}
+
+
+def reward_reference(obj) -> str:
+    """The ``module:function`` reference a config records for ``obj``; a function that is not
+    importable by name (``__main__``, a lambda, a closure) is kept in `USER_REWARDS` under one."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if module and qualname and module != "__main__" and "<" not in qualname:
+        owner = sys.modules.get(module)
+        if owner is not None and getattr(owner, qualname, None) is obj:
+            return f"{module}:{qualname}"
+    name = qualname or type(obj).__name__
+    name = name.replace("<", "").replace(">", "").replace(".", "_") or "reward"
+    USER_REWARDS[name] = obj
+    setattr(sys.modules[__name__], name, obj)  # so that import_reference("mmrl.api:name") finds it
+    return f"{__name__}:{name}"
+
+
+def _config(config, overrides, reward):
+    import yaml
+
+    from mmrl.config import to_dict
+    from mmrl.experiment import ExperimentConfig, load_experiment
+
+    if isinstance(config, ExperimentConfig):
+        data = to_dict(config)
+    elif isinstance(config, dict):
+        data = dict(config)
+    else:
+        path = Path(config)
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+        if data is None:
+            return load_experiment(config, overrides)  # its one-line error: file not found / empty
+    if reward is not None:
+        section = dict(data.get("reward") or {})
+        if isinstance(reward, dict):
+            section.update(type="weighted_sum", weights={reward_reference(r) if not isinstance(r, str) else r: w
+                                                         for r, w in reward.items()}, kwargs={})
+        else:
+            section.update(type=reward_reference(reward), kwargs={}, weights={})
+        data["reward"] = section
+    return load_experiment(data, overrides)
+
+
+def train(config, *overrides: str, reward=None) -> dict:
+    """Train like ``mmrl train CONFIG OVERRIDES...`` (resuming the run folder's newest checkpoint);
+    returns the held-out results (``{"start": {...}, "final": {...}}``)."""
+    from mmrl.experiment import build_trainer
+
+    return build_trainer(_config(config, overrides, reward)).run()
+
+
+def evaluate(run_or_checkpoint, *overrides: str) -> dict:
+    """Like ``mmrl eval RUN_OR_CHECKPOINT OVERRIDES...``: the newest complete checkpoint of a run
+    folder (or the checkpoint folder given) with its own config and the training's evaluation draws;
+    returns the report (also written to the run folder's ``eval_report.json``)."""
+    import contextlib
+    import io
+    import json
+
+    from mmrl.cli import main
+    from mmrl.errors import UserError
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["eval", str(run_or_checkpoint), *overrides])
+    if code != 0:
+        raise UserError(err.getvalue().strip().removeprefix("error: "))
+    return json.loads(out.getvalue().strip().splitlines()[-1])
