@@ -1,6 +1,6 @@
 """mmrl: reinforcement-learning post-training for multimodal policies (VLM, VLA, diffusion)."""
 
-__version__ = "0.1.0"
+from mmrl.version import __version__
 
 from mmrl.utils.threads import prefer_passive_waits as _prefer_passive_waits
 

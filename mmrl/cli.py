@@ -243,7 +243,7 @@ def cmd_check(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mmrl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    from mmrl import __version__
+    from mmrl.version import __version__
 
     parser.add_argument("--version", action="version", version=f"mmrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -117,6 +117,9 @@ def test_version_config_show_and_keys(tmp_path, capsys):
 
     out = subprocess.run([sys.executable, "-m", "mmrl", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"mmrl {mmrl.__version__}"
+    import tomllib
+
+    assert tomllib.loads(open("pyproject.toml").read())["project"]["version"] == mmrl.__version__
     assert main(["config", "show", "configs/quickstart.yaml", "trainer.lr=1e-4", "sim.num_envs=16"]) == 0
     (tmp_path / "resolved.yaml").write_text(capsys.readouterr().out)
     assert load_experiment(tmp_path / "resolved.yaml") == \

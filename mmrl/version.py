@@ -1,0 +1,3 @@
+"""The package version (pyproject.toml's; `mmrl --version`)."""
+
+__version__ = "0.1.0"
