@@ -215,6 +215,8 @@ class RewardStage:
 
         self._lock = threading.Lock()  # an async collector scores in a background thread
         self._sums: dict[str, list[float]] = {}  # part -> [sum of finite scores, count]
+        self._lengths: list[int] = []  # completion lengths (tokens where known, else characters)
+        self._rows: list[dict] = []  # the first `SAMPLE_ROWS` (prompt, completion, rewards) since the last drain
 
     def _record(self, parts: dict[str, torch.Tensor]) -> None:
         with self._lock:
@@ -223,12 +225,34 @@ class RewardStage:
                 acc[0] += total
                 acc[1] += n
 
-    def drain(self) -> dict[str, float]:
-        """``{"rewards/<part>/mean": ...}`` over the finite scores given since the last drain (one
-        entry per part of a weighted sum, else the reward's own), as TRL logs them; then forgets them."""
+    SAMPLE_ROWS = 8
+
+    def _record_completions(self, samples, prompts, score, parts) -> None:
+        tokens = getattr(samples, "num_tokens", None)
+        lengths = [int(n) if n is not None else len(c) for c, n in
+                   zip(samples, tokens if tokens is not None else [None] * len(samples))]
         with self._lock:
-            out = {f"rewards/{k}/mean": total / n for k, (total, n) in self._sums.items() if n}
-            self._sums = {}
+            self._lengths.extend(lengths)
+            for i in range(min(len(prompts), self.SAMPLE_ROWS - len(self._rows))):
+                row = {"prompt": prompts[i], "completion": str(samples[i]), "reward": float(score[i])}
+                if len(parts) > 1:
+                    row.update({k: float(v[i]) for k, v in parts.items()})
+                self._rows.append(row)
+
+    def drain(self) -> dict:
+        """What was scored since the last drain, as TRL logs it; then forgets it:
+        ``rewards/<part>/mean`` over the finite scores (one per part of a weighted sum, else the
+        reward's own); for text, ``completions/{mean,min,max}_length`` (tokens) and ``completions``,
+        the first `SAMPLE_ROWS` rows of prompt, completion and rewards (the completions table)."""
+        with self._lock:
+            out: dict = {f"rewards/{k}/mean": total / n for k, (total, n) in self._sums.items() if n}
+            if self._lengths:
+                out.update({"completions/mean_length": sum(self._lengths) / len(self._lengths),
+                            "completions/min_length": min(self._lengths),
+                            "completions/max_length": max(self._lengths)})
+            if self._rows:
+                out["completions"] = list(self._rows)
+            self._sums, self._lengths, self._rows = {}, [], []
         return out
 
     @property
@@ -267,6 +291,8 @@ class RewardStage:
                 score = self.model(samples, prompts, meta)
                 parts = {self.name: score}
             self._record(parts)
+            if self.model.kind == "text":
+                self._record_completions(samples, prompts, score, parts)
         except Exception as exc:
             raise RewardError(f"reward '{self.name}' failed on {len(rows)} samples (first prompt {prompts[0]!r}): "
                               f"{type(exc).__name__}: {exc}") from exc

@@ -13,18 +13,23 @@ from mmrl.utils.faults import fault_point
 
 class RunLogger:
     def __init__(self, out_dir: Path, use_wandb: bool = False, wandb_project: str = "mmrl",
-                 config: dict | None = None):
+                 config: dict | None = None, name: str | None = None):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.jsonl = open(out_dir / "metrics.jsonl", "a", buffering=1)
         self.tb = self._writer()
+        if config is not None:  # TensorBoard's text tab shows the run's resolved config
+            import yaml
+
+            self.tb.add_text("config", "```\n" + yaml.safe_dump(config, sort_keys=False) + "```", 0)
         self.wandb = None
         if use_wandb:
             try:
                 import wandb
             except ImportError as exc:
                 raise ImportError("run.wandb=true needs wandb: pip install 'mmrl[wandb]'") from exc
-            self.wandb = wandb.init(project=wandb_project, dir=str(out_dir), config=config, resume="allow")
+            self.wandb = wandb.init(project=wandb_project, dir=str(out_dir), config=config, name=name,
+                                    resume="allow")
 
     def _writer(self, purge_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
@@ -59,8 +64,13 @@ class RunLogger:
         for k, v in clean.items():
             if isinstance(v, (int, float)) and math.isfinite(v):
                 self.tb.add_scalar(k, v, step)
+            elif _is_table(v):  # e.g. the completions of a VLM iteration: a markdown table in TensorBoard
+                self.tb.add_text(k, _markdown(v), step)
         if self.wandb is not None:
-            self.wandb.log(clean, step=step)
+            import wandb
+
+            self.wandb.log({k: wandb.Table(columns=list(v[0]), data=[list(r.values()) for r in v])
+                            if _is_table(v) else v for k, v in clean.items()}, step=step)
 
     def close(self) -> None:
         self.jsonl.close()
@@ -113,3 +123,15 @@ def _scalar(v):
     if hasattr(v, "item"):
         v = v.item()
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
+def _is_table(v) -> bool:
+    """A list of rows (dicts with the same keys): logged as a table."""
+    return isinstance(v, list) and bool(v) and all(isinstance(r, dict) for r in v)
+
+
+def _markdown(rows: list[dict]) -> str:
+    cols = list(rows[0])
+    cell = lambda x: str(x).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
+                      *("| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows)])

@@ -83,7 +83,10 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.run_folder = run_folder  # `mmrl.trainer.run_folder.RunFolder`: the lock, held until close()
         self.log_line = tqdm.write  # one line for the user, above the progress bars
-        self.logger = logger or RunLogger(self.out_dir, cfg.run.wandb, cfg.run.wandb_project)
+        from mmrl.config import to_dict
+
+        self.logger = logger or RunLogger(self.out_dir, cfg.run.wandb, cfg.run.wandb_project,
+                                          config=to_dict(cfg), name=cfg.run.name)
         self.device = torch.device(cfg.run.device)
         self._engine: TrainEngine | None = None
         self.state = TrainState()

@@ -82,6 +82,17 @@ def test_a_function_reward_trains_the_vlm_quickstart_from_yaml(tmp_path, user_re
     rows = [json.loads(x) for x in (tmp_path / "f" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/policy_loss" in r]
     assert len(train) == 1 and 0.0 <= train[0]["train/rewards/exact/mean"] <= 1.0
+    # TRL's completion statistics and table: 8 rows of prompt, completion and reward
+    assert 1 <= train[0]["train/completions/min_length"] <= train[0]["train/completions/mean_length"] \
+        <= train[0]["train/completions/max_length"] <= 4  # policy.max_new_tokens
+    table = train[0]["train/completions"]
+    assert len(table) == 8 and set(table[0]) == {"prompt", "completion", "reward"}
+    assert sum(r["reward"] for r in table) / 8 >= 0.0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "f" / "tb"), size_guidance={"tensors": 0}).Reload()
+    assert "config/text_summary" in events.Tags()["tensors"]
+    assert "train/completions/text_summary" in events.Tags()["tensors"]
 
 
 def test_weighted_multi_reward_logs_each_part(tmp_path, user_rewards):
