@@ -278,10 +278,24 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
     return out
 
 
+TILE_MIN_PX, TILE_MAX_PX = 128, 256  # an episode's tile in videos and grids: longest side (automatic scale)
+
+
+def tile_scale(h: int, w: int, low: int = TILE_MIN_PX, high: int = TILE_MAX_PX) -> tuple[int, int]:
+    """``(up, down)`` integer factors bringing an ``h x w`` frame's longest side into about
+    [low, high]: small frames are upscaled (a 32 px frame x4), large ones downscaled (a 1024 px
+    image / 4); sizes in between stay."""
+    side = max(h, w)
+    if side <= low:
+        return max(1, low // side), 1
+    return (1, -(-side // high)) if side > high else (1, 1)
+
+
 def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = None,
-                success: torch.Tensor | None = None, fps: int = 4, scale: int = 4) -> None:
-    """frames uint8 [T, E, H, W, 3] -> an mp4 with the E episodes side by side, each upscaled, with
-    its instruction written underneath and a green border once ``success`` [T, E] is reached.
+                success: torch.Tensor | None = None, fps: int = 4, scale: int | None = None) -> None:
+    """frames uint8 [T, E, H, W, 3] -> an mp4 with the E episodes in a grid of rows (ceil(sqrt(E))
+    tiles per row), each tile scaled by `tile_scale` (or upscaled ``scale`` times), with its
+    instruction / prompt written underneath and a green border once ``success`` [T, E] is reached.
     Several cameras ([T, E, V, H, W, 3]) are shown next to each other inside an episode's tile.
     The last frame is also saved as a PNG beside it (for generated images: the sample grid)."""
     import imageio.v2 as imageio
@@ -291,23 +305,39 @@ def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = N
     if frames.dim() == 6:
         frames = frames.permute(0, 1, 3, 2, 4, 5).flatten(3, 4)  # [T, E, H, V*W, 3]
     t, e, h, w, _ = frames.shape
-    tiles = frames.repeat_interleave(scale, 2).repeat_interleave(scale, 3)  # [T, E, sh, sw, 3]
+    up, down = (scale, 1) if scale else tile_scale(h, w)
+    if down > 1:  # average-pool large images down (a PIL resize per frame would be slower)
+        pad_h, pad_w = (-h) % down, (-w) % down
+        x = torch.nn.functional.pad(frames.permute(0, 1, 4, 2, 3).float().flatten(0, 1), (0, pad_w, 0, pad_h),
+                                    mode="replicate")
+        frames = torch.nn.functional.avg_pool2d(x, down).round().clamp(0, 255).to(torch.uint8) \
+            .unflatten(0, (t, e)).permute(0, 1, 3, 4, 2)
+        h, w = frames.shape[2:4]
+    tiles = frames.repeat_interleave(up, 2).repeat_interleave(up, 3)  # [T, E, th, tw, 3]
+    th, tw = h * up, w * up
     if success is not None:
-        edge = torch.zeros(tiles.shape[2:4], dtype=torch.bool)
+        edge = torch.zeros(th, tw, dtype=torch.bool)
         edge[:2], edge[-2:], edge[:, :2], edge[:, -2:] = True, True, True, True
         green = torch.tensor([40, 220, 60], dtype=torch.uint8)
         tiles = torch.where((success[:, :, None, None] & edge)[..., None], green, tiles)
-    row = tiles.permute(0, 2, 1, 3, 4).reshape(t, h * scale, e * w * scale, 3).numpy()
+    cols = math.ceil(math.sqrt(e))
+    rows = math.ceil(e / cols)
     caption_h = 14 if captions else 0
-    out = np.zeros((t, h * scale + caption_h, e * w * scale, 3), dtype=np.uint8)
-    out[:, : h * scale] = row
+    cell_h = th + caption_h
+    out = np.zeros((t, rows * cell_h, cols * tw, 3), dtype=np.uint8)
+    strip = Image.new("RGB", (cols * tw, rows * cell_h)) if captions else None
+    draw = ImageDraw.Draw(strip) if captions else None
+    fits = max((tw - 4) // 5, 1)  # characters of PIL's default font (~5 px each) under a tile
+    for i in range(e):
+        r, c = divmod(i, cols)
+        out[:, r * cell_h: r * cell_h + th, c * tw: (c + 1) * tw] = tiles[:, i].numpy()
+        if captions and i < len(captions):
+            draw.text((c * tw + 2, r * cell_h + th + 1), captions[i][:fits], fill=(230, 230, 230))
     if captions:
-        strip = Image.new("RGB", (e * w * scale, caption_h))
-        draw = ImageDraw.Draw(strip)
-        fits = (w * scale - 4) // 5  # characters of PIL's default font (~5 px each) under a tile
-        for i, text in enumerate(captions):
-            draw.text((i * w * scale + 2, 1), text[:fits], fill=(230, 230, 230))
-        out[:, h * scale :] = np.asarray(strip)[None]
+        text = np.asarray(strip)
+        for r in range(rows):
+            band = slice(r * cell_h + th, (r + 1) * cell_h)
+            out[:, band] = text[band][None]
     path.parent.mkdir(parents=True, exist_ok=True)
     imageio.mimwrite(str(path), list(out), fps=fps, macro_block_size=1)
     imageio.imwrite(str(path.with_suffix(".png")), out[-1])  # the last frames as a still grid

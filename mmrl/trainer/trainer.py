@@ -185,8 +185,11 @@ class Trainer:
                    f"{self.state.env_steps} env steps; run folder: {self.out_dir}")
 
     def headline(self) -> tuple[str, str]:
-        """(results key, name) of the metric this task is judged by."""
-        return ("success_rate", "success") if self.has_success else ("return", "return")
+        """(results key, name) of the metric this task is judged by: success where the task defines
+        it, else the episode return (a single-turn generator's or VLM's: its mean reward)."""
+        if self.has_success:
+            return "success_rate", "success"
+        return "return", "return" if getattr(self.eval_sim, "action_type", "chunk") == "chunk" else "mean reward"
 
     def iteration(self, it: int, collector: "AsyncCollector | None", bar) -> None:
         """Collect (or take the batch collected in the background) -> advantages -> update -> log."""

@@ -178,3 +178,14 @@ def test_flow_grpo_climbs_a_simple_reward(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     ret = [r["train/return"] for r in rows if "train/return" in r]
     assert sum(ret[-3:]) / 3 > ret[0] + 0.02, ret
+
+
+def test_the_summary_speaks_the_generator_metric(tmp_path, capsys):
+    """Without a success threshold a generator is judged by its mean reward, said as such, with the
+    run folder; runs without a warm start say 'before RL'."""
+    from mmrl.experiment import build_trainer
+
+    build_trainer(cfg(tmp_path, "reward={type: shapes}", "trainer.iterations=1", "trainer.video_episodes=0")).run()
+    last = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("held-out")][-1]
+    assert last.startswith("held-out mean reward: ") and f"run folder: {tmp_path / 'd'}" in last
+    assert "(before RL)" in last or "(warm start)" in last

@@ -69,3 +69,17 @@ def test_video_tiles_episodes_and_cameras(tmp_path):
     assert first[6:10, 20:28].mean() > 200 and first[6:10, 4:12].mean() < 30  # camera 1 right of camera 0
     assert first[6:10, 36:44].mean() < 30  # episode 1 is dark
     assert video[1][8, 1, 1] > 150 and video[0][8, 1, 1] < 60  # green border once episode 0 succeeded
+
+
+def test_grids_are_rows_of_tiles_of_a_sane_size(tmp_path):
+    """Four 512 px images make a 2 x 2 grid of 256 px tiles (not one 8192 px row); 16 px frames are
+    upscaled to 128 px; a caption band sits under every row."""
+    big = torch.zeros(1, 4, 512, 512, 3, dtype=torch.uint8)
+    big[:, 3] = 200  # the 4th image: bottom right
+    write_video(big, tmp_path / "g.mp4", captions=["a", "b", "c", "d"])
+    png = imageio.imread(str(tmp_path / "g.png"))
+    assert png.shape == (2 * (256 + 14), 2 * 256, 3)
+    assert png[270 + 100, 256 + 100].mean() > 150 and png[100, 100].mean() < 30
+    small = torch.zeros(2, 3, 16, 16, 3, dtype=torch.uint8)
+    write_video(small, tmp_path / "s.mp4")
+    assert imageio.imread(str(tmp_path / "s.png")).shape == (2 * 128, 2 * 128, 3)
