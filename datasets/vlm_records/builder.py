@@ -1,18 +1,25 @@
 """Build `vlm_records`: your own VLM reasoning data (image(s) + question -> checkable answer) from a
-JSONL or parquet file, and the image / pixel-budget / hub-row helpers the public VLM recipes share.
+JSONL / JSON / parquet / CSV file, a folder of them, or a Hugging Face hub dataset, and the image /
+pixel-budget / hub-row helpers the public VLM recipes share.
 
-``build(path, split=None, num_samples=None, shuffle=False, seed=0, min_pixels=None, max_pixels=None,
-factor=28)`` returns a dict of lists, one entry per sample::
+``build(path=None, split=None, data_files=None, subset=None, prompt_key="prompt", answer_key="answer",
+image_key=None, eval_fraction=0.0, num_samples=None, shuffle=False, seed=0, min_pixels=None,
+max_pixels=None, factor=28)`` returns a dict of lists, one entry per sample::
 
     {"prompt":   [str],                        # the question text, image placeholders removed
      "images":   [[uint8 tensor [H, W, 3]]],    # the sample's images, in order (may be empty)
-     "meta":     [dict],                        # at least {"answer": ground truth}, + other keys
+     "meta":     [dict],                        # every other column + {"answer": ground truth}
      "solution": [str]}                         # SFT target; defaults to the answer as text
 
-A record (one JSONL line or one parquet row) has ``prompt`` (str) or ``messages`` (chat messages,
-the prompt is the text of the last user message), ``images`` (paths relative to the JSONL file's
-folder or absolute, ``{"bytes": base64 str}`` in JSONL / raw bytes in parquet, ``{"path": ...}``),
-``answer`` (required), optional ``solution``; every other key goes to meta. See CARD.md.
+A row has the question in ``prompt_key`` (a string, or chat messages; with the default "prompt" a
+``messages`` column is read too), its images in ``image_key`` (default ``images``, else ``image``:
+paths relative to the data file's folder or absolute, ``{"bytes", "path"}`` as Hugging Face's
+``Image()`` feature stores them, base64 in JSONL, PIL images from the hub), the ground truth in
+``answer_key`` and an optional ``solution`` (SFT target). Every other column reaches ``meta`` under
+its own name (JSON values), which the reward stage hands to the reward. Splits come from the files
+(``data_files={"train": ..., "eval": ...}``, ``train.jsonl`` / ``test-*.parquet`` in a folder), a
+``split`` column, or the hub; `choose_split` says what an evaluation split the data lacks falls back to.
+See CARD.md.
 
 The recipes (``geometry3k``, ``clevr_counting``, ``refcoco``) load this file by path
 (``mmrl.data.builder_module("vlm_records")``) for `fit_pixels`, `resize_image`, `load_image`,
@@ -24,6 +31,8 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import datetime
+import decimal
 import glob
 import io
 import json
@@ -31,6 +40,7 @@ import math
 import random
 import re
 import sys
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -39,10 +49,18 @@ import torch
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+CSV_SUFFIXES = (".csv", ".tsv")
+RECORD_SUFFIXES = (*JSONL_SUFFIXES, ".json", *PARQUET_SUFFIXES, *CSV_SUFFIXES)
+# split keywords in file and folder names (the hub's rules) and, in order of preference, the names an
+# evaluation split goes by: split="eval" reads the first of these the data has
+SPLIT_WORDS = ("train", "training", "validation", "valid", "val", "dev", "test", "testing", "eval", "evaluation")
+EVAL_SPLITS = ("eval", "evaluation", "validation", "valid", "val", "dev", "test", "testing")
+HOLDOUT_SEED = "vlm_records eval_fraction"  # fixed: train and eval are complements for every seed
+# metadata beside the data in hub snapshots and save_to_disk folders, never rows
+_NOT_DATA = ("dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json")
 IMAGE_PLACEHOLDER = "<image>"
 MAX_RATIO = 200  # Qwen2-VL's limit on max(h, w) / min(h, w)
 _PLACEHOLDER_RE = re.compile(r"[ \t]*<image>[ \t]*\n?")
-_RECORD_KEYS = ("prompt", "messages", "images", "image", "solution")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,15 +227,35 @@ def answer_text(answer: Any) -> str:
     return str(answer)
 
 
-def _check_answer(rec: dict, where: str) -> Any:
-    if rec.get("answer") is None:
-        raise ValueError(f"{where}: no 'answer' key (keys: {sorted(rec)}); every record needs its ground truth, "
-                         f"e.g. \"answer\": \"42\" (a string or a number)")
-    ans = rec["answer"]
+
+# guesses for the error naming a missing column: the column a user most likely means
+_PROMPT_GUESSES = ("question", "problem", "query", "instruction", "input", "text", "prompt", "messages",
+                   "conversations")
+_ANSWER_GUESSES = ("answer", "solution", "ground_truth", "gt", "label", "target", "final_answer", "output")
+_IMAGE_GUESSES = ("images", "image", "image_path", "image_paths", "img", "picture", "figure")
+
+
+def _columns_hint(rec: dict, key_arg: str, role: str, guesses: Sequence[str], exclude: Sequence[str] = ()) -> str:
+    """'(its columns: a, b); set prompt_key: <the question column>, e.g. prompt_key: question'."""
+    cols = sorted(map(str, rec))
+    guess = next((g for g in guesses if g in rec and g not in exclude), None)
+    eg = f", e.g. {key_arg}: {guess}" if guess is not None else ""
+    return f"(its columns: {', '.join(cols) or 'none'}); set {key_arg}: <the {role} column>{eg}"
+
+
+def _check_answer(rec: dict, where: str, answer_key: str = "answer", exclude: Sequence[str] = ()) -> Any:
+    if answer_key not in rec:
+        raise ValueError(f"{where}: no '{answer_key}' column "
+                         f"{_columns_hint(rec, 'answer_key', 'ground-truth', _ANSWER_GUESSES, exclude)}, or "
+                         f"answer_key: null for data without one")
+    ans = rec[answer_key]
+    if ans is None:
+        raise ValueError(f"{where}: '{answer_key}' is null; every record needs its ground truth (a string or a "
+                         f"number), or set answer_key: null for data without one")
     if isinstance(ans, str) and not ans.strip():
-        raise ValueError(f"{where}: 'answer' is an empty string; give the ground truth")
-    if not isinstance(ans, (str, int, float, list, tuple)):
-        raise ValueError(f"{where}: 'answer' must be a string or a number, got {type(ans).__name__}")
+        raise ValueError(f"{where}: '{answer_key}' is an empty string; give the ground truth")
+    if not isinstance(ans, (str, int, float, list, tuple, dict)):
+        raise ValueError(f"{where}: '{answer_key}' must be a string or a number, got {type(ans).__name__}")
     return ans
 
 
@@ -263,53 +301,143 @@ def _messages_prompt(messages, where: str) -> tuple[str, int, list]:
     return last_user, count, carried
 
 
-def parse_record(rec: Any, where: str) -> dict:
-    """Check one record and split it into ``prompt``, ``images`` (raw items, not decoded yet),
-    ``meta`` and ``solution``. Errors name ``where`` (file and line / row) and the fix."""
+
+_DROP = object()  # a value with no JSON form (bytes, an image): left out of meta
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data (numpy scalars and arrays as numbers and lists, dates as ISO
+    strings, tuples as lists), or ``_DROP`` when it has no JSON form (bytes, images)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_jsonable(v) for v in value]
+        return _DROP if any(v is _DROP for v in items) else items
+    if isinstance(value, dict):
+        items = {str(k): _jsonable(v) for k, v in value.items()}
+        return _DROP if any(v is _DROP for v in items.values()) else items
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return _jsonable(value.tolist())
+    return _DROP
+
+
+def _plain_messages(messages: list) -> Any:
+    """Chat messages for meta: image parts reduced to ``{"type": "image"}`` (their pixels are the
+    sample's images), everything else as JSON."""
+    out = []
+    for m in messages:
+        if isinstance(m, dict) and isinstance(m.get("content"), list):
+            parts = [{"type": "image"} if isinstance(p, dict) and p.get("type") == "image"
+                     else {k: v for k, v in p.items() if v is not None} if isinstance(p, dict) else p
+                     for p in m["content"]]
+            m = {**m, "content": parts}
+        out.append(m)
+    return _jsonable(out)
+
+
+def parse_record(rec: Any, where: str, prompt_key: str = "prompt", answer_key: str | None = "answer",
+                 image_key: str | None = None) -> dict:
+    """Check one record (a row) and split it into ``prompt``, ``images`` (raw items, not decoded yet),
+    ``meta`` and ``solution``. Errors name ``where`` (file and line / row) and the fix.
+
+    ``prompt_key``: the question column, a string (``<image>`` placeholders allowed) or chat messages
+    (TRL's conversational format); with the default "prompt" a ``messages`` column is read when there is
+    no prompt. ``answer_key``: the ground-truth column (None: data without one). ``image_key``: the
+    image column (None: ``images``, else ``image``, else no images). ``meta`` = every other column under
+    its own name (JSON values; a column without a JSON form, e.g. a second image column, is left out and
+    named in ``dropped``) + ``answer`` (the ``answer_key`` column) + ``messages`` for chat prompts."""
     if not isinstance(rec, dict):
         raise ValueError(f"{where}: expected an object, got {type(rec).__name__}")
-    answer = _check_answer(rec, where)
-    images = rec.get("images")
-    if images is None and rec.get("image") is not None:
-        images = [rec["image"]]
+    used: set[str] = set()
+    # -- prompt -------------------------------------------------------------------------------
+    value = rec.get(prompt_key)
+    messages = None
+    if prompt_key == "prompt" and rec.get("messages") is not None:
+        if value is not None:
+            raise ValueError(f"{where}: has both 'prompt' and 'messages'; keep one")
+        messages, value = rec["messages"], None
+        used.add("messages")
+    elif prompt_key not in rec:
+        more = " (or chat 'messages')" if prompt_key == "prompt" else ""
+        raise ValueError(f"{where}: no '{prompt_key}' column{more} "
+                         f"{_columns_hint(rec, 'prompt_key', 'question', _PROMPT_GUESSES)}")
+    elif isinstance(value, list):
+        messages, value = value, None  # conversational: [{"role": "user", "content": ...}, ...]
+    used.add(prompt_key)
+    # -- images -------------------------------------------------------------------------------
+    if image_key is None:
+        used.update(("images", "image"))
+        images = rec.get("images")
+        if images is None:
+            images = rec.get("image")
+    else:
+        if image_key not in rec:
+            raise ValueError(f"{where}: no '{image_key}' column "
+                             f"{_columns_hint(rec, 'image_key', 'image', _IMAGE_GUESSES)}, or leave image_key "
+                             f"unset for data without images")
+        used.add(image_key)
+        images = rec[image_key]
     if images is None:
         images = []
-    elif isinstance(images, (str, dict, bytes)):
+    elif isinstance(images, (str, dict, bytes, bytearray)) or (hasattr(images, "convert") and hasattr(images, "size")):
         images = [images]
     elif not isinstance(images, (list, tuple)):
-        raise ValueError(f"{where}: 'images' must be a list (of paths, {{\"bytes\": ...}} or {{\"path\": ...}})")
+        col = image_key or "images"
+        raise ValueError(f"{where}: '{col}' must be an image or a list of images (paths, {{\"bytes\": ...}} or "
+                         f"{{\"path\": ...}}), got {type(images).__name__}")
     images = list(images)
-    if rec.get("messages") is not None:
-        if rec.get("prompt") is not None:
-            raise ValueError(f"{where}: has both 'prompt' and 'messages'; keep one")
-        prompt, n_slots, carried = _messages_prompt(rec["messages"], where)
+    # -- prompt text and image placeholders ---------------------------------------------------
+    if messages is not None:
+        prompt, n_slots, carried = _messages_prompt(messages, where)
         if not images and carried:
             images = carried
         if n_slots != len(images):
             raise ValueError(f"{where}: the messages have {n_slots} image placeholder(s) but the record has "
                              f"{len(images)} image(s); give one {{\"type\": \"image\"}} part (or \"<image>\" in a "
-                             f"string content) per entry of 'images', in order")
-    elif rec.get("prompt") is not None:
-        raw = rec["prompt"]
-        if not isinstance(raw, str) or not strip_placeholders(raw):
-            raise ValueError(f"{where}: 'prompt' must be a non-empty string, got {raw!r}")
-        n_slots = raw.count(IMAGE_PLACEHOLDER)
+                             f"string content) per image, in order")
+    else:
+        if not isinstance(value, str) or not strip_placeholders(value):
+            raise ValueError(f"{where}: '{prompt_key}' must be a non-empty string or chat messages, got {value!r}")
+        n_slots = value.count(IMAGE_PLACEHOLDER)
         if n_slots and n_slots != len(images):
             raise ValueError(f"{where}: the prompt has {n_slots} \"<image>\" placeholder(s) but the record has "
                              f"{len(images)} image(s); use one placeholder per image (or none: images go first)")
-        prompt = strip_placeholders(raw)
-    else:
-        raise ValueError(f"{where}: no 'prompt' or 'messages' key (keys: {sorted(rec)}); add the question as "
-                         f"\"prompt\": \"...\" or as chat \"messages\"")
-    meta = {k: v for k, v in rec.items() if k not in _RECORD_KEYS}
-    if rec.get("messages") is not None:
-        meta["messages"] = rec["messages"]  # kept whole: system prompts and earlier turns live there
-    meta["answer"] = answer
-    solution = rec.get("solution")
-    if solution is not None and not isinstance(solution, str):
+        prompt = strip_placeholders(value)
+    # -- ground truth, meta, SFT target -------------------------------------------------------
+    answer = None if answer_key is None else _check_answer(rec, where, answer_key, exclude=tuple(used))
+    meta, dropped = {}, []
+    for k, v in rec.items():
+        if k in used:
+            continue
+        j = _jsonable(v)
+        if j is _DROP:
+            dropped.append(str(k))
+        else:
+            meta[str(k)] = j
+    if messages is not None:
+        meta["messages"] = _plain_messages(messages)  # kept whole: system prompts and earlier turns live there
+    if answer_key is not None:
+        meta["answer"] = _jsonable(answer)
+    solution = answer_text(answer) if answer_key == "solution" else rec.get("solution")
+    if solution is None:
+        solution = "" if answer is None else answer_text(answer)
+    elif isinstance(solution, (int, float)):
+        solution = answer_text(solution)
+    elif not isinstance(solution, str):
         raise ValueError(f"{where}: 'solution' must be a string (the full target completion)")
-    return {"prompt": prompt, "images": images, "meta": meta,
-            "solution": solution if solution is not None else answer_text(answer), "where": where}
+    return {"prompt": prompt, "images": images, "meta": meta, "solution": solution, "where": where,
+            "dropped": dropped}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading files, and where the splits come from
+# ---------------------------------------------------------------------------------------------
 
 
 def _pq():
@@ -351,20 +479,222 @@ def read_parquet_records(path: Path, limit: int | None = None) -> list[tuple[str
     return out
 
 
-def _record_files(path, split) -> list[Path]:
-    p = Path(path).expanduser()
-    if p.is_file():
-        return [p]
-    if not p.exists():
-        raise FileNotFoundError(f"VLM record file not found: {p} (a .jsonl / .parquet file, or a folder with "
-                                f"<split>.jsonl / <split>.parquet / <split>-*.parquet)")
-    name = split or "train"
-    for pattern in (f"{name}.jsonl", f"{name}.ndjson", f"{name}.parquet", f"{name}-*.parquet",
-                    f"data/{name}.jsonl", f"data/{name}.parquet", f"data/{name}-*.parquet"):
-        found = sorted(p.glob(pattern))
-        if found:
-            return found
-    raise FileNotFoundError(f"no {name}.jsonl, {name}.parquet or {name}-*.parquet in {p}")
+def read_csv_records(path: Path) -> list[tuple[str, dict]]:
+    """(where, row) per row of a ``.csv`` / ``.tsv`` file with a header line, typed as pandas would
+    (a column of numbers is numbers; read by pyarrow)."""
+    try:
+        import pyarrow.csv as pcsv
+    except ImportError:
+        raise ImportError("reading csv needs pyarrow: pip install pyarrow") from None
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    try:
+        table = pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
+    except Exception as exc:  # pyarrow.lib.ArrowInvalid and friends
+        raise ValueError(f"{path}: not a readable {path.suffix.lower()[1:]} file with a header line "
+                         f"({str(exc).splitlines()[0]})") from None
+    return [(f"{path}, line {i + 2}", row) for i, row in enumerate(table.to_pylist())]
+
+
+def read_rows(files: Sequence[Path]) -> list[tuple[str, Any, Path]]:
+    """(where, row, folder relative image paths resolve against) for every row of ``files``."""
+    rows: list[tuple[str, Any, Path]] = []
+    for f in files:
+        suffix = f.suffix.lower()
+        if suffix in PARQUET_SUFFIXES:
+            found = read_parquet_records(f)
+        elif suffix in JSONL_SUFFIXES or suffix == ".json":
+            found = read_jsonl_records(f)
+        elif suffix in CSV_SUFFIXES:
+            found = read_csv_records(f)
+        else:
+            raise ValueError(f"{f}: unknown record file type {suffix!r}; use {', '.join(RECORD_SUFFIXES)}")
+        rows += [(w, r, f.parent) for w, r in found]
+    return rows
+
+
+def _split_of(rel: Path, want: str | None) -> str | None:
+    """The split a data file of a folder belongs to, by the Hugging Face hub's file-name rules:
+    ``<split>-00000-of-00001.<ext>`` (any split name), a file or folder named by a split keyword
+    (``train.jsonl``, ``test-part1.csv``, ``validation/x.parquet``), or the asked-for split's own
+    name (``mini.jsonl`` for split "mini"); None: the file names no split."""
+    stem = rel.name[: -len("".join(rel.suffixes[-1:]))] if rel.suffix else rel.name
+    m = re.fullmatch(r"(.+?)-\d{5}-of-\d{5}", stem)
+    if m:
+        return m.group(1)
+    if want is not None and (stem == want or stem.startswith(f"{want}-")):
+        return want
+    m = re.match(r"[A-Za-z]+", stem)
+    if m and m.group(0).lower() in SPLIT_WORDS and (len(stem) == m.end() or stem[m.end()] in "-_. "):
+        return m.group(0).lower()
+    for part in rel.parts[:-1]:
+        if part.lower() in SPLIT_WORDS:
+            return part.lower()
+    return None
+
+
+def _folder_splits(folder: Path, want: str | None) -> tuple[dict[str, list[Path]], bool]:
+    """(split -> data files of ``folder``, whether the split names came from the file names); files
+    that name no split form "train" when none does."""
+    files = sorted(f for f in folder.rglob("*") if f.suffix.lower() in RECORD_SUFFIXES and f.is_file()
+                   and not any(p.startswith(".") for p in f.relative_to(folder).parts))
+    splits: dict[str, list[Path]] = defaultdict(list)
+    for f in files:
+        name = _split_of(f.relative_to(folder), want)
+        if name is not None:
+            splits[name].append(f)
+    if splits:
+        return dict(splits), True
+    files = [f for f in files if f.name not in _NOT_DATA]
+    if not files:
+        raise FileNotFoundError(f"no data file ({', '.join(RECORD_SUFFIXES)}) in {folder}")
+    return {"train": files}, False
+
+
+def _expand_files(data_files, base: Path | None = None) -> list[Path]:
+    items = [data_files] if isinstance(data_files, (str, Path)) else list(data_files)
+    files: list[Path] = []
+    for item in items:
+        p = Path(item).expanduser()
+        if base is not None and not p.is_absolute():
+            p = base / p
+        s = str(p)
+        if any(c in s for c in "*?["):
+            matched = sorted(glob.glob(s, recursive=True))
+            if not matched:
+                raise FileNotFoundError(f"no file matches {s}")
+            files += [Path(m) for m in matched]
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"data file not found: {s}")
+    return files
+
+
+def _looks_local(path: str) -> bool:
+    """Whether ``path`` names a local file or folder rather than a hub id ("name" or "owner/name")."""
+    return (path.startswith((".", "/", "~")) or "\\" in path or path.count("/") > 1
+            or Path(path).suffix.lower() in RECORD_SUFFIXES)
+
+
+class _Part:
+    """The rows of one split: ``len(part)``, ``part.take(indices)`` -> (where, row, image base folder)."""
+
+    def __init__(self, what: str, rows: list | None = None, indices: list[int] | None = None, hf=None):
+        self.what, self._rows, self._hf = what, rows, hf
+        self.indices = list(range(len(rows) if hf is None else len(hf))) if indices is None else list(indices)
+        self.local = hf is None
+
+    def take(self, indices: Sequence[int]) -> list[tuple[str, Any, Path | None]]:
+        rows = [self.indices[i] for i in indices]
+        if self._hf is None:
+            return [self._rows[i] for i in rows]
+        return [(f"{self.what}, row {i}", row, None) for i, row in zip(rows, self._hf.select(rows))]
+
+
+def _local_parts(path, data_files, split: str | None) -> tuple[str, dict[str, Callable[[], _Part]]]:
+    """(what to call the data in messages, split -> a maker of its rows) of local files. A single
+    file or a list of files is one split, "train", unless its rows carry a ``split`` column."""
+    base = None
+    if path is not None:
+        base = Path(path).expanduser()
+        if data_files is not None and not base.is_dir():
+            raise ValueError(f"data_files is given, so path= must be the folder they are relative to (or unset); "
+                             f"{base} is not a folder")
+    if data_files is not None:
+        if isinstance(data_files, dict):
+            files = {str(k): _expand_files(v, base) for k, v in data_files.items()}
+            what = f"data_files {{{', '.join(files)}}}"
+            return what, {k: (lambda fs=fs, k=k: _Part(f"{what} [{k}]", read_rows(fs))) for k, fs in files.items()}
+        files, named = {"train": _expand_files(data_files, base)}, False
+        what = str(files["train"][0]) + (f" (+{len(files['train']) - 1} more)" if len(files["train"]) > 1 else "")
+    elif base.is_file():
+        files, named, what = {"train": [base]}, False, str(base)
+    elif base.is_dir():
+        (files, named), what = _folder_splits(base, split), str(base)
+    else:
+        raise FileNotFoundError(f"VLM record file not found: {base} (a {' / '.join(RECORD_SUFFIXES)} file, a folder "
+                                f"of them, or a hub dataset id)")
+    if named:
+        return what, {k: (lambda fs=fs, k=k: _Part(f"{what} [{k}]", read_rows(fs))) for k, fs in files.items()}
+    rows = read_rows(files["train"])
+    if not rows:
+        raise ValueError(f"no records in {what}: the file is empty")
+    column = [r.get("split") if isinstance(r, dict) else None for _, r, _ in rows]
+    if all(v is None for v in column):
+        return what, {"train": lambda: _Part(what, rows)}
+    by_split: dict[str, list[int]] = defaultdict(list)  # a `split` column: its values are the splits
+    for i, v in enumerate(column):
+        by_split["train" if v is None else str(v)].append(i)
+    return what, {k: (lambda ix=ix: _Part(what, rows, ix)) for k, ix in by_split.items()}
+
+
+def _hub_parts(path: str, subset: str | None, data_files) -> tuple[str, dict[str, Callable[[], _Part]]]:
+    """Splits of a Hugging Face hub dataset (or any `datasets.load_dataset` path: "json", "parquet",
+    "csv" with ``data_files``); rows come back with images decoded to PIL by the dataset's features."""
+    try:
+        hf = _hf_datasets()
+    except ImportError:
+        raise ImportError(f"{path!r} is not a local file or folder; read as a Hugging Face dataset id it needs "
+                          f"pip install datasets") from None
+    what = path + ("" if subset is None else f" ({subset})")
+    what += "" if data_files is None else f" data_files={data_files}"
+    try:
+        names = hf.get_dataset_split_names(path, subset, data_files=data_files)
+    except Exception as exc:  # the hub client raises many types (not found, offline, gated, ...)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ValueError(f"{path!r} is not a local file or folder and could not be opened as a Hugging Face dataset "
+                         f"({type(exc).__name__}: {first}); check the path or the hub id") from exc
+
+    def part(name: str) -> _Part:
+        return _Part(f"{what} [{name}]", hf=hf.load_dataset(path, subset, split=name, data_files=data_files))
+
+    return what, {str(n): (lambda n=n: part(n)) for n in names}
+
+
+def choose_split(names: Sequence[str], split: str | None, eval_fraction: float, what: str) -> tuple[str, str | None]:
+    """(split to read, ``held_out``) for the asked-for ``split`` among the data's split ``names``.
+
+    ``split`` found: it. None: "train" (or the only split). An evaluation name ("eval", "validation",
+    "val", "test", ...) the data does not have: its evaluation split by another name (in the order of
+    `EVAL_SPLITS`); with none, the training rows: ``held_out`` "eval" (only the ``eval_fraction`` held
+    out) when ``eval_fraction`` > 0, else all of them, with a warning that evaluation scores are then
+    training scores. For the training split ``held_out`` is "train" (the held-out rows dropped) when
+    ``eval_fraction`` > 0. Any other name the data lacks: ValueError naming its splits."""
+    names = list(names)
+    evals = [s for s in EVAL_SPLITS if s in names]
+    if eval_fraction and evals:
+        raise ValueError(f"eval_fraction={eval_fraction} holds rows out for evaluation, but {what} has its own "
+                         f"evaluation split '{evals[0]}'; drop eval_fraction")
+    train = "train" if "train" in names else (names[0] if len(names) == 1 else None)
+    if split is None:
+        if train is None:
+            raise ValueError(f"{what} has the splits {', '.join(names)} and none is 'train'; choose one with split")
+        return train, ("train" if eval_fraction else None)
+    if split in names:
+        return split, ("train" if eval_fraction and split == train else None)
+    if split.lower() in EVAL_SPLITS and evals:
+        return evals[0], None
+    if split.lower() in EVAL_SPLITS and train is not None:
+        if eval_fraction:
+            return train, "eval"
+        warnings.warn(f"{what} has no evaluation split, so evaluation (split '{split}') uses its training rows and "
+                      f"reports training scores; to hold data out give data_files: {{train: ..., eval: ...}}, a "
+                      f"'split' column, or eval_fraction: 0.1", stacklevel=3)
+        return train, None
+    raise ValueError(f"{what} has no split '{split}' (its splits: {', '.join(names)}); use one of them, or give "
+                     f"data_files: {{{split}: <files>}}")
+
+
+def held_out(n: int, fraction: float, what: str) -> set[int]:
+    """The positions (of n rows) held out for evaluation by ``eval_fraction``: round(n * fraction),
+    at least 1 and at most n - 1, drawn by a fixed ``random.Random`` (the same for every call, so the
+    training and evaluation splits are complements whatever ``seed`` is)."""
+    if n < 2:
+        raise ValueError(f"eval_fraction needs at least 2 rows to hold some out, {what} has {n}")
+    k = min(n - 1, max(1, round(n * fraction)))
+    order = list(range(n))
+    random.Random(HOLDOUT_SEED).shuffle(order)
+    return set(order[:k])
 
 
 def pick(n: int, num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
@@ -385,44 +715,63 @@ def empty_result() -> dict:
     return {"prompt": [], "images": [], "meta": [], "solution": []}
 
 
-def build(path, split: str | None = None, num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
+def build(path=None, split: str | None = None, data_files=None, subset: str | None = None,
+          prompt_key: str = "prompt", answer_key: str | None = "answer", image_key: str | None = None,
+          eval_fraction: float = 0.0, num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
           min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28) -> dict:
-    """Records from a ``.jsonl`` / ``.ndjson`` / ``.parquet`` file (or a folder holding
-    ``<split>.jsonl``, ``<split>.parquet`` or ``<split>-*.parquet``, split default "train").
+    """Your VLM data -> ``{"prompt", "images", "meta", "solution"}`` (see the module docstring and CARD.md).
 
-    With a file, ``split`` keeps the records whose ``"split"`` key equals it. ``shuffle`` uses
-    ``random.Random(seed)``; ``num_samples`` keeps the first n after that. Every record is checked;
-    images are decoded only for the records kept, resized by `fit_pixels` / `resize_image` when
-    ``min_pixels`` or ``max_pixels`` is given. Returns ``{"prompt", "images", "meta", "solution"}``.
-    """
-    files = _record_files(path, split)
-    rows: list[tuple[str, Any, Path]] = []
-    for f in files:
-        suffix = f.suffix.lower()
-        if suffix in PARQUET_SUFFIXES:
-            limit = num_samples if (num_samples and not shuffle and split is None and len(files) == 1) else None
-            rows += [(w, r, f.parent) for w, r in read_parquet_records(f, limit)]
-        elif suffix in JSONL_SUFFIXES or suffix == ".json":
-            rows += [(w, r, f.parent) for w, r in read_jsonl_records(f)]
-        else:
-            raise ValueError(f"{f}: unknown record file type {suffix!r}; use .jsonl or .parquet")
-    if not rows:
-        raise ValueError(f"no records in {', '.join(map(str, files))}: the file is empty")
-    parsed = [(parse_record(r, w), base) for w, r, base in rows]
-    if split is not None and len(files) == 1 and files[0] == Path(path).expanduser():
-        if not any("split" in p["meta"] for p, _ in parsed):
-            raise ValueError(f"split={split!r} given but no record of {files[0]} has a \"split\" key; drop split= "
-                             f"or point path= at a folder with {split}.jsonl / {split}.parquet")
-        parsed = [(p, b) for p, b in parsed if p["meta"].get("split") == split]
-        if not parsed:
-            raise ValueError(f"no record of {files[0]} has \"split\": {split!r}")
-    out = empty_result()
-    for i in pick(len(parsed), num_samples, shuffle, seed):
-        rec, base = parsed[i]
+    ``path``: a ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv`` / ``.tsv`` file, a folder of them (splits by
+    the hub's file-name rules), or a Hugging Face dataset id (read by ``datasets.load_dataset``).
+    ``data_files``: files or globs (one split, "train"), or ``{split: files}``; relative to ``path`` when
+    that is a folder. ``split``: None = "train"; an evaluation split the data lacks falls back as
+    `choose_split` says (never an error). ``subset``: the hub dataset's configuration.
+    ``prompt_key`` / ``answer_key`` / ``image_key``: the columns (see `parse_record`). ``eval_fraction``:
+    hold this fraction out of "train" as the evaluation split when the data has none. ``shuffle`` uses
+    ``random.Random(seed)``; ``num_samples`` keeps the first n after it. Images are decoded only for the
+    rows kept, resized by `fit_pixels` when ``min_pixels`` or ``max_pixels`` is given."""
+    if not 0 <= eval_fraction < 1:
+        raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
+    for arg, key in (("prompt_key", prompt_key), ("answer_key", answer_key), ("image_key", image_key)):
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ValueError(f"{arg} must be a column name, got {key!r}")
+    if path is None and data_files is None:
+        raise ValueError("vlm_records needs path= (a .jsonl / .json / .parquet / .csv file, a folder, or a hub "
+                         "dataset id) or data_files=")
+    if path is not None and not isinstance(path, Path) and not Path(str(path)).expanduser().exists() \
+            and not _looks_local(str(path)):
+        what, parts = _hub_parts(str(path), subset, data_files)
+    else:
+        if subset is not None:
+            raise ValueError(f"subset={subset!r} names a configuration of a hub dataset, but {path or data_files} "
+                             f"is local; drop subset")
+        what, parts = _local_parts(path, data_files, split)
+    name, hold = choose_split(list(parts), split, eval_fraction, what)
+    part = parts[name]()
+    positions = list(range(len(part.indices)))
+    if hold is not None:
+        out_rows = held_out(len(positions), eval_fraction, part.what)
+        positions = [p for p in positions if (p in out_rows) == (hold == "eval")]
+    if not positions:
+        raise ValueError(f"no records in {part.what}")
+    keys = dict(prompt_key=prompt_key, answer_key=answer_key, image_key=image_key)
+    if part.local:  # every record is checked; the images of the kept ones are decoded below
+        parsed = {p: (parse_record(r, w, **keys), base) for p, (w, r, base) in zip(positions, part.take(positions))}
+        chosen = pick(len(positions), num_samples, shuffle, seed)
+        kept = [parsed[positions[i]] for i in chosen]
+    else:  # a hub split can be large: read and check only the rows kept
+        chosen = [positions[i] for i in pick(len(positions), num_samples, shuffle, seed)]
+        kept = [(parse_record(r, w, **keys), base) for w, r, base in part.take(chosen)]
+    out, dropped = empty_result(), set()
+    for rec, base in kept:
         out["prompt"].append(rec["prompt"])
         out["images"].append(prepare_images(rec["images"], rec["where"], base, min_pixels, max_pixels, factor))
         out["meta"].append(rec["meta"])
         out["solution"].append(rec["solution"])
+        dropped.update(rec["dropped"])
+    if dropped:
+        warnings.warn(f"{what}: column(s) {', '.join(sorted(dropped))} hold bytes or images, not JSON values, and are "
+                      f"left out of meta (image_key names the image column)", stacklevel=2)
     return out
 
 
@@ -449,23 +798,6 @@ class RowSource:
         if missing:
             raise ValueError(f"{self.name}: missing column(s) {missing} (columns: {self.columns}); expected "
                              f"{schema_hint}")
-
-
-def _expand_files(data_files) -> list[Path]:
-    items = [data_files] if isinstance(data_files, (str, Path)) else list(data_files)
-    files: list[Path] = []
-    for item in items:
-        s = str(Path(item).expanduser())
-        if any(c in s for c in "*?["):
-            matched = sorted(glob.glob(s, recursive=True))
-            if not matched:
-                raise FileNotFoundError(f"no file matches {s}")
-            files += [Path(m) for m in matched]
-        elif Path(s).is_file():
-            files.append(Path(s))
-        else:
-            raise FileNotFoundError(f"data file not found: {s}")
-    return files
 
 
 def _split_files(folder: Path, split: str, hub_id: str) -> list[Path]:

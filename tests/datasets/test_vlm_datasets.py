@@ -111,8 +111,8 @@ def test_jsonl_round_trip_paths_base64_messages(tmp_path):
     split_file = _write_jsonl(tmp_path / "split.jsonl", [dict(records[0], split="train"),
                                                           dict(records[1], split="eval")])
     assert load_dataset("vlm_records", path=split_file, split="eval")["prompt"] == ["What is x?"]
-    with pytest.raises(ValueError, match='no record .* has a "split" key'):
-        load_dataset("vlm_records", path=f, split="eval")
+    with pytest.warns(UserWarning, match="no evaluation split, so evaluation .* uses its training rows"):
+        assert load_dataset("vlm_records", path=f, split="eval")["prompt"] == d["prompt"]  # no split: all rows
     # a folder with <split>.jsonl
     (tmp_path / "folder").mkdir()
     _write_jsonl(tmp_path / "folder" / "eval.jsonl", [{"prompt": "q", "images": [str(abs_c)], "answer": "a"}])
@@ -165,8 +165,9 @@ def test_record_errors(tmp_path):
         assert str(f) in str(info.value)
         return str(info.value)
 
-    msg = fails([good, {"prompt": "q", "images": ["ok.png"]}], r"line 2: no 'answer' key")
-    assert '"answer"' in msg and "string or a number" in msg
+    msg = fails([good, {"prompt": "q", "images": ["ok.png"]}], r"line 2: no 'answer' column")
+    assert "(its columns: images, prompt)" in msg and "set answer_key: <the ground-truth column>" in msg
+    assert "answer_key: null" in msg and "\n" not in msg
     msg = fails([good, good, {"prompt": "q", "images": ["missing/x.png"], "answer": 1}],
                 r"line 3, image 0: image file not found: .*missing/x.png", FileNotFoundError)
     assert f"resolved against {tmp_path}" in msg
@@ -180,7 +181,8 @@ def test_record_errors(tmp_path):
     fails([{"prompt": "q", "images": ["junk.png"], "answer": 1}], r"line 1, image 0 .*not a decodable image")
     fails([{"prompt": "q", "images": [{"bytes": "%%%not base64"}], "answer": 1}],
           r"line 1, image 0: .*not valid base64")
-    fails([{"question": "q", "answer": 1}], r"line 1: no 'prompt' or 'messages' key")
+    msg = fails([{"question": "q", "answer": 1}], r"line 1: no 'prompt' column \(or chat 'messages'\)")
+    assert "(its columns: answer, question); set prompt_key: <the question column>, e.g. prompt_key: question" in msg
     fails([{"prompt": "q", "messages": [{"role": "user", "content": "q"}], "answer": 1}],
           "both 'prompt' and 'messages'")
     fails([{"messages": [{"role": "system", "content": "x"}], "answer": 1}], 'no message with role "user"')
