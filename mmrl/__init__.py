@@ -19,3 +19,10 @@ def evaluate(run_or_checkpoint, *overrides: str) -> dict:
     from mmrl.api import evaluate as _evaluate
 
     return _evaluate(run_or_checkpoint, *overrides)
+
+
+def load_policy(run_or_checkpoint, device: str = "cpu"):
+    """A run's trained policy for inference, without building its simulator (`mmrl.api.load_policy`)."""
+    from mmrl.api import load_policy as _load
+
+    return _load(run_or_checkpoint, device)

@@ -7,6 +7,7 @@
 
     results = mmrl.train("configs/vlm_quickstart.yaml", "trainer.iterations=20", reward=exact)
     report = mmrl.evaluate("runs/vlm_quickstart")     # the run's newest checkpoint, its own config
+    policy = mmrl.load_policy("runs/vlm_quickstart")  # for inference: no simulator is built
 
 ``config`` is a YAML path, a dict or an `ExperimentConfig`; ``overrides`` are ``key=value`` strings as
 on the command line. ``reward`` is any callable or `mmrl.reward.Reward` (or ``{reward: weight}`` for
@@ -92,3 +93,30 @@ def evaluate(run_or_checkpoint, *overrides: str) -> dict:
     if code != 0:
         raise UserError(err.getvalue().strip().removeprefix("error: "))
     return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def load_policy(run_or_checkpoint, device: str = "cpu"):
+    """The trained policy of a run folder's newest complete checkpoint (or of the checkpoint folder
+    given), in eval mode on ``device``, built from the spec the checkpoint stores: no simulator is
+    built (a LIBERO policy loads without LIBERO's assets)."""
+    import torch
+
+    from mmrl.config import load_config
+    from mmrl.errors import UserError
+    from mmrl.policies.base import PolicyConfig
+    from mmrl.registry import POLICIES
+    from mmrl.trainer.evaluation import resolve_checkpoint
+
+    target = Path(run_or_checkpoint)
+    path = resolve_checkpoint(str(target), target)
+    data = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    spec = (data.get("extra") or {}).get("policy_spec")
+    if spec is None:
+        raise UserError(f"checkpoint {path} was written before checkpoints stored how to rebuild their policy: "
+                        "build it with its simulator (mmrl.experiment.build_policy) and load_state_dict, or "
+                        "resume the run once to write a new checkpoint")
+    config = load_config(PolicyConfig, spec["config"])
+    policy = POLICIES.get(spec["type"])(config, action_dim=spec["action_dim"], state_dim=spec["state_dim"])
+    policy.load_state_dict(data["policy"])
+    policy.build_spec = spec
+    return policy.to(device).eval()

@@ -203,8 +203,11 @@ def cmd_check(args) -> int:
     def unknown(cls, what: str, exclude=()) -> str | None:
         allowed = constructor_arguments(cls, exclude)
         bad = [k for k in kwargs if allowed is not None and k not in allowed]
+        wrap = getattr(cls, "passthrough_arg", None)
+        hint = (f"; arguments of what it wraps go under {wrap}: \"{wrap}={{"
+                + ", ".join(f"{k}: {kwargs[k]!r}" for k in bad) + "}\"") if bad and wrap else ""
         return (f"error: {', '.join(map(repr, bad))} {'is not an argument' if len(bad) == 1 else 'are not arguments'} "
-                f"of {what} '{args.name}'. Valid: {', '.join(allowed) or 'none'}") if bad else None
+                f"of {what} '{args.name}'{hint}. Valid: {', '.join(allowed) or 'none'}") if bad else None
 
     if args.kind == "reward":
         from mmrl.registry import REWARDS

@@ -73,6 +73,10 @@ class SimConfig:
                 if key not in allowed:
                     moved = (" (reward models are the experiment's top-level `reward:` section: type, kwargs, "
                              "success_threshold)") if key in REWARD_KEYS else ""
+                    if not moved and cls.passthrough_arg:
+                        value = (self.kwargs if section == "kwargs" else self.eval_kwargs)[key]
+                        moved = (f"; arguments of what it wraps go under {section}.{cls.passthrough_arg}: "
+                                 f"{{{key}: {value!r}}}")
                     raise ConfigError(f"'{section}.{key}' is not an argument of simulator "
                                       f"'{self.type}'{moved}. Valid: {', '.join(allowed)}")
         elif cls.action_type != "chunk" and any(k in self.kwargs for k in REWARD_KEYS):
@@ -352,8 +356,14 @@ def eval_tasks(cfg: ExperimentConfig) -> list:
 
 def build_policy(cfg: ExperimentConfig, sim):
     """The configured policy, its config completed from ``sim`` (`Policy.configure`), on ``run.device``."""
+    from mmrl.config import to_dict
+
     cls = POLICIES.get(cfg.policy.type)
-    policy = cls(cls.configure(cfg.policy, sim), action_dim=sim.action_dim, state_dim=sim.state_dim)
+    configured = cls.configure(cfg.policy, sim)
+    policy = cls(configured, action_dim=sim.action_dim, state_dim=sim.state_dim)
+    # what rebuilds it without a simulator (`mmrl.load_policy`); checkpoints keep it
+    policy.build_spec = {"type": configured.type, "config": to_dict(configured), "action_dim": sim.action_dim,
+                         "state_dim": sim.state_dim}
     return policy.to(cfg.run.device)
 
 

@@ -112,6 +112,9 @@ class Simulator:
     name_arg: str | None = None
     #: constructor argument that picks one task of a suite (``mmrl eval`` evaluates task by task)
     task_arg: str | None = None
+    #: constructor argument (a dict) taking the arguments of what the simulator wraps (e.g. a gym
+    #: env's ``env_kwargs``): named in the error for an unknown argument
+    passthrough_arg: str | None = None
     #: constructor arguments that evaluation simulators get (e.g. LIBERO's held-out init states)
     eval_kwargs: dict = {}
     #: the one language instruction of a single-task simulator (reported per task by `mmrl eval`);

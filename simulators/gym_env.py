@@ -67,6 +67,7 @@ from __future__ import annotations
 import copy
 import copyreg
 import functools
+import inspect
 import io
 import os
 import pickle
@@ -330,6 +331,7 @@ class GymSim(Simulator):
 
     name_arg = "env_id"  # `mmrl check simulator gym:CartPole-v1` sets env_id
     task_arg = "env_id"
+    passthrough_arg = "env_kwargs"  # the gymnasium env's own constructor arguments
 
     def __init__(
         self,
@@ -344,7 +346,10 @@ class GymSim(Simulator):
         max_episode_steps: int | None = None,
         env_kwargs: dict | None = None,
         success_key: str | None = None,
+        **unknown: Any,  # only to say where env arguments go; not in the declared signature (below)
     ):
+        if unknown:
+            raise TypeError(unknown_arguments_message(unknown, env_kwargs))
         if vectorization not in ("sync", "async"):
             raise ValueError(f"GymSim: vectorization must be 'sync' or 'async', got {vectorization!r}")
         if num_envs < 1 or image_size < 1:
@@ -490,6 +495,24 @@ class GymSim(Simulator):
         envs = _EnvUnpickler(state["envs"], state["refs"]).load()
         _rebind_mujoco_renderers(envs)
         self._vec.envs = envs
+
+
+# `**unknown` exists only for `unknown_arguments_message`: the declared signature, which `mmrl check`
+# and the config validation read to list the valid arguments, leaves it out
+GymSim.__signature__ = inspect.signature(GymSim.__init__).replace(parameters=[
+    p for name, p in inspect.signature(GymSim.__init__).parameters.items() if name not in ("self", "unknown")
+])
+
+
+def unknown_arguments_message(unknown: dict, env_kwargs: dict | None = None) -> str:
+    """The error for ``GymSim(..., X=...)`` where X is not a GymSim argument: most likely an argument
+    of the gymnasium env, which goes under ``env_kwargs``."""
+    names = ", ".join(map(repr, unknown))
+    verb = "is not an argument" if len(unknown) == 1 else "are not arguments"
+    valid = ", ".join(sorted(inspect.signature(GymSim).parameters))
+    return (f"{names} {verb} of simulator 'gym'; arguments of the gymnasium env go under env_kwargs: "
+            f"env_kwargs={ {**(env_kwargs or {}), **unknown} !r} (in a config: sim.kwargs.env_kwargs). "
+            f"Valid: {valid}")
 
 
 def _success(info: dict, i: int, key: str) -> bool:

@@ -427,6 +427,8 @@ class Trainer:
             extra["rollout"] = rollout
         if self.reward_scaler is not None:
             extra["reward_scaler"] = self.reward_scaler.state_dict()
+        if getattr(self.policy, "build_spec", None):  # rebuilds the policy without a simulator
+            extra["policy_spec"] = self.policy.build_spec
         try:
             ckpt.save(self.out_dir, self.cfg, self.policy, self.optimizer, self.state,
                       keep=self.cfg.trainer.keep_checkpoints, extra=extra)

@@ -53,6 +53,13 @@ CLI_CASES = [
      ["reward 'http' cannot score", "http://127.0.0.1:9 is unreachable", "python -m rewards.http"]),
     ("check simulator with an unknown argument", ["check", "simulator", "reach", "bogus=1"],
      ["'bogus' is not an argument of simulator 'reach'", "Valid:"]),
+    ("a gym env argument outside env_kwargs", ["check", "simulator", "gym:CartPole-v1", "sutton_barto_reward=true"],
+     ["'sutton_barto_reward' is not an argument of simulator 'gym:CartPole-v1'",
+      "go under env_kwargs: \"env_kwargs={sutton_barto_reward: True}\""]),
+    ("a gym env argument outside env_kwargs, in a config", ["train", "configs/gym_pendulum.yaml",
+                                                            "sim.kwargs.g=9.0"],
+     ["'kwargs.g' is not an argument of simulator 'gym'",
+      "go under kwargs.env_kwargs: {g: 9.0}"]),
     ("eval with no checkpoint", ["eval", *QUICK, "checkpoint={tmp}/nothing"], ["does not exist", "checkpoint=PATH"]),
     ("eval on an empty state.pt", ["eval", *QUICK, "checkpoint={tmp}/empty"], ["cannot be read as an mmrl checkpoint"]),
     ("eval on a random state.pt", ["eval", *QUICK, "checkpoint={tmp}/random"], ["cannot be read as an mmrl checkpoint"]),
@@ -324,3 +331,28 @@ def test_eval_of_a_run_folder_reproduces_the_training_final_number(trained, caps
     assert report["checkpoint"].endswith("iter_000002") and report["episodes"] == final["episodes"]
     assert (report["success_rate"], report["return"], report["length"]) == \
         (final["success_rate"], final["return"], final["length"])
+
+
+def test_load_policy_needs_no_simulator_and_acts_as_the_trained_one(trained, monkeypatch):
+    import mmrl
+    from mmrl import registry
+
+    monkeypatch.setattr(registry.SIMULATORS, "build", lambda *a, **k: pytest.fail("a simulator was built"))
+    policy = mmrl.load_policy(trained)
+    saved = torch.load(trained / "checkpoints" / "iter_000002" / "state.pt", weights_only=False)["policy"]
+    mine = policy.state_dict()
+    assert mine.keys() == saved.keys() and all(torch.equal(mine[k], saved[k]) for k in mine)
+    assert not policy.training
+    monkeypatch.undo()
+    # it acts exactly as the policy built the usual way (with its simulator) from the same checkpoint
+    from mmrl.experiment import build_policy, build_sim, load_experiment
+
+    cfg = load_experiment(trained / "checkpoints" / "iter_000002" / "config.yaml")
+    sim = build_sim(cfg, 4, 5, evaluation=True)
+    reference = build_policy(cfg, sim)
+    reference.load_state_dict(saved)
+    reference.eval()
+    obs = sim.reset([11, 12, 13, 14])
+    a = policy.rollout(obs, torch.Generator().manual_seed(3), mode="eval").actions
+    b = reference.rollout(obs, torch.Generator().manual_seed(3), mode="eval").actions
+    assert torch.equal(a, b)

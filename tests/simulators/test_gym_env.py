@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 
 import numpy as np
@@ -193,6 +194,34 @@ def test_render_failure_is_one_clear_error():
     with pytest.raises(RuntimeError, match=r"MmrlTest/NoGL-v0 could not render a frame \(RuntimeError: no OpenGL "
                                            r"context\).*render_images=False"):
         GymSim(2, env_id="MmrlTest/NoGL-v0")
+
+
+def test_an_env_argument_at_the_top_level_is_told_to_go_under_env_kwargs():
+    with pytest.raises(TypeError, match=r"^'sutton_barto_reward' is not an argument of simulator 'gym'; arguments "
+                                        r"of the gymnasium env go under env_kwargs: "
+                                        r"env_kwargs=\{'sutton_barto_reward': True\} .*Valid: device, env_id, "
+                                        r"env_kwargs, image_size"):
+        GymSim(1, env_id="CartPole-v1", render_images=False, sutton_barto_reward=True)
+    with pytest.raises(TypeError, match=r"'a', 'b' are not arguments .*env_kwargs=\{'x': 0, 'a': 1, 'b': 2\}"):
+        GymSim(1, env_id="CartPole-v1", render_images=False, env_kwargs={"x": 0}, a=1, b=2)
+    sim = GymSim(1, env_id="CartPole-v1", render_images=False, env_kwargs={"sutton_barto_reward": True})
+    sim.close()
+
+
+def test_the_declared_signature_keeps_unknown_arguments_out():
+    """The catch-all that names env_kwargs is not a declared argument: `mmrl check` and the config
+    still list the real ones and reject a stray key before building anything."""
+    from mmrl.cli import main
+    from mmrl.config import ConfigError
+    from mmrl.experiment import SimConfig, constructor_arguments
+
+    assert "unknown" not in inspect.signature(GymSim).parameters
+    assert constructor_arguments(GymSim) == ["device", "env_id", "env_kwargs", "image_size", "instruction",
+                                             "max_episode_steps", "num_envs", "render_images", "seed",
+                                             "success_key", "vectorization"]
+    with pytest.raises(ConfigError, match="'kwargs.bogus' is not an argument of simulator 'gym'"):
+        SimConfig(type="gym", kwargs={"bogus": 1}).validate()
+    assert main(["check", "simulator", "gym:CartPole-v1", "bogus=1"]) == 2
 
 
 # ---------------------------------------------------------------------------- action mapping
