@@ -79,6 +79,14 @@ class SimConfig:
                                  f"{{{key}: {value!r}}}")
                     raise ConfigError(f"'{section}.{key}' is not an argument of simulator "
                                       f"'{self.type}'{moved}. Valid: {', '.join(allowed)}")
+            params = inspect.signature(cls).parameters
+            for section in (self.kwargs, self.eval_kwargs):  # a VLM question sim's dataset arguments
+                if "dataset" in params and section.get("dataset_kwargs"):
+                    from mmrl.data import check_dataset_arguments
+
+                    name = section.get("dataset", self.kwargs.get("dataset", params["dataset"].default))
+                    if isinstance(name, str):
+                        check_dataset_arguments(name, section["dataset_kwargs"])
         elif cls.action_type != "chunk" and any(k in self.kwargs for k in REWARD_KEYS):
             raise ConfigError(f"'kwargs' of simulator '{self.type}' name a reward: reward models are the "
                               "experiment's top-level `reward:` section now (type, kwargs, success_threshold)")
