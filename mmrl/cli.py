@@ -3,6 +3,7 @@
     mmrl train configs/quickstart.yaml [key=value ...]     train (resumes from the run's last checkpoint)
     mmrl eval RUN_OR_CHECKPOINT [key=value ...]            evaluate a run's newest checkpoint with its own config
     mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
+    mmrl export RUN --to DIR [--adapter] [--push-to-hub REPO]  a trained policy in its family's format + card
     mmrl list                                              every registered component, objective and flow sampler
     mmrl config show CONFIG [key=value ...]                the resolved config, every default filled in
     mmrl config keys [PREFIX]                              every config key: type, default and what it does
@@ -144,6 +145,14 @@ def cmd_config(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from mmrl.export import export
+
+    out = export(args.run, args.to, merge=not args.adapter, push_to_hub=args.push_to_hub, private=not args.public)
+    print(f"exported to {out}" + (f" and pushed to https://huggingface.co/{args.push_to_hub}" if args.push_to_hub else ""))
+    return 0
+
+
 def cmd_list(args) -> int:
     from mmrl.flow import steps
     from mmrl.registry import ALL, _first_line
@@ -262,6 +271,16 @@ def main(argv: list[str] | None = None) -> int:
                                   "training's evaluation draws), or a config YAML (then checkpoint=PATH)")
     p.add_argument("overrides", nargs="*", help="checkpoint=PATH and dotted overrides")
     p.set_defaults(fn=cmd_eval)
+    p = sub.add_parser("export", help="write a trained policy in its family's format (transformers / peft, "
+                                      "LeRobot, safetensors) with a model card; optionally push it to the hub",
+                       description=_export_doc() if argv_now[:1] == ["export"] else None,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", help="a run folder (its newest complete checkpoint) or a checkpoint folder")
+    p.add_argument("--to", required=True, help="the folder to write")
+    p.add_argument("--adapter", action="store_true", help="a LoRA VLM: the peft adapter alone, not merged")
+    p.add_argument("--push-to-hub", metavar="REPO", help="upload the folder to this hub repo (user/name)")
+    p.add_argument("--public", action="store_true", help="with --push-to-hub: a public repo (default private)")
+    p.set_defaults(fn=cmd_export)
     p = sub.add_parser("config", help="show a resolved config, or every config key with its default and help")
     p.add_argument("action", choices=["show", "keys"], help="show CONFIG [key=value ...] | keys [PREFIX]")
     p.add_argument("rest", nargs="*")
@@ -302,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _export_doc() -> str:
+    from mmrl import export
+
+    return export.__doc__
 
 
 def _train_epilog() -> str:

@@ -203,6 +203,23 @@ class Policy(nn.Module):
         after the update, not during the rollout, keeps the PPO ratio exactly 1 on the first
         minibatch: rollout and update see the same statistics."""
 
+    def export_pretrained(self, folder, merge: bool = True) -> str:
+        """Write the trained policy to ``folder`` in its family's standard format (`mmrl export`);
+        returns the format's name. Default: ``model.safetensors`` (the state dict) and
+        ``mmrl_policy.json`` (what `mmrl.load_policy` rebuilds it from). Families override this with
+        the format their users load (a transformers / peft folder, LeRobot's checkpoint)."""
+        import json
+        from pathlib import Path
+
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()},
+                  str(folder / "model.safetensors"), metadata={"format": "pt", "library": "mmrl"})
+        (folder / "mmrl_policy.json").write_text(json.dumps(getattr(self, "build_spec", {}), indent=2))
+        return "mmrl (safetensors state dict + mmrl_policy.json)"
+
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         """Observations of B envs -> `Decision`: a `Batch` of B rows (``old_logp`` [B, *logp_shape],
         ``old_values`` [B] with a critic, the replay inputs ``evaluate`` reads; a robot policy also

@@ -146,6 +146,21 @@ class VLMPolicy(Policy):
     def kl_support(cls, cfg) -> str | None:
         return None if cfg.reference != "none" else "set policy.reference=adapter (LoRA) or copy"
 
+    def export_pretrained(self, folder, merge: bool = True) -> str:
+        """A transformers folder (``AutoModelForImageTextToText.from_pretrained`` loads it) with the
+        processor; a LoRA run with ``merge=False``: the peft adapter alone
+        (``PeftModel.from_pretrained(base, folder)``) plus the processor."""
+        from pathlib import Path
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        model = self.model
+        if hasattr(model, "get_base_model") and merge:
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(str(folder))
+        self.processor.save_pretrained(str(folder))
+        return "peft adapter" if hasattr(model, "get_base_model") else "transformers"
+
     # ---- model plumbing ---------------------------------------------------------------------
     def _lm(self, model: nn.Module | None = None) -> nn.Module:
         model = self.model if model is None else model

@@ -457,6 +457,12 @@ class LeRobotVLAPolicy(Policy):
         return str(folder)
 
 
+    def export_pretrained(self, folder, merge: bool = True) -> str:
+        """LeRobot's checkpoint format (`save_pretrained`; LoRA is always merged)."""
+        self.save_pretrained(folder)
+        return "lerobot"
+
+
 def export_checkpoint(checkpoint: str | Path, folder: str | Path) -> str:
     """A trained policy out of mmrl, into LeRobot's format: ``checkpoint`` is a run folder (its newest
     complete checkpoint) or one checkpoint folder (``runs/NAME/checkpoints/iter_K``). No simulator is

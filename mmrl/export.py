@@ -1,0 +1,65 @@
+"""``mmrl export RUN --to DIR``: a trained policy out of mmrl, in the format its family's tools load,
+with a model card (``README.md``: the config, the held-out results) and optionally pushed to the
+Hugging Face hub.
+
+- VLM: a transformers folder (LoRA merged; ``AutoModelForImageTextToText.from_pretrained(DIR)``), or
+  with ``--adapter`` the peft adapter alone (``PeftModel.from_pretrained(base, DIR)``);
+- LeRobot VLAs (SmolVLA, PI0, PI05): LeRobot's checkpoint format (``<Family>Policy.from_pretrained``);
+- every other family: ``model.safetensors`` + ``mmrl_policy.json`` (``mmrl.load_policy(DIR)``).
+
+No simulator is built (`mmrl.load_policy`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def model_card(run_name: str, family: str, fmt: str, config_yaml: str, results: dict | None,
+               base_model: str | None) -> str:
+    """The ``README.md`` of an exported policy: hub front matter, how to load it, the held-out
+    results and the config it was trained with."""
+    library = {"transformers": "transformers", "peft adapter": "peft", "lerobot": "lerobot"}.get(fmt, "mmrl")
+    front = ["---", f"library_name: {library}", "tags:", "- mmrl", "- reinforcement-learning", f"- {family}"]
+    if base_model:
+        front.append(f"base_model: {base_model}")
+    lines = [*front, "---", "", f"# {run_name}", "",
+             f"A `{family}` policy RL-fine-tuned with [mmrl](https://github.com/mmrl), exported as **{fmt}**.", ""]
+    if results:
+        lines += ["## Held-out evaluation", "", "| evaluation | success | return | episodes | RL iterations |",
+                  "|---|---|---|---|---|"]
+        for name, row in results.items():
+            lines.append(f"| {name} | {row.get('success_rate', float('nan')):.4f} | {row.get('return', float('nan')):.4f} "
+                         f"| {row.get('episodes', '')} | {row.get('iteration', '')} |")
+        lines.append("")
+    lines += ["## Training config", "", "```yaml", config_yaml.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def export(run_or_checkpoint, to, merge: bool = True, push_to_hub: str | None = None, private: bool = True) -> Path:
+    """Export the newest complete checkpoint of a run folder (or the checkpoint folder given) to
+    ``to``; with ``push_to_hub`` (``user/repo``) upload the folder too. Returns ``to``."""
+    from mmrl.api import load_policy
+    from mmrl.trainer.evaluation import resolve_checkpoint
+
+    target = Path(run_or_checkpoint)
+    path = resolve_checkpoint(str(target), target)
+    policy = load_policy(path)
+    to = Path(to)
+    fmt = policy.export_pretrained(to, merge=merge)
+    run_dir = path.parent.parent
+    results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else None
+    spec = policy.build_spec
+    base = spec["config"].get("model") or spec["config"].get("pretrained")
+    base = base if isinstance(base, str) and base != "tiny" and not Path(base).exists() else None
+    (to / "README.md").write_text(model_card(run_dir.name, spec["type"], fmt, (path / "config.yaml").read_text(),
+                                             results, base))
+    if push_to_hub:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        api.create_repo(push_to_hub, private=private, exist_ok=True)
+        api.upload_folder(folder_path=str(to), repo_id=push_to_hub,
+                          commit_message=f"mmrl export of {run_dir.name} ({path.name})")
+    return to
