@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 import shutil
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from mmrl.trainer.logging import cut_log, log_size
+from mmrl.utils.durable import fsync_path
 from mmrl.utils.faults import fault_point
 
 MARKER = "COMPLETE"
@@ -39,14 +39,6 @@ _NAME = re.compile(r"^\.?iter_(\d+)(\.replaced)?$")
 
 class CheckpointError(RuntimeError):
     """No checkpoint in the run folder could be loaded; the message names each one and why."""
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _sha256(file: Path) -> str:
@@ -89,30 +81,30 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     save_config(cfg, tmp / "config.yaml")
     fault_point("ckpt.after_config", tmp / "config.yaml")
     for f in ("state.pt", "config.yaml"):
-        _fsync(tmp / f)
+        fsync_path(tmp / f)
     fault_point("ckpt.after_fsync", tmp)
     marker = {"sha256": _sha256(tmp / "state.pt"), "bytes": (tmp / "state.pt").stat().st_size,
               "iteration": state.iteration}
     (tmp / MARKER).write_text(json.dumps(marker))
     fault_point("ckpt.mid_marker", tmp / MARKER)
-    _fsync(tmp / MARKER)
-    _fsync(tmp)
+    fsync_path(tmp / MARKER)
+    fsync_path(tmp)
     fault_point("ckpt.after_marker", tmp)
     if final.exists():  # saved before at this iteration: keep it complete until the new one is in place
         shutil.rmtree(replaced, ignore_errors=True)
         final.rename(replaced)
         fault_point("ckpt.after_set_aside", replaced)
     tmp.rename(final)
-    _fsync(root)
+    fsync_path(root)
     fault_point("ckpt.after_rename", final)
     if replaced.exists():
         shutil.rmtree(replaced, ignore_errors=True)
         fault_point("ckpt.after_drop_replaced", replaced)
     (root / "latest.tmp").write_text(name)
-    _fsync(root / "latest.tmp")
+    fsync_path(root / "latest.tmp")
     fault_point("ckpt.mid_latest", root / "latest.tmp")
     (root / "latest.tmp").replace(root / "latest")
-    _fsync(root)
+    fsync_path(root)
     fault_point("ckpt.after_latest", root / "latest")
     older = sorted({i for i, _ in candidates(root) if i < state.iteration})
     for it in older[: max(0, len(older) - (keep - 1))]:

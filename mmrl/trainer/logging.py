@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from mmrl.utils import jsonio
+from mmrl.utils.durable import fsync_path
 from mmrl.utils.faults import fault_point
 
 
@@ -49,7 +50,7 @@ class RunLogger:
             os.fsync(f.fileno())
         fault_point("log.mid_rewind", tmp)
         os.replace(tmp, path)
-        _fsync_dir(self.out_dir)
+        fsync_path(self.out_dir)
         fault_point("log.after_rewind", path)
         self.jsonl = open(path, "a", buffering=1)
         self.tb.close()
@@ -109,14 +110,6 @@ def _step(line: str) -> float:
         return json.loads(line)["step"]
     except (ValueError, KeyError, TypeError):
         return math.inf
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _scalar(v):
