@@ -57,6 +57,9 @@ class QASim(Simulator):
             raise TypeError(f"QASim got {sorted(moved)}: {hint}")
         if num_envs < 1 or thumb_size < 1:
             raise ValueError("num_envs and thumb_size must be >= 1")
+        if "split" in (dataset_kwargs or {}):  # the simulator picks the split (training vs evaluation)
+            raise ValueError(f"dataset_kwargs.split = {dataset_kwargs['split']!r}: the split is the simulator's own "
+                             "argument (sim.kwargs.split for training, sim.eval_kwargs.split for evaluation)")
         data = load_dataset(dataset, **{**(dataset_kwargs or {}), "split": split})
         missing = [k for k in ("prompt", "images", "meta") if k not in data]
         if missing or not data["prompt"]:

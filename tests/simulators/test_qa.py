@@ -64,3 +64,10 @@ def test_data_order_is_a_permutation_per_epoch():
     assert sorted(first) == list(range(24)) and sorted(second) == list(range(24))
     assert first != second  # reshuffled each epoch
     assert sim.question_index([5, 30]).tolist() == [first[5], second[6]]  # a pure function of the seed
+
+
+def test_a_split_inside_dataset_kwargs_is_refused_naming_the_simulator_argument():
+    from simulators.qa import QASim
+
+    with pytest.raises(ValueError, match=r"sim.kwargs.split for training, sim.eval_kwargs.split"):
+        QASim(num_envs=2, dataset="shapes_vqa", dataset_kwargs={"num_samples": 8, "split": "test"})
