@@ -73,6 +73,20 @@ class RunLogger:
             self.wandb.log({k: wandb.Table(columns=list(v[0]), data=[list(r.values()) for r in v])
                             if _is_table(v) else v for k, v in clean.items()}, step=step)
 
+    def media(self, step: int, key: str, video: Path) -> None:
+        """An evaluation's video and its still grid (the PNG beside it): the grid as a TensorBoard
+        image, both to W&B (``wandb.Video``, ``wandb.Image``) when it is on."""
+        still = Path(video).with_suffix(".png")
+        if still.exists():
+            import imageio.v2 as imageio
+
+            self.tb.add_image(key, imageio.imread(str(still)), step, dataformats="HWC")
+        if self.wandb is not None:
+            import wandb
+
+            self.wandb.log({f"{key}/video": wandb.Video(str(video), format="mp4"),
+                            **({f"{key}/grid": wandb.Image(str(still))} if still.exists() else {})}, step=step)
+
     def close(self) -> None:
         self.jsonl.close()
         self.tb.close()

@@ -393,6 +393,8 @@ class Trainer:
         self.state.results[name] = res
         self.logger.log(self.state.iteration, {**{f"eval/{k}": v for k, v in res.items() if k != "tasks"},
                                                **task_logs("eval", res.get("tasks", {}))})
+        if video is not None and video.exists():
+            self.logger.media(self.state.iteration, f"eval/{name}", video)
         key, metric = self.headline()
         tqdm.write(f"[eval {name}] {metric} {res[key]:.3f} over {res['episodes']} episodes")
         write_json(self.out_dir / "results.json", self.state.results)

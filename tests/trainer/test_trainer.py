@@ -46,6 +46,10 @@ def test_variants_train_and_log(tmp_path, extra):
     assert all(loss_key in r for r in train_rows)
     assert (out / "videos" / "final.mp4").stat().st_size > 0
     assert any((out / "tb").iterdir())
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    images = EventAccumulator(str(out / "tb"), size_guidance={"images": 0}).Reload().Tags()["images"]
+    assert {"eval/start", "eval/final"} <= set(images)  # the evaluation grids, where people look
     assert (out / "checkpoints" / "latest").read_text() == "iter_000002"
     saved = load_experiment(out / "checkpoints" / "iter_000002" / "config.yaml")
     assert saved == cfg
