@@ -80,19 +80,49 @@ def evaluate(run_or_checkpoint, *overrides: str) -> dict:
     """Like ``mmrl eval RUN_OR_CHECKPOINT OVERRIDES...``: the newest complete checkpoint of a run
     folder (or the checkpoint folder given) with its own config and the training's evaluation draws;
     returns the report (also written to the run folder's ``eval_report.json``)."""
-    import contextlib
-    import io
-    import json
+    return evaluate_checkpoint(Path(run_or_checkpoint), list(overrides))[0]
 
-    from mmrl.cli import main
-    from mmrl.errors import UserError
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["eval", str(run_or_checkpoint), *overrides])
-    if code != 0:
-        raise UserError(err.getvalue().strip().removeprefix("error: "))
-    return json.loads(out.getvalue().strip().splitlines()[-1])
+def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) -> tuple[dict, Path]:
+    """`mmrl eval`'s work: ``target`` is a run / checkpoint folder (evaluated with its own config)
+    or a config YAML (then ``checkpoint``, or the configured run's newest checkpoint). Evaluates on
+    the held-out episodes with the training's evaluation draws (`run_generator`), in batches of
+    ``sim.eval_num_envs`` as training does, so the number equals the training's; writes
+    ``eval_report.json`` to the run folder. Returns ``(report, run folder)``."""
+    from mmrl.experiment import (build_policy, build_reward, build_sim, check_device_available, eval_tasks,
+                                 load_experiment, output_dir)
+    from mmrl.trainer.evaluation import evaluate_suite, load_checkpoint_policy, resolve_checkpoint
+    from mmrl.trainer.trainer import run_generator
+    from mmrl.utils import jsonio
+
+    target = Path(target)
+    if target.is_dir() or target.name == "state.pt":  # a run or checkpoint folder: its own config
+        path = resolve_checkpoint(str(target), target)
+        cfg = load_experiment(path / "config.yaml", overrides)
+        out = path.parent.parent  # the run folder the checkpoint belongs to
+    else:
+        cfg = load_experiment(target, overrides)
+        path = resolve_checkpoint(checkpoint, output_dir(cfg))  # checked before any simulator is built
+        out = output_dir(cfg)
+    check_device_available("run.device", cfg.run.device)
+    tasks = eval_tasks(cfg)
+    t, seed = cfg.trainer, cfg.run.seed + 1
+
+    def make_sim(task, num_envs):
+        return build_sim(cfg, num_envs, seed, evaluation=True, task=task)
+
+    probe = make_sim(tasks[0], 1)  # shapes for the policy; one env, closed at once
+    policy = build_policy(cfg, probe)
+    probe.close()
+    load_checkpoint_policy(path, policy, cfg)
+    gen = run_generator(cfg.run.seed, "eval", 0, cfg.run.device)  # the draws of the training's evaluations
+    report = evaluate_suite(policy, make_sim, tasks, t.eval_episodes, t.eval_seed, gen,
+                            out / "videos" if t.video_episodes else None, t.video_episodes,
+                            max_envs=cfg.sim.eval_num_envs, reward=build_reward(cfg))
+    report["checkpoint"] = str(path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval_report.json").write_text(jsonio.dumps(report, indent=2))
+    return report, out
 
 
 def load_policy(run_or_checkpoint, device: str = "cpu"):

@@ -66,48 +66,19 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     from pathlib import Path
 
-    from mmrl.experiment import (build_policy, build_reward, build_sim, check_device_available, eval_tasks,
-                                 load_experiment, output_dir)
-    from mmrl.trainer.evaluation import evaluate_suite, load_checkpoint_policy, resolve_checkpoint
+    from mmrl.api import evaluate_checkpoint
     from mmrl.utils import jsonio
-
-    from mmrl.trainer.trainer import run_generator
 
     ckpt, overrides = _split_checkpoint(args.overrides)
     target = Path(args.config)
     if not target.exists() and target.suffix not in (".yaml", ".yml"):
         print(f"error: nothing at {target}: pass a run folder, a checkpoint folder or a config YAML", file=sys.stderr)
         return 2
-    if target.is_dir() or target.name == "state.pt":  # a run or checkpoint folder: its own config
-        if ckpt:
-            print("error: give the checkpoint once: `mmrl eval RUN_OR_CHECKPOINT [key=value ...]`, or "
-                  "`mmrl eval CONFIG checkpoint=PATH`", file=sys.stderr)
-            return 2
-        path = resolve_checkpoint(str(target), target)
-        cfg = load_experiment(path / "config.yaml", overrides)
-        out = path.parent.parent  # the run folder the checkpoint belongs to
-    else:
-        cfg = load_experiment(args.config, overrides)
-        path = resolve_checkpoint(ckpt, output_dir(cfg))  # checked before any simulator is built
-        out = output_dir(cfg)
-    check_device_available("run.device", cfg.run.device)
-    tasks = eval_tasks(cfg)
-    t, seed = cfg.trainer, cfg.run.seed + 1
-
-    def make_sim(task, num_envs):
-        return build_sim(cfg, num_envs, seed, evaluation=True, task=task)
-
-    probe = make_sim(tasks[0], 1)  # shapes for the policy; one env, closed at once
-    policy = build_policy(cfg, probe)
-    probe.close()
-    load_checkpoint_policy(path, policy, cfg)
-    gen = run_generator(cfg.run.seed, "eval", 0, cfg.run.device)  # the draws of the training's evaluations
-    report = evaluate_suite(policy, make_sim, tasks, t.eval_episodes, t.eval_seed, gen,
-                            out / "videos" if t.video_episodes else None, t.video_episodes,
-                            max_envs=cfg.sim.eval_num_envs, reward=build_reward(cfg))
-    report["checkpoint"] = str(path)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "eval_report.json").write_text(jsonio.dumps(report, indent=2))
+    if (target.is_dir() or target.name == "state.pt") and ckpt:
+        print("error: give the checkpoint once: `mmrl eval RUN_OR_CHECKPOINT [key=value ...]`, or "
+              "`mmrl eval CONFIG checkpoint=PATH`", file=sys.stderr)
+        return 2
+    report, out = evaluate_checkpoint(target, overrides, checkpoint=ckpt)
     for row in report["tasks"]:
         label = row.get("instruction") or ("as configured" if row["task"] is None else row["task"])
         print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  {label}")

@@ -39,7 +39,7 @@ def test_a_text_reward_on_an_image_simulator_fails_before_any_work(tmp_path):
 def test_success_comes_from_the_reward_threshold(tmp_path):
     trainer = build_trainer(cfg(tmp_path))
     assert trainer.headline() == ("success_rate", "success")
-    assert build_trainer(cfg(tmp_path, "reward.success_threshold=null")).headline() == ("return", "return")
+    assert build_trainer(cfg(tmp_path, "reward.success_threshold=null")).headline() == ("return", "mean reward")
 
 
 def test_sim_workers_are_scored_like_the_in_process_simulator(tmp_path):
