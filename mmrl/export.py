@@ -52,7 +52,8 @@ def export(run_or_checkpoint, to, merge: bool = True, push_to_hub: str | None = 
     results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else None
     spec = policy.build_spec
     base = spec["config"].get("model") or spec["config"].get("pretrained")
-    base = base if isinstance(base, str) and base != "tiny" and not Path(base).exists() else None
+    # a hub id only (not a local folder, not mmrl's tiny test models)
+    base = base if isinstance(base, str) and not base.startswith("tiny") and not Path(base).exists() else None
     (to / "README.md").write_text(model_card(run_dir.name, spec["type"], fmt, (path / "config.yaml").read_text(),
                                              results, base))
     if push_to_hub:

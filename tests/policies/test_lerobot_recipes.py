@@ -99,3 +99,11 @@ def test_cpu_config_trains_end_to_end(tmp_path):
            "observation.state": obs.state, "task": obs.instruction}
     chunk = theirs.predict_action_chunk(pre(raw), noise=noise)
     assert torch.allclose(post(chunk[:, : policy.chunk_size]), ours, atol=1e-5)
+    # `mmrl export` writes the same format, with a model card, from the run folder
+    from mmrl.cli import main
+
+    assert main(["export", str(tmp_path / cfg.run.name), "--to", str(tmp_path / "cli_export")]) == 0
+    again = SmolVLAPolicy.from_pretrained(tmp_path / "cli_export").eval()
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), theirs.state_dict().values()))
+    card = (tmp_path / "cli_export" / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: lerobot\n") and "base_model" not in card  # a tiny model is no hub id
