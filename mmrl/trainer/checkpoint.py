@@ -148,10 +148,19 @@ def verify(folder: Path) -> str | None:
 
 def latest_path(out_dir: Path) -> Path | None:
     """The newest complete checkpoint folder of a run (None if there is none)."""
-    for _, path in candidates(Path(out_dir) / "checkpoints"):
-        if verify(path) is None:
-            return path
-    return None
+    return newest_complete(Path(out_dir) / "checkpoints")[0]
+
+
+def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint folder in ``root`` (a run's ``checkpoints/``) that verifies, or None,
+    and why each newer one does not (``"iter_000004: ... does not match its checksum"``)."""
+    problems = []
+    for _, path in candidates(root):
+        why = verify(path)
+        if why is None:
+            return path, problems
+        problems.append(f"{path.name}: {why}")
+    return None, problems
 
 
 def load_policy(path: Path, policy) -> dict:

@@ -77,16 +77,14 @@ def resolve_checkpoint(given: str | None, run_dir: Path) -> Path:
         path = path.parent
     if path.is_dir() and not (path / "state.pt").exists():  # a run folder or its checkpoints/
         root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        found = ckpt.candidates(root)
-        if not found:
+        good, problems = ckpt.newest_complete(root)
+        if good is not None:
+            return good
+        if not problems:
             raise UserError(f"no checkpoint in {path}: pass checkpoint=PATH (a run folder, or a checkpoint folder "
                             "holding state.pt)" if given else
                             f"no checkpoint in {path} (the configured run has not saved one): pass checkpoint=PATH")
-        good = ckpt.latest_path(root.parent if root.name == "checkpoints" else root)
-        if good is None:
-            raise UserError(f"no complete checkpoint in {root}: "
-                            + "; ".join(f"{p.name}: {ckpt.verify(p) or 'unreadable'}" for _, p in found))
-        return good
+        raise UserError(f"no complete checkpoint in {root}: " + "; ".join(problems))
     if not path.exists():
         raise UserError(f"checkpoint {path} does not exist: pass checkpoint=PATH (a run folder, or a checkpoint "
                         "folder holding state.pt)" if given else
