@@ -104,7 +104,7 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
 
     from mmrl.config import to_dict
     from mmrl.errors import UserError
-    from mmrl.trainer.run_folder import flatten
+    from mmrl.trainer.run_folder import config_changes
 
     file = Path(path) / "state.pt"
     try:
@@ -120,10 +120,9 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
         saved = Path(path) / "config.yaml"
         hint = ""
         if saved.exists():
-            old = flatten({"policy": (yaml.safe_load(saved.read_text()) or {}).get("policy", {})})
-            new = flatten({"policy": to_dict(cfg.policy)})
-            diff = [f"{k} {old[k]!r} (checkpoint) vs {new[k]!r}" for k in sorted(old.keys() & new.keys())
-                    if old[k] != new[k]]
+            old = {"policy": (yaml.safe_load(saved.read_text()) or {}).get("policy", {})}
+            diff = [f"{k} {a!r} (checkpoint) vs {b!r}"
+                    for k, a, b in config_changes(old, {"policy": to_dict(cfg.policy)})]
             hint = (f" ({', '.join(diff[:6])})" if diff else "") + \
                 f". Evaluate it with the config it was trained with: mmrl eval {saved} checkpoint={path}"
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
