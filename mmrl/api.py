@@ -129,16 +129,21 @@ def load_policy(run_or_checkpoint, device: str = "cpu"):
     """The trained policy of a run folder's newest complete checkpoint (or of the checkpoint folder
     given), in eval mode on ``device``, built from the spec the checkpoint stores: no simulator is
     built (a LIBERO policy loads without LIBERO's assets)."""
+    from mmrl.trainer.evaluation import resolve_checkpoint
+
+    target = Path(run_or_checkpoint)
+    return policy_from_checkpoint(resolve_checkpoint(str(target), target), device)
+
+
+def policy_from_checkpoint(path: Path, device: str = "cpu"):
+    """`load_policy` of a checkpoint folder already resolved and verified (`resolve_checkpoint`)."""
     import torch
 
     from mmrl.config import load_config
     from mmrl.errors import UserError
     from mmrl.policies.base import PolicyConfig
     from mmrl.registry import POLICIES
-    from mmrl.trainer.evaluation import resolve_checkpoint
 
-    target = Path(run_or_checkpoint)
-    path = resolve_checkpoint(str(target), target)
     data = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
     spec = (data.get("extra") or {}).get("policy_spec")
     if spec is None:

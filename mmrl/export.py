@@ -40,12 +40,12 @@ def model_card(run_name: str, family: str, fmt: str, config_yaml: str, results: 
 def export(run_or_checkpoint, to, merge: bool = True, push_to_hub: str | None = None, private: bool = True) -> Path:
     """Export the newest complete checkpoint of a run folder (or the checkpoint folder given) to
     ``to``; with ``push_to_hub`` (``user/repo``) upload the folder too. Returns ``to``."""
-    from mmrl.api import load_policy
+    from mmrl.api import policy_from_checkpoint
     from mmrl.trainer.evaluation import resolve_checkpoint
 
     target = Path(run_or_checkpoint)
     path = resolve_checkpoint(str(target), target)
-    policy = load_policy(path)
+    policy = policy_from_checkpoint(path)
     to = Path(to)
     fmt = policy.export_pretrained(to, merge=merge)
     run_dir = path.parent.parent
