@@ -121,7 +121,7 @@ def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) 
                             max_envs=cfg.sim.eval_num_envs, reward=build_reward(cfg))
     report["checkpoint"] = str(path)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "eval_report.json").write_text(jsonio.dumps(report, indent=2))
+    jsonio.write_json(out / "eval_report.json", report)
     return report, out
 
 

@@ -397,7 +397,7 @@ class Trainer:
             self.logger.media(self.state.iteration, f"eval/{name}", video)
         key, metric = self.headline()
         tqdm.write(f"[eval {name}] {metric} {res[key]:.3f} over {res['episodes']} episodes")
-        write_json(self.out_dir / "results.json", self.state.results)
+        jsonio.write_json(self.out_dir / "results.json", self.state.results)
         return res
 
     def rollout_metrics(self, info: dict) -> dict:
@@ -476,13 +476,6 @@ def run_generator(seed: int, purpose: str, index: int = 0, device="cpu") -> torc
     g = torch.Generator(device=device)
     g.manual_seed(seed * 7919 + offset * 104729 + index)
     return g
-
-
-def write_json(path: Path, data) -> None:
-    """Strict JSON (`mmrl.utils.jsonio`), replaced atomically: a kill never leaves half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(jsonio.dumps(data, indent=2))
-    tmp.replace(path)
 
 
 def disk_full(exc: BaseException, folder: Path, min_free: int = 64 << 20) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 
@@ -22,3 +23,11 @@ def finite_or_none(obj: Any) -> Any:
 def dumps(obj: Any, **kwargs) -> str:
     """``json.dumps`` that always writes strict JSON (non-finite floats as ``null``)."""
     return json.dumps(finite_or_none(obj), allow_nan=False, **kwargs)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Strict JSON, indented, replaced atomically: a kill never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dumps(data, indent=2))
+    tmp.replace(path)

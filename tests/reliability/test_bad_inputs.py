@@ -311,7 +311,6 @@ def test_sigint_and_sigterm_say_where_the_run_stopped_and_how_to_resume(tmp_path
 def test_strict_json(tmp_path):
     """NaN and infinities become null in every JSON file mmrl writes (the log, results, reports)."""
     from mmrl.trainer.logging import RunLogger
-    from mmrl.trainer.trainer import write_json
     from mmrl.utils import jsonio
 
     bad = {"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": float("-inf"), "e": 2}}
@@ -319,7 +318,7 @@ def test_strict_json(tmp_path):
     logger = RunLogger(tmp_path)
     logger.log(3, {"train/return": float("nan"), "train/length": torch.tensor(4.0)})
     logger.close()
-    write_json(tmp_path / "results.json", {"final": {"return": float("nan")}})
+    jsonio.write_json(tmp_path / "results.json", {"final": {"return": float("nan")}})
     strict = dict(parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     assert json.loads((tmp_path / "metrics.jsonl").read_text(), **strict) == \
         {"step": 3, "train/return": None, "train/length": 4.0}
