@@ -42,9 +42,14 @@ def pad_time(batch: Batch, horizon: int) -> Batch:
     return Batch({k: torch.cat([v, v.new_zeros(horizon - t, *v.shape[1:])]) for k, v in batch.items()})
 
 
+def nonfinite_steps(batch: Batch) -> torch.Tensor:
+    """[T, N] bool: the valid decisions of the batch whose reward is NaN or infinite."""
+    return ~torch.isfinite(batch["rewards"]) & batch["valid"].bool()
+
+
 def nonfinite_episodes(batch: Batch) -> torch.Tensor:
     """[N] bool: the envs of the [T, N] batch with a NaN or infinite reward at a valid decision."""
-    return (~torch.isfinite(batch["rewards"]) & batch["valid"].bool()).any(0)
+    return nonfinite_steps(batch).any(0)
 
 
 def drop_nonfinite(batch: Batch, info: dict) -> tuple[Batch, dict]:
@@ -154,7 +159,7 @@ class FixedLengthCollector(Collector):
         batch, info = self.rollout.collect(policy, generator)
         # episodes go on across rounds, so a non-finite reward cannot drop its episode: its
         # decisions are masked out (reward 0, not valid) and the env counted once per round
-        bad_steps = ~torch.isfinite(batch["rewards"]) & batch["valid"].bool()
+        bad_steps = nonfinite_steps(batch)
         nonfinite = int(bad_steps.any(0).sum())
         if nonfinite:
             batch["rewards"] = torch.where(bad_steps, torch.zeros_like(batch["rewards"]), batch["rewards"])
