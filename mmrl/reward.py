@@ -106,6 +106,10 @@ class WeightedSum(Reward):
     def score(self, samples, prompts, meta) -> torch.Tensor:
         return self.combine(self.parts(samples, prompts, meta))
 
+    def preflight(self) -> None:
+        for _, reward in self.items:  # e.g. a reward server among the parts
+            reward.preflight()
+
     def combine(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
         """The weighted sum of `parts`; a NaN part (a function reward's None: "does not apply") is
         left out of its sample's sum, which is NaN only when every part is."""

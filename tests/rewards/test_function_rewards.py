@@ -164,3 +164,15 @@ def test_the_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
     exec(compile(block, "README.md", "exec"), scope)
     assert scope["results"]["final"]["iteration"] == 1
     assert scope["report"]["episodes"] == scope["results"]["final"]["episodes"]
+
+
+def test_a_weighted_sum_preflights_every_part():
+    from mmrl.reward import RewardError
+
+    class Down(FunctionReward):
+        def preflight(self):
+            raise RewardError("server down")
+
+    ok = as_reward(lambda c, **k: [1.0] * len(c), "text", name="ok")
+    with pytest.raises(RewardError, match="server down"):
+        WeightedSum({"ok": ok, "down": Down(lambda c, **k: [0.0] * len(c), "text")}, [1.0, 1.0]).preflight()
