@@ -358,3 +358,15 @@ def test_load_policy_needs_no_simulator_and_acts_as_the_trained_one(trained, mon
     a = policy.rollout(obs, torch.Generator().manual_seed(3), mode="eval").actions
     b = reference.rollout(obs, torch.Generator().manual_seed(3), mode="eval").actions
     assert torch.equal(a, b)
+
+
+def test_fixed_length_rollouts_mask_a_nan_reward_and_count_it(tmp_path, capsys):
+    """Episodes go on across rounds there, so the NaN decision is masked (not valid), not the episode."""
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.rollout_steps=2",
+                                     "trainer.max_nonfinite_fraction=1.0"))
+    nan_rewards(trainer, 2)
+    trainer.run()
+    assert trainer.state.nonfinite_episodes == 2 and trainer.state.skipped_steps == 0
+    assert "2 episode(s) with a NaN or infinite reward" in capsys.readouterr().out
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["train/policy_loss"] == r["train/policy_loss"] for r in rows if "train/policy_loss" in r)
