@@ -127,31 +127,43 @@ def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) 
 
 def load_policy(run_or_checkpoint, device: str = "cpu"):
     """The trained policy of a run folder's newest complete checkpoint (or of the checkpoint folder
-    given), in eval mode on ``device``, built from the spec the checkpoint stores: no simulator is
-    built (a LIBERO policy loads without LIBERO's assets)."""
+    given, or of a folder `mmrl export` wrote in mmrl's format), in eval mode on ``device``, built
+    from the spec the checkpoint stores: no simulator is built (a LIBERO policy loads without
+    LIBERO's assets), and only safetensors are read (nothing unpickled)."""
+    import json
+
     from mmrl.trainer.evaluation import resolve_checkpoint
+    from mmrl.utils.weights import load_weights
 
     target = Path(run_or_checkpoint)
+    if (target / "mmrl_policy.json").is_file() and (target / "model.safetensors").is_file():  # `mmrl export`
+        return build_from_spec(load_weights(target / "model.safetensors")[0],
+                               json.loads((target / "mmrl_policy.json").read_text()), target, device)
     return policy_from_checkpoint(resolve_checkpoint(str(target), target), device)
 
 
 def policy_from_checkpoint(path: Path, device: str = "cpu"):
     """`load_policy` of a checkpoint folder already resolved and verified (`resolve_checkpoint`)."""
-    import torch
+    from mmrl.trainer import checkpoint as ckpt
 
+    weights, spec = ckpt.read_weights(path)  # model.safetensors: nothing unpickled
+    return build_from_spec(weights, spec, path, device)
+
+
+def build_from_spec(weights: dict, spec: dict | None, path: Path, device: str = "cpu"):
+    """The policy ``spec`` (`mmrl.experiment.build_policy`'s ``build_spec``) describes, holding
+    ``weights`` (read from ``path``), in eval mode on ``device``."""
     from mmrl.config import load_config
     from mmrl.errors import UserError
     from mmrl.policies.base import PolicyConfig
     from mmrl.registry import POLICIES
 
-    data = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
-    spec = (data.get("extra") or {}).get("policy_spec")
-    if spec is None:
+    if not spec:
         raise UserError(f"checkpoint {path} was written before checkpoints stored how to rebuild their policy: "
                         "build it with its simulator (mmrl.experiment.build_policy) and load_state_dict, or "
                         "resume the run once to write a new checkpoint")
     config = load_config(PolicyConfig, spec["config"])
     policy = POLICIES.get(spec["type"])(config, action_dim=spec["action_dim"], state_dim=spec["state_dim"])
-    policy.load_state_dict(data["policy"])
+    policy.load_state_dict(weights)
     policy.build_spec = spec
     return policy.to(device).eval()

@@ -433,6 +433,7 @@ def build_trainer(cfg: ExperimentConfig):
     except BaseException:
         folder.close()
         raise
+    trainer.verified_checkpoint = resumed_from
     if changes:
         record_config_change(out, resumed_from, changes)
         trainer.log_line(f"warning: resuming {resumed_from.name} under a changed config (trainer.accept_config_change): "

@@ -1,11 +1,17 @@
-"""Checkpoints: model, optimizer, RNG states and counters, with the resolved config beside them.
+"""Checkpoints: the policy's weights in safetensors; optimizer, RNG states and counters beside them.
 
-Layout: ``OUT/checkpoints/iter_000010/{state.pt, config.yaml, COMPLETE}``, and ``OUT/checkpoints/latest``
-naming the newest one (for people and tools; resume does not trust it).
+Layout: ``OUT/checkpoints/iter_000010/{model.safetensors, state.pt, config.yaml, COMPLETE}``, and
+``OUT/checkpoints/latest`` naming the newest one (for people and tools; resume does not trust it).
+``model.safetensors`` holds the policy's state dict (tied weights written once; the build spec that
+`mmrl.load_policy` rebuilds the policy from is in its metadata), so the weights load without
+unpickling anything (`read_weights`, ``safetensors.torch.load_file``). ``state.pt`` holds what only
+resuming needs: the optimizer, the torch / numpy / python RNG states, the counters, the trainer's
+other state (episodes in progress, whose simulator snapshots are arbitrary Python objects).
+Checkpoints written before 2026-11-25 hold the weights inside ``state.pt``; every reader here loads both.
 
 Durability: no kill at any instant and no power loss leaves a run without its newest complete
 checkpoint. A checkpoint is written to a temporary folder, every file and the folder fsynced, and
-``COMPLETE`` (the sha256 and size of ``state.pt``) written last; then it is renamed into place.
+``COMPLETE`` (the sha256 and size of each file) written last; then it is renamed into place.
 Saving an iteration a second time (the final save after a periodic one) first renames the old
 folder to ``.iter_N.replaced`` and deletes it only after the new one is in place, so the iteration
 exists, complete, at every instant. Old checkpoints are deleted only after the new one is durable,
@@ -30,10 +36,15 @@ import numpy as np
 import torch
 
 from mmrl.trainer.logging import cut_log, log_size
+from mmrl.utils import jsonio
 from mmrl.utils.durable import fsync_path
 from mmrl.utils.faults import fault_point
+from mmrl.utils.weights import SPEC, load_weights, save_weights
 
 MARKER = "COMPLETE"
+WEIGHTS = "model.safetensors"
+STATE = "state.pt"
+NONTENSOR = "mmrl.nontensor"  # model.safetensors metadata: names of the state dict's entries in state.pt
 _NAME = re.compile(r"^\.?iter_(\d+)(\.replaced)?$")
 
 
@@ -62,11 +73,19 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     fault_point("ckpt.after_tmp_mkdir", tmp)
+    # a training engine gathers ZeRO-3's partitioned weights; else the module's own
+    weights = optimizer.module_state_dict() if hasattr(optimizer, "module_state_dict") else policy.state_dict()
+    spec = (extra or {}).get("policy_spec")
+    metadata = {SPEC: jsonio.dumps(spec)} if spec else {}
+    nontensor = [k for k, v in weights.items() if not isinstance(v, torch.Tensor)]
+    if nontensor:  # kept in state.pt; read_weights then reads that too
+        metadata[NONTENSOR] = json.dumps(nontensor)
+    others = save_weights(weights, tmp / WEIGHTS, metadata=metadata)
+    fault_point("ckpt.mid_weights", tmp / WEIGHTS)
     torch.save(
         {
-            # a training engine gathers ZeRO-3's partitioned weights; else the module's own
-            "policy": optimizer.module_state_dict() if hasattr(optimizer, "module_state_dict")
-            else policy.state_dict(),
+            "format": 2,  # weights in model.safetensors (1: inside this file, under "policy")
+            "policy_others": others,  # the state dict's non-tensor entries (a module's _extra_state)
             "optimizer": optimizer.state_dict(),
             "state": asdict(state),
             "extra": extra or {},
@@ -74,16 +93,16 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
         },
-        tmp / "state.pt",
+        tmp / STATE,
     )
-    fault_point("ckpt.mid_state", tmp / "state.pt")
-    fault_point("ckpt.after_state", tmp / "state.pt")
+    fault_point("ckpt.mid_state", tmp / STATE)
+    fault_point("ckpt.after_state", tmp / STATE)
     save_config(cfg, tmp / "config.yaml")
     fault_point("ckpt.after_config", tmp / "config.yaml")
-    for f in ("state.pt", "config.yaml"):
+    for f in (WEIGHTS, STATE, "config.yaml"):
         fsync_path(tmp / f)
     fault_point("ckpt.after_fsync", tmp)
-    marker = {"sha256": _sha256(tmp / "state.pt"), "bytes": (tmp / "state.pt").stat().st_size,
+    marker = {"files": {f: {"sha256": _sha256(tmp / f), "bytes": (tmp / f).stat().st_size} for f in (WEIGHTS, STATE)},
               "iteration": state.iteration}
     (tmp / MARKER).write_text(json.dumps(marker))
     fault_point("ckpt.mid_marker", tmp / MARKER)
@@ -131,18 +150,23 @@ def candidates(root: Path) -> list[tuple[int, Path]]:
 def verify(folder: Path) -> str | None:
     """None if ``folder`` holds a complete checkpoint, else why not. Checkpoints written before
     completion markers existed (no ``COMPLETE``) count as complete when their state.pt is there."""
-    file = folder / "state.pt"
-    if not file.exists():
-        return f"{file} is missing"
+    folder = Path(folder)
+    if not (folder / STATE).exists():
+        return f"{folder / STATE} is missing"
     marker = folder / MARKER
     if not marker.exists():  # written before markers existed (a marker is written before the rename)
         return None
     try:
         want = json.loads(marker.read_text())
-    except (OSError, ValueError):
+        files = want["files"] if "files" in want else {STATE: {"sha256": want["sha256"], "bytes": want["bytes"]}}
+    except (OSError, ValueError, KeyError, TypeError):
         return f"{marker} is unreadable"
-    if file.stat().st_size != want["bytes"] or _sha256(file) != want["sha256"]:
-        return f"{file} does not match its checksum (truncated or corrupted)"
+    for name, expected in files.items():
+        file = folder / name
+        if not file.exists():
+            return f"{file} is missing"
+        if file.stat().st_size != expected["bytes"] or _sha256(file) != expected["sha256"]:
+            return f"{file} does not match its checksum (truncated or corrupted)"
     return None
 
 
@@ -163,29 +187,71 @@ def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
     return None, problems
 
 
+def read(folder: Path) -> dict:
+    """Everything checkpoint folder ``folder`` holds, as one dict: ``policy`` (the state dict),
+    ``optimizer``, ``state``, ``extra``, ``rng``, ``log_bytes``; either format (see the module)."""
+    folder = Path(folder)
+    data = _reading(folder / STATE, lambda: torch.load(folder / STATE, map_location="cpu", weights_only=False))
+    if not isinstance(data, dict):
+        raise UnreadableFile(folder / STATE, TypeError(f"it holds a {type(data).__name__}, not a checkpoint's dict"))
+    if data.get("format", 1) >= 2:
+        weights = _reading(folder / WEIGHTS, lambda: load_weights(folder / WEIGHTS)[0])
+        data["policy"] = {**weights, **data.pop("policy_others", {})}
+    return data
+
+
+class UnreadableFile(ValueError):
+    """A checkpoint file that exists but cannot be read: ``file`` and the reader's exception ``cause``."""
+
+    def __init__(self, file: Path, cause: Exception):
+        super().__init__(f"{file}: {type(cause).__name__}: {cause}")
+        self.file, self.cause = file, cause
+
+
+def _reading(file: Path, load):
+    try:
+        return load()
+    except Exception as exc:  # noqa: BLE001  (whatever the reader raises, say which file)
+        raise UnreadableFile(file, exc) from exc
+
+
+def read_weights(folder: Path) -> tuple[dict, dict | None]:
+    """``(state dict, build spec or None)`` of checkpoint folder ``folder``: from
+    ``model.safetensors`` alone, nothing unpickled (a checkpoint of the old format: from ``state.pt``)."""
+    folder = Path(folder)
+    if not (folder / WEIGHTS).exists():
+        data = torch.load(folder / STATE, map_location="cpu", weights_only=False)
+        return data["policy"], (data.get("extra") or {}).get("policy_spec")
+    weights, meta = load_weights(folder / WEIGHTS)
+    if NONTENSOR in meta:  # a module's non-tensor state (rare): only state.pt holds it
+        weights.update(torch.load(folder / STATE, map_location="cpu", weights_only=False)["policy_others"])
+    return weights, (json.loads(meta[SPEC]) if SPEC in meta else None)
+
+
 def load_policy(path: Path, policy) -> dict:
     """Load weights from a checkpoint folder (or its state.pt); returns the saved data."""
     path = Path(path)
-    file = path / "state.pt" if path.is_dir() else path
-    data = torch.load(file, map_location="cpu", weights_only=False)
+    data = read(path if path.is_dir() else path.parent)
     policy.load_state_dict(data["policy"])
     return data
 
 
-def load_latest(out_dir: Path, policy, optimizer, log=print) -> tuple[dict, dict, Path] | None:
+def load_latest(out_dir: Path, policy, optimizer, log=print, verified: Path | None = None
+                ) -> tuple[dict, dict, Path] | None:
     """Restore the newest checkpoint that verifies and loads: weights, then the optimizer
     (``optimizer`` may be a callable returning it, so that an engine that copies the weights when
     built is built after they load). A corrupt or incomplete one is skipped with a warning naming
-    it. Returns ``(counters, extra, folder)`` (see `save`), None when there is no checkpoint."""
+    it. ``verified``: a folder the caller verified under the run's lock (not hashed again).
+    Returns ``(counters, extra, folder)`` (see `save`), None when there is no checkpoint."""
     found = candidates(Path(out_dir) / "checkpoints")
     problems = []
     for _, path in found:
-        why = verify(path)
+        why = None if verified is not None and path == Path(verified) else verify(path)
         if why is None:
             try:
-                data = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+                data = read(path)
             except Exception as exc:  # noqa: BLE001  (any unreadable file: try the previous one)
-                why = f"{path / 'state.pt'} cannot be read ({type(exc).__name__}: {exc})"
+                why = f"{path} cannot be read ({type(exc).__name__}: {exc})"
         if why is not None:
             problems.append(why)
             log(f"warning: skipping checkpoint {path.name}: {why}")

@@ -73,7 +73,7 @@ def resolve_checkpoint(given: str | None, run_dir: Path) -> Path:
     from mmrl.trainer import checkpoint as ckpt
 
     path = Path(given) if given else run_dir
-    if path.is_file() and path.name == "state.pt":
+    if path.is_file() and path.name in ("state.pt", "model.safetensors"):
         path = path.parent
     if path.is_dir() and not (path / "state.pt").exists():  # a run folder or its checkpoints/
         root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
@@ -104,13 +104,16 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
 
     from mmrl.config import to_dict
     from mmrl.errors import UserError
+    from mmrl.trainer import checkpoint as ckpt
     from mmrl.trainer.run_folder import config_changes
 
     file = Path(path) / "state.pt"
     try:
-        data = torch.load(file, map_location="cpu", weights_only=False)
+        data = ckpt.read(path)
         weights = data["policy"]
     except Exception as exc:  # noqa: BLE001  (any unreadable file is the same problem for the user)
+        if isinstance(exc, ckpt.UnreadableFile):
+            file, exc = exc.file, exc.cause
         raise UserError(f"{file} cannot be read as an mmrl checkpoint ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'no detail'}): it is damaged or "
                         "was not written by mmrl; pass another checkpoint=PATH") from None

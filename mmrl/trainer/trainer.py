@@ -82,6 +82,9 @@ class Trainer:
         self.has_success = eval_sim.has_success or bool(reward is not None and reward.defines_success)
         self.out_dir = Path(out_dir)
         self.run_folder = run_folder  # `mmrl.trainer.run_folder.RunFolder`: the lock, held until close()
+        #: the checkpoint folder `mmrl.experiment.build_trainer` already verified (the lock held since),
+        #: which resume then does not hash a second time (seconds for a VLA's weights)
+        self.verified_checkpoint: Path | None = None
         self.log_line = tqdm.write  # one line for the user, above the progress bars
         from mmrl.config import to_dict
 
@@ -451,7 +454,8 @@ class Trainer:
                 tqdm.write(f"trainer.resume=false: the previous run in {self.out_dir} moved to {moved}")
             self.logger.rewind(-(2**62))
             return
-        loaded = ckpt.load_latest(self.out_dir, self.policy, lambda: self.optimizer, log=tqdm.write)
+        loaded = ckpt.load_latest(self.out_dir, self.policy, lambda: self.optimizer, log=tqdm.write,
+                                  verified=self.verified_checkpoint)
         if loaded is None:  # nothing to resume (a kill during the warm start logged what is redone)
             self.logger.rewind(-(2**62))
             return

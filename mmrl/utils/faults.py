@@ -17,10 +17,11 @@ Points, in the order a run reaches them (`POINTS` holds the same list; `configur
 
 mmrl/trainer/checkpoint.py `save` (every save of ``iter_N``):
   ckpt.after_tmp_mkdir      the temporary folder ``.iter_N.tmp`` was just made, empty
+  ckpt.mid_weights          ``model.safetensors`` half written
   ckpt.mid_state            ``state.pt`` half written
   ckpt.after_state          ``state.pt`` written (not yet fsynced)
   ckpt.after_config         ``config.yaml`` written
-  ckpt.after_fsync          both files fsynced
+  ckpt.after_fsync          the three files fsynced
   ckpt.mid_marker           ``COMPLETE`` half written
   ckpt.after_marker         ``COMPLETE`` written and fsynced, the folder fsynced
   ckpt.after_set_aside      (a second save of one iteration) the old ``iter_N`` renamed ``.iter_N.replaced``
@@ -49,7 +50,8 @@ import signal
 from pathlib import Path
 
 POINTS = (
-    "ckpt.after_tmp_mkdir", "ckpt.mid_state", "ckpt.after_state", "ckpt.after_config", "ckpt.after_fsync",
+    "ckpt.after_tmp_mkdir", "ckpt.mid_weights", "ckpt.mid_state", "ckpt.after_state", "ckpt.after_config",
+    "ckpt.after_fsync",
     "ckpt.mid_marker", "ckpt.after_marker", "ckpt.after_set_aside", "ckpt.after_rename",
     "ckpt.after_drop_replaced", "ckpt.mid_latest", "ckpt.after_latest", "ckpt.before_rotate",
     "ckpt.mid_rotate", "ckpt.after_rotate",

@@ -10,9 +10,9 @@ one rewinds the log. After each kill and before the next run:
 
 - the killed run died by SIGKILL (return code -9): the hook really fired, or the timer did;
 - no checkpoint was lost: the newest complete checkpoint (checked here independently of
-  `mmrl.trainer.checkpoint`: ``COMPLETE`` present and its sha256 / size matching ``state.pt``) is at
-  least as new as before the run, as every checkpoint the run had renamed into place (from its
-  fault trace) and as the one ``latest`` names;
+  `mmrl.trainer.checkpoint`: ``COMPLETE`` present and the sha256 / size of ``model.safetensors`` and
+  ``state.pt`` matching it) is at least as new as before the run, as every checkpoint the run had
+  renamed into place (from its fault trace) and as the one ``latest`` names;
 
 the next run that gets past its resume says ``resumed from checkpoint <that newest one>`` (or
 resumes nothing when there was none), and the clean run ends with, compared with an uninterrupted
@@ -166,11 +166,12 @@ def complete_checkpoints(out: Path) -> list[tuple[int, str]]:
         if not m or not p.is_dir():
             continue
         try:
-            marker = json.loads((p / "COMPLETE").read_text())
-            data = (p / "state.pt").read_bytes()
-        except (OSError, ValueError):
+            files = json.loads((p / "COMPLETE").read_text())["files"]
+            data = {name: (p / name).read_bytes() for name in ("model.safetensors", "state.pt")}
+        except (OSError, ValueError, KeyError):
             continue
-        if len(data) == marker.get("bytes") and hashlib.sha256(data).hexdigest() == marker.get("sha256"):
+        if set(files) == set(data) and all(len(data[n]) == files[n]["bytes"] and
+                                           hashlib.sha256(data[n]).hexdigest() == files[n]["sha256"] for n in data):
             found.append((int(m.group(2) or m.group(3)), m.group(2) is not None, p.name))
     return [(it, name) for it, _, name in sorted(found, reverse=True)]
 
@@ -239,7 +240,7 @@ def _same(a, b, path: str, problems: list[str]) -> None:
 
 def compare(ref: Path, out: Path) -> list[str]:
     """How run folder ``out`` differs from the uninterrupted ``ref`` (empty: it does not)."""
-    import torch
+    from mmrl.trainer import checkpoint
 
     problems = []
     top = {p: sorted(x.name for x in p.iterdir() if x.name != "tb") for p in (ref, out)}
@@ -252,8 +253,7 @@ def compare(ref: Path, out: Path) -> list[str]:
     for name in listing[ref]:
         if not name.startswith("iter_") or name not in listing[out]:
             continue
-        a, b = (torch.load(p / "checkpoints" / name / "state.pt", map_location="cpu", weights_only=False)
-                for p in (ref, out))
+        a, b = (checkpoint.read(p / "checkpoints" / name) for p in (ref, out))
         _same(_comparable(a), _comparable(b), name, problems)
     try:
         a, b = (json.loads((p / "results.json").read_text()) for p in (ref, out))

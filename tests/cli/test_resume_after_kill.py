@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from mmrl.trainer import checkpoint
+
 ARGS = ["sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs={max_episode_steps: 12}",
         "policy.dim=16", "policy.expert_dim=16", "policy.expert_layers=1", "policy.num_steps=3",
         "warm_start.num_episodes=4", "warm_start.steps=3", "warm_start.batch_size=8",
@@ -23,7 +25,7 @@ def train_cmd(out: Path) -> list[str]:
 
 
 def final_params(out: Path) -> dict:
-    return torch.load(out / "k" / "checkpoints" / "iter_000008" / "state.pt", weights_only=False)["policy"]
+    return checkpoint.read_weights(out / "k" / "checkpoints" / "iter_000008")[0]
 
 
 def test_sigkill_then_same_command_resumes_exactly(tmp_path):

@@ -19,6 +19,7 @@ import torch
 from mmrl.cli import main
 from mmrl.errors import ConfigChangedError, RunLockedError, TrainingError, UserError
 from mmrl.experiment import build_trainer
+from mmrl.trainer import checkpoint
 from tests.trainer.test_trainer import TINY, params, tiny_cfg
 
 QUICK = ["configs/quickstart.yaml", *TINY, "trainer.video_episodes=0"]
@@ -341,7 +342,7 @@ def test_load_policy_needs_no_simulator_and_acts_as_the_trained_one(trained, mon
 
     monkeypatch.setattr(registry.SIMULATORS, "build", lambda *a, **k: pytest.fail("a simulator was built"))
     policy = mmrl.load_policy(trained)
-    saved = torch.load(trained / "checkpoints" / "iter_000002" / "state.pt", weights_only=False)["policy"]
+    saved = checkpoint.read_weights(trained / "checkpoints" / "iter_000002")[0]
     mine = policy.state_dict()
     assert mine.keys() == saved.keys() and all(torch.equal(mine[k], saved[k]) for k in mine)
     assert not policy.training

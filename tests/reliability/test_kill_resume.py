@@ -32,7 +32,7 @@ CASES = [
     ["ckpt.after_marker:2"], ["ckpt.after_set_aside:1"], ["ckpt.after_rename:2"], ["ckpt.after_drop_replaced:1"],
     # iterations 2 and 4
     ["ckpt.after_state:3"], ["ckpt.after_config:3"], ["ckpt.mid_latest:3"],
-    ["ckpt.after_fsync:4"], ["ckpt.mid_marker:4"], ["ckpt.after_latest:4"],
+    ["ckpt.mid_weights:3"], ["ckpt.after_fsync:4"], ["ckpt.mid_marker:4"], ["ckpt.after_latest:4"],
     # rotation: before, midway through and after deleting iter_000000, then iter_000002
     ["ckpt.before_rotate:1"], ["ckpt.mid_rotate:1"], ["ckpt.mid_rotate:2"], ["ckpt.after_rotate:2"],
     # iteration 6: the periodic save, then the final one

@@ -124,8 +124,55 @@ def test_kill_during_the_warm_start_logs_it_once(tmp_path, monkeypatch):
 def test_a_checkpoint_is_complete_when_it_is_in_place(tmp_path):
     run(tmp_path, "trainer.iterations=1")
     folder = tmp_path / "t" / "checkpoints" / "iter_000001"
-    marker = json.loads((folder / ckpt.MARKER).read_text())
-    assert marker["bytes"] == (folder / "state.pt").stat().st_size and len(marker["sha256"]) == 64
+    marker = json.loads((folder / ckpt.MARKER).read_text())["files"]
+    assert sorted(marker) == ["model.safetensors", "state.pt"]
+    for name, want in marker.items():
+        assert want["bytes"] == (folder / name).stat().st_size and len(want["sha256"]) == 64
     assert ckpt.verify(folder) is None
-    (folder / "state.pt").write_bytes((folder / "state.pt").read_bytes()[:-10])  # truncated
-    assert "checksum" in ckpt.verify(folder)
+    for name in marker:  # either file truncated
+        data = (folder / name).read_bytes()
+        (folder / name).write_bytes(data[:-10])
+        assert "checksum" in ckpt.verify(folder) and name in ckpt.verify(folder)
+        (folder / name).write_bytes(data)
+    assert ckpt.verify(folder) is None
+    (folder / "model.safetensors").unlink()
+    assert "model.safetensors is missing" in ckpt.verify(folder)
+
+
+def test_a_checkpoint_of_the_old_format_still_loads(tmp_path, capsys):
+    """Checkpoints written before 2026-11-25 hold the weights inside state.pt (marker: its sha256 and
+    size): verify, read, read_weights and resume take them."""
+    import hashlib
+
+    import torch
+
+    run(tmp_path, "trainer.iterations=1")
+    folder = tmp_path / "t" / "checkpoints" / "iter_000001"
+    data = ckpt.read(folder)
+    data.pop("format")
+    torch.save(data, folder / "state.pt")  # the weights under "policy", as before
+    (folder / "model.safetensors").unlink()
+    raw = (folder / "state.pt").read_bytes()
+    (folder / ckpt.MARKER).write_text(json.dumps({"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw),
+                                                  "iteration": 1}))
+    assert ckpt.verify(folder) is None
+    weights, spec = ckpt.read_weights(folder)
+    assert weights.keys() == data["policy"].keys() and spec == data["extra"]["policy_spec"]
+    capsys.readouterr()
+    trainer = run(tmp_path, "trainer.iterations=2")
+    assert "resumed from checkpoint iter_000001" in capsys.readouterr().out
+    assert trainer.state.iteration == 2
+
+
+def test_resume_hashes_the_newest_checkpoint_once(tmp_path, monkeypatch):
+    """build_trainer verifies the newest checkpoint (to compare configs) under the run's lock; the
+    resume then loads it without hashing its files again (seconds for a VLA's weights)."""
+    run(tmp_path, "trainer.iterations=1")
+    hashed = []
+    real = ckpt._sha256
+    monkeypatch.setattr(ckpt, "_sha256", lambda f: hashed.append(Path(f).name) or real(f))
+    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=1"))
+    trainer.resume()
+    assert trainer.state.iteration == 1
+    assert sorted(hashed) == ["model.safetensors", "state.pt"]
+    trainer.close()

@@ -465,27 +465,11 @@ class LeRobotVLAPolicy(Policy):
 
 def export_checkpoint(checkpoint: str | Path, folder: str | Path) -> str:
     """A trained policy out of mmrl, into LeRobot's format: ``checkpoint`` is a run folder (its newest
-    complete checkpoint) or one checkpoint folder (``runs/NAME/checkpoints/iter_K``). No simulator is
-    built: the action and state sizes come from the checkpoint's statistics. Returns ``folder``."""
-    import yaml
+    complete checkpoint) or one checkpoint folder. The same as ``mmrl export RUN --to DIR`` /
+    `mmrl.export_policy` (which this calls; they also write a model card). Returns ``folder``."""
+    from mmrl.export import export
 
-    from mmrl.config import load_config
-    from mmrl.trainer import checkpoint as ckpt
-
-    path = Path(checkpoint)
-    if (path / "checkpoints").is_dir():
-        found = ckpt.latest_path(path)
-        if found is None:
-            raise FileNotFoundError(f"{path} holds no complete checkpoint (checkpoints/iter_*)")
-        path = found
-    data = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
-    cfg = load_config(LeRobotVLAConfig, (yaml.safe_load((path / "config.yaml").read_text()) or {}).get("policy", {}))
-    weights = data["policy"]
-    state = weights.get("stats__" + STATE.replace(".", "__") + "__mean")
-    policy = LeRobotVLAPolicy(cfg, action_dim=len(weights["stats__action__mean"]),
-                              state_dim=None if state is None else len(state))
-    policy.load_state_dict(weights)
-    return policy.save_pretrained(folder)
+    return str(export(checkpoint, folder))
 
 
 # ---- loading ----------------------------------------------------------------------------------
