@@ -1,6 +1,6 @@
 """mmrl: reinforcement-learning post-training for multimodal policies (VLM, VLA, diffusion)."""
 
-from mmrl.version import __version__
+from mmrl.version import __version__  # noqa: F401  (mmrl.__version__)
 
 from mmrl.utils.threads import prefer_passive_waits as _prefer_passive_waits
 
@@ -26,3 +26,11 @@ def load_policy(run_or_checkpoint, device: str = "cpu"):
     from mmrl.api import load_policy as _load
 
     return _load(run_or_checkpoint, device)
+
+
+def export_policy(run_or_checkpoint, to, merge: bool = True, push_to_hub: str | None = None, private: bool = True):
+    """`mmrl export RUN --to DIR` (`mmrl.export.export`): the trained policy in its family's format,
+    with a model card; ``push_to_hub="user/repo"`` uploads it. Returns the folder."""
+    from mmrl.export import export as _export
+
+    return _export(run_or_checkpoint, to, merge=merge, push_to_hub=push_to_hub, private=private)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import functools
 import math
 import multiprocessing as mp
 import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours)

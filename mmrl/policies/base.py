@@ -211,14 +211,25 @@ class Policy(nn.Module):
         import json
         from pathlib import Path
 
-        from safetensors.torch import save_file
+        from mmrl.utils.weights import save_weights
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()},
-                  str(folder / "model.safetensors"), metadata={"format": "pt", "library": "mmrl"})
+        others = save_weights(self.state_dict(), folder / "model.safetensors")  # tied weights once
+        if others:
+            raise ValueError(f"{type(self).__name__}'s state dict holds non-tensor entries ({', '.join(others)}): "
+                             "override export_pretrained to write them")
         (folder / "mmrl_policy.json").write_text(json.dumps(getattr(self, "build_spec", {}), indent=2))
         return "mmrl (safetensors state dict + mmrl_policy.json)"
+
+    @torch.no_grad()
+    def act(self, obs, seed: int = 0, mode: str = "eval"):
+        """Inference: the actions for observations ``obs`` (an `mmrl.simulator.Observation` of B envs)
+        in the simulator's action type (a robot policy: float [B, chunk, action_dim]; a VLM: the B
+        answers; a generator: images). ``mode="eval"`` is the evaluation sampler, ``"train"`` samples
+        as rollouts do; the noise they draw comes from ``seed``, so one call gives one answer."""
+        device = next((p.device for p in self.parameters()), torch.device("cpu"))
+        return self.rollout(obs, torch.Generator(device).manual_seed(seed), mode=mode).actions
 
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         """Observations of B envs -> `Decision`: a `Batch` of B rows (``old_logp`` [B, *logp_shape],

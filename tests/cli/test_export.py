@@ -74,6 +74,8 @@ def test_other_families_export_safetensors_that_load_back(tmp_path):
     assert weights.keys() == mine.keys() and all(torch.equal(weights[k], mine[k]) for k in mine)
     assert json.loads((tmp_path / "x" / "mmrl_policy.json").read_text())["type"] == "flow_vla"
     assert mmrl.load_policy(tmp_path / "t").build_spec["type"] == "flow_vla"
+    exported = mmrl.load_policy(tmp_path / "x").state_dict()  # the exported folder loads back as the policy
+    assert exported.keys() == mine.keys() and all(torch.equal(exported[k], mine[k]) for k in mine)
 
 
 def test_push_to_hub_uploads_the_folder(tmp_path, monkeypatch):

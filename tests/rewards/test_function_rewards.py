@@ -147,25 +147,6 @@ def test_python_api_trains_with_a_function_and_evaluate_reproduces_it(tmp_path):
     assert report["return"] == results["final"]["return"]
 
 
-def test_the_readme_python_api_example_runs_as_written(tmp_path, monkeypatch):
-    """The README's Python API block, executed with only the run folder and tiny sizes appended."""
-    import re
-    from pathlib import Path
-
-    import mmrl
-
-    block = re.search(r"<!-- python-api -->\s*```python\n(.*?)```", Path("README.md").read_text(), re.S).group(1)
-    real = mmrl.train
-    monkeypatch.setattr(mmrl, "train", lambda config, *o, **k: real(
-        config, *o, f"run.output_dir={tmp_path}", *TINY, "trainer.iterations=1", **k))
-    real_eval = mmrl.evaluate
-    monkeypatch.setattr(mmrl, "evaluate", lambda run, *o: real_eval(str(run).replace("runs", str(tmp_path), 1), *o))
-    scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)
-    assert scope["results"]["final"]["iteration"] == 1
-    assert scope["report"]["episodes"] == scope["results"]["final"]["episodes"]
-
-
 def test_a_weighted_sum_preflights_every_part():
     from mmrl.reward import RewardError
 
