@@ -243,12 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="checkpoint=PATH and dotted overrides")
     p.set_defaults(fn=cmd_eval)
     p = sub.add_parser("export", help="write a trained policy in its family's format (transformers / peft, "
-                                      "LeRobot, safetensors) with a model card; optionally push it to the hub",
+                                      "LeRobot, diffusers, safetensors) with a model card; optionally push it "
+                                      "to the hub",
                        description=_export_doc() if argv_now[:1] == ["export"] else None,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a run folder (its newest complete checkpoint) or a checkpoint folder")
     p.add_argument("--to", required=True, help="the folder to write")
-    p.add_argument("--adapter", action="store_true", help="a LoRA VLM: the peft adapter alone, not merged")
+    p.add_argument("--adapter", action="store_true", help="a LoRA run (VLM, SD3 / FLUX): the adapter alone "
+                                                           "(peft / diffusers LoRA), not merged")
     p.add_argument("--push-to-hub", metavar="REPO", help="upload the folder to this hub repo (user/name)")
     p.add_argument("--public", action="store_true", help="with --push-to-hub: a public repo (default private)")
     p.set_defaults(fn=cmd_export)

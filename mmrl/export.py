@@ -5,6 +5,10 @@ Hugging Face hub.
 - VLM: a transformers folder (LoRA merged; ``AutoModelForImageTextToText.from_pretrained(DIR)``), or
   with ``--adapter`` the peft adapter alone (``PeftModel.from_pretrained(base, DIR)``);
 - LeRobot VLAs (SmolVLA, PI0, PI05): LeRobot's checkpoint format (``<Family>Policy.from_pretrained``);
+- diffusion generators on SD3 / FLUX: a diffusers pipeline folder (LoRA fused into the transformer;
+  ``StableDiffusion3Pipeline`` / ``FluxPipeline.from_pretrained(DIR)``), or with ``--adapter`` the
+  LoRA alone (``pytorch_lora_weights.safetensors``; ``pipe.load_lora_weights(DIR)`` on the base
+  pipeline);
 - every other family: ``model.safetensors`` + ``mmrl_policy.json`` (``mmrl.load_policy(DIR)``).
 
 No simulator is built (`mmrl.load_policy`).
@@ -20,8 +24,11 @@ def model_card(run_name: str, family: str, fmt: str, config_yaml: str, results: 
                base_model: str | None) -> str:
     """The ``README.md`` of an exported policy: hub front matter, how to load it, the held-out
     results and the config it was trained with."""
-    library = {"transformers": "transformers", "peft adapter": "peft", "lerobot": "lerobot"}.get(fmt, "mmrl")
+    library = {"transformers": "transformers", "peft adapter": "peft", "lerobot": "lerobot", "diffusers": "diffusers",
+               "diffusers lora": "diffusers"}.get(fmt, "mmrl")
     front = ["---", f"library_name: {library}", "tags:", "- mmrl", "- reinforcement-learning", f"- {family}"]
+    if library == "diffusers":
+        front += ["- text-to-image", *(["- lora"] if fmt == "diffusers lora" else [])]
     if base_model:
         front.append(f"base_model: {base_model}")
     lines = [*front, "---", "", f"# {run_name}", "",

@@ -10,6 +10,11 @@ moves, and the VAE side (`decode` to ``[-1, 1]`` and `encode_images`, both with 
 ``scaling_factor`` / ``shift_factor``). Samples live in the unpacked VAE latent space
 ``[C, H/f, W/f]``.
 
+`export_pretrained` writes what diffusers users load (`mmrl export`): the whole pipeline folder
+(``save_pretrained``, with a LoRA fused into the transformer; ``<PipelineClass>.from_pretrained(DIR)``)
+or, for a LoRA with ``merge=False``, the adapter alone as diffusers' LoRA training scripts save it
+(``pytorch_lora_weights.safetensors``; ``pipe.load_lora_weights(DIR)`` on the base pipeline).
+
 A subclass sets ``pipeline_class`` and ``latent_patch`` (the latent side must be a multiple of it) and
 implements ``encode(prompts) -> cond`` and ``forward(x, t, cond) -> v`` (`_per_sample` repeats a
 prompt's conditioning over the rows the samplers batch).
@@ -18,6 +23,7 @@ prompt's conditioning over the rows the samplers batch).
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 from pathlib import Path
 
@@ -119,6 +125,38 @@ class DiffusersGenerator(nn.Module):
             yield
         finally:
             self.transformer.enable_adapters()
+
+    def export_pretrained(self, folder, merge: bool = True) -> str:
+        """Write the generator in diffusers' formats; returns the format's name.
+
+        - ``merge=True``, or a full fine-tune: the pipeline folder (``save_pretrained``: transformer,
+          VAE, text encoders, tokenizers, scheduler), a LoRA fused into a copy of the transformer;
+          ``<PipelineClass>.from_pretrained(folder)`` loads it (a pipeline saved without T5 needs
+          ``text_encoder_3=None, tokenizer_3=None`` there, as diffusers always asks).
+        - a LoRA with ``merge=False``: ``pytorch_lora_weights.safetensors`` as diffusers' LoRA training
+          scripts write it (peft's ``get_peft_model_state_dict``, which drops the adapter name, then
+          the pipeline class's ``save_lora_weights``, which prefixes ``transformer.``), with the
+          adapter's peft config as metadata so ``lora_alpha / r`` is kept;
+          ``pipe.load_lora_weights(folder)`` loads it onto the base pipeline.
+        """
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        pipe_class = type(self.pipe)
+        if self.finetune == "lora" and not merge:
+            from peft.utils import get_peft_model_state_dict
+
+            layers = get_peft_model_state_dict(self.transformer)
+            pipe_class.save_lora_weights(
+                str(folder), transformer_lora_layers={k: v.detach().cpu().contiguous() for k, v in layers.items()},
+                transformer_lora_adapter_metadata=self.transformer.peft_config["default"].to_dict())
+            return "diffusers lora"
+        transformer = self.transformer
+        if self.finetune == "lora":  # fuse into a copy: the policy keeps its adapter
+            transformer = copy.deepcopy(transformer)
+            transformer.fuse_lora(lora_scale=1.0)
+            transformer.unload_lora()
+        pipe_class(**{**self.pipe.components, "transformer": transformer}).save_pretrained(str(folder))
+        return "diffusers"
 
     def decode(self, x0: torch.Tensor) -> torch.Tensor:
         vae = self.pipe.vae

@@ -25,6 +25,9 @@ else a frozen copy taken after the warm start). AWM (``algorithm.objective: awm`
 log-probs: fresh noise at ``awm_timesteps`` stratified times per sample, the flow-matching error
 weighted by the advantage (uniform / t / pseudo-Huber), plus optional velocity regularisers to
 the reference (``awm_ref_coef``) and to an EMA copy of the policy (``awm_ema_coef``).
+
+`mmrl export` writes an SD3 / FLUX policy as diffusers loads it (`export_pretrained`): the pipeline
+folder with the LoRA fused, or with ``--adapter`` the LoRA alone (``pipe.load_lora_weights``).
 """
 
 from __future__ import annotations
@@ -260,6 +263,16 @@ class DiffusionPolicy(Policy):
                     target, _ = self.model_fn(cond, None, 1.0, which)(x, t)
                 loss = loss + coef * ((v - target) ** 2).mean((1, 2, 3)).reshape(len(loss), -1).mean(1)
         return loss
+
+    def export_pretrained(self, folder, merge: bool = True) -> str:
+        """SD3 / FLUX: diffusers' formats (the pipeline folder, LoRA fused; with ``merge=False`` a LoRA
+        run's ``pytorch_lora_weights.safetensors``; `DiffusersGenerator.export_pretrained`); the
+        built-in tiny generator: mmrl's safetensors (the default)."""
+        from mmrl.policies.diffusers_base import DiffusersGenerator
+
+        if isinstance(self.gen, DiffusersGenerator):
+            return self.gen.export_pretrained(folder, merge=merge)
+        return super().export_pretrained(folder, merge=merge)
 
     # ---- hooks the trainer calls --------------------------------------------------------------
     @torch.no_grad()
