@@ -74,7 +74,7 @@ def cmd_eval(args) -> int:
     if not target.exists() and target.suffix not in (".yaml", ".yml"):
         print(f"error: nothing at {target}: pass a run folder, a checkpoint folder or a config YAML", file=sys.stderr)
         return 2
-    if (target.is_dir() or target.name == "state.pt") and ckpt:
+    if (target.is_dir() or target.name in ("state.pt", "model.safetensors")) and ckpt:
         print("error: give the checkpoint once: `mmrl eval RUN_OR_CHECKPOINT [key=value ...]`, or "
               "`mmrl eval CONFIG checkpoint=PATH`", file=sys.stderr)
         return 2

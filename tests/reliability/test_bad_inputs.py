@@ -115,6 +115,10 @@ def test_eval_accepts_a_run_folder(trained, tmp_path, capsys):
     assert rc == 0
     report = json.loads((tmp_path / "t" / "eval_report.json").read_text())
     assert report["checkpoint"].endswith("iter_000002")
+    for file in ("model.safetensors", "state.pt"):  # or one file of a checkpoint: its folder, its config
+        assert main(["eval", str(trained / "checkpoints" / "iter_000002" / file)]) == 0
+        again = json.loads((trained / "eval_report.json").read_text())
+        assert again["checkpoint"].endswith("iter_000002") and again["success_rate"] == report["success_rate"]
 
 
 # ---- silent wrong training -------------------------------------------------------------------
