@@ -23,7 +23,9 @@ longer. The durations are measured inside the worker (simulation alone) and kept
 (``reset`` may cost far more than ``step_chunk``) in ``slowest_s``, which survives a restart; a
 method never answered yet gets the floor, which also covers its first call's warm-up (compiling,
 loading a scene, the renderer's first frame). Starting a worker has its own limit,
-``STARTUP_TIMEOUT_S``. The clock of a call starts when `result` starts waiting for it.
+``STARTUP_TIMEOUT_S``. The clock of a call starts when `result` starts waiting for it, and keeps
+running while an answer that started arriving is read: a worker stopped halfway through sending a
+large answer is killed too (`READ_GRACE_S` after its first bytes at least).
 
 `WorkerBase` is what both backends share: the blocking API, `restart`, and `handle_request` (one
 request served on the simulator). The Ray backend's `RaySimWorker` (`mmrl.placement.ray_worker`)
@@ -41,6 +43,7 @@ import multiprocessing.util  # noqa: F401  (its exit hook must be registered bef
 import os
 import pickle
 import signal
+import threading
 import time
 import traceback
 import warnings
@@ -55,6 +58,7 @@ STARTUP_TIMEOUT_S = 120.0  # spawn + import torch + build the simulator
 # the slowest answer of that method so far. Read at each call, so a test may patch them.
 AUTO_TIMEOUT_FLOOR_S = 120.0
 AUTO_TIMEOUT_FACTOR = 20.0
+READ_GRACE_S = 5.0  # an answer that started arriving gets at least this long to arrive whole
 SET_TIMEOUT_HINT = ("set placement.step_timeout_s=SECONDS for a fixed limit, or "
                     "placement.step_timeout_s=.inf to wait forever")
 
@@ -316,6 +320,7 @@ class SimWorker(WorkerBase):
         self._conn = None
         self._pending: list[tuple[str, bool]] = []  # per outstanding request: (method, keep its answer?)
         self._broken = False
+        self._read_killed: str | None = None  # why the watchdog of `_read_answer` killed the worker
         if start:
             self.start()
             self.wait_ready()
@@ -409,9 +414,11 @@ class SimWorker(WorkerBase):
                 raise self._crashed("the pipe to it is broken")
             try:
                 if self._conn.poll(0.05):
-                    return pickle.loads(self._conn.recv_bytes())
+                    return pickle.loads(self._read_answer(method, start, limit_s, why))
             except (EOFError, OSError):
                 self._broken = True
+                if self._read_killed is not None:  # stopped halfway through sending its answer
+                    raise self._crashed(self._read_killed, "was killed") from None
                 raise self._crashed("it closed its pipe") from None
             if not self._proc.is_alive() and not self._conn.poll(0):
                 self._broken = True
@@ -421,6 +428,29 @@ class SimWorker(WorkerBase):
                 self._proc.kill()
                 self._broken = True
                 raise self._crashed(self._silent(method, waited, limit_s, why), "was killed")
+
+    def _read_answer(self, method: str, start: float, limit_s: float | None, why: str) -> bytes:
+        """The answer's bytes, once some have arrived. A worker that stops halfway through sending
+        (a large observation fills the pipe; then it is stopped, or hangs in a C extension) would
+        block this read forever: a watchdog kills it when the call's limit has passed (at least
+        `READ_GRACE_S` after the first bytes), which ends the read with EOF."""
+        self._read_killed = None
+        if limit_s is None:
+            return self._conn.recv_bytes()
+        proc = self._proc
+
+        def kill():
+            waited = time.monotonic() - start
+            self._read_killed = self._silent(method, waited, limit_s, f"{why}; it stopped halfway through sending its answer")
+            proc.kill()
+
+        timer = threading.Timer(max(limit_s - (time.monotonic() - start), READ_GRACE_S), kill)
+        timer.daemon = True
+        timer.start()
+        try:
+            return self._conn.recv_bytes()
+        finally:
+            timer.cancel()
 
     def _crashed(self, why: str, what: str = "died") -> WorkerCrashed:
         self.last_crash = f"pid {self.pid} {what}: {why}"

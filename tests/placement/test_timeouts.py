@@ -131,3 +131,30 @@ def test_a_worker_that_stops_after_fast_steps_is_killed_restarted_and_serves_aga
         assert w.call_limit_s("step_chunk")[0] >= limit  # not the floor again
         assert w.reset([0, 1]).image.shape == (2, 32, 32, 3)
         assert w.step_chunk(STEP).reward.shape == (2,)
+
+
+@pytest.mark.timeout(60)  # without the read watchdog the main process waits forever: fail instead
+def test_a_worker_stopped_halfway_through_sending_its_answer_is_killed(monkeypatch):
+    """An answer larger than the socket's buffers (here 2 x 1024 px images, 6 MB; the buffers hold
+    a few hundred KB) blocks the worker until the main process reads; stopped then, the answer is
+    part there and a plain read would block forever once data has arrived. The call's limit still
+    ends it, naming what happened."""
+    monkeypatch.setattr(worker_module, "READ_GRACE_S", 0.5)
+    sim = functools.partial(loaded_reach, num_envs=2, image_size=1024)
+    with SimWorker(sim, name="half", timeout_s=1.5) as w:
+        w.submit("reset", [0, 1], None)
+        deadline = time.monotonic() + 30
+        while not w.poll(0.05):  # the first bytes of the answer are in the pipe; the rest waits
+            assert time.monotonic() < deadline, "the worker never answered"
+        time.sleep(0.2)
+        os.kill(w.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerCrashed) as crash:
+            w.result()
+        assert time.monotonic() - t0 < 5.0
+        message = str(crash.value)
+        assert "sim worker 'half'" in message and "was killed: silent for" in message
+        assert "it stopped halfway through sending its answer" in message
+        with pytest.warns(RuntimeWarning, match="halfway through sending its answer"):
+            w.restart()
+        assert w.reset([0, 1]).image.shape == (2, 1024, 1024, 3)  # and it serves again
