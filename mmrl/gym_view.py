@@ -11,6 +11,12 @@ no adapter; build one by name through the registry::
     env = SimulatorEnv(SIMULATORS.build("reach", num_envs=1, seed=0))
     envs = SimulatorVectorEnv(SIMULATORS.build("reach", num_envs=64, seed=0))
 
+or by gymnasium id (importing this module registers ``mmrl/<simulator>-v0`` for every simulator;
+view arguments go to the view, the others build the simulator)::
+
+    env = gymnasium.make("mmrl.gym_view:mmrl/reach-v0", keys=("image", "state"), image_size=36)
+    envs = gymnasium.make_vec("mmrl/reach-v0", num_envs=64, vectorization_mode="vector_entry_point")
+
 Only simulators whose ``action_type`` is ``"chunk"`` (float actions) have a view; the views own the
 simulator (``close()`` closes it).
 
@@ -367,3 +373,56 @@ def _rows(mask: np.ndarray, value: np.ndarray) -> np.ndarray:
 def _frame(image: np.ndarray) -> np.ndarray:
     """``[H, W, 3]`` frame of one env's image (cameras ``[V, H, W, 3]`` side by side)."""
     return np.concatenate(list(image), axis=1) if image.ndim == 4 else image.copy()
+
+
+# ---- gymnasium ids: gymnasium.make("mmrl/<simulator>-v0") ---------------------------------------
+#: the arguments of `gymnasium.make` / `make_vec` that configure the view; every other one builds the simulator
+VIEW_ARGUMENTS = ("chunk_size", "keys", "instruction_charset", "instruction_max_length", "render_mode", "render_fps")
+
+
+def _split(kwargs: dict) -> tuple[dict, dict]:
+    view = {k: kwargs.pop(k) for k in VIEW_ARGUMENTS if k in kwargs}
+    return view, kwargs
+
+
+def make_env(simulator: str, seed: int = 0, **kwargs: Any) -> SimulatorEnv:
+    """``gymnasium.make("mmrl/<simulator>-v0", **kwargs)``: registered simulator ``simulator``
+    built with ``num_envs=1``, ``seed`` and the remaining ``kwargs``, in a `SimulatorEnv` that takes
+    the `VIEW_ARGUMENTS` among ``kwargs``."""
+    from mmrl.registry import SIMULATORS
+
+    view, sim_kwargs = _split(dict(kwargs))
+    return SimulatorEnv(SIMULATORS.build(simulator, num_envs=1, seed=seed, **sim_kwargs), **view)
+
+
+def make_vector_env(simulator: str, num_envs: int = 1, seed: int = 0, **kwargs: Any) -> SimulatorVectorEnv:
+    """``gymnasium.make_vec("mmrl/<simulator>-v0", num_envs, **kwargs)``: the simulator's own
+    batched environments (one process, no copies) as a `SimulatorVectorEnv`."""
+    from mmrl.registry import SIMULATORS
+
+    view, sim_kwargs = _split(dict(kwargs))
+    return SimulatorVectorEnv(SIMULATORS.build(simulator, num_envs=num_envs, seed=seed, **sim_kwargs), **view)
+
+
+def register_simulators(namespace: str = "mmrl") -> list[str]:
+    """Register every simulator of mmrl's registry (plugins included) with gymnasium as
+    ``<namespace>/<name>-v0`` (single: `make_env`; vector: `make_vector_env`); ids already there are
+    kept, and ``gym`` (a gymnasium env already) is left out. Runs when this module is imported, so
+    ``gymnasium.make("mmrl.gym_view:mmrl/reach-v0")`` works in a fresh process. A simulator whose
+    actions are not float chunks (``prompts``, ``qa``) is registered too; making it raises the
+    views' `ValueError` naming its action type. Returns the ids registered."""
+    from mmrl.registry import SIMULATORS
+
+    ids = []
+    for name in SIMULATORS.names():
+        if name == "gym":  # a gymnasium env already
+            continue
+        env_id = f"{namespace}/{name}-v0"
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=f"{__name__}:make_env", vector_entry_point=f"{__name__}:make_vector_env",
+                         kwargs={"simulator": name}, disable_env_checker=False)
+            ids.append(env_id)
+    return ids
+
+
+register_simulators()

@@ -367,3 +367,53 @@ def test_stable_baselines3_checks_and_trains_on_the_view():
     model.learn(64)
     action, _ = model.predict(env.reset(seed=0)[0], deterministic=True)
     assert action.shape == (2,)
+
+
+def test_gymnasium_make_builds_the_view_of_a_registered_simulator():
+    """``gymnasium.make("mmrl/reach-v0", ...)``: view arguments go to the view, the rest to the
+    simulator; the episode is the raw simulator's, through gymnasium's own wrappers."""
+    env = gym.make("mmrl/reach-v0", seed=5, keys=("image", "state"), max_episode_steps=12)
+    assert env.spec.id == "mmrl/reach-v0" and isinstance(env.unwrapped, SimulatorEnv)
+    raw = reach(seed=5, max_episode_steps=12)
+    obs, _ = env.reset(seed=3)
+    raw_obs = raw.reset([3])
+    assert set(obs) == {"image", "state"} and np.array_equal(obs["image"], raw_obs.image[0].numpy())
+    for a in random_actions(12, (2,)):
+        obs, reward, term, trunc, info = env.step(a)
+        res = raw.step(torch.from_numpy(a)[None])
+        assert reward == res.reward.item() and (term, trunc) == (res.terminated.item(), res.truncated.item())
+        if term or trunc:
+            break
+        assert np.array_equal(obs["state"], res.obs.state[0].numpy())
+    assert term or trunc  # the simulator's own time limit ends it
+    vec = gym.make_vec("mmrl/reach-v0", num_envs=4, vectorization_mode="vector_entry_point", seed=5,
+                       keys=("image", "state"))
+    assert isinstance(vec, SimulatorVectorEnv) and vec.num_envs == 4
+    vobs, _ = vec.reset(seed=3)
+    assert np.array_equal(vobs["image"][0], raw_obs.image[0].numpy())  # env i gets seed 3 + i
+    with pytest.raises(ValueError, match="'text' actions"):
+        gym.make("mmrl/qa-v0")
+    assert "mmrl/gym-v0" not in gym.registry  # a gymnasium env already
+
+
+def test_a_fresh_process_makes_the_view_by_module_qualified_id():
+    import subprocess
+    import sys
+
+    code = ("import gymnasium as gym; env = gym.make('mmrl.gym_view:mmrl/reach-v0', keys=('image',)); "
+            "print(env.reset(seed=0)[0]['image'].shape)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "(32, 32, 3)", out.stderr[-2000:]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
+                    reason="stable-baselines3 is not installed (pip install 'mmrl[bench]'; CI installs it)")
+def test_stable_baselines3_trains_on_the_registered_id():
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    envs = make_vec_env("mmrl/reach-v0", n_envs=2, seed=0,
+                        env_kwargs={"keys": ("image", "state"), "image_size": 36})
+    model = PPO("MultiInputPolicy", envs, n_steps=16, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(32)
+    assert model.num_timesteps >= 32
