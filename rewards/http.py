@@ -19,7 +19,8 @@ Protocol (JSON over HTTP):
   -> ``{"scores": [...]}``; on failure HTTP 400 (bad input, the reward raised ``ValueError``) or
   500 (anything else) with ``{"error": message, "type": exception class name}``.
 
-The client waits at most ``timeout`` seconds (default 60) for a connection or a reply; it retries
+The client gives each attempt ``timeout`` seconds (default 60) for the connection and the whole
+answer (a server trickling its answer byte by byte is cut off too, within one more read); it retries
 timeouts, failed connections and 5xx answers (``retries``, default 3, with exponential ``backoff``
 from 0.5 s; never a 4xx), and checks every answer: JSON, a ``"scores"`` list of one finite number
 per sample. A server that never answers fails after ``(retries + 1) * timeout`` plus the backoff,
@@ -214,7 +215,7 @@ def _preview(x: Any, limit: int = 80) -> str:
 class RemoteReward(Reward):
     """A reward scored by a `RewardServer` at ``url`` (same contract as a local reward).
 
-    Each request waits at most ``timeout`` seconds for the server (per connect / read). A request
+    Each attempt gets ``timeout`` seconds for the connection and the whole answer. A request
     that times out, cannot connect, or gets a 5xx answer is sent again up to ``retries`` more times,
     ``backoff``, ``2 * backoff``, ``4 * backoff``, ... seconds apart; a 4xx answer is not retried (400,
     the reward rejected its input, raises ``ValueError``). Every answer is validated (JSON, one finite
@@ -270,8 +271,9 @@ class RemoteReward(Reward):
             req = urllib.request.Request(self.url + path, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
             try:
+                deadline = time.monotonic() + self.timeout
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return resp.read()
+                    return read_within(resp, deadline)
             except urllib.error.HTTPError as exc:
                 failure = self._http_failure(exc, attempts)
                 if exc.code < 500:  # the request is wrong: sending it again cannot help
@@ -311,7 +313,7 @@ class RemoteReward(Reward):
     def _unreachable(self, reason: Any, attempts: int) -> RemoteRewardError:
         if isinstance(reason, TimeoutError):
             return RemoteRewardError(
-                f"reward server at {self.url} timed out: no answer within timeout={self.timeout:g} s "
+                f"reward server at {self.url} timed out: no complete answer within timeout={self.timeout:g} s "
                 f"({_tries(attempts)}); check that it is alive (GET {self.url}/info), or raise "
                 "RemoteReward(timeout=...) if scoring a batch takes longer"
             )
@@ -319,6 +321,20 @@ class RemoteReward(Reward):
             f"reward server at {self.url} is unreachable ({reason}; {_tries(attempts)}); start one with "
             f"`python -m rewards.http REWARD_NAME --port PORT`"
         )
+
+
+def read_within(resp, deadline: float, block: int = 1 << 16) -> bytes:
+    """The body of ``resp``, read as it arrives; `TimeoutError` once ``deadline`` (monotonic) has
+    passed with the body incomplete: a server that trickles its answer cannot stretch one attempt
+    past its timeout by more than one read (each read waits at most the socket's timeout)."""
+    chunks = []
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer did not arrive whole within the timeout")
+        chunk = resp.read1(block)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def _tries(attempts: int) -> str:

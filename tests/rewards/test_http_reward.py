@@ -152,11 +152,33 @@ def text_reward(url: str, **kwargs) -> RemoteReward:
 def test_a_server_that_never_answers_times_out_with_the_url(scripted):
     srv = scripted(lambda h, hit: h.server.release.wait(10))
     start = time.monotonic()
-    with pytest.raises(RemoteRewardError, match=rf"{srv.url} timed out: no answer within timeout=0.3 s "
+    with pytest.raises(RemoteRewardError, match=rf"{srv.url} timed out: no complete answer within timeout=0.3 s "
                                                 r"\(2 attempts\).*RemoteReward\(timeout=...\)"):
         text_reward(srv.url, timeout=0.3, retries=1)(["a", "b"], ["p", "q"])
     assert 0.6 <= time.monotonic() - start < 3.0  # two attempts of 0.3 s, not the old 600 s each
     assert srv.hits == 2
+
+
+def trickle(handler, hit):
+    """Headers at once, then one byte of a 100-byte body every 0.1 s (10 s in all)."""
+    handler.send_response(200)
+    handler.send_header("Content-Length", "100")
+    handler.end_headers()
+    for _ in range(100):
+        if handler.server.release.wait(0.1):
+            return
+        handler.wfile.write(b" ")
+        handler.wfile.flush()
+
+
+def test_a_server_that_trickles_its_answer_is_cut_off_at_the_timeout(scripted):
+    """Every read returns within the socket timeout, so only a deadline on the whole answer ends it."""
+    srv = scripted(trickle)
+    start = time.monotonic()
+    with pytest.raises(RemoteRewardError, match=rf"{srv.url} timed out: no complete answer within timeout=0.5 s "
+                                                r"\(1 attempt\)"):
+        text_reward(srv.url, timeout=0.5, retries=0)(["a", "b"], ["p", "q"])
+    assert 0.5 <= time.monotonic() - start < 2.0  # not the 10 s the server takes
 
 
 @pytest.mark.parametrize(
