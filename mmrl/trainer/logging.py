@@ -54,7 +54,17 @@ class RunLogger:
         fault_point("log.after_rewind", path)
         self.jsonl = open(path, "a", buffering=1)
         self.tb.close()
-        self.tb = self._writer(purge_step=step + 1)
+        # TensorBoard drops every scalar and image at ``step`` and later; the kept scalars of
+        # ``step`` (logged before the checkpoint) are written again, so its scalars are metrics.jsonl's
+        # exactly: an evaluation logged between two saves of one iteration and redone by the resumed
+        # run appears once. (TensorBoard purges no text: a table redone at ``step`` shows twice;
+        # an image logged at ``step`` before the save is dropped.)
+        self.tb = self._writer(purge_step=step)
+        for line in keep:
+            if _step(line) == step:
+                row = json.loads(line)
+                row.pop("step")
+                self._to_tensorboard(step, row, tables=False)
 
     def log(self, step: int, metrics: dict) -> None:
         clean = {k: _scalar(v) for k, v in metrics.items()}
@@ -62,16 +72,19 @@ class RunLogger:
         self.jsonl.write(row)  # line-buffered: on disk (in the page cache) once written
         fault_point("log.mid_row", self.jsonl.name, cut=len(row) // 2)
         fault_point("log.after_row", self.jsonl.name)
-        for k, v in clean.items():
-            if isinstance(v, (int, float)) and math.isfinite(v):
-                self.tb.add_scalar(k, v, step)
-            elif _is_table(v):  # e.g. the completions of a VLM iteration: a markdown table in TensorBoard
-                self.tb.add_text(k, _markdown(v), step)
+        self._to_tensorboard(step, clean)
         if self.wandb is not None:
             import wandb
 
             self.wandb.log({k: wandb.Table(columns=list(v[0]), data=[list(r.values()) for r in v])
                             if _is_table(v) else v for k, v in clean.items()}, step=step)
+
+    def _to_tensorboard(self, step: int, clean: dict, tables: bool = True) -> None:
+        for k, v in clean.items():
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                self.tb.add_scalar(k, v, step)
+            elif tables and _is_table(v):  # e.g. the completions of a VLM iteration: a markdown table
+                self.tb.add_text(k, _markdown(v), step)
 
     def media(self, step: int, key: str, video: Path) -> None:
         """An evaluation's video and its still grid (the PNG beside it): the grid as a TensorBoard

@@ -176,3 +176,47 @@ def test_resume_hashes_the_newest_checkpoint_once(tmp_path, monkeypatch):
     assert trainer.state.iteration == 1
     assert sorted(hashed) == ["model.safetensors", "state.pt"]
     trainer.close()
+
+
+def tensorboard_scalars(out: Path) -> dict[tuple[str, int], list[float]]:
+    """Every scalar point TensorBoard shows for the run (purges applied, as its reader does)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0}).Reload()
+    points: dict[tuple[str, int], list[float]] = {}
+    for tag in events.Tags()["scalars"]:
+        for e in events.Scalars(tag):
+            points.setdefault((tag, e.step), []).append(e.value)
+    return points
+
+
+def test_tensorboard_shows_each_point_once_after_a_kill_between_two_saves(tmp_path, monkeypatch):
+    """The last iteration is trained (logged at step 2), saved, evaluated (logged at step 2), saved
+    again; a kill between the two saves makes the resumed run evaluate again. TensorBoard then holds
+    exactly metrics.jsonl's scalars: each (tag, step) once, with the row's value (the training row of
+    step 2, logged before the checkpoint, and the redone evaluation included)."""
+    real, replaced = Path.rename, []
+
+    def killed(self, target):  # iteration 2's second save sets the first aside, then the process dies
+        real(self, target)
+        if str(target).endswith(".replaced"):
+            replaced.append(target)
+            if len(replaced) == 2:  # (the first: iteration 0's second save, after the first evaluation)
+                raise KeyboardInterrupt("killed between the two saves of iteration 2")
+
+    monkeypatch.setattr(Path, "rename", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "trainer.iterations=2", "trainer.checkpoint_every=1")
+    monkeypatch.setattr(Path, "rename", real)
+    at_2 = [r for r in rows(tmp_path) if r["step"] == 2]
+    assert any(k.startswith("eval/") for r in at_2 for k in r) and any(k.startswith("train/") for r in at_2 for k in r)
+    run(tmp_path, "trainer.iterations=2", "trainer.checkpoint_every=1")
+    assert_no_duplicate_rows(tmp_path)
+    want = {(k, r["step"]): v for r in rows(tmp_path) for k, v in r.items()
+            if k != "step" and isinstance(v, (int, float))}
+    assert any(k.startswith("train/") and step == 2 for k, step in want)
+    points = tensorboard_scalars(tmp_path / "t")
+    twice = {key: values for key, values in points.items() if len(values) > 1}
+    assert not twice, f"TensorBoard shows these points more than once: {sorted(twice)[:5]}"
+    assert points.keys() == want.keys(), sorted(set(points) ^ set(want))[:5]
+    assert all(points[key][0] == pytest.approx(want[key], rel=1e-6) for key in want)
