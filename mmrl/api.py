@@ -147,16 +147,18 @@ def policy_from_checkpoint(path: Path, device: str = "cpu"):
     from mmrl.trainer import checkpoint as ckpt
 
     weights, spec = ckpt.read_weights(path)  # model.safetensors: nothing unpickled
-    return build_from_spec(weights, spec, path, device)
+    return build_from_spec(weights, spec, path, device, source=ckpt.source_of(path))
 
 
-def build_from_spec(weights: dict, spec: dict | None, path: Path, device: str = "cpu"):
+def build_from_spec(weights: dict, spec: dict | None, path: Path, device: str = "cpu", source: dict | None = None):
     """The policy ``spec`` (`mmrl.experiment.build_policy`'s ``build_spec``) describes, holding
-    ``weights`` (read from ``path``), in eval mode on ``device``."""
+    ``weights`` (read from ``path``; ``source``: the weights left to its pretrained files, see
+    `mmrl.trainer.checkpoint.load_into`), in eval mode on ``device``."""
     from mmrl.config import load_config
     from mmrl.errors import UserError
     from mmrl.policies.base import PolicyConfig
     from mmrl.registry import POLICIES
+    from mmrl.trainer.checkpoint import load_into
 
     if not spec:
         raise UserError(f"checkpoint {path} was written before checkpoints stored how to rebuild their policy: "
@@ -164,6 +166,6 @@ def build_from_spec(weights: dict, spec: dict | None, path: Path, device: str = 
                         "resume the run once to write a new checkpoint")
     config = load_config(PolicyConfig, spec["config"])
     policy = POLICIES.get(spec["type"])(config, action_dim=spec["action_dim"], state_dim=spec["state_dim"])
-    policy.load_state_dict(weights)
+    load_into(policy, weights, source, where=f"checkpoint {path}")
     policy.build_spec = spec
     return policy.to(device).eval()

@@ -372,7 +372,11 @@ def build_policy(cfg: ExperimentConfig, sim):
     # what rebuilds it without a simulator (`mmrl.load_policy`); checkpoints keep it
     policy.build_spec = {"type": configured.type, "config": to_dict(configured), "action_dim": sim.action_dim,
                          "state_dim": sim.state_dim}
-    return policy.to(cfg.run.device)
+    from mmrl.trainer import checkpoint
+
+    policy = policy.to(cfg.run.device)
+    checkpoint.mark_source(policy)  # its frozen pretrained weights: checkpoints leave them to the source
+    return policy
 
 
 def build_reward(cfg: ExperimentConfig):

@@ -203,6 +203,12 @@ class Policy(nn.Module):
         after the update, not during the rollout, keeps the PPO ratio exactly 1 on the first
         minibatch: rollout and update see the same statistics."""
 
+    def rebuilds_frozen_weights(self) -> bool:
+        """Whether building this policy again from its config gives the same frozen weights (loaded
+        from pretrained files, or a tiny model seeded by its config): then checkpoints leave them
+        out (`mmrl.trainer.checkpoint.mark_source`). Default: no, every weight is written."""
+        return False
+
     def export_pretrained(self, folder, merge: bool = True) -> str:
         """Write the trained policy to ``folder`` in its family's standard format (`mmrl export`);
         returns the format's name. Default: ``model.safetensors`` (the state dict) and

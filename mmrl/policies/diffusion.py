@@ -264,6 +264,11 @@ class DiffusionPolicy(Policy):
                 loss = loss + coef * ((v - target) ** 2).mean((1, 2, 3)).reshape(len(loss), -1).mean(1)
         return loss
 
+    def rebuilds_frozen_weights(self) -> bool:
+        from mmrl.policies.diffusers_base import DiffusersGenerator
+
+        return isinstance(self.gen, DiffusersGenerator)  # a pipeline's from_pretrained (not the tiny generator)
+
     def export_pretrained(self, folder, merge: bool = True) -> str:
         """SD3 / FLUX: diffusers' formats (the pipeline folder, LoRA fused; with ``merge=False`` a LoRA
         run's ``pytorch_lora_weights.safetensors``; `DiffusersGenerator.export_pretrained`); the

@@ -146,6 +146,9 @@ class VLMPolicy(Policy):
     def kl_support(cls, cfg) -> str | None:
         return None if cfg.reference != "none" else "set policy.reference=adapter (LoRA) or copy"
 
+    def rebuilds_frozen_weights(self) -> bool:
+        return True  # from_pretrained, or the tiny model seeded by policy.tiny_seed
+
     def export_pretrained(self, folder, merge: bool = True) -> str:
         """A transformers folder (``AutoModelForImageTextToText.from_pretrained`` loads it) with the
         processor; a LoRA run with ``merge=False``: the peft adapter alone

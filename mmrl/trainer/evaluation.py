@@ -118,7 +118,9 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
                         f"{str(exc).splitlines()[0][:160] if str(exc) else 'no detail'}): it is damaged or "
                         "was not written by mmrl; pass another checkpoint=PATH") from None
     try:
-        policy.load_state_dict(weights)
+        ckpt.load_into(policy, weights, data.get("source"), where=f"checkpoint {path}")
+    except ckpt.CheckpointError as exc:  # trained on other base weights: its own line
+        raise UserError(str(exc)) from None
     except RuntimeError as exc:
         saved = Path(path) / "config.yaml"
         hint = ""

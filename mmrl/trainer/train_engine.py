@@ -139,6 +139,12 @@ class TrainEngine:
 
     lr_scales: list[float] = [1.0]  # each param group's lr relative to the base lr
 
+    @property
+    def partitions_params(self) -> bool:
+        """Whether the module's parameters are split across processes (ZeRO-3): their tensors are
+        then not the weights, and checkpoints write every weight (gathered)."""
+        return self.cfg.zero_stage == 3 and self.cfg.backend == "deepspeed"
+
     def __init__(self, cfg: TrainEngineConfig, module: nn.Module, device):
         self.cfg, self.module, self.device = cfg, module, torch.device(device)
 

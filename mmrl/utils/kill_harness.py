@@ -202,6 +202,18 @@ def _no_timing(value):
     return value
 
 
+def _read_checkpoint(folder: Path) -> dict:
+    """A checkpoint's contents, read here without `mmrl.trainer.checkpoint` (an independent reading):
+    ``state.pt``'s dict with the weights of ``model.safetensors`` (and its metadata) beside it."""
+    import torch
+
+    from mmrl.utils.weights import load_weights
+
+    data = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+    data["policy"], data["weights_metadata"] = load_weights(folder / "model.safetensors")
+    return data
+
+
 def _comparable(ckpt: dict) -> dict:
     """A checkpoint's contents that two runs of one command must share: all but wall-clock fields,
     the length of metrics.jsonl at the save (its rows hold timings of varying length), and the Python
@@ -240,8 +252,6 @@ def _same(a, b, path: str, problems: list[str]) -> None:
 
 def compare(ref: Path, out: Path) -> list[str]:
     """How run folder ``out`` differs from the uninterrupted ``ref`` (empty: it does not)."""
-    from mmrl.trainer import checkpoint
-
     problems = []
     top = {p: sorted(x.name for x in p.iterdir() if x.name != "tb") for p in (ref, out)}
     if top[ref] != top[out]:
@@ -253,7 +263,7 @@ def compare(ref: Path, out: Path) -> list[str]:
     for name in listing[ref]:
         if not name.startswith("iter_") or name not in listing[out]:
             continue
-        a, b = (checkpoint.read(p / "checkpoints" / name) for p in (ref, out))
+        a, b = (_read_checkpoint(p / "checkpoints" / name) for p in (ref, out))
         _same(_comparable(a), _comparable(b), name, problems)
     try:
         a, b = (json.loads((p / "results.json").read_text()) for p in (ref, out))

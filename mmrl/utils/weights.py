@@ -83,3 +83,20 @@ def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, s
     for alias, name in json.loads(meta.get(ALIASES, "{}")).items():
         tensors[alias] = tensors[name]
     return tensors, meta
+
+
+# ---- weights that come from the policy's source (its pretrained files) ------------------------------
+def fingerprint(t: torch.Tensor) -> list[float]:
+    """``[numel, sum, sum of |x|, sum of x^2]`` in float64: what tells a tensor rebuilt from the
+    policy's source apart from another one (a different base model, revision or seed)."""
+    x = t.detach().double()
+    return [float(t.numel()), x.sum().item(), x.abs().sum().item(), (x * x).sum().item()]
+
+
+def same_fingerprint(a: list[float], b: list[float], rtol: float = 1e-9) -> bool:
+    """Whether two fingerprints are of the same values (up to summation order: another device)."""
+    if a[0] != b[0]:
+        return False
+    scale = max(a[2], b[2], 1e-30)
+    return abs(a[1] - b[1]) <= rtol * scale and abs(a[2] - b[2]) <= rtol * scale and \
+        abs(a[3] - b[3]) <= rtol * max(a[3], b[3], 1e-30)

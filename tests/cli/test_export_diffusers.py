@@ -93,8 +93,14 @@ def _images(family: str, policy, pipe):
 def test_a_lora_run_exports_a_fused_pipeline_and_a_diffusers_lora(lora_run, tmp_path):
     from safetensors import safe_open
 
+    from mmrl.trainer import checkpoint
+
     family, base, run, policy = lora_run
     kwargs, want = _transformer_call(policy)
+    # the checkpoint holds the LoRA; the frozen base transformer is rebuilt from the pipeline's files
+    # by `mmrl export`, as by a resume (the VAE and text encoders are never in a checkpoint)
+    left = checkpoint.source_of(checkpoint.latest_path(run))
+    assert left and all("transformer" in k and "lora" not in k for k in left)
 
     assert main(["export", str(run), "--to", str(tmp_path / "merged")]) == 0
     merged = _pipeline(family, tmp_path / "merged")

@@ -86,9 +86,9 @@ def test_cpu_config_trains_end_to_end(tmp_path):
     from lerobot.policies.factory import make_pre_post_processors
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
-    from mmrl.policies.lerobot.policy import export_checkpoint
+    import mmrl
 
-    folder = export_checkpoint(tmp_path / cfg.run.name, tmp_path / "export")
+    folder = mmrl.export_policy(tmp_path / cfg.run.name, tmp_path / "export")
     theirs = SmolVLAPolicy.from_pretrained(folder).eval()
     pre, post = make_pre_post_processors(PreTrainedConfig.from_pretrained(folder), pretrained_path=folder)
     obs = trainer.eval_sim.reset(list(range(8)))

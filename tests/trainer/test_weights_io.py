@@ -88,3 +88,47 @@ def test_a_damaged_weights_file_is_named(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"\x00" * 64)
     with pytest.raises(UserError, match="model.safetensors cannot be read as an mmrl checkpoint"):
         load_checkpoint_policy(tmp_path, Tied(), cfg=None)
+
+
+@pytest.mark.parametrize("extra", [[], ["policy.reference=copy", "algorithm.kl_coef=0.1"]], ids=["lora", "lora+copy"])
+def test_a_lora_checkpoint_holds_the_adapter_and_resumes_exactly(tmp_path, extra):
+    """A LoRA VLM run's checkpoints leave the frozen base weights to the base model (as TRL / peft
+    checkpoints do): the file holds the adapter; resume and mmrl.load_policy rebuild the base and give
+    the trained policy exactly; a base that changed since is refused, naming it. A frozen KL reference
+    copied from the warm-started policy (reference=copy) is not the source's: it is written."""
+    pytest.importorskip("transformers")
+    import mmrl
+    from mmrl.experiment import build_trainer, load_experiment
+    from mmrl.trainer import checkpoint
+    from tests.trainer.test_vlm_training import TINY
+
+    def cfg(name, *more):
+        return load_experiment("configs/vlm_quickstart.yaml", [f"run.output_dir={tmp_path}", f"run.name={name}",
+                                                               *TINY, "policy.finetune=lora", *extra, *more])
+
+    straight = build_trainer(cfg("s", "trainer.iterations=2"))
+    straight.run()
+    first = build_trainer(cfg("r", "trainer.iterations=1"))
+    first.run()
+    folder = tmp_path / "r" / "checkpoints" / "iter_000001"
+    saved = load_file(str(folder / "model.safetensors"))
+    params = dict(first.policy.named_parameters())
+    trained = {k for k, p in params.items() if p.requires_grad}
+    assert trained and trained <= set(saved)  # every trained weight is written ...
+    left = set(checkpoint.source_of(folder))
+    reference = {k for k in params if k.startswith("ref_model.")}
+    assert bool(reference) == bool(extra) and reference <= set(saved)  # refreshed after the warm start: written
+    assert left and not left & set(saved)
+    assert left == {k for k, p in params.items() if not p.requires_grad} - reference
+    if not extra:  # the adapter, not the base: 35,840 of the tiny VLM's 190,464 weights
+        assert sum(saved[k].numel() for k in saved) * 3 < sum(p.numel() for p in params.values())
+    resumed = build_trainer(cfg("r", "trainer.iterations=2"))
+    resumed.run()
+    a, b = straight.policy.state_dict(), resumed.policy.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit-identical to uninterrupted
+    loaded = mmrl.load_policy(tmp_path / "r").state_dict()
+    assert all(torch.equal(loaded[k], b[k]) for k in b)
+    with pytest.raises(checkpoint.CheckpointError, match=r"trained on base weights that the policy built now "
+                                                         r"does not have: \d+ of the \d+ weights"):
+        build_trainer(cfg("r", "trainer.iterations=3", "policy.tiny_seed=1",
+                          "trainer.accept_config_change=true")).run()

@@ -457,19 +457,13 @@ class LeRobotVLAPolicy(Policy):
         return str(folder)
 
 
+    def rebuilds_frozen_weights(self) -> bool:
+        return not self.cfg.model.startswith(TINY)  # from_pretrained; a tiny: model draws from the global RNG
+
     def export_pretrained(self, folder, merge: bool = True) -> str:
         """LeRobot's checkpoint format (`save_pretrained`; LoRA is always merged)."""
         self.save_pretrained(folder)
         return "lerobot"
-
-
-def export_checkpoint(checkpoint: str | Path, folder: str | Path) -> str:
-    """A trained policy out of mmrl, into LeRobot's format: ``checkpoint`` is a run folder (its newest
-    complete checkpoint) or one checkpoint folder. The same as ``mmrl export RUN --to DIR`` /
-    `mmrl.export_policy` (which this calls; they also write a model card). Returns ``folder``."""
-    from mmrl.export import export
-
-    return str(export(checkpoint, folder))
 
 
 # ---- loading ----------------------------------------------------------------------------------
