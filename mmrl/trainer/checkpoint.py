@@ -15,7 +15,8 @@ with (`mark_source`, `unchanged_source`; a KL reference refreshed after the warm
 are left to the policy's source, and ``model.safetensors``'s metadata keeps a fingerprint of each.
 Loading rebuilds the policy from its config, which reloads them, and checks the fingerprints
 (`load_into`): a base model whose files changed since is refused, naming the weights. A tiny VLM's
-LoRA checkpoint holds 35,840 weights of 190,464; a 7B model's, megabytes instead of 14 GB.
+LoRA checkpoint holds its 35,840 trained weights of 190,464 (a 7B model's, the adapter instead of
+14 GB of bf16 base weights).
 
 Durability: no kill at any instant and no power loss leaves a run without its newest complete
 checkpoint. A checkpoint is written to a temporary folder, every file and the folder fsynced, and
