@@ -84,14 +84,16 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     tmp.mkdir()
     fault_point("ckpt.after_tmp_mkdir", tmp)
     # a training engine gathers ZeRO-3's partitioned weights; else the module's own
-    weights = optimizer.module_state_dict() if hasattr(optimizer, "module_state_dict") else policy.state_dict()
-    spec = (extra or {}).get("policy_spec")
-    metadata = {SPEC: jsonio.dumps(spec)} if spec else {}
     # frozen pretrained weights as built: rebuilt from the source on load, not written (not under
     # ZeRO-3, whose parameter tensors are shards)
     source = {} if getattr(optimizer, "partitions_params", False) else unchanged_source(policy)
+    if hasattr(optimizer, "module_state_dict"):  # a copy (ZeRO-3: gathered), without the frozen weights
+        weights = optimizer.module_state_dict(exclude=source)
+    else:
+        weights = {k: v for k, v in policy.state_dict().items() if k not in source}
+    spec = (extra or {}).get("policy_spec")
+    metadata = {SPEC: jsonio.dumps(spec)} if spec else {}
     if source:
-        weights = {k: v for k, v in weights.items() if k not in source}
         metadata[SOURCE] = json.dumps(source)
     nontensor = [k for k, v in weights.items() if not isinstance(v, torch.Tensor)]
     if nontensor:  # kept in state.pt; read_weights then reads that too

@@ -171,9 +171,10 @@ class TrainEngine:
         """Context in which every parameter is whole (ZeRO-3 gathers them; changes are kept)."""
         return contextlib.nullcontext()
 
-    def module_state_dict(self) -> dict:
+    def module_state_dict(self, exclude=()) -> dict:
+        """A copy of the module's whole state dict (ZeRO-3: gathered), but the keys in ``exclude``."""
         with self.full_params():
-            return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+            return {k: v.detach().clone() for k, v in self.module.state_dict().items() if k not in exclude}
 
     def load_module_state_dict(self, sd: dict) -> None:
         with self.full_params():
