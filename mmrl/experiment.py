@@ -365,6 +365,7 @@ def eval_tasks(cfg: ExperimentConfig) -> list:
 def build_policy(cfg: ExperimentConfig, sim):
     """The configured policy, its config completed from ``sim`` (`Policy.configure`), on ``run.device``."""
     from mmrl.config import to_dict
+    from mmrl.trainer import checkpoint
 
     cls = POLICIES.get(cfg.policy.type)
     configured = cls.configure(cfg.policy, sim)
@@ -372,8 +373,6 @@ def build_policy(cfg: ExperimentConfig, sim):
     # what rebuilds it without a simulator (`mmrl.load_policy`); checkpoints keep it
     policy.build_spec = {"type": configured.type, "config": to_dict(configured), "action_dim": sim.action_dim,
                          "state_dim": sim.state_dim}
-    from mmrl.trainer import checkpoint
-
     policy = policy.to(cfg.run.device)
     checkpoint.mark_source(policy)  # its frozen pretrained weights: checkpoints leave them to the source
     return policy

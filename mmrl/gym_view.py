@@ -381,6 +381,7 @@ VIEW_ARGUMENTS = ("chunk_size", "keys", "instruction_charset", "instruction_max_
 
 
 def _split(kwargs: dict) -> tuple[dict, dict]:
+    """``(view arguments, simulator arguments)``; takes the view's out of ``kwargs``."""
     view = {k: kwargs.pop(k) for k in VIEW_ARGUMENTS if k in kwargs}
     return view, kwargs
 
@@ -391,7 +392,7 @@ def make_env(simulator: str, seed: int = 0, **kwargs: Any) -> SimulatorEnv:
     the `VIEW_ARGUMENTS` among ``kwargs``."""
     from mmrl.registry import SIMULATORS
 
-    view, sim_kwargs = _split(dict(kwargs))
+    view, sim_kwargs = _split(kwargs)  # kwargs: this call's own dict
     return SimulatorEnv(SIMULATORS.build(simulator, num_envs=1, seed=seed, **sim_kwargs), **view)
 
 
@@ -400,7 +401,7 @@ def make_vector_env(simulator: str, num_envs: int = 1, seed: int = 0, **kwargs: 
     batched environments (one process, no copies) as a `SimulatorVectorEnv`."""
     from mmrl.registry import SIMULATORS
 
-    view, sim_kwargs = _split(dict(kwargs))
+    view, sim_kwargs = _split(kwargs)  # kwargs: this call's own dict
     return SimulatorVectorEnv(SIMULATORS.build(simulator, num_envs=num_envs, seed=seed, **sim_kwargs), **view)
 
 

@@ -83,7 +83,6 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     fault_point("ckpt.after_tmp_mkdir", tmp)
-    # a training engine gathers ZeRO-3's partitioned weights; else the module's own
     # frozen pretrained weights as built: rebuilt from the source on load, not written (not under
     # ZeRO-3, whose parameter tensors are shards)
     source = {} if getattr(optimizer, "partitions_params", False) else unchanged_source(policy)
