@@ -6,7 +6,7 @@ uninterrupted run with no duplicate ``metrics.jsonl`` row (issue 18; tests/relia
     python benchmarks/kill_resume.py --random 60 --seed 3 --jobs 4 --workdir /tmp/kills
 
 The run is the quickstart shrunk to ~1.5 s (6 iterations, a checkpoint every 2, 2 kept:
-`mmrl.utils.kill_harness.TINY`). Every case runs in its own folder: one or two runs killed (at a
+`tests.reliability.kill_harness.TINY`). Every case runs in its own folder: one or two runs killed (at a
 hook point of `mmrl.utils.faults`, or from outside after a random time), then the same command
 without a fault. Checked after each kill: the run died by SIGKILL; no complete checkpoint was lost;
 the next run says it resumed from the newest complete checkpoint (read independently from the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mmrl.utils.kill_harness import main  # noqa: E402
+from tests.reliability.kill_harness import main  # noqa: E402  (test machinery: not in the wheel)
 
 if __name__ == "__main__":  # the guard matters: forked runs re-import this file as __mp_main__
     sys.exit(main())

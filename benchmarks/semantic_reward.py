@@ -56,17 +56,15 @@ VALIDATION_SEED, TEST_SEED = 2_000_000_000, 2_500_000_000  # on-policy episodes;
 def rl_settings_differences(true_path: str | Path = ROOT / TRUE_CONFIG, clip_path: str | Path = ROOT / CLIP_CONFIG,
                             overrides: list[str] = ()) -> list[str]:
     """Keys where the CLIP config's RL run would differ from the true-reward config's, besides the
-    reward: everything but ``run.name`` and ``sim`` must be equal, the CLIP sim must wrap the true
-    config's simulator (``sim.kwargs.base`` / ``base_kwargs``) with the same env counts."""
+    reward: everything but ``run.name`` and the ``reward`` section (which only the CLIP config has)
+    must be equal, the simulator included."""
     from mmrl.config import to_dict
     from mmrl.experiment import load_experiment
 
     a, b = (to_dict(load_experiment(p, list(overrides))) for p in (true_path, clip_path))
     diff = []
-    for section in a:
-        if section == "sim":
-            continue
-        if not isinstance(a[section], dict) or not isinstance(b[section], dict):  # e.g. no `reward` section
+    for section in sorted(set(a) - {"reward"}):
+        if not isinstance(a[section], dict) or not isinstance(b[section], dict):
             if a[section] != b[section]:
                 diff.append(f"{section}: {a[section]!r} vs {b[section]!r}")
             continue
@@ -75,14 +73,6 @@ def rl_settings_differences(true_path: str | Path = ROOT / TRUE_CONFIG, clip_pat
                 continue
             if a[section].get(key) != b[section].get(key):
                 diff.append(f"{section}.{key}: {a[section].get(key)!r} vs {b[section].get(key)!r}")
-    sa, sb = a["sim"], b["sim"]
-    for key in sorted(set(sa) - {"type", "kwargs"}):
-        if sa[key] != sb.get(key):
-            diff.append(f"sim.{key}: {sa[key]!r} vs {sb.get(key)!r}")
-    if sb["kwargs"].get("base") != sa["type"]:
-        diff.append(f"sim.kwargs.base: {sb['kwargs'].get('base')!r} vs sim.type {sa['type']!r}")
-    if (sb["kwargs"].get("base_kwargs") or {}) != sa["kwargs"]:
-        diff.append(f"sim.kwargs.base_kwargs: {sb['kwargs'].get('base_kwargs')!r} vs sim.kwargs {sa['kwargs']!r}")
     return diff
 
 
@@ -221,10 +211,9 @@ def one_seed(seed: int, args) -> dict:
 
     t0 = time.time()
     cfg = load_experiment(ROOT / CLIP_CONFIG, [f"run.name=bench_semantic_clip_s{seed}", *common])
-    kw = cfg.sim.kwargs
-    kw["reward_kwargs"].update(model_name=f"local-dir:{clip_dir}", pretrained=None, t_min=reward["t_min"],
-                               t_max=reward["t_max"])
-    kw["goal_meta"] = {"positive_goal": reward["positive"], "negative_goal": reward["negative"]}
+    cfg.reward.kwargs.update(model_name=f"local-dir:{clip_dir}", pretrained=None, t_min=reward["t_min"],
+                             t_max=reward["t_max"])
+    cfg.reward.frames.goal_meta = {"positive_goal": reward["positive"], "negative_goal": reward["negative"]}
     shutil.rmtree(output_dir(cfg), ignore_errors=True)
     clip = rl_run(build_trainer(cfg), cfg, f"[seed {seed}] CLIP reward", t0)
     if abs(true["start"] - clip["start"]) > 1e-9:

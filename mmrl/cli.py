@@ -127,11 +127,9 @@ def cmd_export(args) -> int:
 def cmd_list(args) -> int:
     from mmrl.flow import steps
     from mmrl.registry import ALL, _first_line
-    from mmrl.trainer.objectives import OBJECTIVES
 
     sections = {kind: registry.describe() for kind, registry in ALL.items()}
     # choices a config selects by name that are not registries
-    sections["objectives (algorithm.objective)"] = [(n, _first_line(fn)) for n, fn in OBJECTIVES.items()]
     sections["flow samplers (policy.method, policy.eval_method)"] = [
         (m, _first_line(getattr(steps, f"{m}_step"))) for m in steps.STEP_METHODS]
     sections["flow stochastic steps (policy.stochastic)"] = [

@@ -1,7 +1,7 @@
 """The experiment schema (what a file in ``configs/`` may contain) and how it becomes objects.
 
 Sections: ``run``, ``sim``, ``reward`` (a reward model scoring a single-turn policy's answers or
-images: `mmrl.reward.RewardStage`), ``policy`` (its ``type`` picks the family's config),
+images: `mmrl.trainer.reward_stage.RewardStage`), ``policy`` (its ``type`` picks the family's config),
 ``warm_start``, ``algorithm``, ``trainer``, ``placement`` (where simulation runs: `mmrl.placement`). Everything is
 validated at load time, before any work: unknown keys, bad values, unregistered simulator /
 advantage names and simulator keyword arguments the simulator does not take all fail with the key
@@ -20,9 +20,8 @@ from mmrl.placement.config import PlacementConfig
 from mmrl.trainer.train_engine import TrainEngineConfig
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.flow_vla import FlowVLAConfig  # the default policy section
-from mmrl.registry import ADVANTAGES, POLICIES, REWARDS, SIMULATORS
-
-REWARD_KEYS = ("reward", "reward_kwargs", "success_threshold")  # simulator kwargs of the old layout
+from mmrl.capabilities import NEEDS, missing_needs
+from mmrl.registry import ADVANTAGES, OBJECTIVES, POLICIES, REWARDS, SIMULATORS
 
 
 @dataclass
@@ -71,9 +70,8 @@ class SimConfig:
         if allowed is not None:
             for section, key in [*(("kwargs", k) for k in self.kwargs), *(("eval_kwargs", k) for k in self.eval_kwargs)]:
                 if key not in allowed:
-                    moved = (" (reward models are the experiment's top-level `reward:` section: type, kwargs, "
-                             "success_threshold)") if key in REWARD_KEYS else ""
-                    if not moved and cls.passthrough_arg:
+                    moved = ""
+                    if cls.passthrough_arg:
                         value = (self.kwargs if section == "kwargs" else self.eval_kwargs)[key]
                         moved = (f"; arguments of what it wraps go under {section}.{cls.passthrough_arg}: "
                                  f"{{{key}: {value!r}}}")
@@ -87,9 +85,6 @@ class SimConfig:
                     name = section.get("dataset", self.kwargs.get("dataset", params["dataset"].default))
                     if isinstance(name, str):
                         check_dataset_arguments(name, section["dataset_kwargs"])
-        elif cls.action_type != "chunk" and any(k in self.kwargs for k in REWARD_KEYS):
-            raise ConfigError(f"'kwargs' of simulator '{self.type}' name a reward: reward models are the "
-                              "experiment's top-level `reward:` section now (type, kwargs, success_threshold)")
 
 
 def constructor_arguments(cls, exclude: Sequence[str] = ()) -> list[str] | None:
@@ -102,10 +97,81 @@ def constructor_arguments(cls, exclude: Sequence[str] = ()) -> list[str] | None:
 
 
 @dataclass
+class FrameRewardConfig:
+    """``reward.frames``: how an image reward scores the frames a robot simulator renders
+    (`mmrl.trainer.reward_stage.FrameScoring`); only for simulators of action chunks."""
+
+    # "step": every step's frame is scored (a dense reward); "episode_end": once, when the episode ends
+    timing: Literal["episode_end", "step"] = "episode_end"
+    episode_mode: Literal["final", "mean"] = "final"  # episode_end: the last frame, or the mean over its frames
+    view: int = 0  # the camera scored when the simulator renders several
+    # per-sample reward meta from the instruction, e.g. {positive_goal: "the gripper is on the {color} disc"}:
+    # formatted with {instruction} and the named groups of instruction_pattern
+    goal_meta: dict[str, Any] = field(default_factory=dict)
+    instruction_pattern: str | None = None  # a regex with named groups, e.g. "(?P<color>red|green|blue)"
+
+    def validate(self) -> None:
+        check_range(self, {"view": ">=0"})
+        if self.instruction_pattern is not None:
+            import re
+
+            try:
+                re.compile(self.instruction_pattern)
+            except re.error as exc:
+                raise ConfigError(f"'instruction_pattern' = {self.instruction_pattern!r} is not a regex: {exc}") from None
+        for key, template in self.goal_meta.items():
+            if not isinstance(template, str):
+                raise ConfigError(f"'goal_meta.{key}' must be a string template, got {template!r}")
+
+    def scoring(self):
+        from mmrl.trainer.reward_stage import FrameScoring
+
+        return FrameScoring(self.timing, self.episode_mode, self.view, dict(self.goal_meta), self.instruction_pattern)
+
+
+@dataclass
+class CombineConfig:
+    """``reward.combine``: the trained reward of each step from the model's score (``model``) and the
+    simulator's terms ``task`` (its own reward), ``success``, ``terminated``, ``truncated`` and
+    ``step_cost`` (-1 per step): `mmrl.algorithms.reward_synthesis.RewardSynthesis`."""
+
+    mode: Literal["weighted", "gated", "hierarchical"] = "weighted"
+    # weighted: sum of weight * term; the default adds the score to the task reward ({model: 1.0} alone
+    # replaces the task reward, as VLM-RL's semantic reward does)
+    weights: dict[str, float] = field(default_factory=lambda: {"model": 1.0, "task": 1.0})
+    gate: str | None = None  # gated: score * gate * prod(factors)
+    factors: list[str] = field(default_factory=list)
+    speed: str = "speed"  # hierarchical (VLM-RL): the speed term and its target
+    target_speed: float | None = None
+    failure_term: str | None = None  # a term whose steps get failure_penalty instead (e.g. terminated)
+    failure_penalty: float = -10.0
+
+    def validate(self) -> None:
+        from mmrl.trainer.reward_stage import TERMS
+
+        synthesis = self.synthesis()  # a bad mode or a missing target_speed, named
+        named = synthesis.named_terms() + ([self.failure_term] if self.failure_term else [])
+        unknown = sorted(set(named) - set(TERMS))
+        if unknown:
+            raise ConfigError(f"names unknown term(s) {unknown}; terms: model, {', '.join(TERMS)}")
+
+    def synthesis(self):
+        from mmrl.algorithms.reward_synthesis import RewardSynthesis
+
+        try:
+            return RewardSynthesis(self.mode, dict(self.weights), self.gate, list(self.factors), self.speed,
+                                   self.target_speed, self.failure_penalty)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+@dataclass
 class RewardConfig:
-    """The trainer's reward stage: a reward model (``rewards/``, `mmrl list`) that scores what a
-    single-turn policy produced (a VLM's answers, a generator's images) against the prompt and its
-    ground truth. None (no section) = the simulator's own task reward alone."""
+    """The trainer's reward stage (`mmrl.trainer.reward_stage`): a reward model (``rewards/``, `mmrl
+    list`, or any Python function) that scores what the policy produced: a VLM's answers or a
+    generator's images against the prompt and its ground truth, or, in a robot simulator, the frames it
+    renders (``frames``). ``combine`` says how its score and the simulator's reward make the trained
+    reward. None (no section) = the simulator's own task reward alone."""
 
     # a registered reward (`mmrl list`), or any Python function, TRL style (fn(completions | images,
     # prompts=..., **dataset columns) -> list[float]), as 'module.path:function' or 'path/file.py:function'
@@ -117,6 +183,9 @@ class RewardConfig:
     # several rewards summed with weights, {registered name or reference: weight}, each part logged
     # (rewards/<part>/mean); `type` is then weighted_sum (or left out)
     weights: dict[str, float] = field(default_factory=dict)
+    # robot simulators: when the frames are scored (null = the defaults: each episode's last frame)
+    frames: FrameRewardConfig | None = None
+    combine: CombineConfig = field(default_factory=CombineConfig)
 
     def validate(self) -> None:
         if self.weights:
@@ -180,8 +249,8 @@ class WarmStartConfig:
 
 @dataclass
 class AlgorithmConfig:
-    objective: Literal["ppo", "awm"] = "ppo"
-    advantage: str = "gae"  # gae (critic) or a group estimator: grpo, dr_grpo, rloo, ...
+    objective: str = "ppo"  # a registered objective (`mmrl list`): ppo (clipped ratio), awm (likelihood-free)
+    advantage: str = "gae"  # a registered estimator: gae (critic) or a group estimator: grpo, dr_grpo, rloo, ...
     group_size: int = 1  # episodes sharing an initial state (GRPO family)
     gamma: float = 0.99
     lam: float = 0.95
@@ -222,6 +291,8 @@ class AlgorithmConfig:
         if self.advantage not in ADVANTAGES:
             raise ConfigError(f"'advantage' = {self.advantage!r} is not one of: "
                               f"{', '.join(ADVANTAGES.names())}")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"'objective' = {self.objective!r} is not one of: {', '.join(OBJECTIVES.names())}")
         if self.max_sampling_rounds < 1:
             raise ConfigError(f"'max_sampling_rounds' must be >= 1, got {self.max_sampling_rounds}")
         if self.dynamic_sampling and not self.grouped:
@@ -234,8 +305,9 @@ class AlgorithmConfig:
 
     @property
     def grouped(self) -> bool:
-        """Whether the advantage estimator compares episodes within groups (GRPO family)."""
-        return self.advantage not in ("gae", "reinforce_pp")
+        """Whether the advantage estimator compares episodes within groups (GRPO family): it
+        declares that it needs ``groups`` (`mmrl.capabilities`)."""
+        return "groups" in ADVANTAGES.get(self.advantage).needs
 
 
 @dataclass
@@ -320,19 +392,52 @@ class ExperimentConfig:
                               f"'algorithm.group_size' ({self.algorithm.group_size})")
         if self.policy.type not in POLICIES:
             raise ConfigError(f"'policy.type' = {self.policy.type!r} is not a registered policy")
-        sim_actions, policy_actions = SIMULATORS.get(self.sim.type).action_type, POLICIES.get(self.policy.type).action_type
-        if sim_actions != policy_actions:
-            raise ConfigError(f"policy '{self.policy.type}' produces {policy_actions} actions but simulator "
-                              f"'{self.sim.type}' takes {sim_actions}: pick a {policy_actions} simulator or "
+        caps = POLICIES.get(self.policy.type).capabilities(self.policy)
+        sim_actions = SIMULATORS.get(self.sim.type).action_type
+        if sim_actions != caps.action_type:
+            raise ConfigError(f"policy '{self.policy.type}' produces {caps.action_type} actions but simulator "
+                              f"'{self.sim.type}' takes {sim_actions}: pick a {caps.action_type} simulator or "
                               f"a {sim_actions} policy")
-        if sim_actions != "chunk" and self.reward is None:
-            raise ConfigError(f"simulator '{self.sim.type}' has no task reward of its own: add a `reward:` section "
-                              "naming the reward model that scores the policy's answers / images")
+        self.check_reward(sim_actions)
+        self.check_capabilities(caps)
 
-        fix = POLICIES.get(self.policy.type).kl_support(self.policy) if self.algorithm.kl_coef else None
-        if fix:
-            raise ConfigError(f"'algorithm.kl_coef' > 0 needs a reference model, which policy "
-                              f"'{self.policy.type}' does not provide as configured: {fix}")
+    def check_reward(self, sim_actions: str) -> None:
+        """The reward section fits the simulator: a single-turn simulator needs one; frame options
+        only for robot simulators, a success threshold only for single-turn ones."""
+        if self.reward is None:
+            if sim_actions != "chunk":
+                raise ConfigError(f"simulator '{self.sim.type}' has no task reward of its own: add a `reward:` "
+                                  "section naming the reward model that scores the policy's answers / images")
+            return
+        if sim_actions == "chunk" and self.reward.success_threshold is not None:
+            raise ConfigError(f"'reward.success_threshold' applies to single-turn rewards (answers, images); "
+                              f"simulator '{self.sim.type}' judges success itself: remove it")
+        if sim_actions != "chunk" and self.reward.frames is not None:
+            raise ConfigError(f"'reward.frames' says how a robot simulator's rendered frames are scored; simulator "
+                              f"'{self.sim.type}' takes {sim_actions} actions, scored as they are: remove it")
+
+    def check_capabilities(self, caps) -> None:
+        """What the algorithm and the trainer ask of the policy (its `mmrl.capabilities.Capabilities`
+        as configured) is there: each fails here, naming the capability and the fix, not after the
+        warm start."""
+        policy = f"policy '{self.policy.type}'"
+        defaults = {"critic": "set policy.critic=true, or use a group estimator (grpo, rloo, ...)",
+                    "likelihood": "use an objective that needs no likelihood (algorithm.objective=awm)",
+                    "likelihood_free": "use algorithm.objective=ppo"}
+        for key, name, registry in (("advantage", self.algorithm.advantage, ADVANTAGES),
+                                    ("objective", self.algorithm.objective, OBJECTIVES)):
+            lacking = missing_needs(registry.get(name).needs, caps.as_needs() | {"groups"})  # groups: above
+            if lacking:
+                need = lacking[0]
+                raise ConfigError(f"'algorithm.{key}' = {name!r} needs {NEEDS[need]}, which {policy} does not have "
+                                  f"as configured: {caps.fix(need, defaults[need])}")
+        if self.algorithm.kl_coef and caps.kl_reference is None:
+            raise ConfigError(f"'algorithm.kl_coef' > 0 needs a reference model, which {policy} does not provide "
+                              f"as configured: {caps.fix('kl_reference', 'set algorithm.kl_coef=0')}")
+        if self.trainer.async_staleness and not caps.asynchronous:
+            raise ConfigError(f"'trainer.async_staleness' = {self.trainer.async_staleness} rolls out with a background "
+                              f"copy of the policy, which {policy} cannot do: "
+                              + caps.fix("asynchronous", "set trainer.async_staleness=0"))
 
 
 def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
@@ -379,42 +484,16 @@ def build_policy(cfg: ExperimentConfig, sim):
 
 
 def build_reward(cfg: ExperimentConfig):
-    """The trainer's reward stage (`mmrl.reward.RewardStage`) of the ``reward`` section, or None. Its
-    model is built without moving the global torch RNG, so the policy built next is seeded the same."""
-    import torch
+    """The trainer's reward stage (`mmrl.trainer.reward_stage.RewardStage`) of the ``reward``
+    section, or None; its model is built without moving the global torch RNG."""
+    from mmrl.trainer.reward_stage import build_reward_stage
 
-    from mmrl.reward import RewardStage
-
-    if cfg.reward is None:
+    r = cfg.reward
+    if r is None:
         return None
-    kind = SIMULATORS.get(cfg.sim.type).action_type  # what a function reward scores: text or images
-
-    def part(name: str, kwargs: dict):
-        if ":" in name:  # a user's function (or Reward class): TRL-style
-            from mmrl.reward import as_reward, import_reference
-
-            return as_reward(import_reference(name), kind, name=name.rpartition(":")[2], **kwargs)
-        return REWARDS.build(name, **kwargs)
-
-    with torch.random.fork_rng(devices=[]):
-        if cfg.reward.weights:
-            from mmrl.reward import WeightedSum
-
-            parts = {n.rpartition(":")[2]: part(n, dict(cfg.reward.kwargs.get(n) or {})) for n in cfg.reward.weights}
-            model = WeightedSum(parts, list(cfg.reward.weights.values()))
-        else:
-            model = part(cfg.reward.type, dict(cfg.reward.kwargs))
-    preflight = getattr(model, "preflight", None)
-    if callable(preflight):  # e.g. a reward server that does not answer: said before any work
-        from mmrl.errors import UserError
-        from mmrl.reward import RewardError
-
-        try:
-            preflight()
-        except RewardError as exc:
-            raise UserError(f"reward '{cfg.reward.type}' cannot score: {exc}") from None
-    name = "weighted_sum" if cfg.reward.weights else cfg.reward.type.rpartition(":")[2]
-    return RewardStage(model, cfg.reward.success_threshold, name=name)
+    frames = r.frames.scoring() if r.frames is not None else None
+    return build_reward_stage(r.type, dict(r.kwargs), dict(r.weights), SIMULATORS.get(cfg.sim.type).action_type,
+                              r.success_threshold, r.combine.synthesis(), r.combine.failure_term, frames)
 
 
 def build_trainer(cfg: ExperimentConfig):
@@ -466,7 +545,7 @@ def check_device_available(key: str, device: str) -> None:
 def _build_trainer(cfg: ExperimentConfig, Trainer, folder):
     import torch
 
-    from mmrl.placement import SimGroup
+    from mmrl.placement import LazySim, SimGroup
     from mmrl.utils.threads import configure_threads
 
     configure_threads(cfg.run.threads)
@@ -484,7 +563,7 @@ def _build_trainer(cfg: ExperimentConfig, Trainer, folder):
                               f"'{cfg.sim.type}' ({sim.max_episode_steps} steps): set policy.chunk_size <= "
                               f"{sim.max_episode_steps} or lengthen the episodes")
         # the training simulator runs in workers: a one-env copy here, built only if the check reads it
-        local = OnDemandSim(lambda: build_sim(cfg, 1, cfg.run.seed)) if remote else sim
+        local = LazySim(lambda: build_sim(cfg, 1, cfg.run.seed)) if remote else sim
         try:
             policy.check_simulator(local)
             policy.check_simulator(eval_sim)
@@ -496,22 +575,6 @@ def _build_trainer(cfg: ExperimentConfig, Trainer, folder):
             sim.close()
         raise
     return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg), reward=reward, run_folder=folder)
-
-
-class OnDemandSim:
-    """A simulator built on first use (attribute access) by ``make``; ``close`` closes it if built."""
-
-    def __init__(self, make):
-        self._make, self._sim = make, None
-
-    def __getattr__(self, name: str):
-        if self._sim is None:
-            self._sim = self._make()
-        return getattr(self._sim, name)
-
-    def close(self) -> None:
-        if self._sim is not None:
-            self._sim.close()
 
 
 def build_train_sim(cfg: ExperimentConfig):

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable
 
+from mmrl.capabilities import Component
+
 
 class MissingDependencyError(ImportError):
     """An optional dependency of a component is not installed; the message names the extra."""
@@ -63,10 +65,11 @@ class Entry:
 class Registry:
     """Named components of one kind (policies, simulators, rewards, ...)."""
 
-    def __init__(self, kind: str, group: str, builtins: tuple[str, ...] = ()):
+    def __init__(self, kind: str, group: str, builtins: tuple[str, ...] = (), entry_type: type | None = None):
         self.kind = kind
         self.group = group  # entry-point group for third-party plugins
         self._builtins = builtins  # modules whose import registers the built-in components
+        self.entry_type = entry_type  # what every entry must be once loaded (None: anything)
         self._entries: dict[str, Entry] = {}
         self._discovered = False
 
@@ -113,7 +116,12 @@ class Registry:
             raise UnknownComponentError(
                 f"unknown {self.kind} '{name}'. Registered: {', '.join(self.names()) or '(none)'}"
             )
-        return self._entries[name].load(self.kind)
+        obj = self._entries[name].load(self.kind)
+        if self.entry_type is not None and not isinstance(obj, self.entry_type):
+            raise TypeError(f"{self.kind} '{name}' ({self._entries[name].spec!r}) must be a "
+                            f"{self.entry_type.__module__}.{self.entry_type.__name__}, got {type(obj).__name__}: "
+                            f"register it as {self.entry_type.__name__}(fn, needs=...)")
+        return obj
 
     def build(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return self.get(name)(*args, **kwargs)
@@ -149,7 +157,10 @@ def _first_line(obj: Any) -> str:
 POLICIES = Registry("policy", "mmrl.policies", ("mmrl.policies",))
 SIMULATORS = Registry("simulator", "mmrl.simulators")  # built-ins: the `simulators` package (mmrl.plugins)
 REWARDS = Registry("reward", "mmrl.rewards")  # built-ins: the `rewards` package (mmrl.plugins)
-ADVANTAGES = Registry("advantage estimator", "mmrl.advantages", ("mmrl.algorithms",))
+#: estimate(batch, algo, last_values) -> (advantages, returns), as `mmrl.capabilities.Component`s
+ADVANTAGES = Registry("advantage estimator", "mmrl.advantages", ("mmrl.algorithms",), entry_type=Component)
+#: objective(policy, minibatch, algo) -> (loss, metrics), as `mmrl.capabilities.Component`s
+OBJECTIVES = Registry("objective", "mmrl.objectives", ("mmrl.trainer.objectives",), entry_type=Component)
 DATASETS = Registry("dataset", "mmrl.datasets", ("mmrl.data",))
 
 ALL = {
@@ -157,5 +168,6 @@ ALL = {
     "simulators": SIMULATORS,
     "rewards": REWARDS,
     "advantages": ADVANTAGES,
+    "objectives": OBJECTIVES,
     "datasets": DATASETS,
 }

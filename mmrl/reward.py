@@ -11,14 +11,10 @@ A reward model scores a batch of single-turn samples and returns float32 ``[B]``
 Scores must not depend on which other samples share the batch (a sample scores the same alone or
 in any batch, up to float tolerance), must be finite, and equal inputs give equal scores. Bad
 input (wrong dtype, shape, or a prompt list of the wrong length) raises ``ValueError`` naming what
-was expected. A reward model that fails while scoring raises; `RewardStage` (the trainer's reward
-stage) and `simulators.semantic` wrap that in `RewardError` with the reward's name, and the run
-stops before touching the last checkpoint.
-
-`RewardStage` is where reward models meet the trainer: after each decision of a single-turn policy
-(a VLM's answers, a generator's images) it scores the policy's actions, batched over the envs that
-acted, against the observation's prompts and ``meta``, adds the score to the simulator's task
-reward and sets ``success`` where the score reaches ``success_threshold``.
+was expected. A reward model that fails while scoring raises; the trainer's reward stage
+(`mmrl.trainer.reward_stage.RewardStage`, the only place reward models are called in a run) wraps
+that in `RewardError` with the reward's name, and the run stops before touching the last
+checkpoint. The stage also scores robot simulators' rendered frames with image rewards.
 
 ``WeightedSum`` combines several rewards of one kind: ``sum_i w_i * r_i`` and reports each part.
 """
@@ -29,7 +25,6 @@ from typing import Sequence
 
 import torch
 
-from mmrl.simulator import Completions, Observation, StepResult
 
 
 class RewardError(RuntimeError):
@@ -200,121 +195,3 @@ def as_reward(obj, kind: str, name: str | None = None, **bound) -> Reward:
     if isinstance(obj, type) and issubclass(obj, Reward):
         return obj(**bound)
     return FunctionReward(obj, kind, name=name, **bound)
-
-
-class RewardStage:
-    """The trainer's reward stage (the experiment's ``reward:`` section): ``model`` scores a
-    single-turn policy's actions; ``success_threshold`` (None: the task's own success only) makes
-    ``success = score >= threshold``."""
-
-    KINDS = {"text": "text", "image": "image"}  # the simulator action type each reward kind scores
-
-    def __init__(self, model: Reward, success_threshold: float | None = None, name: str | None = None):
-        if model.kind not in self.KINDS:
-            raise ValueError(f"reward '{name or model.name}' has kind {model.kind!r}; a reward stage scores "
-                             f"{sorted(self.KINDS)}")
-        self.model, self.threshold = model, success_threshold
-        self.name = name or model.name
-        import threading
-
-        self._lock = threading.Lock()  # an async collector scores in a background thread
-        self._sums: dict[str, list[float]] = {}  # part -> [sum of finite scores, count]
-        self._lengths: list[int] = []  # completion lengths (tokens where known, else characters)
-        self._rows: list[dict] = []  # the first `SAMPLE_ROWS` (prompt, completion, rewards) since the last drain
-
-    def _record(self, parts: dict[str, torch.Tensor]) -> None:
-        with self._lock:
-            for k, (total, n) in _finite_mean_parts(parts).items():
-                acc = self._sums.setdefault(k, [0.0, 0])
-                acc[0] += total
-                acc[1] += n
-
-    SAMPLE_ROWS = 8
-
-    def _record_completions(self, samples, prompts, score, parts) -> None:
-        tokens = getattr(samples, "num_tokens", None)
-        lengths = [int(n) if n is not None else len(c) for c, n in
-                   zip(samples, tokens if tokens is not None else [None] * len(samples))]
-        with self._lock:
-            self._lengths.extend(lengths)
-            for i in range(min(len(prompts), self.SAMPLE_ROWS - len(self._rows))):
-                row = {"prompt": prompts[i], "completion": str(samples[i]), "reward": float(score[i])}
-                if len(parts) > 1:
-                    row.update({k: float(v[i]) for k, v in parts.items()})
-                self._rows.append(row)
-
-    def drain(self) -> dict:
-        """What was scored since the last drain, as TRL logs it; then forgets it:
-        ``rewards/<part>/mean`` over the finite scores (one per part of a weighted sum, else the
-        reward's own); for text, ``completions/{mean,min,max}_length`` (tokens) and ``completions``,
-        the first `SAMPLE_ROWS` rows of prompt, completion and rewards (the completions table)."""
-        with self._lock:
-            out: dict = {f"rewards/{k}/mean": total / n for k, (total, n) in self._sums.items() if n}
-            if self._lengths:
-                out.update({"completions/mean_length": sum(self._lengths) / len(self._lengths),
-                            "completions/min_length": min(self._lengths),
-                            "completions/max_length": max(self._lengths)})
-            if self._rows:
-                out["completions"] = list(self._rows)
-            self._sums, self._lengths, self._rows = {}, [], []
-        return out
-
-    @property
-    def defines_success(self) -> bool:
-        return self.threshold is not None
-
-    def check_simulator(self, sim) -> None:
-        """Raise ValueError naming the fix unless the simulator's actions are what the reward scores."""
-        want = self.KINDS[self.model.kind]
-        if sim.action_type != want:
-            raise ValueError(f"reward '{self.name}' scores {self.model.kind}, but simulator actions are "
-                             f"{sim.action_type!r}: use a {sim.action_type} reward, or for a robot simulator's frames "
-                             "sim.type: semantic (an image reward on the rendered frames)")
-
-    def __call__(self, res: StepResult, obs: Observation, actions, alive: torch.Tensor) -> StepResult:
-        """``res`` of the decision ``actions`` taken on ``obs``, with the score of the envs in
-        ``alive`` added to its reward (and ``success`` set by the threshold)."""
-        rows = alive.cpu().nonzero().flatten().tolist()
-        if not rows:
-            return res
-        prompts = [obs.instruction[r] for r in rows]
-        meta = [dict(obs.meta[r]) if obs.meta is not None else {} for r in rows]
-        if isinstance(actions, Completions):
-            samples = Completions([actions[r] for r in rows], [actions.num_tokens[r] for r in rows])
-            for m, n in zip(meta, samples.num_tokens):
-                m["completion_tokens"] = n  # the overlong penalty reads it
-        elif isinstance(actions, list):
-            samples = [actions[r] for r in rows]
-        else:
-            samples = actions[torch.tensor(rows, device=actions.device)].cpu()
-        try:
-            if isinstance(self.model, WeightedSum):  # every part scored once: logged, then combined
-                parts = self.model.parts(samples, prompts, meta)
-                score = self.model.combine(parts)
-            else:
-                score = self.model(samples, prompts, meta)
-                parts = {self.name: score}
-            self._record(parts)
-            if self.model.kind == "text":
-                self._record_completions(samples, prompts, score, parts)
-        except Exception as exc:
-            raise RewardError(f"reward '{self.name}' failed on {len(rows)} samples (first prompt {prompts[0]!r}): "
-                              f"{type(exc).__name__}: {exc}") from exc
-        reward = res.reward.clone()
-        idx = torch.tensor(rows, device=reward.device)
-        reward[idx] = reward[idx] + score.to(reward.device, reward.dtype)
-        res.reward = reward
-        if self.threshold is not None:
-            success = res.success.clone()
-            success[idx] |= score.to(success.device) >= self.threshold
-            res.success = success
-        return res
-
-
-def _finite_mean_parts(parts: dict[str, torch.Tensor]) -> dict[str, tuple[float, int]]:
-    out = {}
-    for k, v in parts.items():
-        v = v.float()
-        ok = torch.isfinite(v)
-        out[k] = (float(v[ok].sum()), int(ok.sum()))
-    return out

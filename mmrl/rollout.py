@@ -39,14 +39,16 @@ def truncation_values(policy, res, alive: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def act(policy, sim, obs: Observation, generator, mode: str, alive: torch.Tensor, reward=None):
-    """One decision in ``sim``: the policy's `Decision` on ``obs``, the simulator's step, and the
-    reward stage's score of the decision added (``reward``: a `mmrl.reward.RewardStage`, or None).
-    Returns (training batch rows, `StepResult`)."""
+def act(policy, sim, obs: Observation, generator, mode: str, alive: torch.Tensor, reward=None, episodes=None):
+    """One decision in ``sim``: the policy's `Decision` on ``obs``, the simulator's step (traced
+    where the reward stage scores its frames), and the reward stage's score of the decision
+    (``reward``: a `mmrl.trainer.reward_stage.RewardStage`, or None; ``episodes``: its per-env state,
+    `RewardStage.episode_scores`). Returns (training batch rows, `StepResult`)."""
     batch, actions = policy.rollout(obs, generator=generator, mode=mode)
-    res = sim.step_chunk(actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions)
+    actions_here = actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions
+    res = sim.step_chunk(actions_here, trace=True) if reward is not None and reward.traced else sim.step_chunk(actions_here)
     if reward is not None:
-        res = reward(res, obs, actions, alive)
+        res = reward(res, obs, actions, alive, episodes)
     return batch, res
 
 
@@ -134,10 +136,11 @@ def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.
     check_observation(sim, obs)
     tasks = episode_tasks(obs)
     alive = torch.ones(sim.num_envs, dtype=torch.bool, device=sim.device)
+    episodes = reward.episode_scores(sim.num_envs) if reward is not None else None
     steps, frames = [], [obs.image[:frames_of].cpu()] if frames_of else []
     captions, reached = list(obs.instruction[:frames_of]), [torch.zeros(frames_of, dtype=torch.bool)]
     for _ in range(horizon):
-        out, res = act(policy, sim, obs, generator, mode, alive, reward)
+        out, res = act(policy, sim, obs, generator, mode, alive, reward, episodes)
         boot = truncation_values(policy, res, alive) if mode == "train" else None
         steps.append(step_record(out, res, alive, boot).to("cpu"))
         if frames_of:  # show the finished episode's last frame, not the auto-reset one
@@ -175,6 +178,7 @@ class StepCollector:
 
     def __init__(self, sim: Simulator, steps: int, seeds: list[int], reward=None):
         self.sim, self.steps, self.seeds, self.reward = sim, int(steps), list(seeds), reward
+        self.episodes = reward.episode_scores(sim.num_envs) if reward is not None else None  # reward state
         self.obs = None
         n = sim.num_envs
         self.ep_return, self.ep_length = torch.zeros(n), torch.zeros(n, dtype=torch.long)
@@ -188,7 +192,7 @@ class StepCollector:
         every = torch.ones(n, dtype=torch.bool, device=sim.device)
         steps, finished = [], {"return": [], "success": [], "length": []}
         for _ in range(self.steps):
-            out, res = act(policy, sim, self.obs, generator, "train", every, self.reward)
+            out, res = act(policy, sim, self.obs, generator, "train", every, self.reward, self.episodes)
             steps.append(step_record(out, res, every, truncation_values(policy, res, every)).to("cpu"))
             self.ep_return += res.reward.float().cpu()
             self.ep_length += res.info["num_steps"].long().cpu()
@@ -218,8 +222,11 @@ class StepCollector:
         except NotImplementedError:
             sim_state = None
         obs = {f.name: getattr(self.obs, f.name) for f in dataclasses.fields(self.obs)}  # plain data, no class
-        return {"obs": obs, "sim": sim_state, "return": self.ep_return.clone(),
-                "length": self.ep_length.clone(), "success": self.ep_success.clone()}
+        out = {"obs": obs, "sim": sim_state, "return": self.ep_return.clone(),
+               "length": self.ep_length.clone(), "success": self.ep_success.clone()}
+        if self.episodes is not None:
+            out["reward_episodes"] = self.episodes.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> str | None:
         """Restore `state_dict`; returns a warning when the episodes in progress cannot be resumed."""
@@ -230,9 +237,10 @@ class StepCollector:
             return ("the simulator cannot snapshot its state (Simulator.get_state): the episodes in "
                     "progress at the checkpoint restart from a reset, so this resume is not bit-exact")
         self.sim.set_state(state["sim"])
-        obs = state["obs"]
-        self.obs = Observation(**obs) if isinstance(obs, dict) else obs  # (checkpoints before 2026-11-24 pickled it)
+        self.obs = Observation(**state["obs"])
         self.ep_return, self.ep_length, self.ep_success = state["return"], state["length"], state["success"]
+        if self.episodes is not None:
+            self.episodes.load_state_dict(state["reward_episodes"])
         return None
 
 

@@ -14,8 +14,13 @@ A simulator holds ``num_envs`` environments and is driven in batches of torch te
   (VLM answers), ``"image"`` uint8 ``[N, H, W, 3]`` (generated images). Text and image simulators
   are single-turn: every episode is one decision.
 - Rewards: a simulator returns its own task reward. Reward models (``rewards/``) are not the
-  simulator's business: the trainer's reward stage (`mmrl.reward.RewardStage`) scores what the
+  simulator's business: the trainer's reward stage (`mmrl.trainer.reward_stage.RewardStage`) scores what the
   policy produced against ``Observation.instruction`` and ``Observation.meta``.
+- Step traces: ``step_chunk(actions, trace=True)`` also returns what happened at each step of the
+  chunk in ``StepResult.info["trace"]`` (`TRACE_KEYS`: the frame after each step, the last frame of
+  an episode where it ended, per-step reward / success / terminated / truncated, and which steps
+  ran). The reward stage scores a robot simulator's frames from it (`mmrl.trainer.reward_stage`);
+  the default `step_chunk` records it for every adapter that implements `_run` or `_step_masked`.
 - Auto reset: an environment whose episode ended is reset inside the same call. The returned
   observation is already the first observation of its next episode; the last observation of the
   finished episode is in ``StepResult.final_obs`` (rows of the other environments are unspecified).
@@ -71,6 +76,15 @@ class Completions(list):
         return (Completions, (list(self), self.num_tokens))
 
 
+#: ``StepResult.info["trace"]`` of ``step_chunk(actions, trace=True)``: tensors ``[N, K, ...]`` over the
+#: K steps the chunk ran (K <= C: it stops once every episode has ended)
+TRACE_KEYS = {
+    "image": "uint8 [N, K, *image_shape]: the frame after step k (where the episode ended at k, its last frame)",
+    "reward": "float [N, K]: the task reward of step k (0 where it did not run)",
+    "success": "bool [N, K]", "terminated": "bool [N, K]", "truncated": "bool [N, K]",
+    "active": "bool [N, K]: step k ran in env n (its episode had not ended before it)",
+}
+
 #: what ``step_chunk`` takes, by ``Simulator.action_type``
 ACTION_TYPES = {"chunk": "float [N, C, A]", "text": "Completions (N strings)", "image": "uint8 [N, H, W, 3]"}
 
@@ -120,6 +134,9 @@ class Simulator:
     #: the one language instruction of a single-task simulator (reported per task by `mmrl eval`);
     #: None where each episode has its own
     instruction: str | None = None
+    #: the suite its task belongs to (e.g. ``libero_spatial``; `mmrl eval` reports success per
+    #: suite); None where the simulator names none (a list where its tasks span several suites)
+    suite: str | list[str] | None = None
 
     @classmethod
     def suite_tasks(cls, **kwargs) -> list:
@@ -139,15 +156,16 @@ class Simulator:
         answers or images are one step as they are)."""
         return self.step_chunk(actions[:, None] if self.action_type == "chunk" else actions)
 
-    def step_chunk(self, actions: torch.Tensor) -> StepResult:
-        """Execute ``[N, C, A]`` chunks; envs that finish mid-chunk skip the rest.
+    def step_chunk(self, actions: torch.Tensor, trace: bool = False) -> StepResult:
+        """Execute ``[N, C, A]`` chunks; envs that finish mid-chunk skip the rest. With ``trace``,
+        ``info["trace"]`` holds every step's frame and outcome (`TRACE_KEYS`).
 
         Adapters with a native chunk executor implement `_run`; the others implement
-        `_step_masked` and this loops over the chunk.
+        `_step_masked` and this loops over the chunk (so does a traced chunk of a native one).
         """
         if actions.dim() != 3 or actions.shape[1] < 1:
             raise ValueError(f"step_chunk needs [N, C, A] actions with C >= 1, got {tuple(actions.shape)}")
-        if self._native_chunks():
+        if self._native_chunks() and not trace:
             return self._run(actions, torch.ones(actions.shape[0], dtype=torch.bool, device=self.device))
         n, c, _ = actions.shape
         reward = torch.zeros(n, device=self.device)
@@ -157,6 +175,7 @@ class Simulator:
         final_obs: Observation | None = None
         executed = torch.zeros(n, dtype=torch.long, device=self.device)
         out = None
+        steps: list[dict] = []
         for i in range(c):
             active = ~(terminated | truncated)
             if not active.any():
@@ -171,7 +190,11 @@ class Simulator:
             success |= active & out.success
             if ended.any():
                 final_obs = _merge_final(final_obs, out.final_obs, ended)
+            if trace:
+                steps.append(_trace_step(out, active, ended))
         info = {"num_steps": executed}  # sim steps each env executed in this call
+        if trace:
+            info["trace"] = {k: torch.stack([s[k] for s in steps], 1) for k in TRACE_KEYS}
         return StepResult(out.obs, reward, terminated, truncated, success, final_obs, info)
 
     def _step_masked(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
@@ -226,6 +249,18 @@ def reset_seeds(seed: int | list[int] | None, n: int, next_seed: int) -> tuple[l
     if len(seeds) != n:
         raise ValueError(f"reset got {len(seeds)} seeds for {n} envs")
     return seeds, (sum(seeds) * 2654435761 + n) % (1 << 40)
+
+
+def _trace_step(out: StepResult, active: torch.Tensor, ended: torch.Tensor) -> dict:
+    """One step of a `TRACE_KEYS` trace from the `StepResult` of `Simulator._step_masked`."""
+    image = out.obs.image
+    if ended.any():  # the last frame of an episode that ended, not its auto-reset successor
+        image = image.clone()
+        image[ended] = out.final_obs.image[ended]
+    zero = torch.zeros_like(active)
+    return {"image": image, "reward": torch.where(active, out.reward, torch.zeros_like(out.reward)),
+            "success": torch.where(active, out.success, zero), "terminated": torch.where(active, out.terminated, zero),
+            "truncated": torch.where(active, out.truncated, zero), "active": active.clone()}
 
 
 def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.Tensor):

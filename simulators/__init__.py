@@ -49,10 +49,4 @@ SIMULATORS.register(
     description="visual question answering with a checkable answer scored by a text reward (VLM RL)",
 )
 
-SIMULATORS.register(
-    "semantic",
-    "simulators.semantic:SemanticRewardSim",
-    description="any registered simulator with its reward replaced by an image reward model (CLIP goal rewards) on its frames",
-)
-
 __all__ = ["Observation", "StepResult", "Simulator", "check_simulator"]

@@ -39,8 +39,8 @@ class LoadedSim(Simulator):
     def reset(self, seed=None):
         return self.inner.reset(seed)
 
-    def step_chunk(self, actions: torch.Tensor):
-        res = self.inner.step_chunk(actions)
+    def step_chunk(self, actions: torch.Tensor, trace: bool = False):
+        res = self.inner.step_chunk(actions, trace=trace)
         burn(self.work, self.num_envs * actions.shape[1], self._w, self._x)
         if self.delay_s:
             time.sleep(self.delay_s * self.num_envs * actions.shape[1])

@@ -5,7 +5,7 @@ each environment a prompt from a prompt dataset (``datasets/``, e.g. ``shapes_pr
 ``prompt_list``); the policy's action is the generated image (``action_type = "image"``: uint8
 ``[N, H, W, 3]``) and the episode ends, so a GRPO group (environments given the same reset seed) is
 a group of images of one prompt, as in Flow-GRPO. The task reward is 0: the trainer's reward stage
-(the experiment's ``reward:`` section, `mmrl.reward.RewardStage`) scores the images with a reward
+(the experiment's ``reward:`` section, `mmrl.trainer.reward_stage.RewardStage`) scores the images with a reward
 model (``rewards/``, e.g. ``shapes``, ``clip_score``, ``pickscore``; a ``weighted_sum`` combines
 several) against the prompt and its ``meta``, and decides ``success`` from its threshold.
 
@@ -31,9 +31,6 @@ import torch
 from mmrl.simulator import Observation, Simulator, StepResult, reset_seeds
 from .reach import hash_uniform
 
-MOVED = ("reward models are the trainer's reward stage now: move sim.kwargs.reward / reward_kwargs / "
-         "success_threshold to the experiment's top-level section `reward: {type, kwargs, success_threshold}`")
-
 
 class PromptSim(Simulator):
     """Prompt -> image -> reward, one step per episode."""
@@ -48,11 +45,9 @@ class PromptSim(Simulator):
 
     def __init__(self, num_envs: int = 8, dataset: str = "shapes_prompts", dataset_kwargs: dict | None = None,
                  image_size: int = 16, split: str = "train", deal: str = "random",
-                 device: str | torch.device = "cpu", seed: int = 0, **moved):
+                 device: str | torch.device = "cpu", seed: int = 0):
         from mmrl.data import load_dataset
 
-        if moved:
-            raise TypeError(f"PromptSim got {sorted(moved)}: {MOVED}")
         if num_envs < 1 or image_size < 1:
             raise ValueError("num_envs >= 1 and image_size >= 1 required")
         if deal not in self.DEALS:

@@ -4,7 +4,7 @@ This is how the one trainer drives VLMs: ``reset`` deals each environment a ques
 and text) from a VLM dataset (``datasets/``: ``shapes_vqa``, ``vlm_records``, ``geometry3k``, ...),
 the policy answers (``action_type = "text"``: `mmrl.simulator.Completions`, N strings with their
 token counts) and the episode ends. The task reward is 0: the trainer's reward stage (the
-experiment's ``reward:`` section, `mmrl.reward.RewardStage`) scores the answers with a text reward
+experiment's ``reward:`` section, `mmrl.trainer.reward_stage.RewardStage`) scores the answers with a text reward
 (``rewards/``: ``short_answer``, ``counting``, ``math_answer``, ``multiple_choice``,
 ``grounding_iou``, a ``weighted_sum``, ...) against the question's ``meta`` (its ground truth) and
 decides ``success`` from its threshold (accuracy for 0/1 rewards with threshold 1). A GRPO group
@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 
 from mmrl.simulator import Completions, Observation, Simulator, StepResult, reset_seeds
-from .prompts import MOVED
 
 
 def thumbnail(image: torch.Tensor, size: int) -> torch.Tensor:
@@ -49,12 +48,9 @@ class QASim(Simulator):
 
     def __init__(self, num_envs: int = 8, dataset: str = "shapes_vqa", dataset_kwargs: dict | None = None,
                  split: str = "train", thumb_size: int = 64, shuffle_seed: int = 0,
-                 device: str | torch.device = "cpu", seed: int = 0, **moved):
+                 device: str | torch.device = "cpu", seed: int = 0):
         from mmrl.data import load_dataset
 
-        if moved:
-            hint = "answers are text now; remove it" if set(moved) == {"answer_bytes"} else MOVED
-            raise TypeError(f"QASim got {sorted(moved)}: {hint}")
         if num_envs < 1 or thumb_size < 1:
             raise ValueError("num_envs and thumb_size must be >= 1")
         if "split" in (dataset_kwargs or {}):  # the simulator picks the split (training vs evaluation)

@@ -336,3 +336,42 @@ def test_edge_values_that_are_right_still_load():
     cfg = load_experiment(None, ["trainer.iterations=0", "algorithm.gamma=1", "algorithm.lam=0",
                                  "run.threads=-1", "run.device=cuda:1", "algorithm.clip_high=null"])
     assert cfg.trainer.iterations == 0 and cfg.algorithm.gamma == 1.0
+
+
+# what the algorithm asks of the policy is checked against its declared capabilities when the config
+# loads (mmrl.capabilities), naming the capability and the policy's own fix (issue 28)
+@pytest.mark.parametrize("overrides, message", [
+    (["policy={type: gaussian}", "sim.type=gym", "sim.kwargs={env_id: Pendulum-v1}", "algorithm.objective=awm"],
+     "'algorithm.objective' = 'awm' needs a likelihood-free loss .*, which policy 'gaussian' does not have as "
+     "configured: the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo"),
+    (["policy.critic=false", "algorithm.advantage=gae"],
+     "'algorithm.advantage' = 'gae' needs a critic .*, which policy 'flow_vla' does not have as configured: "
+     "set policy.critic=true"),
+    (["algorithm.kl_coef=0.1"], "'algorithm.kl_coef' > 0 needs a reference model, which policy 'flow_vla' does not "
+                                "provide as configured: the flow VLA keeps no reference model"),
+    (["algorithm.objective=trpo"], "'objective' = 'trpo' is not one of: awm, ppo"),
+])
+def test_what_a_policy_cannot_do_fails_at_load(overrides, message):
+    from mmrl.experiment import load_experiment
+
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(None, overrides)
+
+
+def test_every_policy_declares_capabilities_its_checker_agrees_with():
+    """Each registered policy's capabilities are data (frozen) for its default config; `mmrl check
+    policy` compares them with what its rollouts hold (tests/policies/test_policy_check.py)."""
+    import dataclasses
+
+    from mmrl.capabilities import Capabilities
+    from mmrl.registry import MissingDependencyError, POLICIES
+
+    for name in POLICIES.names():
+        try:
+            cls = POLICIES.get(name)
+        except MissingDependencyError:
+            continue
+        caps = cls.capabilities(cls.config_class())
+        assert isinstance(caps, Capabilities), name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            caps.critic = not caps.critic

@@ -83,6 +83,15 @@ def test_the_core_imports_no_adapter_and_no_test_helper():
     assert not bad, f"core modules importing adapters / test helpers: {bad}"
 
 
+def test_no_simulator_adapter_imports_a_reward_adapter():
+    """Reward models live in the trainer's reward stage only: no module under simulators/ builds or
+    imports one (a robot simulator's frames are scored by the stage, `mmrl.trainer.reward_stage`)."""
+    known = core_modules()
+    bad = sorted((path.name, t) for path in sorted((ROOT / "simulators").rglob("*.py"))
+                 for t in imports_of(f"simulators.{path.stem}", path, known) if t.split(".")[0] == "rewards")
+    assert not bad, f"simulator adapters importing reward adapters: {bad}"
+
+
 def test_no_import_cycle_among_core_modules():
     g = graph()
     internal = {m: {t for t in ts if t in g and t != m} for m, ts in g.items()}

@@ -1,6 +1,6 @@
-"""Advantage estimators, as pure torch functions.
+"""Advantage estimators: pure torch functions, and their registered forms (`ADVANTAGES`).
 
-Two families:
+Two families of pure functions:
 
 - per-step critic-based: `gae` on time-major ``[T, N]`` rollouts (simulators, PPO);
 - outcome / group-based: one scalar reward per sample ``[M]`` plus a ``group`` id ``[M]`` (long)
@@ -14,11 +14,28 @@ Conventions, stated once:
   estimator here (verl instead passes the raw reward through).
 - Group normalisers divide by ``std + eps``; whitening (REINFORCE++) divides by ``sqrt(var + eps)``
   (verl's ``masked_whiten``).
+
+Each estimator the config can name (``algorithm.advantage``) is registered beside its definition,
+at the end of this file, with the registry's one signature and what it needs
+(`mmrl.capabilities.Component`)::
+
+    estimate(batch, algo, last_values) -> (advantages [T, N], returns [T, N])
+
+``batch`` is the time-major rollout (`mmrl.batch.KEYS`: rewards, valid, dones, group, old_values,
+bootstrap), ``algo`` the ``algorithm`` config section, ``last_values`` [N] the critic's value after
+a fixed-length rollout (None otherwise). A plugin registers its own the same way
+(``ADVANTAGES.register(name, Component(fn, needs))``, or the ``mmrl.advantages`` entry point).
 """
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import torch
+
+from mmrl.capabilities import component
+from mmrl.registry import ADVANTAGES
 
 Tensor = torch.Tensor
 
@@ -241,3 +258,62 @@ def psr_nsr_weights(advantages: Tensor, pos_weight: float = 1.0, neg_weight: flo
     W-REINFORCE is ``pos_weight=0.1, neg_weight=1``; pure NSR is ``pos_weight=0``.
     """
     return torch.where(advantages > 0, pos_weight * advantages, neg_weight * advantages)
+
+
+# --------------------------------------------------------------------------------------------------
+# the registered estimators: estimate(batch, algo, last_values) -> (advantages [T, N], returns [T, N])
+# --------------------------------------------------------------------------------------------------
+
+
+@component(ADVANTAGES, "gae", needs=("critic",))
+def gae_estimate(batch, algo, last_values: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """GAE(gamma, lambda) over time-major [T, N] rollouts with a critic
+
+    Uses the critic's ``old_values``. Where the time limit cut an episode (``bootstrap`` [T, N]: the
+    value of its last observation, see `mmrl.rollout.truncation_values`) the reward gets
+    ``gamma * bootstrap`` added and the step stays terminal for GAE (SB3's scheme); ``last_values``
+    [N] bootstraps envs still running at the end of a fixed-length rollout.
+    """
+    valid = batch["valid"]
+    rewards = batch["rewards"] * valid
+    if "bootstrap" in batch:
+        rewards = rewards + algo.gamma * batch["bootstrap"].to(rewards) * valid
+    values = batch["old_values"] * valid
+    last = torch.zeros_like(values[0]) if last_values is None else last_values.to(values)
+    return gae(rewards, values, batch["dones"], last, algo.gamma, algo.lam, valid=valid)
+
+
+@component(ADVANTAGES, "reinforce_pp")
+def reinforce_pp_estimate(batch, algo, last_values: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """REINFORCE++: discounted return-to-go of each decision, whitened over the batch (no critic, no groups)"""
+    valid = batch["valid"]
+    rewards = batch["rewards"] * valid
+    return reinforce_pp_advantages(rewards.T, valid.T, algo.gamma).T, rewards.sum(0)[None].expand_as(rewards)
+
+
+def outcome_estimate(outcome: Callable[[Tensor, Tensor], Tensor]) -> Callable:
+    """The registered form of a group (outcome) estimator ``outcome(returns [N], group [N]) -> [N]``:
+    each episode's return is scored within its group, and that advantage is given to every valid
+    decision of the episode; the return is the episode's."""
+
+    def estimate(batch, algo, last_values: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        valid = batch["valid"]
+        rewards = batch["rewards"] * valid
+        episode_return = rewards.sum(0)  # [N]
+        adv = outcome(episode_return, batch["group"][0])[None].expand_as(rewards) * valid
+        return adv, episode_return[None].expand_as(rewards)
+
+    return estimate
+
+
+for _name, _fn, _doc in (
+    ("grpo", grpo_advantages, "GRPO: (r - group mean) / group std (unbiased)"),
+    ("grpo_global_std", functools.partial(grpo_advantages, scale="batch_std"),
+     "Flow-GRPO: (r - group mean) / std of the whole batch"),
+    ("dr_grpo", dr_grpo_advantages, "Dr.GRPO: r - group mean (no std division)"),
+    ("rloo", rloo_advantages, "RLOO: r - mean of the other samples of the group"),
+    ("reinforce_pp_baseline", reinforce_pp_baseline_advantages,
+     "REINFORCE++-baseline: r - group mean, divided by the batch std"),
+    ("ngrpo", ngrpo_advantages, "NGRPO: GRPO with a virtual max-reward sample in each group's mean and std"),
+):
+    component(ADVANTAGES, _name, needs=("groups",), description=_doc)(outcome_estimate(_fn))

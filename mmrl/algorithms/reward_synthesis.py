@@ -1,14 +1,16 @@
-"""Reward synthesis: combine a semantic reward (CLIP / VLM, per step) with simulator state terms.
+"""Reward synthesis: combine a reward model's score (CLIP / VLM / any reward of the trainer's reward
+stage, per step) with the simulator's terms (its task reward, success, terminations, a step cost).
 
-Pure functions on float tensors ``[N]`` (lists / numpy arrays are accepted and converted):
+Pure functions on float tensors ``[N]`` (lists / numpy arrays are accepted and converted); ``score``
+is the model's score (VLM-RL's "semantic reward"):
 
-- `weighted`: ``w_sem * semantic + sum_k w_k * terms[k]``.
-- `gated`: ``semantic * gate * prod_k factors[k]`` (multiplicative gating by normalised state terms in
+- `weighted`: ``w_model * score + sum_k w_k * terms[k]``.
+- `gated`: ``score * gate * prod_k factors[k]`` (multiplicative gating by normalised state terms in
   [0, 1], e.g. "in lane" or a lane-centering factor; a bool gate is 0 / 1).
 - `speed_target` / `hierarchical`: VLM-RL's hierarchical reward synthesis (Huang et al. 2024,
   arXiv:2412.15544, Sec. "Hierarchical reward synthesis"; the authors' code,
   github.com/zihaosheng/VLM-RL ``clip/clip_rewarded_sac.py::_compute_clip_rewards`` with the factors
-  of ``carla_env/rewards.py::reward_fn5``). The normalised semantic reward ``s`` in [0, 1] sets the
+  of ``carla_env/rewards.py::reward_fn5``). The normalised score ``s`` in [0, 1] sets the
   desired speed, and the speed reward is multiplied by normalised state factors::
 
       v_des   = clip(s, 0, 1) * v_target
@@ -21,10 +23,10 @@ Pure functions on float tensors ``[N]`` (lists / numpy arrays are accepted and c
   the penalty, whatever the other terms say (VLM-RL: ``rewards = np.where(base_reward < 0,
   base_reward, rewards)`` with ``penalty_reward = -10``).
 
-`RewardSynthesis` / `synthesize(cfg, semantic, terms, failure_mask)` apply one declared mode then the
+`RewardSynthesis` / `synthesize(cfg, score, terms, failure_mask)` apply one declared mode then the
 terminal override, e.g. ``{"mode": "hierarchical", "speed": "speed", "target_speed": 25.0,
 "factors": ["centering", "angle", "stability"], "failure_penalty": -10.0}`` or ``{"mode": "weighted",
-"weights": {"semantic": 1.0, "progress": 0.5}}`` or ``{"mode": "gated", "gate": "in_lane"}``.
+"weights": {"model": 1.0, "progress": 0.5}}`` or ``{"mode": "gated", "gate": "in_lane"}``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Mapping, Sequence
 import torch
 
 MODES = ("weighted", "gated", "hierarchical")
+MODEL = "model"  # the weight key of the model's score in ``weighted``
 
 
 def _vec(x, what: str, n: int | None = None) -> torch.Tensor:
@@ -53,21 +56,21 @@ def _pick(terms: Mapping[str, object], names: Sequence[str], n: int, what: str) 
     return [_vec(terms[k], f"term '{k}'", n) for k in names]
 
 
-def weighted(semantic, terms: Mapping[str, object], weights: Mapping[str, float]) -> torch.Tensor:
-    """``weights.get("semantic", 1) * semantic + sum_k weights[k] * terms[k]`` over the terms named in
-    ``weights`` (every key other than ``"semantic"`` must be a term; terms without a weight are unused)."""
-    sem = _vec(semantic, "semantic")
-    names = [k for k in weights if k != "semantic"]
+def weighted(score, terms: Mapping[str, object], weights: Mapping[str, float]) -> torch.Tensor:
+    """``weights.get("model", 1) * score + sum_k weights[k] * terms[k]`` over the terms named in
+    ``weights`` (every key other than ``"model"`` must be a term; terms without a weight are unused)."""
+    sem = _vec(score, "score")
+    names = [k for k in weights if k != MODEL]
     parts = _pick(terms, names, sem.shape[0], "weighted")
-    out = float(weights.get("semantic", 1.0)) * sem
+    out = float(weights.get(MODEL, 1.0)) * sem
     for k, t in zip(names, parts):
         out = out + float(weights[k]) * t
     return out
 
 
-def gated(semantic, gate=None, factors: Mapping[str, object] | None = None) -> torch.Tensor:
-    """``semantic * gate * prod(factors)``; ``gate`` and each factor in [0, 1] (bool allowed) or None."""
-    sem = _vec(semantic, "semantic")
+def gated(score, gate=None, factors: Mapping[str, object] | None = None) -> torch.Tensor:
+    """``score * gate * prod(factors)``; ``gate`` and each factor in [0, 1] (bool allowed) or None."""
+    sem = _vec(score, "score")
     out = sem.clone()
     items = ([("gate", gate)] if gate is not None else []) + list((factors or {}).items())
     for k, f in items:
@@ -78,18 +81,18 @@ def gated(semantic, gate=None, factors: Mapping[str, object] | None = None) -> t
     return out
 
 
-def speed_target(semantic, speed, target_speed: float) -> torch.Tensor:
+def speed_target(score, speed, target_speed: float) -> torch.Tensor:
     """VLM-RL speed reward ``1 - |v - clip(s, 0, 1) * v_target| / v_target``."""
     if not target_speed > 0:
         raise ValueError(f"target_speed must be > 0, got {target_speed}")
-    sem = _vec(semantic, "semantic")
+    sem = _vec(score, "score")
     v = _vec(speed, "speed", sem.shape[0])
     return 1.0 - (v - sem.clamp(0.0, 1.0) * target_speed).abs() / target_speed
 
 
-def hierarchical(semantic, speed, target_speed: float, factors: Mapping[str, object] | None = None) -> torch.Tensor:
+def hierarchical(score, speed, target_speed: float, factors: Mapping[str, object] | None = None) -> torch.Tensor:
     """VLM-RL hierarchical synthesis: `speed_target` times the state factors (each in [0, 1])."""
-    return gated(speed_target(semantic, speed, target_speed), None, factors)
+    return gated(speed_target(score, speed, target_speed), None, factors)
 
 
 def terminal_override(reward, terminated_mask, penalty) -> torch.Tensor:
@@ -111,7 +114,7 @@ class RewardSynthesis:
     """
 
     mode: str = "weighted"
-    weights: dict = field(default_factory=lambda: {"semantic": 1.0})
+    weights: dict = field(default_factory=lambda: {MODEL: 1.0})
     gate: str | None = None
     factors: list = field(default_factory=list)
     speed: str = "speed"
@@ -133,31 +136,36 @@ class RewardSynthesis:
             raise ValueError(f"unknown reward synthesis key(s) {unknown}; valid keys: {valid}")
         return cls(**dict(cfg))
 
-    def __call__(self, semantic, terms: Mapping[str, object] | None = None, failure_mask=None) -> torch.Tensor:
-        terms = dict(terms or {})
-        n = _vec(semantic, "semantic").shape[0]
+    def named_terms(self) -> list[str]:
+        """The terms this synthesis reads (besides the model's score)."""
         if self.mode == "weighted":
-            out = weighted(semantic, terms, self.weights)
+            return [k for k in self.weights if k != MODEL]
+        return list(self.factors) + ([self.gate] if self.mode == "gated" and self.gate else []) \
+            + ([self.speed] if self.mode == "hierarchical" else [])
+
+    def __call__(self, score, terms: Mapping[str, object] | None = None, failure_mask=None) -> torch.Tensor:
+        terms = dict(terms or {})
+        n = _vec(score, "score").shape[0]
+        if self.mode == "weighted":
+            out = weighted(score, terms, self.weights)
         else:
-            named = list(self.factors) + ([self.gate] if self.mode == "gated" and self.gate else []) \
-                + ([self.speed] if self.mode == "hierarchical" else [])
-            _pick(terms, named, n, f"mode {self.mode!r}")
+            _pick(terms, self.named_terms(), n, f"mode {self.mode!r}")
             factors = {k: terms[k] for k in self.factors}
             if self.mode == "gated":
-                out = gated(semantic, terms[self.gate] if self.gate else None, factors)
+                out = gated(score, terms[self.gate] if self.gate else None, factors)
             else:
-                out = hierarchical(semantic, terms[self.speed], float(self.target_speed), factors)
+                out = hierarchical(score, terms[self.speed], float(self.target_speed), factors)
         if failure_mask is not None:
             out = terminal_override(out, failure_mask, self.failure_penalty)
         return out
 
 
-def synthesize(cfg: Mapping | RewardSynthesis, semantic, terms: Mapping[str, object] | None = None,
+def synthesize(cfg: Mapping | RewardSynthesis, score, terms: Mapping[str, object] | None = None,
                failure_mask=None) -> torch.Tensor:
     """Apply the synthesis declared by ``cfg`` (a dict of `RewardSynthesis` fields, or one)."""
     synth = cfg if isinstance(cfg, RewardSynthesis) else RewardSynthesis.from_dict(cfg)
-    return synth(semantic, terms, failure_mask)
+    return synth(score, terms, failure_mask)
 
 
-__all__ = ["weighted", "gated", "speed_target", "hierarchical", "terminal_override", "RewardSynthesis",
+__all__ = ["MODEL", "weighted", "gated", "speed_target", "hierarchical", "terminal_override", "RewardSynthesis",
            "synthesize", "MODES"]

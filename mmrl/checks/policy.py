@@ -15,9 +15,10 @@ Checks, in order:
 
 - ``build``: the config (tiny keys + overrides, validated like YAML), the simulator, the policy.
 - ``rollout``: a train-mode rollout of B envs is a `Decision`: a `Batch` whose every value has B rows,
-  and actions of the policy's ``action_type`` (float ``[B, chunk_size, action_dim]`` finite, B
-  `Completions`, or uint8 images of the simulator's size); ``old_logp`` ``[B, *logp_shape]`` finite; ``old_values`` ``[B]``
-  exactly when ``has_critic``; ``ref_logp`` exactly when ``provides_ref_logp``.
+  and actions of its declared ``action_type`` (`Policy.capabilities`: float ``[B, chunk_size,
+  action_dim]`` finite, B `Completions`, or uint8 images of the simulator's size); ``old_logp``
+  ``[B, *logp_shape]`` finite, of the rank its declared log-prob level says; ``old_values`` ``[B]``
+  exactly when it declares a critic; ``ref_logp`` exactly when its KL reference is ``logp``.
 - ``ratio_one``: before an update ``evaluate`` gives the rollout's log-probs (max |logp - old_logp|
   over the ``logp_mask`` elements <= ``LOGP_TOL``) and values (|values - old_values|).
 - ``replay``: ``evaluate`` twice on the batch is identical; shapes ``logp = old_logp``,
@@ -248,7 +249,7 @@ class _Checker:
 
     def check_actions(self, actions) -> str:
         """The decision's actions are what the simulator's ``step_chunk`` takes (`ACTION_TYPES`)."""
-        p, b, kind = self.policy, self.num_envs, self.policy.action_type
+        p, b, kind = self.policy, self.num_envs, self.policy.caps.action_type
         if kind == "text":
             ensure(isinstance(actions, Completions) and len(actions) == b,
                    f"text actions must be Completions of {b} answers, got {type(actions).__name__}")
@@ -281,15 +282,20 @@ class _Checker:
         rows = {k: tuple(v.shape) for k, v in batch.items() if v.dim() == 0 or v.shape[0] != b}
         ensure(not rows, f"every value needs {b} rows (the trainer indexes them): {rows}")
         shown = self.check_actions(actions)
+        caps = p.caps
         ensure(tuple(batch["old_logp"].shape) == (b, *p.logp_shape),
                f"old_logp {tuple(batch['old_logp'].shape)} != [B, *logp_shape] {(b, *p.logp_shape)}")
+        rank = {"decision": 0, "element": 2, "token": 1, "step": 1}[caps.logp]
+        ensure(len(p.logp_shape) == rank, f"logp_shape {p.logp_shape} has rank {len(p.logp_shape)}, but the declared "
+                                          f"log-prob level {caps.logp!r} has rank {rank}")
         ensure(torch.isfinite(batch["old_logp"]).all(), "old_logp has NaN/inf")
-        ensure(("old_values" in batch) == p.has_critic, f"old_values {'missing' if p.has_critic else 'present'} "
-                                                        f"with has_critic={p.has_critic}")
-        if p.has_critic:
+        ensure(("old_values" in batch) == caps.critic, f"old_values {'missing' if caps.critic else 'present'} "
+                                                       f"with capabilities critic={caps.critic}")
+        if caps.critic:
             ensure(tuple(batch["old_values"].shape) == (b,), f"old_values {tuple(batch['old_values'].shape)} != [B]")
-        ensure(("ref_logp" in batch) == p.provides_ref_logp, f"ref_logp presence != provides_ref_logp "
-                                                             f"({p.provides_ref_logp})")
+        ensure(("ref_logp" in batch) == (caps.kl_reference == "logp"),
+               f"ref_logp {'present' if 'ref_logp' in batch else 'missing'} with capabilities kl_reference="
+               f"{caps.kl_reference!r}")
         self.batch, self.actions = batch, actions
         return f"{shown}, old_logp {tuple(batch['old_logp'].shape)}, keys {', '.join(sorted(batch))}"
 
@@ -321,8 +327,8 @@ class _Checker:
                    f"logp_mask must be bool like logp, got {e1.logp_mask.dtype} {tuple(e1.logp_mask.shape)}")
         ent = torch.as_tensor(e1.entropy)
         ensure(ent.dim() == 0 and torch.isfinite(ent), f"entropy must be a finite scalar, got {ent}")
-        ensure((e1.values is not None) == p.has_critic, f"values {'missing' if p.has_critic else 'present'} with "
-                                                        f"has_critic={p.has_critic}")
+        ensure((e1.values is not None) == p.caps.critic, f"values {'missing' if p.caps.critic else 'present'} with "
+                                                         f"capabilities critic={p.caps.critic}")
         if e1.values is not None:
             ensure(tuple(e1.values.shape) == (b,), f"values {tuple(e1.values.shape)} != [B] ({b},)")
         twice = max_diff(e1.logp, e2.logp)
@@ -369,10 +375,10 @@ class _Checker:
     def demonstrations(self, batch: Batch) -> dict:
         """Warm-start data of the simulator family's datasets, made of the rollout's actions."""
         obs, actions = self.obs, self.actions
-        if self.policy.action_type == "text":  # questions: prompt, images, solution
+        if self.policy.caps.action_type == "text":  # questions: prompt, images, solution
             images = obs.images if obs.images is not None else [[im] for im in obs.image]
             return {"prompt": list(obs.instruction), "images": images, "solution": list(actions)}
-        if self.policy.action_type == "image":  # (image, prompt) pairs: the generated images
+        if self.policy.caps.action_type == "image":  # (image, prompt) pairs: the generated images
             return {"image": actions.cpu(), "prompt": list(obs.instruction)}
         data = {"image": obs.image, "instruction": list(obs.instruction), "actions": actions}
         return data if obs.state is None else {**data, "state": obs.state}

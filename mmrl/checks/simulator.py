@@ -26,6 +26,10 @@ Checks, in order:
 - ``chunk_mid_episode_end``: with a snapshot, a chunk equals the same actions stepped one at a
   time up to each env's end (reward sum, flags, final observation), so actions after the end of an
   episode are ignored.
+- ``step_trace``: ``step_chunk(actions, trace=True)`` (what the reward stage scores a robot
+  simulator's frames from, `mmrl.simulator.TRACE_KEYS`) has every key in shape, its per-step rewards
+  and flags add up to the result's, the frame where an episode ended is its ``final_obs``; with a
+  snapshot, the traced chunk equals the untraced one and each step's frame the one-step replay's.
 - ``auto_reset``: envs that ended keep running a fresh episode (not truncated again at once).
 
 Single-turn simulators (``action_type`` text or image) get random answers / images of their type,
@@ -41,6 +45,16 @@ from typing import Any, Callable
 import torch
 
 from mmrl.simulator import ACTION_TYPES, Completions, Observation, Simulator, StepResult
+
+
+def supports_trace(sim) -> bool:
+    """Whether ``sim.step_chunk`` takes ``trace=`` (step traces, `mmrl.simulator.TRACE_KEYS`)."""
+    import inspect
+
+    try:
+        return "trace" in inspect.signature(sim.step_chunk).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class CheckResult(list):
@@ -82,6 +96,12 @@ class _Checker:
     def on_device(self, t: torch.Tensor) -> bool:
         want = torch.device(self.sim.device)
         return t.device.type == want.type and (want.index is None or t.device.index == want.index)
+
+    @property
+    def traces(self) -> bool:
+        """Whether ``step_chunk`` takes ``trace=`` (`mmrl.simulator.TRACE_KEYS`; every `Simulator`
+        subclass that keeps the default ``step_chunk`` does)."""
+        return supports_trace(self.sim)
 
     @property
     def single_turn(self) -> bool:
@@ -279,6 +299,19 @@ class _Checker:
         for _ in range(2):
             self.step_result(sim.step_chunk(self.actions(n, self.chunk_size)), "step_chunk([N, C, A])")
         self.passed()
+        if self.single_turn:
+            return
+        self.check = "step_trace"
+        if not self.traces:
+            self.note("step_chunk takes no trace=: an image reward on this simulator's frames (the reward "
+                      "stage's frame kind) cannot score it (mmrl.simulator.TRACE_KEYS)")
+            return
+        for _ in range(2):
+            x = self.actions(n, max(self.chunk_size, 3))
+            res = sim.step_chunk(x, trace=True)
+            self.step_result(res, "step_chunk(trace=True)")
+            self.trace(res, x.shape[1])
+        self.passed()
 
     def episode(self, num_steps: int | None) -> None:
         sim, n, t_max = self.sim, self.sim.num_envs, self.sim.max_episode_steps
@@ -330,6 +363,25 @@ class _Checker:
             self.passed()
         else:
             self.chunk_vs_replay(res, replay, c)
+        if replay is not None and self.traces:
+            self.check = "step_trace"
+            after = self.snapshot()
+            sim.set_state(snap)
+            traced = sim.step_chunk(x, trace=True)
+            diff = self.compare(traced, res)
+            self.ensure(diff is None, f"step_chunk(trace=True) differs from step_chunk: {diff}")
+            frames = traced.info["trace"]["image"]
+            for i, r in enumerate(replay[: frames.shape[1]]):
+                want = r.obs.image.clone()
+                if r.final_obs is not None:
+                    ended = r.terminated | r.truncated
+                    want[ended] = r.final_obs.image[ended]
+                ran = traced.info["trace"]["active"][:, i]
+                self.ensure(torch.equal(frames[:, i][ran], want[ran]),
+                            f"the trace's frame of step {i} differs from the one-step replay's (envs "
+                            f"{_rows(ran & (frames[:, i] != want).flatten(1).any(1))})")
+            sim.set_state(after)
+            self.passed()
 
         self.check = "auto_reset"
         ended = done.clone()
@@ -369,6 +421,39 @@ class _Checker:
             f"envs {_rows((elapsed >= t_max) & ~done)} ran {t_max} steps without ending (max_episode_steps={t_max})",
         )
         elapsed[done] = 0
+
+    def trace(self, res: StepResult, c: int) -> None:
+        """``res.info["trace"]`` of a traced ``c``-step chunk: keys, shapes, and sums equal to ``res``."""
+        from mmrl.simulator import TRACE_KEYS
+
+        n = self.sim.num_envs
+        tr = res.info.get("trace")
+        self.ensure(isinstance(tr, dict), "step_chunk(trace=True) must put a dict in info['trace'] "
+                    "(mmrl.simulator.TRACE_KEYS); a step_chunk override must take trace=")
+        missing = [k for k in TRACE_KEYS if k not in tr]
+        self.ensure(not missing, f"info['trace'] lacks {missing}")
+        k = tr["active"].shape[1] if tr["active"].dim() == 2 else -1
+        self.ensure(tr["active"].dtype == torch.bool and tuple(tr["active"].shape) == (n, k) and 1 <= k <= c,
+                    f"trace active must be bool [N, K] with 1 <= K <= {c}, got {tr['active'].dtype} "
+                    f"{tuple(tr['active'].shape)}")
+        self.ensure(tuple(tr["image"].shape) == (n, k, *self.sim.image_shape) and tr["image"].dtype == torch.uint8,
+                    f"trace image must be uint8 [N, K, *image_shape], got {tr['image'].dtype} {tuple(tr['image'].shape)}")
+        ran = tr["active"]
+        self.ensure(torch.equal(ran.sum(1).to(res.info["num_steps"]), res.info["num_steps"]),
+                    f"trace active steps {ran.sum(1).tolist()} != info['num_steps'] {res.info['num_steps'].tolist()}")
+        reward = torch.zeros_like(res.reward)
+        for i in range(k):
+            reward += torch.where(ran[:, i], tr["reward"][:, i], torch.zeros_like(reward))
+        self.ensure(torch.allclose(reward, res.reward, atol=1e-5, rtol=1e-5),
+                    f"trace rewards sum to {reward.tolist()}, the result's reward is {res.reward.tolist()}")
+        for name in ("success", "terminated", "truncated"):
+            self.ensure(torch.equal((tr[name] & ran).any(1), getattr(res, name)),
+                        f"trace {name} does not add up to the result's {name}")
+        ended = ran & (tr["terminated"] | tr["truncated"])
+        for row in _rows(ended.any(1)):
+            step = int(ended[row].nonzero()[0])
+            self.ensure(torch.equal(tr["image"][row, step], res.final_obs.image[row]),
+                        f"env {row} ended at step {step} but the trace's frame there is not its final_obs image")
 
     def chunk_vs_replay(self, res: StepResult, replay: list[StepResult], c: int) -> None:
         n = self.sim.num_envs

@@ -13,13 +13,13 @@ group (``pip install 'mmrl[ray]'``; Ray is imported only when used).
 """
 
 from mmrl.placement.config import BACKENDS, MODES, ROLES, PlacementConfig
-from mmrl.placement.pipeline import SimGroup, collect, collect_pipelined
+from mmrl.placement.pipeline import LazySim, SimGroup, collect, collect_pipelined
 from mmrl.placement.ray_worker import RaySimWorker
 from mmrl.placement.start import build_registered_sim, registered_sim, start_sim_workers
 from mmrl.placement.worker import SimWorker, WorkerCrashed, WorkerError, close_workers
 
 __all__ = [
-    "BACKENDS", "MODES", "ROLES", "PlacementConfig", "RaySimWorker", "SimGroup", "SimWorker",
+    "BACKENDS", "LazySim", "MODES", "ROLES", "PlacementConfig", "RaySimWorker", "SimGroup", "SimWorker",
     "WorkerCrashed", "WorkerError", "build_registered_sim", "close_workers", "collect",
     "collect_pipelined", "registered_sim", "start_sim_workers",
 ]

@@ -120,6 +120,7 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
     stage_tasks = [episode_tasks(o) for o in obs]
     tasks = None if any(t is None for t in stage_tasks) else [t for st in stage_tasks for t in st]
     alive = [torch.ones(k, dtype=torch.bool) for k in sizes]
+    episodes = [reward.episode_scores(k) if reward is not None else None for k in sizes]  # the reward's state
 
     # ---- the pipeline --------------------------------------------------------------------------
     steps: list[list[Batch]] = []
@@ -141,7 +142,7 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
                 timing["sim_s"] += float(res.info.get("worker_s", 0.0))
                 out, actions, acted_on = waiting[s]
                 if reward is not None:
-                    res = reward(res, acted_on, actions, alive[s])
+                    res = reward(res, acted_on, actions, alive[s], episodes[s])
                 boot = truncation_values(policy, res, alive[s]) if mode == "train" else None
                 steps[t - 1][s] = step_record(out, res, alive[s], boot).to("cpu")
                 alive[s] &= ~res.done.cpu()
@@ -165,7 +166,7 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
             # the last observation of an episode the time limit cuts is needed in train mode only
             # (the critic's bootstrap value there); evaluation saves the traffic
             sent = actions.detach().cpu() if isinstance(actions, torch.Tensor) else actions
-            workers[s].submit("step_chunk", sent, mode == "train")
+            workers[s].submit("step_chunk", sent, mode == "train", reward is not None and reward.traced)
             waiting[s] = (out, actions, obs[s])
         if finished or last:
             break
@@ -222,6 +223,24 @@ class SimGroup:
 
     def close(self) -> None:
         close_workers(self.workers)
+
+
+class LazySim:
+    """An in-process simulator built on first attribute access by ``make`` (e.g. a one-env copy of
+    a `SimGroup`'s simulator, for a policy check that reads the simulator's data); ``close``
+    closes it if it was built."""
+
+    def __init__(self, make):
+        self._make, self._sim = make, None
+
+    def __getattr__(self, name: str):
+        if self._sim is None:
+            self._sim = self._make()
+        return getattr(self._sim, name)
+
+    def close(self) -> None:
+        if self._sim is not None:
+            self._sim.close()
 
 
 def collect(policy, sim, seeds: list[int], generator: torch.Generator | None,

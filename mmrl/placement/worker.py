@@ -155,9 +155,10 @@ def handle_request(sim, method: str, args: tuple) -> Any:
             torch.manual_seed(torch_seed)
         return sim.reset(seeds)
     if method == "step_chunk":
-        actions, with_final_obs = args
+        actions, with_final_obs, trace = args
         t0 = time.perf_counter()
-        res = sim.step_chunk(actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions)
+        actions = actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions
+        res = sim.step_chunk(actions, trace=True) if trace else sim.step_chunk(actions)
         res.info["worker_s"] = time.perf_counter() - t0  # simulation time in the worker
         if not with_final_obs:
             res.final_obs = None  # not needed by the collector: half the traffic
@@ -293,8 +294,8 @@ class WorkerBase:
         self.submit("reset", seed, torch_seed)
         return self.result()
 
-    def step_chunk(self, actions: torch.Tensor, with_final_obs: bool = True):
-        self.submit("step_chunk", actions, with_final_obs)
+    def step_chunk(self, actions: torch.Tensor, trace: bool = False, with_final_obs: bool = True):
+        self.submit("step_chunk", actions, with_final_obs, trace)
         return self.result()
 
     def step(self, actions: torch.Tensor):

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.config import Variants
 
 TEXT_BYTES = 96  # default width of a stored instruction (longer ones are rejected, not cut)
@@ -96,25 +97,26 @@ class Evaluation:
 class Policy(nn.Module):
     """Base class of every policy family: the whole contract between a policy and the trainer.
 
-    A subclass sets ``config_class`` and implements ``rollout`` and ``evaluate`` (plus
-    ``supervised_loss`` / ``likelihood_free_loss`` where it supports a warm start / AWM); every other
-    hook has a default that fits a robot policy acting in a simulator. The trainer and the experiment
-    builder call these hooks and never probe a policy for optional methods. ``mmrl check policy NAME``
-    checks a policy against this contract.
+    A subclass sets ``config_class``, declares what it can do as configured (`capabilities`) and
+    implements ``rollout`` and ``evaluate`` (plus ``supervised_loss`` / ``likelihood_free_loss``
+    where it supports a warm start / AWM); every other hook has a default that fits a robot policy
+    acting in a simulator. The trainer and the experiment builder call these hooks and read the
+    declared capabilities; they never probe a policy for optional methods. ``mmrl check policy NAME``
+    checks a policy against this contract, its capabilities included.
     """
 
     #: the config dataclass of the ``policy`` section when ``type`` names this policy
     config_class: type[PolicyConfig] = PolicyConfig
-    #: the actions it produces (`mmrl.simulator.ACTION_TYPES`): it acts in simulators of this type
-    action_type: str = "chunk"
-    #: shape of one sample's log-prob after the leading batch dim, e.g. () chunk-level, (C, A) per dim
+    #: the (configured) ``policy`` section it was built from
+    cfg: PolicyConfig
+    #: what rebuilds it without a simulator (set by `mmrl.experiment.build_policy`; checkpoints keep it)
+    build_spec: dict | None = None
+    #: the frozen pretrained parameters as built, which checkpoints leave to the policy's source
+    #: (set by `mmrl.trainer.checkpoint.mark_source` when the policy is built; None: none marked)
+    frozen_source: dict | None = None
+    #: shape of one sample's log-prob after the leading batch dim (``capabilities(cfg).logp`` says
+    #: its granularity): () per decision, (C, A) per element, (T,) per token, (K,) per denoising step
     logp_shape: tuple[int, ...] = ()
-    has_critic: bool = False
-    #: whether rollouts carry ``ref_logp`` (log-probs under a frozen reference) for a KL penalty
-    provides_ref_logp: bool = False
-    #: why background rollout by a deep copy of the policy (trainer.async_staleness) cannot work;
-    #: None = it can
-    async_unsupported: str | None = None
     #: bytes of a stored instruction / prompt (`encode_text`); longer ones are rejected
     text_bytes: int = TEXT_BYTES
     #: the simulator's state vector width the policy reads (None / 0: it reads no state)
@@ -133,9 +135,17 @@ class Policy(nn.Module):
         return cfg
 
     @classmethod
-    def kl_support(cls, cfg) -> str | None:
-        """None if this policy (with config ``cfg``) can compute a KL to a reference, else the fix."""
-        return None if cls.provides_ref_logp else "set algorithm.kl_coef=0"
+    def capabilities(cls, cfg: PolicyConfig) -> Capabilities:
+        """What this policy can do as configured by ``cfg`` (`mmrl.capabilities.Capabilities`):
+        checked when the experiment's config loads, against the estimator, the objective, the KL
+        and the rollout mode it asks for. Default: a robot policy with one exact log-prob per
+        decision and nothing else."""
+        return Capabilities()
+
+    @property
+    def caps(self) -> Capabilities:
+        """`capabilities` of this policy's own config."""
+        return type(self).capabilities(self.cfg)
 
     def check_simulator(self, sim) -> None:
         """Raise ValueError naming the fix if this policy cannot act in ``sim`` (e.g. a VLM question
@@ -225,7 +235,7 @@ class Policy(nn.Module):
         if others:
             raise ValueError(f"{type(self).__name__}'s state dict holds non-tensor entries ({', '.join(others)}): "
                              "override export_pretrained to write them")
-        (folder / "mmrl_policy.json").write_text(json.dumps(getattr(self, "build_spec", {}), indent=2))
+        (folder / "mmrl_policy.json").write_text(json.dumps(self.build_spec or {}, indent=2))
         return "mmrl (safetensors state dict + mmrl_policy.json)"
 
     @torch.no_grad()

@@ -45,6 +45,7 @@ from mmrl.batch import Batch
 from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
 from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
+from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 
 
@@ -101,7 +102,17 @@ class DiffusionPolicy(Policy):
     """A flow-matching generator behind the policy contract (see the module docstring)."""
 
     config_class = DiffusionConfig
-    action_type = "image"  # generated images, uint8 [B, H, W, 3]
+
+    @classmethod
+    def capabilities(cls, cfg: DiffusionConfig) -> Capabilities:
+        """Generated images (uint8 [B, H, W, 3]), log-probs of the chain (per step or summed), AWM,
+        Flow-GRPO's own KL with ``kl_reference``; no critic."""
+        return Capabilities(
+            action_type="image", logp="step" if cfg.logp_level == "step" else "decision", critic=False,
+            likelihood_free=True, kl_reference="own" if cfg.kl_reference else None,
+            fixes={"critic": "the generator has no critic: use a group estimator (algorithm.advantage: "
+                             "grpo_global_std, grpo, ...) with group_size >= 2",
+                   "kl_reference": "set policy.kl_reference=true (Flow-GRPO's KL to the reference)"})
 
     @property
     def text_bytes(self) -> int:
@@ -113,8 +124,6 @@ class DiffusionPolicy(Policy):
             if key not in data:
                 raise ValueError(f"the diffusion warm start needs (image, prompt) pairs; the dataset has no '{key}'")
         return Batch(image=data["image"], instruction=encode_text(data["prompt"], self.text_bytes))
-
-    has_critic = False
 
     def __init__(self, cfg: DiffusionConfig, action_dim: int, state_dim: int | None = None,
                  generator: nn.Module | None = None):
@@ -131,10 +140,6 @@ class DiffusionPolicy(Policy):
         self.logp_shape = (cfg.num_steps,) if cfg.logp_level == "step" else ()
         self.register_buffer("grid", time_grid(cfg.num_steps, cfg.shift), persistent=False)
         self.register_buffer("eval_grid", time_grid(cfg.eval_num_steps, cfg.shift), persistent=False)
-
-    @classmethod
-    def kl_support(cls, cfg: DiffusionConfig) -> str | None:
-        return None if cfg.kl_reference else "set policy.kl_reference=true (Flow-GRPO's KL to the reference)"
 
     # ---- velocity functions -------------------------------------------------------------------
     def _ema_params(self) -> dict[str, torch.Tensor]:

@@ -37,6 +37,7 @@ from mmrl.flow import (
     time_grid,
 )
 from mmrl.algorithms.normalization import RunningMeanStd
+from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
@@ -138,6 +139,15 @@ class FlowVLAPolicy(Policy):
 
     config_class = FlowVLAConfig
 
+    @classmethod
+    def capabilities(cls, cfg: FlowVLAConfig) -> Capabilities:
+        """Action chunks, exact log-probs of the denoising chain (per chunk or per element), AWM, a
+        critic with ``critic``; no KL reference."""
+        return Capabilities(
+            logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic, likelihood_free=True,
+            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+                   "kl_reference": "the flow VLA keeps no reference model: set algorithm.kl_coef=0"})
+
     @property
     def chunk_size(self) -> int:
         return self.cfg.chunk_size
@@ -180,7 +190,6 @@ class FlowVLAPolicy(Policy):
             if cfg.critic and not self.uses_images
             else nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1)) if cfg.critic else None
         )
-        self.has_critic = cfg.critic
         self.normalizer = normalizer or ActionNormalizer.from_config(cfg.action_low, cfg.action_high)
         self.register_buffer("grid", time_grid(cfg.num_steps), persistent=False)
         self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)

@@ -23,6 +23,7 @@ from torch import nn
 
 from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
 
 
@@ -60,6 +61,15 @@ class GaussianPolicy(Policy):
 
     config_class = GaussianConfig
 
+    @classmethod
+    def capabilities(cls, cfg: GaussianConfig) -> Capabilities:
+        """Action chunks, exact Gaussian log-probs (per chunk or per element), a critic with ``critic``."""
+        return Capabilities(
+            logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic,
+            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+                   "likelihood_free": "the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo",
+                   "kl_reference": "the Gaussian policy keeps no reference model: set algorithm.kl_coef=0"})
+
     @property
     def chunk_size(self) -> int:
         return self.cfg.chunk_size
@@ -80,7 +90,6 @@ class GaussianPolicy(Policy):
         self.value_head = mlp(state_dim, cfg.hidden, cfg.layers, 1) if cfg.critic else None
         if self.value_head is not None:
             nn.init.orthogonal_(self.value_head[-1].weight, 1.0)
-        self.has_critic = cfg.critic
         self.obs_norm = RunningMeanStd(state_dim) if cfg.obs_norm else None
         self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)
 

@@ -65,6 +65,7 @@ from torch import nn
 from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.policies.action_tokenizer import ActionTokenizer
+from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
@@ -117,6 +118,15 @@ class TokenVLAPolicy(Policy):
 
     config_class = TokenVLAConfig
 
+    @classmethod
+    def capabilities(cls, cfg: TokenVLAConfig) -> Capabilities:
+        """Action chunks as bin tokens, one log-prob per token, a critic with ``critic``."""
+        return Capabilities(
+            logp="token", critic=cfg.critic,
+            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+                   "likelihood_free": "the token VLA has no flow-matching loss: use algorithm.objective=ppo",
+                   "kl_reference": "the token VLA keeps no reference model: set algorithm.kl_coef=0"})
+
     @property
     def chunk_size(self) -> int:
         return self.cfg.chunk_size
@@ -140,7 +150,6 @@ class TokenVLAPolicy(Policy):
         text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         d = int(text_config.hidden_size)
         self.value_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1)) if cfg.critic else None
-        self.has_critic = cfg.critic
         self.normalizer = normalizer or ActionNormalizer.from_config(cfg.action_low, cfg.action_high)
         self.num_tokens = cfg.chunk_size * action_dim
         self.logp_shape = (self.num_tokens,)

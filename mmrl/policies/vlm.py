@@ -49,6 +49,7 @@ from torch import nn
 from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.engines.base import GenRequest, SamplingConfig
+from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
 from mmrl.simulator import Completions
 from mmrl.policies.token_vla import VISION_TOWER_NAMES, freeze_vision_tower
@@ -103,10 +104,20 @@ class VLMPolicy(Policy):
     """A transformers image-text LM answering questions; see the module docstring."""
 
     config_class = VLMConfig
-    action_type = "text"  # answers, as `Completions`
 
-    async_unsupported = ("its rollout engine (HF or vLLM) and the per-iteration processor cache "
-                         "belong to the trained policy, not to a background copy")
+    @classmethod
+    def capabilities(cls, cfg: VLMConfig) -> Capabilities:
+        """Answers (`Completions`), one log-prob per token, a KL reference with ``reference``; no
+        critic, no background rollout (its engine belongs to the trained model)."""
+        return Capabilities(
+            action_type="text", logp="token", critic=False, kl_reference="logp" if cfg.reference != "none" else None,
+            asynchronous=False,
+            fixes={"critic": "the VLM policy has no critic: use a group estimator (algorithm.advantage: grpo, "
+                             "dr_grpo, rloo, ...) with group_size >= 2",
+                   "likelihood_free": "the VLM policy has no likelihood-free loss: use algorithm.objective=ppo",
+                   "kl_reference": "set policy.reference=adapter (LoRA) or copy",
+                   "asynchronous": "its rollout engine (HF or vLLM) and the per-iteration processor cache belong "
+                                   "to the trained policy, not to a background copy: set trainer.async_staleness=0"})
 
     def __init__(self, cfg: VLMConfig, action_dim: int, state_dim: int | None = None,
                  model: nn.Module | None = None, processor=None):
@@ -128,7 +139,6 @@ class VLMPolicy(Policy):
         if cfg.reference == "copy":  # refreshed after the warm start; a submodule so checkpoints keep it
             self.ref_model = copy.deepcopy(model).requires_grad_(False).eval()
         self.logp_shape = (cfg.max_new_tokens,)
-        self.provides_ref_logp = cfg.reference != "none"
         self.recompute = cfg.recompute_logp if cfg.recompute_logp is not None else cfg.engine == "vllm"
         if cfg.tis_cap is not None and not self.recompute:
             raise ConfigError("'tis_cap' needs recompute_logp: true (the engine's log-probs are the old ones)")
@@ -141,10 +151,6 @@ class VLMPolicy(Policy):
 
         self.stop_id = stop_token_ids(self._lm(), self.tokenizer)[-1]  # end of turn (SFT targets end so)
         self.banned_ids = image_placeholder_ids(self.tokenizer)  # never sampled, masked in log-probs too
-
-    @classmethod
-    def kl_support(cls, cfg) -> str | None:
-        return None if cfg.reference != "none" else "set policy.reference=adapter (LoRA) or copy"
 
     def rebuilds_frozen_weights(self) -> bool:
         return True  # from_pretrained, or the tiny model seeded by policy.tiny_seed
@@ -318,7 +324,7 @@ class VLMPolicy(Policy):
             batch["engine_logp"], batch["old_logp"] = engine_logp, old
             if self.cfg.tis_cap is not None:
                 batch["is_weight"] = torch.exp(old - engine_logp).clamp(max=self.cfg.tis_cap) * mask
-        if self.provides_ref_logp:
+        if self.cfg.reference != "none":
             batch["ref_logp"] = self.reference_logp(entries, completion, mask).cpu() * mask
         return Decision(batch, answers)
 

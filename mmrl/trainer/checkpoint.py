@@ -7,7 +7,6 @@ Layout: ``OUT/checkpoints/iter_000010/{model.safetensors, state.pt, config.yaml,
 unpickling anything (`read_weights`, ``safetensors.torch.load_file``). ``state.pt`` holds what only
 resuming needs: the optimizer, the torch / numpy / python RNG states, the counters, the trainer's
 other state (episodes in progress, whose simulator snapshots are arbitrary Python objects).
-Checkpoints written before 2026-11-25 hold the weights inside ``state.pt``; every reader here loads both.
 
 Frozen pretrained weights are not written (as TRL / peft checkpoints hold a LoRA run's adapter
 alone): the parameters without gradient that are still, untouched, the tensors the policy was built
@@ -85,11 +84,8 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     fault_point("ckpt.after_tmp_mkdir", tmp)
     # frozen pretrained weights as built: rebuilt from the source on load, not written (not under
     # ZeRO-3, whose parameter tensors are shards)
-    source = {} if getattr(optimizer, "partitions_params", False) else unchanged_source(policy)
-    if hasattr(optimizer, "module_state_dict"):  # a copy (ZeRO-3: gathered), without the frozen weights
-        weights = optimizer.module_state_dict(exclude=source)
-    else:
-        weights = {k: v for k, v in policy.state_dict().items() if k not in source}
+    source = {} if optimizer.partitions_params else unchanged_source(policy)
+    weights = optimizer.module_state_dict(exclude=source)  # a copy (ZeRO-3: gathered), without the frozen weights
     spec = (extra or {}).get("policy_spec")
     metadata = {SPEC: jsonio.dumps(spec)} if spec else {}
     if source:
@@ -101,7 +97,7 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     fault_point("ckpt.mid_weights", tmp / WEIGHTS)
     torch.save(
         {
-            "format": 2,  # weights in model.safetensors (1: inside this file, under "policy")
+            "format": 2,  # weights in model.safetensors
             "policy_others": others,  # the state dict's non-tensor entries (a module's _extra_state)
             "optimizer": optimizer.state_dict(),
             "state": asdict(state),
@@ -165,17 +161,16 @@ def candidates(root: Path) -> list[tuple[int, Path]]:
 
 
 def verify(folder: Path) -> str | None:
-    """None if ``folder`` holds a complete checkpoint, else why not. Checkpoints written before
-    completion markers existed (no ``COMPLETE``) count as complete when their state.pt is there."""
+    """None if ``folder`` holds a complete checkpoint (its ``COMPLETE`` marker, written last, and
+    every file it lists with its size and sha256), else why not."""
     folder = Path(folder)
     if not (folder / STATE).exists():
         return f"{folder / STATE} is missing"
     marker = folder / MARKER
-    if not marker.exists():  # written before markers existed (a marker is written before the rename)
-        return None
+    if not marker.exists():
+        return f"{marker} is missing (the checkpoint was never completed)"
     try:
-        want = json.loads(marker.read_text())
-        files = want["files"] if "files" in want else {STATE: {"sha256": want["sha256"], "bytes": want["bytes"]}}
+        files = json.loads(marker.read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return f"{marker} is unreadable"
     for name, expected in files.items():
@@ -206,15 +201,15 @@ def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
 
 def read(folder: Path) -> dict:
     """Everything checkpoint folder ``folder`` holds, as one dict: ``policy`` (the state dict),
-    ``optimizer``, ``state``, ``extra``, ``rng``, ``log_bytes``; either format (see the module)."""
+    ``optimizer``, ``state``, ``extra``, ``rng``, ``log_bytes``, ``source``."""
     folder = Path(folder)
     data = _reading(folder / STATE, lambda: torch.load(folder / STATE, map_location="cpu", weights_only=False))
-    if not isinstance(data, dict):
-        raise UnreadableFile(folder / STATE, TypeError(f"it holds a {type(data).__name__}, not a checkpoint's dict"))
-    if data.get("format", 1) >= 2:
-        weights, meta = _reading(folder / WEIGHTS, lambda: load_weights(folder / WEIGHTS))
-        data["policy"] = {**weights, **data.pop("policy_others", {})}
-        data["source"] = json.loads(meta.get(SOURCE, "{}"))
+    if not isinstance(data, dict) or data.get("format") != 2:
+        what = f"a {type(data).__name__}" if not isinstance(data, dict) else f"format {data.get('format')!r}"
+        raise UnreadableFile(folder / STATE, TypeError(f"it holds {what}, not a checkpoint of format 2"))
+    weights, meta = _reading(folder / WEIGHTS, lambda: load_weights(folder / WEIGHTS))
+    data["policy"] = {**weights, **data.pop("policy_others", {})}
+    data["source"] = json.loads(meta.get(SOURCE, "{}"))
     return data
 
 
@@ -235,11 +230,8 @@ def _reading(file: Path, load):
 
 def read_weights(folder: Path) -> tuple[dict, dict | None]:
     """``(state dict, build spec or None)`` of checkpoint folder ``folder``: from
-    ``model.safetensors`` alone, nothing unpickled (a checkpoint of the old format: from ``state.pt``)."""
+    ``model.safetensors`` alone, nothing unpickled."""
     folder = Path(folder)
-    if not (folder / WEIGHTS).exists():
-        data = torch.load(folder / STATE, map_location="cpu", weights_only=False)
-        return data["policy"], (data.get("extra") or {}).get("policy_spec")
     weights, meta = load_weights(folder / WEIGHTS)
     if NONTENSOR in meta:  # a module's non-tensor state (rare): only state.pt holds it
         weights.update(torch.load(folder / STATE, map_location="cpu", weights_only=False)["policy_others"])
@@ -284,22 +276,20 @@ def mark_source(policy) -> None:
     (no gradient), by identity and in-place version. Called once the policy is built and on its
     device (`mmrl.experiment.build_policy`); `save` then leaves those still untouched out. Only
     for a policy that rebuilds them exactly (`Policy.rebuilds_frozen_weights`)."""
-    rebuilds = getattr(policy, "rebuilds_frozen_weights", None)
-    policy._mmrl_source = {name: (p.data_ptr(), p._version, p.device)
-                           for name, p in policy.named_parameters(remove_duplicate=False)
-                           if not p.requires_grad} if rebuilds is not None and rebuilds() else {}
-    policy._mmrl_fingerprints = {}
+    marks = {name: (p.data_ptr(), p._version, p.device) for name, p in policy.named_parameters(remove_duplicate=False)
+             if not p.requires_grad} if policy.rebuilds_frozen_weights() else {}
+    policy.frozen_source = {"marks": marks, "fingerprints": {}}
 
 
 def unchanged_source(policy) -> dict:
     """``{key: fingerprint}`` of the parameters `mark_source` recorded that are still frozen, the
     same tensors and never modified in place since (a reference refreshed with ``load_state_dict``,
     an EMA update or a move to another device all count as modified: those are written)."""
-    marked = getattr(policy, "_mmrl_source", None)
-    if not marked:
+    if not policy.frozen_source or not policy.frozen_source["marks"]:
         return {}
+    marked, cache = policy.frozen_source["marks"], policy.frozen_source["fingerprints"]
     keys = set(policy.state_dict(keep_vars=True))
-    out, cache = {}, policy._mmrl_fingerprints
+    out = {}
     for name, p in policy.named_parameters(remove_duplicate=False):
         if name in marked and name in keys and not p.requires_grad \
                 and marked[name] == (p.data_ptr(), p._version, p.device):

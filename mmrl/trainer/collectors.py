@@ -91,7 +91,7 @@ class Collector:
     continuing = False
 
     def __init__(self, sim, reward=None):
-        self.sim, self.reward = sim, reward  # reward: the trainer's `mmrl.reward.RewardStage`, or None
+        self.sim, self.reward = sim, reward  # reward: the trainer's `mmrl.trainer.reward_stage.RewardStage`, or None
 
     @property
     def num_envs(self) -> int:
@@ -248,10 +248,9 @@ class AsyncCollector:
         import copy
         from concurrent.futures import ThreadPoolExecutor
 
-        reason = policy.async_unsupported
-        if reason:
-            raise ValueError(f"trainer.async_staleness = {staleness} is not supported by policy "
-                             f"'{policy.cfg.type}': {reason}. Set trainer.async_staleness=0")
+        if not policy.caps.asynchronous:  # the config check says so first (mmrl.experiment)
+            raise ValueError(f"trainer.async_staleness = {staleness} is not supported by policy '{policy.cfg.type}': "
+                             + policy.caps.fix("asynchronous", "set trainer.async_staleness=0"))
         self.inner, self.policy, self.staleness = inner, policy, staleness
         self.generator, self.context = generator, context
         self.behaviour = copy.deepcopy(policy).eval()

@@ -27,7 +27,7 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
                    generator: torch.Generator | None = None, video_dir: Path | None = None,
                    video_envs: int = 8, max_envs: int = 64, reward=None) -> dict:
     """Evaluate ``policy`` on every task in ``tasks``; ``make_sim(task, num_envs)`` builds one
-    task's simulator; ``reward`` is the experiment's reward stage (`mmrl.reward.RewardStage`) or None. Returns the report: overall ``success_rate`` / ``return`` / ``length`` /
+    task's simulator; ``reward`` is the experiment's reward stage (`mmrl.trainer.reward_stage.RewardStage`) or None. Returns the report: overall ``success_rate`` / ``return`` / ``length`` /
     ``episodes`` (episode-weighted over tasks), ``tasks``, one entry per task, and ``suites`` (success
     per suite) when the simulators name theirs (LIBERO)."""
     if not tasks:
@@ -41,7 +41,7 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
             name = "eval.mp4" if task is None else f"eval_{task_slug(task)}.mp4"
             video = video_dir / name if video_dir is not None and video_envs else None
             res = evaluate_policy(policy, sim, episodes, seed, generator, video, video_envs, reward=reward)
-            language, suite = sim.instruction, getattr(sim, "suite", None)
+            language, suite = sim.instruction, sim.suite
         finally:
             sim.close()
         row = {"task": task, **res}

@@ -1,49 +1,28 @@
 """Advantages and losses for a collected rollout, composed from the pure functions in
-`mmrl.algorithms`. Read top to bottom: episode rewards -> advantages -> per-sample loss."""
+`mmrl.algorithms`. Read top to bottom: episode rewards -> advantages -> per-sample loss.
+
+The objectives the config can name (``algorithm.objective``) are registered in
+`mmrl.registry.OBJECTIVES` beside their definitions, with the registry's one signature
+``objective(policy, minibatch, algo) -> (loss, metrics)`` and what they need from the policy
+(`mmrl.capabilities.Component`): a plugin adds one the same way (or by the ``mmrl.objectives``
+entry point)."""
 
 from __future__ import annotations
 
 import torch
 
-from mmrl.algorithms import (aggregate_loss, gae, kl_penalty, ppo_clip_loss, psr_nsr_weights,
-                             reinforce_pp_advantages, value_loss)
+from mmrl.algorithms import aggregate_loss, kl_penalty, ppo_clip_loss, psr_nsr_weights, value_loss
 from mmrl.algorithms.losses import gspo_token_ratio
 from mmrl.batch import Batch
-from mmrl.registry import ADVANTAGES
+from mmrl.capabilities import component
+from mmrl.registry import ADVANTAGES, OBJECTIVES
 
 
 def compute_advantages(batch: Batch, algo, last_values: torch.Tensor | None = None) -> Batch:
-    """Adds ``advantages`` [T, N] and ``returns`` [T, N] to a time-major batch.
-
-    ``gae`` uses the critic's ``old_values``. Where the time limit cut an episode (``bootstrap``
-    [T, N]: the value of its last observation, see `mmrl.rollout.truncation_values`) the
-    reward gets ``gamma * bootstrap`` added and the step stays terminal for GAE (SB3's scheme);
-    ``last_values`` [N] bootstraps envs still running at the end of a fixed-length rollout.
-    ``reinforce_pp`` (REINFORCE++) needs neither critic nor groups: each decision's discounted
-    return-to-go, whitened over the batch's valid decisions. Every other estimator is group-based
-    (GRPO family): the episode return is scored within its group of episodes that share an initial
-    state, and that advantage is given to every valid decision of the episode.
-    """
-    valid = batch["valid"]
-    rewards = batch["rewards"] * valid
-    if algo.advantage == "gae":
-        if "old_values" not in batch:
-            raise ValueError("advantage 'gae' needs a critic: set policy.critic=true or use a "
-                             f"group estimator ({', '.join(n for n in ADVANTAGES.names() if n != 'gae')})")
-        if "bootstrap" in batch:
-            rewards = rewards + algo.gamma * batch["bootstrap"].to(rewards) * valid
-        values = batch["old_values"] * valid
-        last = torch.zeros_like(values[0]) if last_values is None else last_values.to(values)
-        adv, ret = gae(rewards, values, batch["dones"], last, algo.gamma, algo.lam, valid=valid)
-    elif algo.advantage == "reinforce_pp":
-        adv = reinforce_pp_advantages(rewards.T, valid.T, algo.gamma).T
-        ret = rewards.sum(0)[None].expand_as(rewards)
-    else:
-        episode_return = rewards.sum(0)  # [N]
-        group = batch["group"][0]
-        adv_ep = ADVANTAGES.get(algo.advantage)(episode_return, group)
-        adv = adv_ep[None].expand_as(rewards) * valid
-        ret = episode_return[None].expand_as(rewards)
+    """Adds ``advantages`` [T, N] and ``returns`` [T, N] to a time-major batch, by the registered
+    estimator ``algo.advantage`` (`mmrl.algorithms.advantages`; what it needs, e.g. a critic or
+    groups, was checked when the config loaded)."""
+    adv, ret = ADVANTAGES.get(algo.advantage)(batch, algo, last_values)
     batch["advantages"], batch["returns"] = adv.float(), ret.float()
     return batch
 
@@ -73,6 +52,7 @@ def clip_advantages(samples: Batch, limit: float | None) -> Batch:
     return samples
 
 
+@component(OBJECTIVES, "ppo", needs=("likelihood",))
 def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     """PPO-clip (clip-higher, dual clip) + value loss + optional entropy bonus, on a minibatch."""
     out = policy.evaluate(mb)
@@ -116,11 +96,10 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     return loss, metrics
 
 
+@component(OBJECTIVES, "awm", needs=("likelihood_free",))
 def awm_objective(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     """Advantage-weighted matching: flow-matching loss on rollout actions weighted by advantage."""
     per_sample = policy.likelihood_free_loss(mb, mb["advantages"])
     loss = per_sample.mean()
     return loss, {"awm_loss": loss.detach()}
 
-
-OBJECTIVES = {"ppo": ppo_loss, "awm": awm_objective}

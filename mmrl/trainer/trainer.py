@@ -1,5 +1,10 @@
-"""The one training loop: warm start -> [collect -> reward -> advantage -> update -> sync -> log /
-checkpoint / evaluate] x iterations.
+"""The one training loop: warm start -> [collect -> scale rewards -> advantages -> update -> sync ->
+log / checkpoint / evaluate] x iterations.
+
+Collecting is where the environment answers: each decision is the policy's action, the simulator's
+step and the reward stage's score of it (`mmrl.trainer.reward_stage`, the one home of reward models),
+so that success, videos, dynamic sampling and the non-finite check all see the scored reward. What
+follows works on the collected batch: reward scaling, advantages, the objective's update.
 
 Every iteration is a pure function of (parameters, optimizer state, iteration index): its reset
 seeds and its sampling / shuffling generator are derived from ``run.seed`` and the iteration
@@ -24,10 +29,10 @@ from mmrl.batch import Batch
 from mmrl.errors import TrainingError, UserError
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.logging import RunLogger
-from mmrl.trainer.objectives import (OBJECTIVES, clip_advantages, compute_advantages, valid_samples,
-                                     weight_advantages)
+from mmrl.registry import OBJECTIVES
+from mmrl.trainer.objectives import clip_advantages, compute_advantages, valid_samples, weight_advantages
 from mmrl.rollout import evaluate_policy, success_by_task, task_logs
-from mmrl.trainer.collectors import COUNTS, AsyncCollector, build_collector
+from mmrl.trainer.collectors import AsyncCollector, build_collector
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 from mmrl.utils import jsonio
 
@@ -50,14 +55,12 @@ class TrainState:
     nonfinite_episodes: int = 0  # episodes dropped for a non-finite reward (not trained on, not counted)
     results: dict = field(default_factory=dict)  # evaluation results by name
 
-
-def recording_simulator(sim_type: str, kwargs: dict) -> tuple[str, dict]:
-    """The simulator (type, constructor kwargs) whose episodes demonstrations should come from: the
-    configured one, or for a wrapper that names the simulator it wraps (``base`` / ``base_kwargs``,
-    e.g. ``semantic``), the wrapped one: the wrapper changes the reward, not the task."""
-    if isinstance(kwargs.get("base"), str):
-        return kwargs["base"], dict(kwargs.get("base_kwargs") or {})
-    return sim_type, kwargs
+    def count(self, info: dict) -> None:
+        """Add what a collection counted (`mmrl.trainer.collectors.COUNTS`) to the run's counters."""
+        self.env_steps += info["env_steps"]
+        self.episodes += info["episodes"]
+        self.lost_episodes += info["lost_episodes"]
+        self.nonfinite_episodes += info["nonfinite_episodes"]
 
 
 def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) -> float:
@@ -75,8 +78,8 @@ class Trainer:
     def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None,
                  reward=None, run_folder=None):
         self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
-        #: the reward stage (`mmrl.reward.RewardStage`): a reward model scoring each decision of a
-        #: single-turn policy, in training and evaluation rollouts alike; None = the task reward alone
+        #: the reward stage (`mmrl.trainer.reward_stage.RewardStage`): the reward model scoring each
+        #: decision, in training and evaluation rollouts alike; None = the task reward alone
         self.reward_stage = reward
         #: whether the task is judged by success (the simulator's, or the reward stage's threshold)
         self.has_success = eval_sim.has_success or bool(reward is not None and reward.defines_success)
@@ -192,7 +195,7 @@ class Trainer:
         it, else the episode return (a single-turn generator's or VLM's: its mean reward)."""
         if self.has_success:
             return "success_rate", "success"
-        return "return", "return" if getattr(self.eval_sim, "action_type", "chunk") == "chunk" else "mean reward"
+        return "return", "return" if self.eval_sim.action_type == "chunk" else "mean reward"
 
     def iteration(self, it: int, collector: "AsyncCollector | None", bar) -> None:
         """Collect (or take the batch collected in the background) -> advantages -> update -> log."""
@@ -208,8 +211,7 @@ class Trainer:
                 collector.submit_up_to(it, total, self.state.iteration)
                 batch, info = collector.result(it)
                 gen = self.generator("update", it)  # the rollout's generator stayed with the collector
-            for key in COUNTS:
-                setattr(self.state, key, getattr(self.state, key) + info[key])
+            self.state.count(info)
             self.check_rewards(it, info)
             if batch["valid"].any():
                 break
@@ -221,7 +223,7 @@ class Trainer:
                                 "(see the warnings above: crashed sim workers or non-finite rewards); nothing was "
                                 f"trained on them. Newest complete checkpoint: {self.newest_checkpoint()}; fix the "
                                 "simulator and run the same command to resume")
-        batch = self.reward(batch)
+        batch = self.scale_rewards(batch)
         batch = compute_advantages(batch, self.cfg.algorithm, info.get("last_values"))
         metrics = self.update(batch, gen)
         self.policy.update_statistics(batch)
@@ -251,11 +253,10 @@ class Trainer:
             # context offered where the builder declares it: demonstrations recorded in the simulator
             # the RL runs in, configured as it is (image size, time limit, ...), when the dataset
             # records in that simulator; warm_start.kwargs (checked strictly) wins
-            sim_type, sim_kwargs = recording_simulator(self.cfg.sim.type, dict(self.cfg.sim.kwargs))
-            same_sim = recorded_in(ws.dataset) == sim_type
+            same_sim = recorded_in(ws.dataset) == self.cfg.sim.type
             context = declared_kwargs(
                 ws.dataset, num_episodes=ws.num_episodes, num_samples=ws.num_episodes, seed=self.cfg.run.seed,
-                chunk_size=self.policy.chunk_size, **({"sim_kwargs": sim_kwargs} if same_sim else {}))
+                chunk_size=self.policy.chunk_size, **({"sim_kwargs": dict(self.cfg.sim.kwargs)} if same_sim else {}))
             data = load_dataset(ws.dataset, **{**context, **ws.kwargs})
             self.supervised(data, ws)
         self.policy.after_warm_start()
@@ -289,10 +290,9 @@ class Trainer:
         with self.autocast():
             return self.collector.collect(self.policy, it, gen)
 
-    def reward(self, batch: Batch) -> Batch:
-        """The collected rewards (the simulator's task reward plus the reward stage's score, added
-        at each decision by the collector, so that success, videos and dynamic sampling see them),
-        scaled by the running std of the discounted return when ``algorithm.reward_norm`` is on."""
+    def scale_rewards(self, batch: Batch) -> Batch:
+        """The collected rewards (already scored: see the module docstring) scaled by the running
+        std of the discounted return when ``algorithm.reward_norm`` is on."""
         if self.reward_scaler is not None:
             batch["rewards"] = self.reward_scaler.scale(batch["rewards"], batch["dones"], batch["valid"],
                                                         continuing=self.collector.continuing)
@@ -304,7 +304,7 @@ class Trainer:
         algo = self.cfg.algorithm
         samples = valid_samples(batch, algo.normalize_advantages)
         samples = clip_advantages(weight_advantages(samples, algo.pos_weight, algo.neg_weight), algo.adv_clip)
-        objective = OBJECTIVES[algo.objective]
+        objective = OBJECTIVES.get(algo.objective)
         self.set_lr()
         self.policy.train()
         sums: dict[str, float] = {}
@@ -432,7 +432,7 @@ class Trainer:
             extra["rollout"] = rollout
         if self.reward_scaler is not None:
             extra["reward_scaler"] = self.reward_scaler.state_dict()
-        if getattr(self.policy, "build_spec", None):  # rebuilds the policy without a simulator
+        if self.policy.build_spec:  # rebuilds the policy without a simulator
             extra["policy_spec"] = self.policy.build_spec
         try:
             ckpt.save(self.out_dir, self.cfg, self.policy, self.optimizer, self.state,

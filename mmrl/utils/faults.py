@@ -40,7 +40,7 @@ mmrl/trainer/logging.py (`RunLogger`, and `cut_log`, which resume calls through 
   log.mid_rewind            the rewound log's temporary file half written, ``metrics.jsonl`` untouched
   log.after_rewind          the rewound log replaced ``metrics.jsonl``
 
-`mmrl.utils.kill_harness` drives these from tests/reliability and benchmarks/kill_resume.py.
+`tests/reliability/kill_harness.py` drives these from tests/reliability and benchmarks/kill_resume.py.
 """
 
 from __future__ import annotations

@@ -171,14 +171,27 @@ def test_psr_nsr_weights():
     assert_close(psr_nsr_weights(t([2.0, -1.0]), 1.0, 0.0), t([2.0, 0.0]))
 
 
-def test_registry_names_and_calls():
-    for name in ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "ngrpo", "gae"):
-        assert name in ADVANTAGES.names()
-    assert ADVANTAGES.get("grpo") is grpo_advantages
-    assert ADVANTAGES.get("gae") is gae
-    adv = ADVANTAGES.build("dr_grpo", t([1.0, 0.0]), torch.tensor([3, 3]))
-    assert_close(adv, t([0.5, -0.5]))
+def test_registry_entries_share_one_signature_and_declare_their_needs():
+    from types import SimpleNamespace
+
+    from mmrl.capabilities import Component
+
+    needs = {"grpo": {"groups"}, "grpo_global_std": {"groups"}, "dr_grpo": {"groups"}, "rloo": {"groups"},
+             "reinforce_pp_baseline": {"groups"}, "ngrpo": {"groups"}, "gae": {"critic"}, "reinforce_pp": set()}
+    assert set(ADVANTAGES.names()) >= set(needs)
+    for name, want in needs.items():
+        entry = ADVANTAGES.get(name)
+        assert isinstance(entry, Component) and entry.needs == want, name
     assert all(desc for _, desc in ADVANTAGES.describe())
+    # estimate(batch, algo, last_values) -> (advantages [T, N], returns [T, N]): a group estimator scores
+    # each episode's return within its group and gives it to every valid decision of the episode
+    batch = {"rewards": t([[1.0, 0.0, 2.0], [1.0, 5.0, 0.0]]), "valid": torch.tensor([[1, 1, 1], [1, 0, 1]]).bool(),
+             "group": torch.tensor([[3, 3, 4], [3, 3, 4]])}
+    adv, ret = ADVANTAGES.get("dr_grpo")(batch, SimpleNamespace(), None)
+    # returns [2, 0, 2]; groups {0, 1} -> mean 1 -> [1, -1], {2} alone -> 0
+    assert_close(adv, t([[1.0, -1.0, 0.0], [1.0, 0.0, 0.0]]))
+    assert_close(ret, t([[2.0, 0.0, 2.0], [2.0, 0.0, 2.0]]))
+    assert_close(adv[0], dr_grpo_advantages(ret[0], batch["group"][0]) * batch["valid"][0])
 
 
 def test_float32_inputs_work():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rewards.synthesis import (RewardSynthesis, gated, hierarchical, speed_target, synthesize, terminal_override,
+from mmrl.algorithms.reward_synthesis import (RewardSynthesis, gated, hierarchical, speed_target, synthesize, terminal_override,
                                weighted)
 
 SEM = torch.tensor([1.0, 0.5, 0.0, 0.8])
@@ -16,9 +16,9 @@ def close(a, b):
 def test_weighted():
     terms = {"progress": torch.tensor([0.0, 1.0, 2.0, 0.5]), "energy": [1.0, 1.0, 0.0, 2.0]}
     # 2 * sem + 0.5 * progress - 0.1 * energy
-    out = weighted(SEM, terms, {"semantic": 2.0, "progress": 0.5, "energy": -0.1})
+    out = weighted(SEM, terms, {"model": 2.0, "progress": 0.5, "energy": -0.1})
     assert close(out, [2.0 - 0.1, 1.0 + 0.5 - 0.1, 0.0 + 1.0, 1.6 + 0.25 - 0.2])
-    assert close(weighted(SEM, terms, {"progress": 1.0}), [1.0, 1.5, 2.0, 1.3])  # semantic weight defaults to 1
+    assert close(weighted(SEM, terms, {"progress": 1.0}), [1.0, 1.5, 2.0, 1.3])  # the model's weight defaults to 1
     assert close(weighted(SEM, {}, {}), SEM.tolist())
     with pytest.raises(ValueError, match=r"unknown term\(s\) \['speed'\]; available terms: \['energy', 'progress'\]"):
         weighted(SEM, terms, {"speed": 1.0})
@@ -42,7 +42,7 @@ def test_vlm_rl_speed_target_and_hierarchical():
     speed = torch.tensor([25.0, 12.5, 10.0, 30.0])
     # v_des = clip(s, 0, 1) * 25 = [25, 12.5, 0, 20]; r = 1 - |v - v_des| / 25
     assert close(speed_target(SEM, speed, 25.0), [1.0, 1.0, 0.6, 0.6])
-    # semantic outside [0, 1] is clipped before setting the desired speed
+    # a score outside [0, 1] is clipped before setting the desired speed
     assert close(speed_target([1.4, -0.2], [25.0, 5.0], 25.0), [1.0, 0.8])
     factors = {"centering": [1.0, 0.5, 1.0, 0.5], "angle": [1.0, 1.0, 0.5, 1.0], "stability": [0.5, 1.0, 1.0, 1.0]}
     assert close(hierarchical(SEM, speed, 25.0, factors), [0.5, 0.5, 0.3, 0.3])
@@ -71,9 +71,9 @@ def test_synthesize_modes_and_override():
     assert close(synthesize(vlm_rl, SEM, terms), [0.5, 0.5, 0.3, 0.3])  # no mask: no override
     assert close(synthesize({"mode": "gated", "gate": "in_lane", "factors": ["centering"]}, SEM, terms, fail),
                  [1.0, 0.25, 0.0, -10.0])
-    assert close(synthesize({"mode": "weighted", "weights": {"semantic": 1.0, "progress": 0.5},
+    assert close(synthesize({"mode": "weighted", "weights": {"model": 1.0, "progress": 0.5},
                              "failure_penalty": -1.0}, SEM, terms, fail), [1.5, 0.5, 0.0, -1.0])
-    assert close(RewardSynthesis()(SEM), SEM.tolist())  # default: the semantic reward alone
+    assert close(RewardSynthesis()(SEM), SEM.tolist())  # default: the model's score alone
 
 
 def test_synthesize_bad_config_lists_the_valid_choices():

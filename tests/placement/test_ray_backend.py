@@ -93,7 +93,7 @@ def test_simulator_errors_come_back_without_a_restart(stages):
     res = w.step_chunk(torch.zeros(w.num_envs, 4, 2), with_final_obs=False)
     assert res.final_obs is None and res.info["worker_s"] > 0
     # a discarded answer is dropped, even an error: the next result is the next request's
-    w.submit("step_chunk", torch.zeros(3, 1, 2), False)
+    w.submit("step_chunk", torch.zeros(3, 1, 2), False, False)
     w.discard_pending()
     w.submit("get_state")
     assert isinstance(w.result(), dict)

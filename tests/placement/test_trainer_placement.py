@@ -256,12 +256,24 @@ def test_async_rollout_in_a_hybrid_placement(tmp_path):
 
 
 def test_async_is_refused_by_policies_that_cannot_roll_out_from_a_copy(tmp_path, monkeypatch):
+    """A policy that declares no background rollout (`Policy.capabilities`) is refused when the
+    config loads, with its own fix, and by the collector itself when built by hand."""
+    import dataclasses
+
+    from mmrl.config import ConfigError
+    from mmrl.policies.flow_vla import FlowVLAPolicy
     from mmrl.trainer.collectors import AsyncCollector
 
     trainer = build_trainer(cfg(tmp_path))
-    monkeypatch.setattr(type(trainer.policy), "async_unsupported", "a test reason")
-    with pytest.raises(ValueError, match="a test reason. Set trainer.async_staleness=0"):
+    real = FlowVLAPolicy.capabilities
+    monkeypatch.setattr(FlowVLAPolicy, "capabilities", classmethod(lambda c, conf: dataclasses.replace(
+        real.__func__(c, conf), asynchronous=False, fixes={"asynchronous": "a test reason"})))
+    with pytest.raises(ConfigError, match="'trainer.async_staleness' = 1 rolls out with a background copy of the "
+                                          "policy, which policy 'flow_vla' cannot do: a test reason"):
+        cfg(tmp_path, "trainer.async_staleness=1")
+    with pytest.raises(ValueError, match="not supported by policy 'flow_vla': a test reason"):
         AsyncCollector(trainer.collector, trainer.policy, 1, lambda j: None, trainer.autocast)
+    trainer.close()
 
 
 def test_interrupted_async_run_resumes_with_nothing_repeated_or_lost(tmp_path, killed_in_iteration):

@@ -100,7 +100,7 @@ def _child(argv: list[str], fault: str, trace: str, log: str) -> None:  # runs i
 
 
 # what a run imports (torch's optimizer pulls in torch._dynamo: 3 s), imported once by the forkserver
-_PRELOAD = ["mmrl", "mmrl.utils.kill_harness", "mmrl.experiment", "mmrl.trainer.trainer",
+_PRELOAD = ["mmrl", "tests.reliability.kill_harness", "mmrl.experiment", "mmrl.trainer.trainer",
             "torch.utils.tensorboard", "torch._dynamo", "simulators", "rewards"]
 _lock = threading.RLock()
 
@@ -448,7 +448,7 @@ def totals(results: list[Result]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="kill -9 `mmrl train` at every fault point and at random times, "
-                                "and check each resume (mmrl.utils.kill_harness)")
+                                "and check each resume (tests/reliability/kill_harness.py)")
     p.add_argument("--random", type=int, default=20, help="cases killed at a random time (default 20)")
     p.add_argument("--subprocess", type=int, default=4,
                    help="of those, and of two fault-point cases, run as real `python -m mmrl.cli train` "

@@ -47,6 +47,8 @@ CLI_CASES = [
     ("run.threads=-2", ["train", *QUICK, "run.threads=-2"], ["'threads' = -2"]),
     ("policy.chunk_size longer than the episode", ["train", *QUICK, "policy.chunk_size=16"],
      ["policy.chunk_size = 16 is longer than an episode", "12 steps"]),
+    ("an objective the policy cannot do", ["train", *QUICK, "policy.critic=false", "algorithm.advantage=gae"],
+     ["'algorithm.advantage' = 'gae' needs a critic", "set policy.critic=true"]),
     ("output folder that cannot be written", ["train", *QUICK, "run.output_dir={tmp}/file/x"],
      ["cannot write the run folder", "run.output_dir"]),
     ("a reward server that does not answer", ["train", "configs/diffusion_shapes_flow_grpo.yaml", *GEN,
@@ -65,8 +67,10 @@ CLI_CASES = [
                                               "sim.kwargs.dataset_kwargs={num_sample: 64}"],
      ["dataset 'shapes_vqa' has no argument 'num_sample'", "did you mean 'num_samples'"]),
     ("eval with no checkpoint", ["eval", *QUICK, "checkpoint={tmp}/nothing"], ["does not exist", "checkpoint=PATH"]),
-    ("eval on an empty state.pt", ["eval", *QUICK, "checkpoint={tmp}/empty"], ["cannot be read as an mmrl checkpoint"]),
-    ("eval on a random state.pt", ["eval", *QUICK, "checkpoint={tmp}/random"], ["cannot be read as an mmrl checkpoint"]),
+    ("eval on a folder of an empty state.pt (no completion marker)", ["eval", *QUICK, "checkpoint={tmp}/empty"],
+     ["is not usable", "COMPLETE is missing (the checkpoint was never completed)"]),
+    ("eval on a folder of a random state.pt (no completion marker)", ["eval", *QUICK, "checkpoint={tmp}/random"],
+     ["is not usable", "COMPLETE is missing (the checkpoint was never completed)"]),
     ("eval on a truncated state.pt (with its marker)", ["eval", *QUICK, "checkpoint={out}/checkpoints/iter_000001"],
      ["does not match its checksum"]),
     ("eval on a checkpoint of another config", ["eval", *QUICK, "policy.dim=32", "checkpoint={out}"],
@@ -163,13 +167,15 @@ def test_too_many_nan_rewards_stop_the_run_with_a_clear_error(tmp_path):
 
 
 def test_skipped_steps_in_a_row_stop_the_run(tmp_path, monkeypatch):
-    from mmrl.trainer import trainer as trainer_module
+    from mmrl.capabilities import Component
+    from mmrl.registry import OBJECTIVES, Entry
 
     trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.max_skipped_steps=3",
                                      "algorithm.epochs=4"))
-    real = trainer_module.OBJECTIVES[trainer.cfg.algorithm.objective]
-    monkeypatch.setitem(trainer_module.OBJECTIVES, trainer.cfg.algorithm.objective,
-                        lambda *a: (lambda loss, m: (loss * float("nan"), m))(*real(*a)))
+    name = trainer.cfg.algorithm.objective
+    real = OBJECTIVES.get(name)
+    nan_loss = Component(lambda *a: (lambda loss, m: (loss * float("nan"), m))(*real(*a)), real.needs)
+    monkeypatch.setitem(OBJECTIVES._entries, name, Entry(name, nan_loss))
     with pytest.raises(TrainingError, match="3 optimizer steps in a row were skipped"):
         trainer.run()
     assert trainer.state.iteration == 0

@@ -1,7 +1,7 @@
 """``kill -9`` of `mmrl train` at points chosen by hooks inside checkpoint writing and logging (each
 rename, each delete, mid-file) and at random times; after each kill the same command must resume
 from the newest complete checkpoint and end bit-identical to an uninterrupted run, with a
-``metrics.jsonl`` free of duplicate rows (issue 18). The checks are `mmrl.utils.kill_harness`'s;
+``metrics.jsonl`` free of duplicate rows (issue 18). The checks are `tests.reliability.kill_harness`'s;
 the long variant (every point at every occurrence, more random times) is
 ``python benchmarks/kill_resume.py``, or this module's slow test with ``MMRL_KILL_RESUME_LONG=1``.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mmrl.utils import faults
-from mmrl.utils import kill_harness as kh
+from tests.reliability import kill_harness as kh
 
 # The tiny run saves 6 times: (1) iteration 0 after the warm start, (2) iteration 0 again after the
 # first evaluation (the old folder set aside, then dropped), (3) 2, (4) 4 (rotation deletes

@@ -163,4 +163,25 @@ def test_clip_config_keeps_the_quickstart_rl_settings(tmp_path):
     changed.write_text(text.replace("clip_low: 0.2", "clip_low: 0.3").replace("max_episode_steps: 20",
                                                                               "max_episode_steps: 30"))
     diff = bench.rl_settings_differences(clip_path=changed)
-    assert any(d.startswith("algorithm.clip_low") for d in diff) and any("base_kwargs" in d for d in diff)
+    assert any(d.startswith("algorithm.clip_low") for d in diff) and any(d.startswith("sim.kwargs") for d in diff)
+
+
+def test_tiny_clip_training_saves_a_loadable_model(tmp_path):
+    """The pretrained tiny CLIP loads by name as configs load it and scores like the built model
+    (its dataset and pretraining are tested above)."""
+    from rewards.clip_goal import CLIPContrastGoal
+    from rewards.train_tiny_clip import goal_meta, goal_reward_stats, load_model, train_tiny_clip
+
+    pairs = load_dataset("reach_clip", num_samples=64, seed=0)
+    _, info = train_tiny_clip(pairs, tmp_path / "clip", steps=3, batch_size=16, log_every=0)
+    assert info["steps"] == 3
+    frames = load_dataset("reach_clip", num_samples=64, seed=1, labelled=True)
+    model, tok = load_model(tmp_path / "clip")
+    reward = CLIPContrastGoal(model=model, tokenizer=tok, positive=None, negative=None, t_min=-0.1, t_max=0.1)
+    stats = goal_reward_stats(reward, frames)
+    assert stats["n"] == 64 and -1 <= stats["corr_success"] <= 1
+    by_name = CLIPContrastGoal(model_name=f"local-dir:{tmp_path / 'clip'}", pretrained=None, positive=None,
+                               negative=None, t_min=-0.1, t_max=0.1)  # how configs load it
+    meta = goal_meta(frames["instruction"][:4])
+    assert torch.allclose(by_name(frames["image"][:4], frames["instruction"][:4], meta),
+                          reward(frames["image"][:4], frames["instruction"][:4], meta))

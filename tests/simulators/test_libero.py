@@ -450,7 +450,11 @@ def test_mmrl_eval_reports_every_task(libero_cfg, tmp_path):
     import yaml
 
     from mmrl.cli import main
+    from mmrl.experiment import load_experiment
     from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
+    from mmrl.trainer import checkpoint
+    from mmrl.trainer.train_engine import build_train_engine
+    from mmrl.trainer.trainer import TrainState
 
     cfg = {
         "run": {"output_dir": str(tmp_path), "name": "ev"},
@@ -462,9 +466,10 @@ def test_mmrl_eval_reports_every_task(libero_cfg, tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     torch.manual_seed(0)
     pol = FlowVLAPolicy(FlowVLAConfig(dim=16, expert_dim=16, expert_layers=1, image_size=16, num_views=2), 7, 8)
-    (tmp_path / "ck").mkdir()
-    torch.save({"policy": pol.state_dict()}, tmp_path / "ck" / "state.pt")
-    assert main(["eval", str(tmp_path / "c.yaml"), f"checkpoint={tmp_path / 'ck'}"]) == 0
+    exp = load_experiment(tmp_path / "c.yaml")  # a checkpoint of this policy, as training writes it
+    ck = checkpoint.save(tmp_path / "ck", exp, pol, build_train_engine(exp.trainer.engine, pol, 1e-3, "cpu"),
+                         TrainState())
+    assert main(["eval", str(tmp_path / "c.yaml"), f"checkpoint={ck}"]) == 0
     report = json.loads((tmp_path / "ev" / "eval_report.json").read_text())
     tasks = L.list_tasks("libero_spatial")
     assert [r["task"] for r in report["tasks"]] == [1, 3]

@@ -7,7 +7,8 @@ import torch
 
 from mmrl.checks.simulator import check_simulator
 from mmrl.registry import REWARDS
-from mmrl.reward import RewardError, RewardStage
+from mmrl.reward import RewardError
+from mmrl.trainer.reward_stage import RewardStage
 from mmrl.simulator import Completions
 from simulators.qa import QASim
 
@@ -28,7 +29,7 @@ def test_the_simulator_pays_nothing_the_reward_stage_scores_the_answers():
     res = sim.step_chunk(actions)
     assert res.reward.tolist() == [0.0] * 4 and not res.success.any()  # no task reward of its own
     assert res.done.all() and res.info["answers"][1] == "nine hundred"
-    stage = RewardStage(REWARDS.build("counting"), success_threshold=1.0)
+    stage = RewardStage(REWARDS.build("counting"), "text", success_threshold=1.0)
     res = stage(res, obs, actions, torch.tensor([True, True, True, False]))
     assert res.reward.tolist() == [1.0, 0.0, 1.0, 0.0]  # env 3 was not acting: not scored
     assert res.success.tolist() == [True, False, True, False]
@@ -46,13 +47,11 @@ def test_reward_stage_passes_token_counts_and_names_a_failing_reward():
     obs = sim.reset(0)
     actions = Completions(["1", "2"], [4, 7])
     with pytest.raises(RewardError, match="reward 'spy' failed on 2 samples.*KeyError"):
-        RewardStage(Spy(), name="spy")(sim.step_chunk(actions), obs, actions, torch.ones(2, dtype=torch.bool))
+        RewardStage(Spy(), "text", name="spy")(sim.step_chunk(actions), obs, actions, torch.ones(2, dtype=torch.bool))
     assert seen == [4, 7]
 
 
-def test_old_reward_arguments_name_the_new_section():
-    with pytest.raises(TypeError, match="top-level section `reward:"):
-        QASim(num_envs=2, reward="counting", **KW)
+def test_actions_of_the_wrong_type_are_refused():
     with pytest.raises(ValueError, match="takes 2 answers"):
         QASim(num_envs=2, **KW).step_chunk(torch.zeros(2, 1, 9))
 

@@ -139,29 +139,19 @@ def test_a_checkpoint_is_complete_when_it_is_in_place(tmp_path):
     assert "model.safetensors is missing" in ckpt.verify(folder)
 
 
-def test_a_checkpoint_of_the_old_format_still_loads(tmp_path, capsys):
-    """Checkpoints written before 2026-11-25 hold the weights inside state.pt (marker: its sha256 and
-    size): verify, read, read_weights and resume take them."""
-    import hashlib
-
-    import torch
-
+def test_a_folder_without_its_completion_marker_is_not_a_checkpoint(tmp_path):
+    """COMPLETE is written last, before the rename into place: a folder without it (or with a
+    state.pt of another format) is named as unusable, never loaded."""
     run(tmp_path, "trainer.iterations=1")
     folder = tmp_path / "t" / "checkpoints" / "iter_000001"
-    data = ckpt.read(folder)
-    data.pop("format")
-    torch.save(data, folder / "state.pt")  # the weights under "policy", as before
-    (folder / "model.safetensors").unlink()
-    raw = (folder / "state.pt").read_bytes()
-    (folder / ckpt.MARKER).write_text(json.dumps({"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw),
-                                                  "iteration": 1}))
+    (folder / ckpt.MARKER).rename(tmp_path / "marker")
+    assert "COMPLETE is missing" in ckpt.verify(folder)
+    (tmp_path / "marker").rename(folder / ckpt.MARKER)
     assert ckpt.verify(folder) is None
-    weights, spec = ckpt.read_weights(folder)
-    assert weights.keys() == data["policy"].keys() and spec == data["extra"]["policy_spec"]
-    capsys.readouterr()
-    trainer = run(tmp_path, "trainer.iterations=2")
-    assert "resumed from checkpoint iter_000001" in capsys.readouterr().out
-    assert trainer.state.iteration == 2
+    data = torch.load(folder / "state.pt", weights_only=False)
+    torch.save({**data, "format": 1}, folder / "state.pt")
+    with pytest.raises(ckpt.UnreadableFile, match="not a checkpoint of format 2"):
+        ckpt.read(folder)
 
 
 def test_resume_hashes_the_newest_checkpoint_once(tmp_path, monkeypatch):

@@ -12,7 +12,8 @@ import torch
 from mmrl.experiment import build_trainer, load_experiment
 from mmrl.trainer.checkpoint import latest_path, load_policy
 from mmrl.registry import REWARDS
-from mmrl.reward import RewardError, RewardStage
+from mmrl.reward import RewardError
+from mmrl.trainer.reward_stage import RewardStage
 from simulators.prompts import PromptSim
 
 SIM = ["sim.type=prompts", "sim.num_envs=8", "sim.eval_num_envs=8",
@@ -42,7 +43,7 @@ def test_prompt_sim_images_rewards_and_splits():
     meta = [sim.meta[i] for i in sim.prompt_index([5, 5, 6, 7])]
     assert obs.meta == meta  # the ground truth the reward stage hands the reward model
     model = REWARDS.build("shapes")
-    scored = RewardStage(model, success_threshold=0.5)(res, obs, images, torch.ones(4, dtype=torch.bool))
+    scored = RewardStage(model, "image", success_threshold=0.5)(res, obs, images, torch.ones(4, dtype=torch.bool))
     assert torch.equal(scored.reward, model(images, obs.instruction, meta))
     assert torch.equal(scored.success, scored.reward >= 0.5)
     assert (res.obs.image == 0).all()  # auto reset: a fresh (blank) episode
@@ -50,8 +51,6 @@ def test_prompt_sim_images_rewards_and_splits():
     assert eval_prompts and not eval_prompts & set(sim.prompts)
     with pytest.raises(ValueError, match=r"takes uint8 images \[2, 8, 8, 3\]"):
         PromptSim(num_envs=2, image_size=8).step_chunk(torch.zeros(2, 1, 5))
-    with pytest.raises(TypeError, match="top-level section `reward:"):
-        PromptSim(num_envs=2, reward="shapes")
 
 
 def test_prompt_sim_deals_eval_prompts_in_cycles_and_train_prompts_at_random():

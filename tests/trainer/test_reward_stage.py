@@ -20,9 +20,11 @@ def cfg(tmp_path, *extra):
     return load_experiment(None, [f"run.output_dir={tmp_path}", "run.name=r", *DIFF, *extra])
 
 
-def test_old_layout_and_mismatches_fail_at_load_with_the_fix():
-    with pytest.raises(ConfigError, match="top-level `reward:` section"):
+def test_mismatches_fail_at_load_with_the_fix():
+    with pytest.raises(ConfigError, match="'kwargs.reward' is not an argument of simulator 'prompts'"):
         load_experiment(None, [*DIFF, "sim.kwargs={dataset: shapes_prompts, reward: shapes}"])
+    with pytest.raises(ConfigError, match="'reward.frames' says how a robot simulator's rendered frames"):
+        load_experiment(None, [*DIFF, "reward.frames={timing: step}"])
     with pytest.raises(ConfigError, match="no task reward of its own: add a `reward:` section"):
         load_experiment(None, [*DIFF, "reward=null"])
     with pytest.raises(ConfigError, match="policy 'flow_vla' produces chunk actions but simulator 'prompts' takes image"):
@@ -32,7 +34,7 @@ def test_old_layout_and_mismatches_fail_at_load_with_the_fix():
 
 
 def test_a_text_reward_on_an_image_simulator_fails_before_any_work(tmp_path):
-    with pytest.raises(ValueError, match="reward 'short_answer' scores text, but simulator actions are 'image'"):
+    with pytest.raises(ValueError, match="reward 'short_answer' scores text, but the simulator's actions are images"):
         build_trainer(cfg(tmp_path, "reward.type=short_answer"))
 
 

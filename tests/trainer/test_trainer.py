@@ -128,14 +128,6 @@ def test_demonstrations_are_recorded_in_the_configured_simulator(tmp_path, monke
     assert seen["meta"]["expert_speed"] == 0.5
 
 
-def test_a_wrapper_simulator_records_demonstrations_in_the_simulator_it_wraps():
-    from mmrl.trainer.trainer import recording_simulator
-
-    semantic = {"base": "reach", "base_kwargs": {"max_episode_steps": 20}, "reward": "clip_contrast_goal"}
-    assert recording_simulator("semantic", semantic) == ("reach", {"max_episode_steps": 20})
-    assert recording_simulator("reach", {"image_size": 16}) == ("reach", {"image_size": 16})
-
-
 def test_warm_start_lr_factor_by_hand():
     from mmrl.trainer.trainer import warm_start_lr_factor as f
 

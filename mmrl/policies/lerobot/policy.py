@@ -64,6 +64,7 @@ import lerobot  # the policy needs LeRobot; without it the registry names the fi
 from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.flow import FlowNoiseHead, awm_loss, chain_log_prob, reduce_log_prob, sample, stochastic_mask, time_grid
+from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.lerobot.families import FAMILIES, Prefix
 
@@ -161,8 +162,14 @@ class LeRobotVLAPolicy(Policy):
     config_class = LeRobotVLAConfig
 
     @classmethod
-    def kl_support(cls, cfg: LeRobotVLAConfig) -> str | None:
-        return None if cfg.reference != "none" else "set policy.reference=copy (or adapter with finetune: lora)"
+    def capabilities(cls, cfg: LeRobotVLAConfig) -> Capabilities:
+        """Action chunks, exact log-probs of the executed steps (per chunk or per element), AWM, a
+        value head with ``critic``, a KL reference with ``reference``."""
+        return Capabilities(
+            logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic, likelihood_free=True,
+            kl_reference="logp" if cfg.reference != "none" else None,
+            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+                   "kl_reference": "set policy.reference=copy (or adapter with finetune: lora)"})
 
     def __init__(self, cfg: LeRobotVLAConfig, action_dim: int, state_dim: int | None = None):
         super().__init__()
@@ -198,8 +205,6 @@ class LeRobotVLAPolicy(Policy):
         prefix_width = prefix_hidden_size(lr_policy)
         self.value_head = nn.Sequential(nn.Linear(prefix_width, cfg.value_hidden), nn.Tanh(),
                                         nn.Linear(cfg.value_hidden, 1)) if cfg.critic else None
-        self.has_critic = cfg.critic
-        self.provides_ref_logp = cfg.reference != "none"
         self.register_buffer("grid", time_grid(cfg.num_steps or flow_steps(lcfg)), persistent=False)
         self.logp_shape = () if cfg.logp_level == "chunk" else (self._chunk, action_dim)
         if cfg.reference == "copy":
@@ -319,7 +324,7 @@ class LeRobotVLAPolicy(Policy):
         values = self.values(prefix)
         if values is not None:
             batch["old_values"] = values
-        if self.provides_ref_logp and mode == "train":
+        if self.cfg.reference != "none" and mode == "train":
             with self.reference():
                 ref_prefix = self.family.prefix(self.lerobot, self.stored_batch(batch))
                 ref = chain_log_prob(self.model_fn(ref_prefix, c.method), out.chain, self.grid, out.stoch,

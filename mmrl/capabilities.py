@@ -1,0 +1,112 @@
+"""What components can do and what they need, declared as data and checked when a config loads.
+
+- A policy declares its `Capabilities` for a configuration (``Policy.capabilities(cfg)``): the
+  actions it produces, the granularity of its log-probs, whether it has a critic, a likelihood-free
+  loss, a KL reference, background rollout, and the modules that sharded training wraps.
+- An advantage estimator or an objective registers as a `Component`: one callable with its
+  registry's one signature, plus the `NEEDS` it declares (a critic, groups, a likelihood ...).
+
+`missing_needs` compares the two, so that ``algorithm.objective: awm`` with a policy that has no
+likelihood-free loss fails when the config loads, naming the capability and the fix, instead of at
+the first update after the warm start. The trainer never probes a policy for optional methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+#: what an estimator or an objective may need, and what provides it
+NEEDS = {
+    "critic": "a critic (the policy's value head; its rollouts carry old_values)",
+    "groups": "groups of whole episodes sharing an initial state (algorithm.group_size >= 2, trainer.rollout_steps: 0)",
+    "likelihood": "exact log-probs of the policy's actions (Policy.evaluate)",
+    "likelihood_free": "a likelihood-free loss (Policy.likelihood_free_loss: advantage-weighted matching)",
+}
+#: granularity of a policy's ``old_logp`` (its log-prob shape after the batch dim)
+LOGP_LEVELS = {
+    "decision": "one log-prob per decision: shape ()",
+    "element": "one per action element of the chunk: (chunk, action_dim)",
+    "token": "one per generated token: (max_tokens,)",
+    "step": "one per denoising step: (num_steps,)",
+}
+#: where a policy's KL to its reference comes from
+KL_SOURCES = {
+    "logp": "rollouts carry ref_logp; algorithm.kl_estimator (k1 / k2 / k3) turns them into the KL",
+    "own": "Policy.evaluate returns the policy's own KL (e.g. Flow-GRPO's mean drift to the reference)",
+}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a policy can do as configured. ``fixes`` says, per capability it lacks (a key of
+    `as_needs` or ``kl_reference`` / ``asynchronous``), how to get it (shown by the config check)."""
+
+    action_type: str = "chunk"  # what it produces (mmrl.simulator.ACTION_TYPES): it acts in simulators of this type
+    logp: str = "decision"  # `LOGP_LEVELS`
+    critic: bool = False
+    likelihood: bool = True  # exact log-probs of its actions (PPO / GRPO ratios)
+    likelihood_free: bool = False  # a likelihood-free loss (AWM)
+    kl_reference: str | None = None  # `KL_SOURCES`, or None: no reference to take a KL to
+    asynchronous: bool = True  # a deep copy can roll out in a background thread (trainer.async_staleness)
+    #: class names of the blocks that sharded data-parallel training wraps one by one (FSDP2
+    #: ``fully_shard`` units, DeepSpeed ZeRO-3 leaf modules); () = the whole policy as one unit
+    sharding_units: tuple[str, ...] = ()
+    fixes: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.logp not in LOGP_LEVELS:
+            raise ValueError(f"Capabilities.logp must be one of {list(LOGP_LEVELS)}, got {self.logp!r}")
+        if self.kl_reference is not None and self.kl_reference not in KL_SOURCES:
+            raise ValueError(f"Capabilities.kl_reference must be None or one of {list(KL_SOURCES)}, "
+                             f"got {self.kl_reference!r}")
+        unknown = sorted(set(self.fixes) - {*NEEDS, "kl_reference", "asynchronous"})
+        if unknown:
+            raise ValueError(f"Capabilities.fixes names unknown capabilities {unknown}")
+
+    def as_needs(self) -> frozenset[str]:
+        """The `NEEDS` this policy satisfies (``groups`` comes from the collection, not the policy)."""
+        have = {"critic": self.critic, "likelihood": self.likelihood, "likelihood_free": self.likelihood_free}
+        return frozenset(k for k, v in have.items() if v)
+
+    def fix(self, capability: str, default: str) -> str:
+        return self.fixes.get(capability, default)
+
+
+@dataclass(frozen=True)
+class Component:
+    """A registered algorithm component: ``fn`` with its registry's signature, and what it needs."""
+
+    fn: Callable[..., Any]
+    needs: frozenset[str] = frozenset()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.needs) - set(NEEDS))
+        if unknown:
+            raise ValueError(f"{self.fn!r} needs unknown {unknown}; "
+                             f"known needs: {list(NEEDS)}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def component(registry, name: str, needs: Iterable[str] = (), description: str = "") -> Callable:
+    """Decorator registering ``fn`` in ``registry`` under ``name`` as a `Component` that needs
+    ``needs``; returns ``fn`` unchanged (its pure form stays callable and testable)."""
+
+    def add(fn: Callable) -> Callable:
+        doc = description or ((fn.__doc__ or "").strip().splitlines() or [""])[0]
+        registry.register(name, Component(fn, frozenset(needs), doc), description=doc)
+        return fn
+
+    return add
+
+
+def missing_needs(needs: Iterable[str], have: Iterable[str]) -> list[str]:
+    """The needs not in ``have``, in `NEEDS` order."""
+    have = set(have)
+    return [n for n in NEEDS if n in set(needs) and n not in have]
+
+
+__all__ = ["Capabilities", "Component", "component", "missing_needs", "NEEDS", "LOGP_LEVELS", "KL_SOURCES"]

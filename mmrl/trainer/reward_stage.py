@@ -1,0 +1,381 @@
+"""The trainer's reward stage: the one place where reward models score what a policy did.
+
+A `RewardStage` holds the experiment's reward model (a `mmrl.reward.Reward`, or a `WeightedSum` of
+several; the ``reward:`` section, built by `build_reward_stage`) and scores every decision of a
+rollout, in training and evaluation alike. The collectors call it right after the simulator's step
+(`mmrl.rollout.act`, the placement pipeline), so success, videos, dynamic sampling and the
+non-finite check all see the scored reward. Its kind follows the simulator's action type (`KINDS`):
+
+- ``text`` (VLM answers) and ``image`` (generated images): the decision's own output, scored against
+  the observation's prompt and ``meta``; ``success_threshold`` sets ``success = score >= threshold``;
+- ``frame`` (robot simulators): an image reward scores the frames the simulator renders after each
+  step of the action chunk (its step trace, `mmrl.simulator.TRACE_KEYS`), the episode's
+  instruction as the prompt (VLM-RM / VLM-RL). `FrameScoring` says when: every step (``step``,
+  dense), or once per episode at its end (``episode_end``: its last frame, or the mean score over
+  its frames, kept per env in `EpisodeScores` across decisions). Success stays the simulator's.
+
+The trained reward of each step is `combine` (`mmrl.algorithms.reward_synthesis.RewardSynthesis`)
+of the model's score (0 where the step was not scored) and the simulator's terms (`TERMS`): ``task``
+(its own reward), ``success``, ``terminated``, ``truncated`` (0 / 1) and ``step_cost`` (-1 on each
+step that ran), summed over the steps of the decision; ``failure_term`` names a term whose steps get
+``combine.failure_penalty`` instead. The default adds the score to the task reward.
+
+Models are built once per process for equal (name, arguments) (`reward_model`: a small cache), with
+the global torch RNG left untouched, so a run builds the same policy with or without a reward model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from mmrl.algorithms.reward_synthesis import RewardSynthesis
+from mmrl.reward import Reward, RewardError, WeightedSum, as_reward, import_reference
+from mmrl.simulator import Completions, Observation, StepResult
+
+#: the stage's kind by the simulator's action type, and the reward kind each stage kind scores
+KINDS = {"text": "text", "image": "image", "chunk": "frame"}
+MODEL_KIND = {"text": "text", "image": "image", "frame": "image"}
+SCORED = {"text": "actions are answers (text)", "image": "actions are images", "frame": "rendered frames are images"}
+#: what `RewardStage.combine` may name besides the model's score
+TERMS = ("task", "success", "terminated", "truncated", "step_cost")
+TIMINGS = ("episode_end", "step")
+EPISODE_MODES = ("final", "mean")
+
+
+@dataclass(frozen=True)
+class FrameScoring:
+    """When and how a ``frame`` stage scores a robot simulator's frames (``reward.frames``)."""
+
+    timing: str = "episode_end"  # "step": every step's frame; "episode_end": once, when the episode ends
+    episode_mode: str = "final"  # episode_end: the last frame ("final") or the mean over the frames ("mean")
+    view: int = 0  # the camera scored when the simulator renders several
+    # per-sample reward meta built from the instruction: templates formatted with {instruction} and
+    # the named groups of `instruction_pattern` (e.g. {"positive_goal": "the gripper is on the {color} disc"})
+    goal_meta: dict = field(default_factory=dict)
+    instruction_pattern: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.timing not in TIMINGS:
+            raise ValueError(f"timing must be one of {list(TIMINGS)}, got {self.timing!r}")
+        if self.episode_mode not in EPISODE_MODES:
+            raise ValueError(f"episode_mode must be one of {list(EPISODE_MODES)}, got {self.episode_mode!r}")
+
+    def meta_for(self, instructions: list[str]) -> list[dict] | None:
+        """Reward meta per instruction from `goal_meta` (None without templates)."""
+        if not self.goal_meta:
+            return None
+        pattern = re.compile(self.instruction_pattern) if self.instruction_pattern else None
+        out = []
+        for text in instructions:
+            fields = {"instruction": text}
+            if pattern is not None:
+                m = pattern.search(text)
+                if m is None:
+                    raise ValueError(f"instruction_pattern {pattern.pattern!r} does not match instruction {text!r}")
+                fields.update({k: v for k, v in m.groupdict().items() if v is not None})
+            try:
+                out.append({k: t.format(**fields) for k, t in self.goal_meta.items()})
+            except KeyError as exc:
+                raise ValueError(f"goal_meta template needs field {exc} (fields: {sorted(fields)}); "
+                                 "name it as a group of instruction_pattern") from exc
+        return out
+
+
+class EpisodeScores:
+    """Per env, the running sum and count of the frame scores of the episode in progress (a
+    ``frame`` stage with ``episode_mode: mean``); owned by whoever runs the episodes (a collector),
+    and saved with its episodes in progress."""
+
+    def __init__(self, num_envs: int):
+        self.total = torch.zeros(num_envs)
+        self.count = torch.zeros(num_envs, dtype=torch.long)
+
+    def state_dict(self) -> dict:
+        return {"total": self.total.clone(), "count": self.count.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.total, self.count = state["total"].clone(), state["count"].clone()
+
+
+class RewardStage:
+    """A reward model scoring each decision of a rollout (see the module docstring)."""
+
+    SAMPLE_ROWS = 8  # completions kept for the log's table per drain
+
+    def __init__(self, model: Reward, kind: str, success_threshold: float | None = None, name: str | None = None,
+                 combine: RewardSynthesis | None = None, failure_term: str | None = None,
+                 frames: FrameScoring | None = None):
+        if kind not in MODEL_KIND:
+            raise ValueError(f"a reward stage scores {sorted(MODEL_KIND)}, not {kind!r}")
+        self.name = name or model.name
+        if model.kind != MODEL_KIND[kind]:
+            raise ValueError(f"reward '{self.name}' scores {model.kind}, but the simulator's {SCORED[kind]}: use a "
+                             f"reward of kind {MODEL_KIND[kind]!r}")
+        if kind == "frame" and success_threshold is not None:
+            raise ValueError("success_threshold applies to single-turn rewards (answers, images); a robot "
+                             "simulator's success is its own: remove reward.success_threshold")
+        if kind != "frame" and frames is not None:
+            raise ValueError(f"frames options apply to robot simulators' frames, not to a {kind} reward: "
+                             "remove reward.frames")
+        self.model, self.kind, self.threshold = model, kind, success_threshold
+        self.combine = combine or RewardSynthesis(weights={"model": 1.0, "task": 1.0})
+        unknown = sorted(set(self.combine.named_terms() + ([failure_term] if failure_term else [])) - set(TERMS))
+        if unknown:
+            raise ValueError(f"combine names unknown term(s) {unknown}; terms: {list(TERMS)} and 'model'")
+        self.failure_term = failure_term
+        self.frames = (frames or FrameScoring()) if kind == "frame" else None
+        self._lock = threading.Lock()  # an async collector scores in a background thread
+        self._sums: dict[str, list[float]] = {}  # part -> [sum of finite scores, count]
+        self._lengths: list[int] = []  # completion lengths (tokens where known, else characters)
+        self._rows: list[dict] = []  # the first `SAMPLE_ROWS` (prompt, completion, rewards) since the last drain
+
+    # ---- what the collectors ask ---------------------------------------------------------------
+    @property
+    def traced(self) -> bool:
+        """Whether the simulator's step trace is needed (``step_chunk(actions, trace=True)``)."""
+        return self.kind == "frame"
+
+    def episode_scores(self, num_envs: int) -> EpisodeScores | None:
+        """The per-env state a collector keeps for this stage across decisions (None: none needed)."""
+        if self.kind == "frame" and self.frames.timing == "episode_end" and self.frames.episode_mode == "mean":
+            return EpisodeScores(num_envs)
+        return None
+
+    @property
+    def defines_success(self) -> bool:
+        return self.threshold is not None
+
+    def check_simulator(self, sim) -> None:
+        """Raise ValueError naming the fix unless this stage scores what ``sim``'s actions are."""
+        if KINDS.get(sim.action_type) != self.kind:
+            raise ValueError(f"reward '{self.name}' scores {SCORED[self.kind].split(' are ')[0]}, but the simulator's "
+                             f"actions are {sim.action_type!r}")
+        if self.kind == "frame":
+            from mmrl.checks.simulator import supports_trace
+
+            if not supports_trace(sim):
+                raise ValueError(f"reward '{self.name}' scores the frames of each step, but {type(sim).__name__}."
+                                 "step_chunk takes no trace= (mmrl.simulator.TRACE_KEYS): keep Simulator's own "
+                                 "step_chunk, or take trace= and pass it on")
+            views = sim.image_shape[0] if len(sim.image_shape) == 4 else 1
+            if not sim.has_images:
+                raise ValueError(f"reward '{self.name}' scores rendered frames, but the simulator renders none "
+                                 "(has_images is false): enable its images or remove the reward section")
+            if not 0 <= self.frames.view < views:
+                raise ValueError(f"reward.frames.view = {self.frames.view} but the simulator renders {views} "
+                                 f"camera(s): use 0..{views - 1}")
+
+    def __call__(self, res: StepResult, obs: Observation, actions, alive: torch.Tensor,
+                 episodes: EpisodeScores | None = None) -> StepResult:
+        """``res`` of the decision ``actions`` taken on ``obs`` in the envs ``alive`` (bool [N]: whose
+        episode the collector is still recording), its reward replaced by the combination of the
+        model's score and the simulator's terms (and ``success`` set by the threshold). ``episodes``:
+        the collector's `episode_scores` state, for ``episode_mode: mean``."""
+        if not bool(alive.any()):  # nothing recorded here (e.g. a crashed sim worker's stand-in result)
+            return res
+        if self.kind == "frame":
+            return self._frames(res, obs, alive, episodes)
+        return self._single_turn(res, obs, actions, alive)
+
+    # ---- scoring -----------------------------------------------------------------------------
+    def _score(self, samples, prompts: list[str], meta: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The model's scores of ``samples`` (float [B], CPU) and its named parts, logged."""
+        try:
+            if isinstance(self.model, WeightedSum):  # every part scored once: logged, then combined
+                parts = self.model.parts(samples, prompts, meta)
+                score = self.model.combine(parts)
+            else:
+                score = self.model(samples, prompts, meta)
+                parts = {self.name: score}
+        except Exception as exc:
+            raise RewardError(f"reward '{self.name}' failed on {len(prompts)} samples (first prompt {prompts[0]!r}): "
+                              f"{type(exc).__name__}: {exc}") from exc
+        self._record(parts)
+        return score.float().cpu(), parts
+
+    def _combined(self, score: torch.Tensor, task, success, terminated, truncated, ran: torch.Tensor) -> torch.Tensor:
+        """`combine` of one step's score [B] and terms [B] (CPU float), 0 where the step did not run."""
+        terms = {"task": task.float().cpu(), "success": success.float().cpu(), "terminated": terminated.float().cpu(),
+                 "truncated": truncated.float().cpu(), "step_cost": -ran.float().cpu()}
+        ran = ran.cpu()
+        failure = terms[self.failure_term].bool() & ran if self.failure_term else None
+        out = self.combine(score, terms, failure)
+        return torch.where(ran, out, torch.zeros_like(out))
+
+    def _single_turn(self, res: StepResult, obs: Observation, actions, alive: torch.Tensor) -> StepResult:
+        rows = alive.cpu().nonzero().flatten().tolist()
+        prompts = [obs.instruction[r] for r in rows]
+        meta = [dict(obs.meta[r]) if obs.meta is not None else {} for r in rows]
+        if isinstance(actions, Completions):
+            samples = Completions([actions[r] for r in rows], [actions.num_tokens[r] for r in rows])
+            for m, n in zip(meta, samples.num_tokens):
+                m["completion_tokens"] = n  # the overlong penalty reads it
+        elif isinstance(actions, list):
+            samples = [actions[r] for r in rows]
+        else:
+            samples = actions[torch.tensor(rows, device=actions.device)].cpu()
+        score, parts = self._score(samples, prompts, meta)
+        if self.kind == "text":
+            self._record_completions(samples, prompts, score, parts)
+        idx = torch.tensor(rows, device=res.reward.device)
+        reward = res.reward.clone()
+        ran = torch.ones(len(rows), dtype=torch.bool)
+        reward[idx] = self._combined(score, res.reward[idx], res.success[idx], res.terminated[idx],
+                                     res.truncated[idx], ran).to(reward.device, reward.dtype)
+        res.reward = reward
+        if self.threshold is not None:
+            success = res.success.clone()
+            success[idx] |= score.to(success.device) >= self.threshold
+            res.success = success
+        return res
+
+    def _frames(self, res: StepResult, obs: Observation, alive: torch.Tensor,
+                episodes: EpisodeScores | None) -> StepResult:
+        """Score the frames of the decision's steps (see `FrameScoring`); the reward becomes the sum
+        over its steps of `_combined`, success stays the simulator's."""
+        trace = res.info.get("trace")
+        if trace is None:
+            raise RewardError(f"reward '{self.name}' scores the frames of each step, but the simulator returned no "
+                              "step trace: its step_chunk must take trace=True (mmrl.simulator.TRACE_KEYS; "
+                              "`mmrl check simulator NAME` checks it)")
+        fs = self.frames
+        frames = trace["image"]
+        if frames.dim() == 6:  # several cameras: [N, K, V, H, W, 3]
+            frames = frames[:, :, fs.view]
+        ran = trace["active"].cpu()
+        ended = ran & (trace["terminated"] | trace["truncated"]).cpu()
+        recorded = alive.cpu()[:, None]  # envs whose episode the collector still records
+        n, k_steps = ran.shape
+        score = torch.zeros(n, k_steps)
+        for k in range(k_steps):
+            if fs.timing == "step":
+                rows = (ran[:, k] & recorded[:, 0]).nonzero().flatten()
+            elif fs.episode_mode == "final":
+                rows = (ended[:, k] & recorded[:, 0]).nonzero().flatten()
+            else:  # mean: every frame scored and summed; the episode's mean paid at its end
+                rows = (ran[:, k] & recorded[:, 0]).nonzero().flatten()
+            if rows.numel() == 0:
+                continue
+            prompts = [obs.instruction[i] for i in rows.tolist()]
+            meta = fs.meta_for(prompts)
+            if meta is None:
+                meta = [dict(obs.meta[i]) for i in rows.tolist()] if obs.meta is not None else [{} for _ in prompts]
+            s, _ = self._score(frames[rows.to(frames.device), k], prompts, meta)
+            if fs.timing == "episode_end" and fs.episode_mode == "mean":
+                if episodes is None:
+                    raise ValueError("episode_mode 'mean' needs the collector's episode_scores state")
+                episodes.total[rows] += s
+                episodes.count[rows] += 1
+                done = rows[ended[rows, k]]
+                score[done, k] = episodes.total[done] / episodes.count[done].clamp(min=1).float()
+                episodes.total[done], episodes.count[done] = 0.0, 0
+            else:
+                score[rows, k] = s
+        reward = torch.zeros(n)
+        for k in range(k_steps):  # summed step by step, as the simulator sums its own reward
+            reward += self._combined(score[:, k], trace["reward"][:, k], trace["success"][:, k],
+                                     trace["terminated"][:, k], trace["truncated"][:, k], ran[:, k])
+        res.reward = reward.to(res.reward.device)
+        return res
+
+    # ---- logs --------------------------------------------------------------------------------
+    def _record(self, parts: dict[str, torch.Tensor]) -> None:
+        with self._lock:
+            for k, v in parts.items():
+                v = v.float()
+                ok = torch.isfinite(v)
+                acc = self._sums.setdefault(k, [0.0, 0])
+                acc[0] += float(v[ok].sum())
+                acc[1] += int(ok.sum())
+
+    def _record_completions(self, samples, prompts, score, parts) -> None:
+        tokens = samples.num_tokens if isinstance(samples, Completions) else [None] * len(samples)
+        lengths = [int(n) if n is not None else len(c) for c, n in zip(samples, tokens)]
+        with self._lock:
+            self._lengths.extend(lengths)
+            for i in range(min(len(prompts), self.SAMPLE_ROWS - len(self._rows))):
+                row = {"prompt": prompts[i], "completion": str(samples[i]), "reward": float(score[i])}
+                if len(parts) > 1:
+                    row.update({k: float(v[i]) for k, v in parts.items()})
+                self._rows.append(row)
+
+    def drain(self) -> dict:
+        """What was scored since the last drain, as TRL logs it; then forgets it:
+        ``rewards/<part>/mean`` over the finite scores (one per part of a weighted sum, else the
+        reward's own); for text, ``completions/{mean,min,max}_length`` (tokens) and ``completions``,
+        the first `SAMPLE_ROWS` rows of prompt, completion and rewards (the completions table)."""
+        with self._lock:
+            out: dict = {f"rewards/{k}/mean": total / n for k, (total, n) in self._sums.items() if n}
+            if self._lengths:
+                out.update({"completions/mean_length": sum(self._lengths) / len(self._lengths),
+                            "completions/min_length": min(self._lengths),
+                            "completions/max_length": max(self._lengths)})
+            if self._rows:
+                out["completions"] = list(self._rows)
+            self._sums, self._lengths, self._rows = {}, [], []
+        return out
+
+
+# ---- building ------------------------------------------------------------------------------------
+CACHE_SIZE = 4  # distinct registered reward models kept per process (a run's training and `mmrl eval`)
+_MODELS: OrderedDict[str, Reward] = OrderedDict()
+
+
+def reward_model(name: str, kwargs: dict | None = None, kind: str = "image") -> Reward:
+    """The reward model ``name``: a registered reward (`mmrl list`), or a function / `Reward` class
+    named by reference (``module.path:function`` or ``path/file.py:function``; ``kind`` is what a
+    function scores). Registered models with equal (name, arguments) are built once per process
+    (the `CACHE_SIZE` most recent are kept); building leaves the global torch RNG untouched."""
+    from mmrl.registry import REWARDS
+
+    kwargs = dict(kwargs or {})
+    if ":" in name:  # a user's function (or Reward class): TRL-style, cheap to build
+        with torch.random.fork_rng(devices=[]):
+            return as_reward(import_reference(name), kind, name=name.rpartition(":")[2], **kwargs)
+    try:
+        key = json.dumps([name, kwargs], sort_keys=True)
+    except TypeError:  # arguments that are objects (a model passed in Python): not cached
+        key = None
+    if key is not None and key in _MODELS:
+        _MODELS.move_to_end(key)
+        return _MODELS[key]
+    with torch.random.fork_rng(devices=[]):  # a random init before loading must not move the global RNG
+        model = REWARDS.build(name, **kwargs)
+    if key is not None:
+        _MODELS[key] = model
+        while len(_MODELS) > CACHE_SIZE:
+            _MODELS.popitem(last=False)
+    return model
+
+
+def build_reward_stage(type: str | None, kwargs: dict, weights: dict[str, float], action_type: str,
+                       success_threshold: float | None = None, combine: RewardSynthesis | None = None,
+                       failure_term: str | None = None, frames: FrameScoring | None = None) -> RewardStage:
+    """The stage of an experiment's ``reward:`` section (`mmrl.experiment.RewardConfig` holds the
+    fields) for a simulator whose actions are ``action_type``: one model (``type``) or a weighted
+    sum (``weights``, with per-part ``kwargs``), checked with its `Reward.preflight` before any work."""
+    from mmrl.errors import UserError
+
+    kind = KINDS[action_type]
+    if weights:
+        parts = {n.rpartition(":")[2]: reward_model(n, kwargs.get(n), MODEL_KIND[kind]) for n in weights}
+        model: Reward = WeightedSum(parts, list(weights.values()))
+        name = "weighted_sum"
+    else:
+        model = reward_model(type, kwargs, MODEL_KIND[kind])
+        name = type.rpartition(":")[2]
+    try:
+        model.preflight()  # e.g. a reward server that does not answer: said before any work
+    except RewardError as exc:
+        raise UserError(f"reward '{name}' cannot score: {exc}") from None
+    return RewardStage(model, kind, success_threshold, name=name, combine=combine, failure_term=failure_term,
+                       frames=frames)
+
+
+__all__ = ["RewardStage", "FrameScoring", "EpisodeScores", "build_reward_stage", "reward_model", "KINDS", "TERMS"]
