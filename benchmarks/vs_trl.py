@@ -101,15 +101,20 @@ class Counters:
         self.ends.append((time.perf_counter(), self.tokens, self.steps))
 
     def recording(self, reward):
-        """``reward`` as a function that also notes the dataset index of every question it scores, one
-        sorted list per call (per step): which records each step trained on."""
+        """``reward`` (a `mmrl.reward.Reward`, the same object: its kind, name and checks stay) noting the
+        dataset index of every question it scores, one sorted list per call (per step): which records
+        each step trained on. Nothing is noted while ``self.paused`` (mmrl's held-out evaluations)."""
         self.questions: list[list[int]] = []
+        self.paused = False
+        score = reward.score
 
         def scored(completions, prompts, meta):
-            self.questions.append(sorted(int(m["index"]) for m in meta))
-            return reward(completions, prompts, meta)
+            if not self.paused:
+                self.questions.append(sorted(int(m["index"]) for m in meta))
+            return score(completions, prompts, meta)
 
-        return scored
+        reward.score = scored
+        return reward
 
     def per_step(self, warmup: int) -> dict:
         """Timed steps (after ``warmup``): loop_s, generated tokens and optimizer steps of each, from the
@@ -159,7 +164,17 @@ def run_mmrl(a: argparse.Namespace) -> dict:
     counters = Counters()
     counters.count_generate(model, stop_ids(model, trainer.policy.processor))
     counters.count_optimizer_steps()
-    trainer.reward_stage.model = counters.recording(trainer.reward_stage.model)  # called with meta
+    counters.recording(trainer.reward_stage.model)  # called with meta
+    evaluate = trainer.evaluate
+
+    def unrecorded_evaluate(name):  # held-out questions at the start and the end: not training records
+        counters.paused = True
+        try:
+            return evaluate(name)
+        finally:
+            counters.paused = False
+
+    trainer.evaluate = unrecorded_evaluate
     log = trainer.logger.log
 
     def timed_log(step, metrics):
