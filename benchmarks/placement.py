@@ -6,6 +6,7 @@
     python benchmarks/placement.py --envs 16 --rounds 1 --ms-max-steps 8 --ms-rounds 1   # quick check
     python benchmarks/placement.py --load sleep           # synthetic simulator on "another device"
     python benchmarks/placement.py --async-iterations 6   # + the trainer, synchronous vs async rollout
+    python benchmarks/placement.py --smoke                # seconds: every mode of both workloads, no figure
 
 The same policy in every mode: the quickstart's flow VLA (built-in encoder, chunk 4, 4 denoising
 steps, Flow-SDE train rollouts, random weights). Two workloads:
@@ -379,6 +380,8 @@ def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:
 
 
 def main() -> None:
+    from _smoke import parse_args
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=["both", "synthetic", "maniskill"], default="both")
     parser.add_argument("--envs", type=int, default=64, help="synthetic: envs per round (N)")
@@ -396,7 +399,7 @@ def main() -> None:
     parser.add_argument("--async-iterations", type=int, default=0,
                         help="also time K iterations of the real trainer on the quickstart, synchronous "
                              "vs trainer.async_staleness=1 (0 = skip)")
-    args = parser.parse_args()
+    args = parse_args(parser, envs=8, rounds=1, max_steps=8, ms_rounds=1, ms_max_steps=4, ms_image_size=32)
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
     print(f"load average (1 min) at start: {load:.2f}; CPUs: {CORES}; main-process torch threads: "

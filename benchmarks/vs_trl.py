@@ -3,6 +3,7 @@
     .venv/bin/pip install -e ".[vlm,bench]"          # TRL is a benchmark-only dependency
     python benchmarks/vs_trl.py                    # 8 prompts x 8 answers of 4 tokens, 1 + 8 steps, 5 repeats
     python benchmarks/vs_trl.py --repeats 2 --steps 3 --sft-steps 10     # a quick check of the plumbing
+    python benchmarks/vs_trl.py --smoke                                   # seconds: 2 x 2 answers, 1 repeat
 
 Both sides train the same model, ``mmrl.tiny.tiny_models.tiny_image_text_model(seed=0)`` (a
 real ``Idefics3ForConditionalGeneration`` + ``Idefics3Processor``: the SmolVLM architecture, random
@@ -334,7 +335,7 @@ def run_trl(a: argparse.Namespace) -> dict:
 # ------------------------------------------------------------------------------------------ main
 def child(side: str, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--side", side,
-           *[f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("side", "repeats")]]
+           *[f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("side", "repeats", "smoke")]]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
            "TOKENIZERS_PARALLELISM": "false", "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_VERBOSITY": "error"}
@@ -347,6 +348,8 @@ def child(side: str, a: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    from _smoke import parse_args
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--side", choices=["mmrl", "trl", "sft"], help=argparse.SUPPRESS)
@@ -362,7 +365,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5, help="runs per side, alternating which goes first (>= 5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on both sides")
     p.add_argument("--sft-steps", type=int, default=100, help="mmrl SFT steps that make the shared starting weights")
-    a = p.parse_args()
+    a = parse_args(p, prompts=2, group=2, num_samples=32, steps=1, repeats=1, sft_steps=2)
     if a.side:
         res = {"mmrl": run_mmrl, "trl": run_trl, "sft": run_sft}[a.side](a)
         print(TAG + json.dumps(res), flush=True)
