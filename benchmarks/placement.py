@@ -399,7 +399,8 @@ def main() -> None:
     parser.add_argument("--async-iterations", type=int, default=0,
                         help="also time K iterations of the real trainer on the quickstart, synchronous "
                              "vs trainer.async_staleness=1 (0 = skip)")
-    args = parse_args(parser, envs=8, rounds=1, max_steps=8, ms_rounds=1, ms_max_steps=4, ms_image_size=32)
+    args = parse_args(parser, envs=8, rounds=1, max_steps=8, stages=[2], ms_rounds=1, ms_max_steps=4,
+                      ms_image_size=32)
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
     print(f"load average (1 min) at start: {load:.2f}; CPUs: {CORES}; main-process torch threads: "
