@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
-TIMEOUT_S = 900  # each takes 10-60 s on a quiet 2-core machine, several times that on a loaded one
+# most take 10-60 s on a quiet 2-core machine, libero_real and placement minutes (each LIBERO / ManiSkill env
+# starts in seconds to tens of seconds); several times that on a loaded machine
+TIMEOUT_S = 900
 
 
 def libero_assets() -> bool:
@@ -35,20 +37,20 @@ def libero_assets() -> bool:
     return assets_expected()
 
 
-def module(name: str):
+def installed(name: str):
     return lambda: importlib.util.find_spec(name) is not None
 
 
 # benchmark -> (check, what is missing and how to get it); the check runs in this interpreter
 NEEDS = {
-    "pretrained_vla": (module("lerobot"), ("LeRobot, which runs in its own venv: bash scripts/setup_lerobot.sh, then "
-                                           ".venv-lerobot/bin/python -m pytest -q tests/test_benchmarks_smoke.py "
-                                           "-k pretrained_vla")),
-    "libero_real": (lambda: module("libero")() and libero_assets(),
+    "pretrained_vla": (installed("lerobot"), ("LeRobot, which runs in its own venv: bash scripts/setup_lerobot.sh, "
+                                              "then .venv-lerobot/bin/python -m pytest -q "
+                                              "tests/test_benchmarks_smoke.py -k pretrained_vla")),
+    "libero_real": (lambda: installed("libero")() and libero_assets(),
                     "LIBERO and its scene assets: bash scripts/setup.sh libero && bash scripts/setup_libero_assets.sh"),
-    "vs_sb3": (module("stable_baselines3"), "Stable-Baselines3: pip install -e '.[bench]'"),
-    "vs_trl": (module("trl"), "TRL: pip install -e '.[vlm,bench]'"),
-    "semantic_reward": (module("open_clip"), "open_clip: pip install -e '.[clip]'"),
+    "vs_sb3": (installed("stable_baselines3"), "Stable-Baselines3: pip install -e '.[bench]'"),
+    "vs_trl": (installed("trl"), "TRL: pip install -e '.[vlm,bench]'"),
+    "semantic_reward": (installed("open_clip"), "open_clip: pip install -e '.[clip]'"),
 }
 
 
