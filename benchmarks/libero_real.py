@@ -4,7 +4,7 @@ time, and the scripted demonstrations' success per libero_spatial task.
     bash scripts/setup.sh libero && bash scripts/setup_libero_assets.sh
     .venv/bin/python benchmarks/libero_real.py                      # everything (~25 min on 2 cores)
     .venv/bin/python benchmarks/libero_real.py --demo-episodes 1 --rounds 1 --max-steps 24   # quick
-    .venv/bin/python benchmarks/libero_real.py --smoke              # seconds: every section, no figure
+    .venv/bin/python benchmarks/libero_real.py --smoke              # every section, tiny (minutes: env start-ups)
 
 1. ``steps_per_s``: env steps per second of `simulators.libero.LiberoSim` on libero_spatial task 0
    with 1 and 2 env workers (one process each), two cameras at ``--image-size`` px (the README's),
@@ -14,8 +14,8 @@ time, and the scripted demonstrations' success per libero_spatial task.
    episodes cut at ``--max-steps``: collection and PPO-update seconds per iteration, rounds taken in
    turn, speed-ups as medians of per-round ratios against collocated.
 3. ``demos``: the privileged-state scripted controller (`datasets/libero_demos/scripted.py`) on
-   every libero_spatial task (or ``--demo-tasks``), ``--demo-episodes`` init states each: controller successes, demos
-   verified by replay through the adapter (and so written), seconds per demo.
+   every libero_spatial task (or ``--demo-tasks``), ``--demo-episodes`` init states each: controller
+   successes, demos verified by replay through the adapter (and so written), seconds per demo.
 
 The last line is one JSON object with those three sections. Rendering is software GL here
 (llvmpipe): the numbers are this CPU's, not a GPU machine's.
