@@ -3,6 +3,7 @@
     python benchmarks/diffusion_align.py                      # seeds 0-2, 150 iterations each, eval every 25
     python benchmarks/diffusion_align.py --seeds 2 --iterations 4 --eval-every 2 \\
         --set warm_start.steps=20 --set warm_start.num_episodes=512     # a quick check of the script
+    python benchmarks/diffusion_align.py --smoke              # seconds: 1 seed, 2 iterations, no figure
 
 For each seed s (``--seeds N``: s = 0..N-1, ``run.seed`` = s: the pretraining images, captions and
 order, the initial weights, the rollouts and the RL noise all change with it), one tiny pixel-space
@@ -48,6 +49,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CONFIGS = {"flow_grpo": "configs/diffusion_shapes_flow_grpo.yaml", "awm": "configs/diffusion_shapes_awm.yaml"}
+SMOKE = ["warm_start.steps=2", "warm_start.num_episodes=64", "sim.num_envs=16", "sim.eval_num_envs=42",
+         "trainer.eval_episodes=42", "trainer.video_episodes=4"]  # --smoke: each held-out prompt once
 PER_SEED = ("pretrained_reward", "flow_grpo_reward", "awm_reward", "flow_grpo_gain", "awm_gain",
             "awm_speedup_time", "awm_speedup_samples", "level", "pretrain_s")
 
@@ -151,6 +154,8 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
 
 
 def main() -> None:
+    from _smoke import parse_args, scratch
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=3, help="run seeds 0..N-1")
     parser.add_argument("--iterations", type=int, default=150)
@@ -159,7 +164,7 @@ def main() -> None:
     parser.add_argument("--output-dir", default="runs/bench_diffusion")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for both runs and the pretraining (repeatable)")
-    args = parser.parse_args()
+    args = parse_args(parser, seeds=1, iterations=2, eval_every=1, output_dir=scratch, set=SMOKE)
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
 

@@ -4,6 +4,7 @@ uninterrupted run with no duplicate ``metrics.jsonl`` row (issue 18; tests/relia
 
     python benchmarks/kill_resume.py                   # ~100 point kills + 20 random (~2 min on 2 cores)
     python benchmarks/kill_resume.py --random 60 --seed 3 --jobs 4 --workdir /tmp/kills
+    python benchmarks/kill_resume.py --smoke           # 4 point kills, 1 random, 3 subprocess cases
 
 The run is the quickstart shrunk to ~1.5 s (6 iterations, a checkpoint every 2, 2 kept:
 `tests.reliability.kill_harness.TINY`). Every case runs in its own folder: one or two runs killed (at a

@@ -4,6 +4,7 @@ time, and the scripted demonstrations' success per libero_spatial task.
     bash scripts/setup.sh libero && bash scripts/setup_libero_assets.sh
     .venv/bin/python benchmarks/libero_real.py                      # everything (~25 min on 2 cores)
     .venv/bin/python benchmarks/libero_real.py --demo-episodes 1 --rounds 1 --max-steps 24   # quick
+    .venv/bin/python benchmarks/libero_real.py --smoke              # every section, tiny (minutes: env start-ups)
 
 1. ``steps_per_s``: env steps per second of `simulators.libero.LiberoSim` on libero_spatial task 0
    with 1 and 2 env workers (one process each), two cameras at ``--image-size`` px (the README's),
@@ -13,8 +14,8 @@ time, and the scripted demonstrations' success per libero_spatial task.
    episodes cut at ``--max-steps``: collection and PPO-update seconds per iteration, rounds taken in
    turn, speed-ups as medians of per-round ratios against collocated.
 3. ``demos``: the privileged-state scripted controller (`datasets/libero_demos/scripted.py`) on
-   every libero_spatial task, ``--demo-episodes`` init states each: controller successes, demos
-   verified by replay through the adapter (and so written), seconds per demo.
+   every libero_spatial task (or ``--demo-tasks``), ``--demo-episodes`` init states each: controller
+   successes, demos verified by replay through the adapter (and so written), seconds per demo.
 
 The last line is one JSON object with those three sections. Rendering is software GL here
 (llvmpipe): the numbers are this CPU's, not a GPU machine's.
@@ -84,11 +85,11 @@ def placement_modes(n: int, rounds: int, max_steps: int, image_size: int) -> dic
             "load_avg_max": round(max(loads), 2), "modes": compact(figures)}
 
 
-def scripted_demos(episodes: int, image_size: int) -> dict:
+def scripted_demos(episodes: int, image_size: int, task_ids: list[int] | None = None) -> dict:
     sys.path.insert(0, str(ROOT / "datasets" / "libero_demos"))
     import scripted  # datasets/ is not a package: the module by path
 
-    tasks = [t.task_id for t in L.list_tasks(SUITE)]
+    tasks = task_ids if task_ids is not None else [t.task_id for t in L.list_tasks(SUITE)]
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
         stats = scripted.generate(SUITE, tasks, episodes, out, image_size=image_size)
@@ -105,6 +106,8 @@ def scripted_demos(episodes: int, image_size: int) -> dict:
 
 
 def main() -> None:
+    from _smoke import parse_args
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image-size", type=int, default=128, help="camera px (two cameras)")
     parser.add_argument("--chunk", type=int, default=4, help="speed: actions per step_chunk call")
@@ -112,8 +115,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="placement: measured rounds per mode")
     parser.add_argument("--max-steps", type=int, default=40, help="placement: episode limit")
     parser.add_argument("--demo-episodes", type=int, default=2, help="demos: init states per task")
+    parser.add_argument("--demo-tasks", type=int, nargs="*", default=None, help="demos: task ids (default: all)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "placement", "demos"])
-    args = parser.parse_args()
+    args = parse_args(parser, image_size=32, decisions=2, rounds=1, max_steps=4, demo_episodes=1, demo_tasks=[0])
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     L.check_assets()  # one clear line (and the fix) before any work
     out = {"suite": SUITE, "render_backend": L.resolve_render_backend(), "cores": os.cpu_count()}
@@ -130,7 +134,7 @@ def main() -> None:
         print("[placement] real libero_spatial, 2 envs", flush=True)
         out["placement"] = placement_modes(2, args.rounds, args.max_steps, args.image_size)
     if "demos" not in args.skip:
-        d = scripted_demos(args.demo_episodes, args.image_size)
+        d = scripted_demos(args.demo_episodes, args.image_size, args.demo_tasks)
         for t, v in d["per_task"].items():
             print(f"[demos] task {t}: controller {v['controller_success']}/{v['attempted']}, verified "
                   f"{v['verified']}/{v['attempted']}", flush=True)

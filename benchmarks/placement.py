@@ -6,6 +6,7 @@
     python benchmarks/placement.py --envs 16 --rounds 1 --ms-max-steps 8 --ms-rounds 1   # quick check
     python benchmarks/placement.py --load sleep           # synthetic simulator on "another device"
     python benchmarks/placement.py --async-iterations 6   # + the trainer, synchronous vs async rollout
+    python benchmarks/placement.py --smoke                # seconds: every mode of both workloads, no figure
 
 The same policy in every mode: the quickstart's flow VLA (built-in encoder, chunk 4, 4 denoising
 steps, Flow-SDE train rollouts, random weights). Two workloads:
@@ -173,7 +174,8 @@ def ppo_update(policy, batch) -> float:
     """Seconds of one PPO update (advantages + ``epochs`` epochs of minibatches) on ``batch``; the
     weights are restored afterwards, so every mode collects with the same ones."""
     from mmrl.experiment import AlgorithmConfig
-    from mmrl.trainer.objectives import OBJECTIVES, clip_advantages, compute_advantages, valid_samples
+    from mmrl.registry import OBJECTIVES
+    from mmrl.trainer.objectives import clip_advantages, compute_advantages, valid_samples
 
     algo = AlgorithmConfig()
     state = {k: v.clone() for k, v in policy.state_dict().items()}
@@ -184,7 +186,7 @@ def ppo_update(policy, batch) -> float:
     policy.train()
     for _ in range(algo.epochs):
         for mb in samples.minibatches(algo.minibatch_size, torch.Generator().manual_seed(0)):
-            loss, _ = OBJECTIVES["ppo"](policy, mb, algo)
+            loss, _ = OBJECTIVES.get("ppo")(policy, mb, algo)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -379,6 +381,8 @@ def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:
 
 
 def main() -> None:
+    from _smoke import parse_args
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=["both", "synthetic", "maniskill"], default="both")
     parser.add_argument("--envs", type=int, default=64, help="synthetic: envs per round (N)")
@@ -396,7 +400,8 @@ def main() -> None:
     parser.add_argument("--async-iterations", type=int, default=0,
                         help="also time K iterations of the real trainer on the quickstart, synchronous "
                              "vs trainer.async_staleness=1 (0 = skip)")
-    args = parser.parse_args()
+    args = parse_args(parser, envs=8, rounds=1, max_steps=8, stages=[2], ms_rounds=1, ms_max_steps=4,
+                      ms_image_size=32)
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
     print(f"load average (1 min) at start: {load:.2f}; CPUs: {CORES}; main-process torch threads: "

@@ -4,6 +4,7 @@
     .venv-lerobot/bin/python benchmarks/pretrained_vla.py --jobs 2         # two seeds at a time, 1 thread each
     .venv-lerobot/bin/python benchmarks/pretrained_vla.py --config configs/reach_smolvla_flow_noise.yaml \\
         policy.model=tiny:pi0                                            # dotted overrides for every run
+    .venv-lerobot/bin/python benchmarks/pretrained_vla.py --smoke          # seconds: 1 seed, 2 iterations, no figure
 
 Runs ``configs/reach_smolvla_flow_noise.yaml`` (LeRobot's own ``SmolVLAPolicy``, a tiny random
 initialisation of the real architecture, on the embedded reach task): behaviour cloning on
@@ -38,6 +39,9 @@ from quickstart import baselines, run_config, summary  # noqa: E402  (the same p
 
 CONFIG = "configs/reach_smolvla_flow_noise.yaml"
 BAR_POINTS, BAR_SECONDS = 20.0, 900.0
+SMOKE = ["sim.num_envs=8", "sim.eval_num_envs=8", "warm_start.num_episodes=20", "warm_start.steps=3",
+         "warm_start.batch_size=8", "warm_start.warmup_steps=1", "algorithm.minibatch_size=16", "algorithm.epochs=1",
+         "trainer.iterations=2", "trainer.checkpoint_every=2", "trainer.eval_episodes=8", "trainer.video_episodes=0"]
 
 
 def one_seed(config: str, seed: int, overrides: list[str]) -> dict:
@@ -64,13 +68,17 @@ def seeds_in_subprocesses(config: str, seeds: int, jobs: int, overrides: list[st
 
 
 def main() -> None:
+    from _smoke import parse_args, scratch
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=CONFIG)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (default 3)")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at a time (each one torch thread if > 1)")
     parser.add_argument("--one-seed", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="dotted overrides applied to every run")
-    args = parser.parse_args()
+    args = parse_args(parser, seeds=1)
+    if args.smoke:  # run folders in a temporary folder
+        args.overrides = [*SMOKE, f"run.output_dir={scratch()}", *args.overrides]
     if args.one_seed is not None:
         print(json.dumps(one_seed(args.config, args.one_seed, args.overrides)))
         return

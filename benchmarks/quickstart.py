@@ -4,6 +4,7 @@
     python benchmarks/quickstart.py --seeds 3 --config configs/quickstart_grpo.yaml
     python benchmarks/quickstart.py --variants                       # + the Flow-Noise and GRPO configs
     python benchmarks/quickstart.py trainer.iterations=20            # dotted overrides for every run
+    python benchmarks/quickstart.py --smoke                          # seconds: the code path, no figure
 
 Each run starts from scratch in ``runs/bench_<config>_s<seed>`` (no resume), with ``run.seed`` =
 the seed: the demonstrations, the initial weights, the rollouts and the RL noise all change with
@@ -110,12 +111,18 @@ def baselines(path: str, overrides: list[str]) -> dict:
 
 
 def main() -> None:
+    from _smoke import parse_args, scratch
+
+    from tests.reliability.kill_harness import TINY
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/quickstart.yaml")
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
     parser.add_argument("--variants", action="store_true", help="also run the Flow-Noise and GRPO configs")
     parser.add_argument("overrides", nargs="*", help="dotted overrides applied to every run")
-    args = parser.parse_args()
+    args = parse_args(parser, seeds=1)
+    if args.smoke:  # the kill-resume harness's tiny quickstart, its run folders in a temporary folder
+        args.overrides = [*TINY, f"run.output_dir={scratch()}", *args.overrides]
     load = os.getloadavg()[0]
     base = baselines(args.config, args.overrides)
     print(f"held-out baselines: scripted expert {base['expert']:.3f}, the demonstrator the warm start imitates "

@@ -4,6 +4,7 @@ simulator's success reward, over several seeds.
     python benchmarks/semantic_reward.py                       # 3 seeds, the configs' RL iterations
     python benchmarks/semantic_reward.py --seeds 1 --iterations 5 --clip-steps 50   # a smoke run
     python benchmarks/semantic_reward.py trainer.lr=1e-4       # dotted overrides go to both RL runs
+    python benchmarks/semantic_reward.py --smoke               # seconds: 1 seed, tiny runs, no figure
 
 Per seed ``s`` (everything below is a function of ``s``):
 
@@ -83,14 +84,14 @@ def summary(values: list[float], digits: int = 4) -> dict:
 
 
 def pretrain_clip(seed: int, args) -> tuple[Path, dict]:
-    """Pretrain the tiny CLIP of ``seed`` into ``runs/reach_clip_s<seed>``, or reuse the checkpoint
+    """Pretrain the tiny CLIP of ``seed`` into ``<--clip-dir>/reach_clip_s<seed>`` (runs/), or reuse the checkpoint
     there when it was trained with the same settings and the same data / training code."""
     import hashlib
 
     from mmrl.data import load_dataset
     from rewards.train_tiny_clip import REACH_CLIP_CONFIG, build_model, save_model, train_tiny_clip
 
-    out = ROOT / "runs" / f"reach_clip_s{seed}"
+    out = Path(args.clip_dir) / f"reach_clip_s{seed}"
     code = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in ("datasets/reach_clip/builder.py",
                                                                      "rewards/train_tiny_clip.py"))).hexdigest()[:16]
     key = {"seed": seed, "samples": args.clip_samples, "steps": args.clip_steps, "config": REACH_CLIP_CONFIG,
@@ -223,6 +224,8 @@ def one_seed(seed: int, args) -> dict:
 
 
 def main() -> None:
+    from _smoke import parse_args, scratch
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1")
     parser.add_argument("--iterations", type=int, default=None,
@@ -235,13 +238,20 @@ def main() -> None:
                         help="pretrain the CLIPs again even where runs/reach_clip_s<seed> has a matching checkpoint")
     parser.add_argument("--episodes", type=int, default=256, help="on-policy validation / test episodes")
     parser.add_argument("--frames", type=int, default=2000, help="labelled validation / held-out frames")
+    parser.add_argument("--clip-dir", default=str(ROOT / "runs"), help="parent folder of the tiny CLIPs' checkpoints")
     parser.add_argument("overrides", nargs="*", help="dotted overrides applied to both RL runs")
-    args = parser.parse_args()
+    args = parse_args(parser, seeds=1, iterations=2, clip_samples=64, clip_steps=2, episodes=8, frames=16,
+                      clip_dir=scratch)
+    if args.smoke:  # the kill-resume harness's tiny quickstart (its sim.kwargs aside), run folders in a temp folder
+        from tests.reliability.kill_harness import TINY
+
+        args.overrides = [*(o for o in TINY if not o.startswith("sim.kwargs")), f"run.output_dir={scratch()}",
+                          *args.overrides]
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
     diff = rl_settings_differences(overrides=args.overrides)
     if diff:
-        sys.exit(f"error: {CLIP_CONFIG} must have the RL settings of {TRUE_CONFIG} (only the sim / reward may "
+        sys.exit(f"error: {CLIP_CONFIG} must have the RL settings of {TRUE_CONFIG} (only the reward section may "
                  f"differ), but {'; '.join(diff)}: copy them over")
 
     import torch

@@ -2,6 +2,7 @@
 
     python benchmarks/sim_throughput.py                  # every adapter that is installed here
     python benchmarks/sim_throughput.py --only reach --envs 64 256 1024
+    python benchmarks/sim_throughput.py --smoke          # seconds: one env per adapter, no figure
 
 raw: random action chunks through ``step_chunk`` (chunk of 4). policy: the quickstart flow VLA
 (built-in encoder, 4 denoising steps, Flow-SDE sampling, no gradients) chooses every chunk from the
@@ -54,11 +55,13 @@ def measure(sim, policy, seconds: float) -> tuple[float, float]:
 
 
 def main() -> None:
+    from _smoke import parse_args
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", help="simulator labels to run (default: all installed)")
     parser.add_argument("--envs", nargs="*", type=int, help="override the env counts")
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per cell")
-    args = parser.parse_args()
+    args = parse_args(parser, envs=[1], seconds=0.2)
 
     from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
     from mmrl.registry import SIMULATORS, MissingDependencyError

@@ -2,6 +2,7 @@
 
     python benchmarks/threads.py                 # every thread setting, quiet and beside one busy process
     python benchmarks/threads.py --iterations 4 --repeats 3
+    python benchmarks/threads.py --smoke         # seconds: the code path on a tiny quickstart, no figure
 
 Each measurement is a fresh ``mmrl train configs/quickstart.yaml`` subprocess (short warm start,
 ``--iterations`` RL iterations, no evaluation video) whose per-iteration ``iter_s`` is read from its
@@ -44,10 +45,11 @@ BUSY = ("import torch, time\ntorch.set_num_threads(1)\na = torch.randn(512, 512)
         "end = time.time() + {seconds}\nwhile time.time() < end:\n    a = (a @ a).tanh()\n")
 
 
-def measure(overrides: list[str], torch_first: bool, iterations: int) -> float:
-    """Median iteration seconds (first dropped) of a short quickstart run."""
+def measure(overrides: list[str], torch_first: bool, iterations: int, extra: list[str]) -> float:
+    """Median iteration seconds (first dropped) of a short quickstart run (``extra``: more overrides)."""
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, *(["-c", TORCH_FIRST] if torch_first else ["-m", "mmrl.cli"]), "train", "configs/quickstart.yaml", f"run.output_dir={out}",
+        cmd = [sys.executable, *(["-c", TORCH_FIRST] if torch_first else ["-m", "mmrl.cli"]), "train",
+               "configs/quickstart.yaml", *extra, f"run.output_dir={out}",
                "run.name=threads", f"trainer.iterations={iterations}", "trainer.resume=false",
                "warm_start.steps=20", "trainer.eval_episodes=16", "sim.eval_num_envs=16",
                "trainer.video_episodes=0", f"trainer.checkpoint_every={iterations}", *overrides]
@@ -61,22 +63,30 @@ def measure(overrides: list[str], torch_first: bool, iterations: int) -> float:
 
 
 def main() -> None:
+    from _smoke import parse_args
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iterations", type=int, default=5)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--settings", default=",".join(SETTINGS))
-    args = p.parse_args()
+    args = parse_args(p, iterations=2, repeats=1)
+    extra = []
+    if args.smoke:  # the kill-resume harness's tiny quickstart, each setting keeping its own thread count
+        sys.path.insert(0, str(ROOT))
+        from tests.reliability.kill_harness import TINY
+
+        extra = [o for o in TINY if not o.startswith("run.threads=")]
     load_start = os.getloadavg()[0]
     out: dict = {}
     for name in args.settings.split(","):
         overrides, torch_first = SETTINGS[name]
         quiet, loaded = [], []
         for _ in range(args.repeats):
-            quiet.append(measure(overrides, torch_first, args.iterations))
+            quiet.append(measure(overrides, torch_first, args.iterations, extra))
             busy = subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=3600)])
             try:
                 time.sleep(2)
-                loaded.append(measure(overrides, torch_first, args.iterations))
+                loaded.append(measure(overrides, torch_first, args.iterations, extra))
             finally:
                 busy.kill()
                 busy.wait()

@@ -3,6 +3,7 @@
     python benchmarks/vlm_grpo.py                       # configs/vlm_quickstart.yaml, seeds 0, 1, 2
     python benchmarks/vlm_grpo.py --seeds 5
     python benchmarks/vlm_grpo.py --split val trainer.lr=3e-4     # tuning: validation split only
+    python benchmarks/vlm_grpo.py --smoke                         # seconds: 2 iterations, no figure
 
 Each seed runs `configs/vlm_quickstart.yaml` (a tiny SmolVLM answering count and colour questions
 about 32 px shapes, see the config) from scratch with ``run.seed`` = the seed, in
@@ -38,6 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CONFIG = ROOT / "configs/vlm_quickstart.yaml"
+SMOKE = ["sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs.dataset_kwargs={num_samples: 64, tasks: [count, color]}",
+         "warm_start.num_episodes=8", "warm_start.steps=2", "warm_start.batch_size=8", "algorithm.minibatch_size=8",
+         "trainer.iterations=2", "trainer.eval_episodes=8", "trainer.checkpoint_every=2"]  # --smoke
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -138,6 +142,8 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from _smoke import parse_args, scratch
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=3, help="run seeds 0 .. N-1 (default 3)")
@@ -145,7 +151,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="eval: report on the held-out split (and val); val: tune on val only")
     p.add_argument("--out", default="runs/bench_vlm", help="parent folder of the per-seed runs")
     p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. trainer.iterations=20")
-    a = p.parse_args(argv)
+    a = parse_args(p, argv, seeds=1, out=scratch)
+    if a.smoke:
+        a.overrides = [*SMOKE, *a.overrides]
     if a.seeds < 1:
         p.error("--seeds must be >= 1")
     runs = []

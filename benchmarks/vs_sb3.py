@@ -3,6 +3,7 @@
     pip install 'stable-baselines3==2.9.2'      # benchmark-only (the `bench` extra), never a runtime dependency
     python benchmarks/vs_sb3.py                  # Pendulum-v1 and InvertedPendulum-v5, 3 seeds each
     python benchmarks/vs_sb3.py --seeds 1 --tasks Pendulum-v1 --env-steps 20000
+    python benchmarks/vs_sb3.py --smoke              # seconds: one update per run, no figure
 
 Identical work on both sides, per task and seed: the same gymnasium env id, the same number of
 environment steps of training, then the same held-out episodes (reset seeds ``1e9 + e``, e <
@@ -139,6 +140,8 @@ def stats(values: list[float]) -> dict:
 
 
 def main() -> None:
+    from _smoke import parse_args, scratch
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task ids")
     p.add_argument("--seeds", type=int, default=3)
@@ -151,7 +154,9 @@ def main() -> None:
     p.add_argument("--task", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     p.add_argument("overrides", nargs="*", help="dotted overrides for the mmrl runs")
-    args = p.parse_args()
+    args = parse_args(p, seeds=1, env_steps=2048, eval_episodes=1, jobs=2)
+    if args.smoke:  # the mmrl runs' folders in a temporary folder
+        args.overrides = [f"run.output_dir={scratch()}", *args.overrides]
     if args.child:
         return child(args)
     try:

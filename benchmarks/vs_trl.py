@@ -3,6 +3,7 @@
     .venv/bin/pip install -e ".[vlm,bench]"          # TRL is a benchmark-only dependency
     python benchmarks/vs_trl.py                    # 8 prompts x 8 answers of 4 tokens, 1 + 8 steps, 5 repeats
     python benchmarks/vs_trl.py --repeats 2 --steps 3 --sft-steps 10     # a quick check of the plumbing
+    python benchmarks/vs_trl.py --smoke                                   # seconds: 2 x 2 answers, 1 repeat
 
 Both sides train the same model, ``mmrl.tiny.tiny_models.tiny_image_text_model(seed=0)`` (a
 real ``Idefics3ForConditionalGeneration`` + ``Idefics3Processor``: the SmolVLM architecture, random
@@ -15,11 +16,16 @@ timing). The work is made identical, and what can be counted is counted on both 
   (TRL gets them as an ordered dataset, ``shuffle_dataset=False``); each side notes the dataset
   indices its reward scores at every step and ``identical_records`` compares them;
 - reward: the same ``short_answer`` `Reward` (built by mmrl's registry with the same arguments, in
-  each side's process); mmrl's `QASim` calls it, TRL calls it through a reward function;
+  each side's process); mmrl's reward stage calls it, TRL calls it through a reward function;
 - completion length: forced, ``min_new_tokens = max_new_tokens`` on both sides (mmrl: the model's
   ``generation_config``; TRL: ``generation_kwargs``), and the generated tokens are counted on both
   sides by the same wrapper around ``model.generate`` (completion tokens up to and including a stop
   token): ``*_tokens_per_step`` must be equal, P * G * max_new_tokens;
+- prompts: the same wrapper counts the prompt tokens every completion was sampled from (padding
+  excluded, the image tokens included: ``*_prompt_tokens_per_step``) and hashes their token ids per
+  step, so ``identical_prompts`` says both sides' chat templates and processors made the same
+  prompts; ``*_train_tokens_per_step`` counts the tokens of the loss's forward pass with gradients
+  (prompts + completions) through the transformer below the LM head;
 - optimizer steps: one Adam step per GRPO step (mmrl: 1 epoch, 1 minibatch = the whole batch; TRL:
   ``per_device_train_batch_size = P * G``, ``steps_per_generation = num_iterations = 1``), counted
   on both sides by a global torch optimizer-step hook;
@@ -37,15 +43,17 @@ steps are dropped on both sides.
 
 Repeats: ``--repeats`` (>= 5 for a figure) pairs of fresh subprocesses, alternating which side
 goes first. Per repeat and side the mean over the timed steps; the figures are the medians over the
-repeats and ``ratio_* = trl / mmrl`` of them (> 1: mmrl is faster). The last line is one JSON
-object with those, the per-repeat values, the counted tokens and optimizer steps, the load average
-before and after, the settings and the versions. Timings need a quiet machine; the load average is
+repeats and ``ratio_* = trl / mmrl`` of them (> 1: mmrl is faster). ``identical_work`` is true when
+every timed step of every repeat had the same records, prompt token ids and counts on both sides.
+The last line is one JSON object with those, the per-repeat values, the counts per step, the load
+average before and after, the settings and the versions. Timings need a quiet machine; the load average is
 printed so a busy one shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -59,6 +67,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "VS_TRL_RESULT "
 TASKS = ["count", "color"]
+COUNTS = ("tokens", "prompt_tokens", "train_tokens", "optimizer_steps")  # `Counters.counts`, per step
 
 
 def data_kwargs(a: argparse.Namespace) -> dict:
@@ -68,15 +77,20 @@ def data_kwargs(a: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------------------------- counting
 class Counters:
-    """Generated tokens and optimizer steps so far, snapshotted at the end of every step."""
+    """What each side did so far, snapshotted at the end of every step: ``counts`` (generated
+    ``tokens``, ``prompt_tokens`` sampled from, ``train_tokens`` of the loss's forward passes,
+    ``optimizer_steps``) and the digest of the prompt token ids of the step."""
 
     def __init__(self):
-        self.tokens = self.steps = 0
-        self.ends: list[tuple[float, int, int]] = []  # (time, tokens, optimizer steps) at each step end
+        self.counts = dict.fromkeys(("tokens", "prompt_tokens", "train_tokens", "optimizer_steps"), 0)
+        self.prompts = hashlib.sha256()  # the prompts sampled from since the last step end
+        self.ends: list[tuple[float, dict, str]] = []  # (time, counts, prompt digest) at each step end
 
     def count_generate(self, model, stop_ids: list[int]) -> None:
-        """Wrap ``model.generate``: add each row's completion length (up to and including the first
-        stop token; the whole width when there is none) to ``self.tokens``."""
+        """Wrap ``model.generate``: count each row's completion length (up to and including the first
+        stop token; the whole width when there is none) as ``tokens``, and the prompt it was sampled
+        from (its token ids without the padding, image tokens included; a prompt sampled n times counts
+        n times) as ``prompt_tokens`` and in the digest of the step's prompts."""
         import torch
 
         generate, stops = model.generate, torch.tensor(stop_ids)
@@ -84,39 +98,67 @@ class Counters:
         def counted(*args, **kw):
             out = generate(*args, **kw)
             seqs = out.sequences if hasattr(out, "sequences") else out
-            new = seqs[:, kw["input_ids"].shape[1]:].cpu()
+            ids, mask = kw["input_ids"].cpu(), kw["attention_mask"].cpu().bool()
+            rows = [ids[r][mask[r]].tolist() for r in range(ids.shape[0]) for _ in range(seqs.shape[0] // ids.shape[0])]
+            self.counts["prompt_tokens"] += sum(map(len, rows))
+            for row in sorted(rows):  # the digest of the multiset: the order of rows within a step is free
+                self.prompts.update(json.dumps(row).encode())
+            new = seqs[:, ids.shape[1]:].cpu()
             is_stop = torch.isin(new, stops)
             first = torch.where(is_stop.any(1), is_stop.float().argmax(1) + 1, torch.full_like(new[:, 0], new.shape[1]))
-            self.tokens += int(first.sum())
+            self.counts["tokens"] += int(first.sum())
             return out
 
         model.generate = counted
 
+    def count_train_forward(self, model) -> None:
+        """Count the tokens (attention mask) of every forward pass with gradients through ``model``'s
+        transformer (``model.model``, below the LM head: mmrl calls it directly, TRL through
+        ``model``), the loss's teacher-forced pass over prompts and completions, as ``train_tokens``
+        (a pre-hook: ``generate`` reads the signature of ``forward``, which a wrapper would hide)."""
+        import torch
+
+        def count(module, args, kwargs):
+            if torch.is_grad_enabled():
+                self.counts["train_tokens"] += int(kwargs["attention_mask"].sum())
+
+        model.model.register_forward_pre_hook(count, with_kwargs=True)
+
     def count_optimizer_steps(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        register_optimizer_step_post_hook(lambda *_: setattr(self, "steps", self.steps + 1))
+        def step(*_):
+            self.counts["optimizer_steps"] += 1
+
+        register_optimizer_step_post_hook(step)
 
     def step_end(self) -> None:
-        self.ends.append((time.perf_counter(), self.tokens, self.steps))
+        self.ends.append((time.perf_counter(), dict(self.counts), self.prompts.hexdigest()))
+        self.prompts = hashlib.sha256()
 
     def recording(self, reward):
-        """``reward`` as a function that also notes the dataset index of every question it scores, one
-        sorted list per call (per step): which records each step trained on."""
+        """``reward`` (a `mmrl.reward.Reward`, the same object: its kind, name and checks stay) noting the
+        dataset index of every question it scores, one sorted list per call (per step): which records
+        each step trained on. Nothing is noted while ``self.paused`` (mmrl's held-out evaluations)."""
         self.questions: list[list[int]] = []
+        self.paused = False
+        score = reward.score
 
         def scored(completions, prompts, meta):
-            self.questions.append(sorted(int(m["index"]) for m in meta))
-            return reward(completions, prompts, meta)
+            if not self.paused:
+                self.questions.append(sorted(int(m["index"]) for m in meta))
+            return score(completions, prompts, meta)
 
-        return scored
+        reward.score = scored
+        return reward
 
     def per_step(self, warmup: int) -> dict:
-        """Timed steps (after ``warmup``): loop_s, generated tokens and optimizer steps of each, from the
-        differences between consecutive step ends."""
+        """Timed steps (after ``warmup``): loop_s, each count and the prompt digest of each step, from
+        the differences between consecutive step ends; the questions of every step."""
         pairs = list(zip(self.ends, self.ends[1:]))[max(warmup - 1, 0):]
-        return {"loop_s": [b[0] - a[0] for a, b in pairs], "tokens": [b[1] - a[1] for a, b in pairs],
-                "optimizer_steps": [b[2] - a[2] for a, b in pairs], "questions": self.questions}
+        return {"loop_s": [b[0] - a[0] for a, b in pairs],
+                **{k: [b[1][k] - a[1][k] for a, b in pairs] for k in self.counts},
+                "prompts": [b[2] for _, b in pairs], "questions": self.questions}
 
 
 def stop_ids(model, processor) -> list[int]:
@@ -158,8 +200,19 @@ def run_mmrl(a: argparse.Namespace) -> dict:
     model.generation_config.min_new_tokens = a.max_new_tokens  # forced completion length
     counters = Counters()
     counters.count_generate(model, stop_ids(model, trainer.policy.processor))
+    counters.count_train_forward(model)
     counters.count_optimizer_steps()
-    trainer.reward_stage.model = counters.recording(trainer.reward_stage.model)  # called with meta
+    counters.recording(trainer.reward_stage.model)  # called with meta
+    evaluate = trainer.evaluate
+
+    def unrecorded_evaluate(name):  # held-out questions at the start and the end: not training records
+        counters.paused = True
+        try:
+            return evaluate(name)
+        finally:
+            counters.paused = False
+
+    trainer.evaluate = unrecorded_evaluate
     log = trainer.logger.log
 
     def timed_log(step, metrics):
@@ -171,10 +224,8 @@ def run_mmrl(a: argparse.Namespace) -> dict:
     trainer.run()
     rows = [json.loads(x) for x in (Path(out) / "mmrl" / "metrics.jsonl").read_text().splitlines()]
     shutil.rmtree(out, ignore_errors=True)
-    sample = trainer.policy.encode_one(trainer.policy.requests([trainer.sim.prompts[0]], [trainer.sim.images[0]])[0])
     return {"step_s": [r["iter_s"] for r in rows if "iter_s" in r][a.warmup:], **counters.per_step(a.warmup),
-            "prompt_tokens": int(sample["prompt_ids"].shape[0]), "torch_threads": torch.get_num_threads(),
-            "dtype": str(next(model.parameters()).dtype)}
+            "torch_threads": torch.get_num_threads(), "dtype": str(next(model.parameters()).dtype)}
 
 
 def run_sft(a: argparse.Namespace) -> dict:
@@ -239,6 +290,7 @@ def run_trl(a: argparse.Namespace) -> dict:
              "index": sim.meta[q]["index"]} for q in order]
     counters = Counters()
     counters.count_generate(model, stop_ids(model, processor))
+    counters.count_train_forward(model)
     counters.count_optimizer_steps()
     # the Reward mmrl's reward stage calls (it reads meta["answer"])
     reward = counters.recording(REWARDS.build("short_answer"))
@@ -276,18 +328,14 @@ def run_trl(a: argparse.Namespace) -> dict:
                           train_dataset=datasets.Dataset.from_list(rows), processing_class=processor, callbacks=[timer])
     trainer.train()
     shutil.rmtree(out, ignore_errors=True)
-    from trl.data_utils import prepare_multimodal_messages
-
-    msgs = prepare_multimodal_messages(rows[0]["prompt"], images=[rows[0]["image"]])
-    sample = trainer._tokenize_prompts([msgs])  # (prompt_ids, images, multimodal fields)
-    return {"step_s": timer.step_s[a.warmup:], **counters.per_step(a.warmup), "prompt_tokens": len(sample[0][0]),
+    return {"step_s": timer.step_s[a.warmup:], **counters.per_step(a.warmup),
             "torch_threads": torch.get_num_threads(), "dtype": str(next(model.parameters()).dtype)}
 
 
 # ------------------------------------------------------------------------------------------ main
 def child(side: str, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--side", side,
-           *[f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("side", "repeats")]]
+           *[f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("side", "repeats", "smoke")]]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
            "TOKENIZERS_PARALLELISM": "false", "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_VERBOSITY": "error"}
@@ -300,6 +348,8 @@ def child(side: str, a: argparse.Namespace) -> dict:
 
 
 def main() -> None:
+    from _smoke import parse_args
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--side", choices=["mmrl", "trl", "sft"], help=argparse.SUPPRESS)
@@ -315,7 +365,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5, help="runs per side, alternating which goes first (>= 5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on both sides")
     p.add_argument("--sft-steps", type=int, default=100, help="mmrl SFT steps that make the shared starting weights")
-    a = p.parse_args()
+    a = parse_args(p, prompts=2, group=2, num_samples=32, steps=1, repeats=1, sft_steps=2)
     if a.side:
         res = {"mmrl": run_mmrl, "trl": run_trl, "sft": run_sft}[a.side](a)
         print(TAG + json.dumps(res), flush=True)
@@ -347,33 +397,32 @@ def main() -> None:
     for side, res in runs.items():
         step = [statistics.fmean(x["step_s"]) for x in res]  # per repeat: mean over its timed steps
         loop = [statistics.fmean(x["loop_s"]) for x in res]
-        tokens = [t for x in res for t in x["tokens"]]
-        opt = [s for x in res for s in x["optimizer_steps"]]
         fig[side] = {"step_s": statistics.median(step), "loop_s": statistics.median(loop), "step_repeats": step,
-                     "loop_repeats": loop, "tokens_per_step": statistics.fmean(tokens),
-                     "tokens_min_max": [min(tokens), max(tokens)], "optimizer_steps_per_step": statistics.fmean(opt),
-                     "prompt_tokens": res[0]["prompt_tokens"], "dtype": res[0]["dtype"],
-                     "torch_threads": res[0]["torch_threads"]}
+                     "loop_repeats": loop, "dtype": res[0]["dtype"], "torch_threads": res[0]["torch_threads"]}
+        for key in COUNTS:  # per timed step, over every repeat
+            values = [v for x in res for v in x[key]]
+            fig[side][f"{key}_per_step"] = statistics.fmean(values)
+            fig[side][f"{key}_min_max"] = [min(values), max(values)]
     m, t = fig["mmrl"], fig["trl"]
     print(f"\nGRPO step on CPU, tiny SmolVLM (Idefics3), {a.prompts} prompts x {a.group} answers of exactly "
           f"{a.max_new_tokens} tokens, {a.threads} torch thread(s), {a.repeats} repeats x {a.steps} timed steps, "
           f"{versions}")
-    print(f"{'':6s} {'step s':>8s} {'loop s':>8s} {'tokens/step':>12s} {'opt steps/step':>15s} {'prompt tok':>11s}"
-          f"  (medians over repeats of the per-repeat means)")
+    print(f"{'':6s} {'step s':>8s} {'loop s':>8s}" + "".join(f" {k + '/step':>20s}" for k in COUNTS)
+          + "  (step and loop: medians over repeats of the per-repeat means)")
     for side, s in (("mmrl", m), ("trl", t)):
-        print(f"{side:6s} {s['step_s']:8.3f} {s['loop_s']:8.3f} {s['tokens_per_step']:12.1f} "
-              f"{s['optimizer_steps_per_step']:15.2f} {s['prompt_tokens']:11d}")
+        print(f"{side:6s} {s['step_s']:8.3f} {s['loop_s']:8.3f}" + "".join(f" {s[k + '_per_step']:20.1f}" for k in COUNTS))
     same_records = all(x["questions"] == y["questions"] for x, y in zip(runs["mmrl"], runs["trl"]))
-    same = (m["tokens_min_max"] == t["tokens_min_max"] and same_records
-            and m["optimizer_steps_per_step"] == t["optimizer_steps_per_step"])
-    print(f"ratio trl/mmrl: step {t['step_s'] / m['step_s']:.2f}x, loop {t['loop_s'] / m['loop_s']:.2f}x; "
-          f"identical work (records, tokens and optimizer steps of every step): {same}; load average {load_before[0]:.2f} before, "
+    same_prompts = all(x["prompts"] == y["prompts"] for x, y in zip(runs["mmrl"], runs["trl"]))
+    same_counts = all(x[k] == y[k] for x, y in zip(runs["mmrl"], runs["trl"]) for k in COUNTS)
+    same = same_records and same_prompts and same_counts
+    print(f"ratio trl/mmrl: step {t['step_s'] / m['step_s']:.2f}x, loop {t['loop_s'] / m['loop_s']:.2f}x; identical "
+          f"work (records, prompt token ids, {', '.join(COUNTS)} of every step): {same} (records {same_records}, "
+          f"prompt ids {same_prompts}, counts {same_counts}); load average {load_before[0]:.2f} before, "
           f"{load_after[0]:.2f} after")
     r4 = lambda xs: [round(x, 4) for x in xs]  # noqa: E731
     print(json.dumps({
-        "mmrl_tokens_per_step": m["tokens_per_step"], "trl_tokens_per_step": t["tokens_per_step"],
-        "mmrl_optimizer_steps_per_step": m["optimizer_steps_per_step"],
-        "trl_optimizer_steps_per_step": t["optimizer_steps_per_step"], "identical_records": same_records,
+        **{f"{side}_{k}_per_step": fig[side][f"{k}_per_step"] for k in COUNTS for side in ("mmrl", "trl")},
+        "identical_records": same_records, "identical_prompts": same_prompts, "identical_counts": same_counts,
         "identical_work": same,
         "mmrl_step_s": round(m["step_s"], 4), "trl_step_s": round(t["step_s"], 4),
         "ratio_step": round(t["step_s"] / m["step_s"], 3),
@@ -381,7 +430,6 @@ def main() -> None:
         "ratio_loop": round(t["loop_s"] / m["loop_s"], 3),
         "mmrl_step_s_repeats": r4(m["step_repeats"]), "trl_step_s_repeats": r4(t["step_repeats"]),
         "mmrl_loop_s_repeats": r4(m["loop_repeats"]), "trl_loop_s_repeats": r4(t["loop_repeats"]),
-        "prompt_tokens": {"mmrl": m["prompt_tokens"], "trl": t["prompt_tokens"]},
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
         "settings": {"prompts": a.prompts, "group": a.group, "max_new_tokens": a.max_new_tokens,
                      "min_new_tokens": a.max_new_tokens, "tasks": TASKS, "reward": "short_answer",

@@ -456,7 +456,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="cases run at once")
     p.add_argument("--workdir", type=Path, default=None, help="keep the run folders here (default: a temp dir)")
+    p.add_argument("--points", type=int, default=None,
+                   help="run only N of the fault-point cases, drawn with --seed (default: every one)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny settings: every kind of case once or twice, in seconds, and the same final JSON "
+                        "line (a check that the benchmark runs, not a figure)")
     args = p.parse_args(argv)
+    if args.smoke:
+        p.set_defaults(random=1, subprocess=1, points=4)
+        args = p.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = "1"
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -466,7 +474,10 @@ def main(argv: list[str] | None = None) -> int:
         if sub is not None and compare(ref.out, sub.out):
             raise RuntimeError(f"a forked run and a subprocess differ: {compare(ref.out, sub.out)}")
         rng = random.Random(args.seed)
-        cases = [(c, "fork") for c in every_point(ref, rng) + random_kills(args.random, args.seed, ref.seconds)]
+        points = every_point(ref, rng)
+        if args.points is not None:
+            points = rng.sample(points, min(args.points, len(points)))
+        cases = [(c, "fork") for c in points + random_kills(args.random, args.seed, ref.seconds)]
         if sub is not None:
             cases += [(c, "subprocess") for c in ([["ckpt.after_set_aside:2"], ["log.after_row:3"]]
                       + random_kills(args.subprocess, args.seed + 1, sub.seconds))[: args.subprocess + 2]]
