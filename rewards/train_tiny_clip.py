@@ -21,7 +21,7 @@ learnable temperature. It is saved in open_clip's ``local-dir`` layout (``open_c
 ``open_clip_pytorch_model.bin`` + ``train_info.json``), so a reward loads it with
 ``model_name="local-dir:<out_dir>"`` and ``pretrained=None``.
 
-    python rewards/train_tiny_clip.py --out runs/reach_clip      # 20k pairs, a few minutes on one CPU core
+    python -m rewards.train_tiny_clip --out runs/reach_clip      # 20k pairs, a few minutes on one CPU core
 
 Use one torch thread on small shared CPUs (the default of the script and the benchmark).
 """
