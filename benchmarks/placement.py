@@ -159,7 +159,7 @@ def contention(policy, worker, n: int) -> tuple[float, float]:
         alone = median_time(lambda: policy.rollout(obs, generator=gen), 5)
 
         def together():
-            worker.submit("step_chunk", acts, False)
+            worker.submit("step_chunk", acts, False, False)  # no final obs, no trace
             t0 = time.perf_counter()
             policy.rollout(obs, generator=gen)
             dt = time.perf_counter() - t0
