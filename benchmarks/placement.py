@@ -64,9 +64,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mmrl.placement import PlacementConfig, close_workers, collect_pipelined, start_sim_workers  # noqa: E402
-from simulators.loaded import loaded_reach, time_burn  # noqa: E402
-from mmrl.rollout import collect_episodes, episode_seeds  # noqa: E402
+from mmrl.placement import PlacementConfig, close_workers, collect_pipelined, start_sim_workers
+from mmrl.rollout import collect_episodes, episode_seeds
+from simulators.loaded import loaded_reach, time_burn
 
 CHUNK = 4
 CORES = os.cpu_count() or 1

@@ -85,9 +85,9 @@ def run_sb3(task: str, seed: int, env_steps: int, episodes: int) -> dict:
 
 def run_mmrl(task: str, seed: int, env_steps: int, episodes: int, policy: str, overrides: list[str]) -> dict:
     sys.path.insert(0, str(ROOT))
-    from mmrl.experiment import build_trainer, load_experiment
-
     import yaml
+
+    from mmrl.experiment import build_trainer, load_experiment
 
     data = yaml.safe_load((ROOT / TASKS[task]["config"]).read_text())
     if policy == "gaussian":  # the same experiment with the Gaussian MLP's defaults as the policy

@@ -217,11 +217,11 @@ def run_trl(a: argparse.Namespace) -> dict:
     from mmrl.utils.compat import patch_torchvision
 
     patch_torchvision()  # this machine's torchvision wheel does not load against torch+cpu (see mmrl.utils.compat)
-    import datasets  # Hugging Face datasets: the installed package wins over this repo's datasets/ folder
     from PIL import Image
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    import datasets  # Hugging Face datasets: the installed package wins over this repo's datasets/ folder
     from mmrl.registry import REWARDS
     from mmrl.tiny.tiny_models import tiny_image_text_model
     from simulators.qa import QASim

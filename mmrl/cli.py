@@ -188,8 +188,8 @@ def cmd_check(args) -> int:
                 f"of {what} '{args.name}'{hint}. Valid: {', '.join(allowed) or 'none'}") if bad else None
 
     if args.kind == "reward":
-        from mmrl.registry import REWARDS
         from mmrl.checks.reward import check_reward
+        from mmrl.registry import REWARDS
 
         cls = REWARDS.get(args.name)
         problem = unknown(cls, "reward")
@@ -199,8 +199,8 @@ def cmd_check(args) -> int:
         reward = cls(**kwargs)
         passed = check_reward(reward, kind=getattr(reward, "kind", "image"))
     else:
-        from mmrl.registry import SIMULATORS
         from mmrl.checks.simulator import check_simulator
+        from mmrl.registry import SIMULATORS
 
         base, _, variant = args.name.partition(":")  # e.g. maniskill:PickCube-v1, gym:CartPole-v1
         cls = SIMULATORS.get(base)

@@ -60,8 +60,9 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Sequence, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def _card_summary(folder: Path) -> str:
     return ""
 
 
-@lru_cache(maxsize=None)
+@cache
 def builder_module(name: str):
     """The module ``datasets/<name>/builder.py``, imported by path (builders reuse each other so)."""
     folder = DATASETS_DIR / name

@@ -11,17 +11,18 @@ path and the valid choices.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
+from mmrl.capabilities import NEEDS, missing_needs
 from mmrl.config import ConfigError, check_range, load_config
 from mmrl.placement.config import PlacementConfig
-from mmrl.trainer.train_engine import TrainEngineConfig
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.flow_vla import FlowVLAConfig  # the default policy section
-from mmrl.capabilities import NEEDS, missing_needs
 from mmrl.registry import ADVANTAGES, OBJECTIVES, POLICIES, REWARDS, SIMULATORS
+from mmrl.trainer.train_engine import TrainEngineConfig
 
 
 @dataclass
@@ -501,8 +502,8 @@ def build_trainer(cfg: ExperimentConfig):
     work: the devices exist, the run folder is writable and not in use (it stays locked while the
     trainer lives), and a resume's config matches its checkpoint's (`mmrl.trainer.run_folder`)."""
     from mmrl.trainer import checkpoint
-    from mmrl.trainer.trainer import Trainer
     from mmrl.trainer.run_folder import check_resume_config, open_run_folder, record_config_change
+    from mmrl.trainer.trainer import Trainer
 
     for key, device in (("run.device", cfg.run.device), ("placement.render_device", cfg.placement.render_device)):
         check_device_available(key, device)

@@ -21,10 +21,9 @@ checkpoint. The stage also scores robot simulators' rendered frames with image r
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
-
 
 
 class RewardError(RuntimeError):

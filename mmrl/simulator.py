@@ -46,7 +46,7 @@ class Observation:
     #: per env, the ground truth a reward model reads (e.g. ``{"answer": "3"}``, ``{"color": "red"}``)
     meta: list[dict] | None = None
 
-    def index(self, idx: torch.Tensor) -> "Observation":
+    def index(self, idx: torch.Tensor) -> Observation:
         rows = idx.tolist() if idx.dtype != torch.bool else idx.nonzero().flatten().tolist()
         return Observation(
             self.image[idx],

@@ -32,10 +32,9 @@ keyword arguments only, default to the real checkpoints, and accept a built mode
 Third-party packages register more under the ``mmrl.rewards`` entry-point group.
 """
 
-from mmrl.registry import REWARDS
-
-from mmrl.reward import Reward, RewardError, WeightedSum
 from mmrl.checks.reward import check_reward
+from mmrl.registry import REWARDS
+from mmrl.reward import Reward, RewardError, WeightedSum
 
 REWARDS.register(
     "clip_score", "rewards.clip_score:CLIPScore", extra="clip",

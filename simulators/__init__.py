@@ -5,10 +5,9 @@ Every simulator implements the contract in `mmrl.simulator` and passes
 importing this package never imports a heavy simulator dependency.
 """
 
-from mmrl.registry import SIMULATORS
-
-from mmrl.simulator import Observation, Simulator, StepResult
 from mmrl.checks.simulator import check_simulator
+from mmrl.registry import SIMULATORS
+from mmrl.simulator import Observation, Simulator, StepResult
 
 SIMULATORS.register(
     "reach",

@@ -74,10 +74,11 @@ import multiprocessing as mp
 import os
 import sys
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -275,7 +276,7 @@ def _check_suite(suite: str) -> str:
     return suite
 
 
-@lru_cache(maxsize=None)
+@cache
 def _benchmark(suite: str):
     bm = _import_libero("libero.libero.benchmark")
     with contextlib.redirect_stdout(io.StringIO()):  # it prints the task order

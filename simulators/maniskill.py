@@ -374,7 +374,7 @@ def _worker(conn, cfg: dict, index: int) -> None:
     try:
         env = _SingleEnv(cfg, index)
         conn.send(("ok", env.spec()))
-    except BaseException as exc:  # noqa: BLE001  (report everything, incl. SystemExit from ManiSkill)
+    except BaseException as exc:  # report everything, incl. SystemExit from ManiSkill
         conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
         conn.close()
         return
@@ -389,7 +389,7 @@ def _worker(conn, cfg: dict, index: int) -> None:
             break
         try:
             conn.send(("ok", getattr(env, cmd)(*arg)))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
     conn.close()
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.simulator import Observation, Simulator, StepResult, reset_seeds
+
 from .reach import hash_uniform
 
 

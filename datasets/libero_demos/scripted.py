@@ -49,21 +49,49 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 try:
-    from simulators.libero import (DEMO_CAMERAS, MAX_EPISODE_STEPS, SUITES, LiberoSim, TaskInfo, _build_env,
-                                   _EnvRunner, _EnvSpec, check_assets, ensure_libero_config, list_tasks,
-                                   load_init_states, offscreen_env_kwargs, proprio_state, resolve_render_backend)
+    from simulators.libero import (
+        DEMO_CAMERAS,
+        MAX_EPISODE_STEPS,
+        SUITES,
+        LiberoSim,
+        TaskInfo,
+        _build_env,
+        _EnvRunner,
+        _EnvSpec,
+        check_assets,
+        ensure_libero_config,
+        list_tasks,
+        load_init_states,
+        offscreen_env_kwargs,
+        proprio_state,
+        resolve_render_backend,
+    )
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from simulators.libero import (DEMO_CAMERAS, MAX_EPISODE_STEPS, SUITES, LiberoSim, TaskInfo, _build_env,
-                                   _EnvRunner, _EnvSpec, check_assets, ensure_libero_config, list_tasks,
-                                   load_init_states, offscreen_env_kwargs, proprio_state, resolve_render_backend)
+    from simulators.libero import (
+        DEMO_CAMERAS,
+        MAX_EPISODE_STEPS,
+        SUITES,
+        LiberoSim,
+        TaskInfo,
+        _build_env,
+        _EnvRunner,
+        _EnvSpec,
+        check_assets,
+        ensure_libero_config,
+        list_tasks,
+        load_init_states,
+        offscreen_env_kwargs,
+        proprio_state,
+        resolve_render_backend,
+    )
 
 CAMERAS = DEMO_CAMERAS  # (simulator camera name, key under data/demo_<i>/obs), in image order
 SUPPORTED = ("a goal that is a single (On <object> <target>) predicate, optionally inside (And ...), "

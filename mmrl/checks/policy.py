@@ -50,8 +50,9 @@ from __future__ import annotations
 import copy
 import functools
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 

@@ -31,7 +31,8 @@ sign that says "cat"``, so OCR-style rewards find a target) and no meta; text co
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -86,7 +87,7 @@ class _Checker:
     def score(self, samples, prompts, meta, what: str) -> torch.Tensor:
         try:
             out = self.reward(samples, prompts, meta)
-        except Exception as exc:  # noqa: BLE001 - any failure here is a contract violation
+        except Exception as exc:  # any failure here is a contract violation
             self.fail(f"{what} raised {type(exc).__name__}: {exc}")
         self.ensure(isinstance(out, torch.Tensor), f"{what}: must return a torch.Tensor, got {type(out).__name__}")
         self.ensure(out.dtype == torch.float32, f"{what}: must return float32, got {out.dtype}")
@@ -102,7 +103,7 @@ class _Checker:
             self.reward(samples, prompts, meta)
         except ValueError:
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.fail(f"{what} must raise ValueError, raised {type(exc).__name__}: {exc}")
         self.fail(f"{what} must raise ValueError, but it was scored")
 

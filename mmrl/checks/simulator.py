@@ -40,7 +40,8 @@ episode with a ``final_obs``.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

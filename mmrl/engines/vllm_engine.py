@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 
@@ -249,7 +249,7 @@ def pack_tensor(name: str, tensor) -> tuple[str, str, list[int], bytes]:
     return str(name), str(t.dtype).removeprefix("torch."), list(t.shape), data
 
 
-def unpack_tensor(packed) -> tuple[str, "torch.Tensor"]:
+def unpack_tensor(packed) -> tuple[str, torch.Tensor]:
     name, dtype, shape, data = packed
     dt = getattr(torch, dtype)
     if not data:

@@ -30,7 +30,8 @@ import functools
 import os
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

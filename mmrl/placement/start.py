@@ -8,7 +8,7 @@ backwards (Ray's worker builds on the local one's wire format).
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 from mmrl.placement.worker import SimWorker, WorkerBase, close_workers
 

@@ -39,7 +39,7 @@ import atexit
 import dataclasses
 import math
 import multiprocessing as mp
-import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours)
+import multiprocessing.util  # its exit hook must be registered before ours
 import os
 import pickle
 import signal
@@ -48,7 +48,8 @@ import time
 import traceback
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -261,7 +262,7 @@ class WorkerBase:
             return self.call_limit_s(method)
         return (None if math.isinf(timeout_s) else timeout_s), f"{timeout_s:g} s given to result()"
 
-    def wait_ready(self) -> "WorkerBase":
+    def wait_ready(self) -> WorkerBase:
         meta = self.result()  # the "start" request: STARTUP_TIMEOUT_S
         for key in SHAPE_KEYS:
             setattr(self, key, meta[key])
@@ -283,7 +284,7 @@ class WorkerBase:
         self.wait_ready()
         self.last_crash = None
 
-    def __enter__(self) -> "WorkerBase":
+    def __enter__(self) -> WorkerBase:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -458,7 +459,7 @@ class SimWorker(WorkerBase):
         return WorkerCrashed(f"sim worker {self.name!r} (pid {self.pid}) {what}: {why}")
 
 
-_LIVE: "weakref.WeakSet[SimWorker]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[SimWorker] = weakref.WeakSet()
 
 
 @atexit.register

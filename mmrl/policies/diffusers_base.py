@@ -81,7 +81,7 @@ class DiffusersGenerator(nn.Module):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, image_size: int = 512, dtype: torch.dtype | None = None,
-                        **kwargs) -> "DiffusersGenerator":
+                        **kwargs) -> DiffusersGenerator:
         patch_torchvision()
         try:
             import diffusers

@@ -42,10 +42,10 @@ import torch
 from torch import nn
 
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
 from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
-from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 
 

@@ -17,7 +17,6 @@ backbone) serves PPO with GAE. Evaluation samples with the deterministic ODE by 
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -25,7 +24,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.flow import (
     FlowNoiseHead,
     awm_loss,
@@ -36,8 +37,6 @@ from mmrl.flow import (
     stochastic_mask,
     time_grid,
 )
-from mmrl.algorithms.normalization import RunningMeanStd
-from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 

@@ -63,9 +63,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError
 from mmrl.policies.action_tokenizer import ActionTokenizer
-from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 

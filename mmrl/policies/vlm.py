@@ -47,12 +47,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError
 from mmrl.engines.base import GenRequest, SamplingConfig
-from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
-from mmrl.simulator import Completions
 from mmrl.policies.token_vla import VISION_TOWER_NAMES, freeze_vision_tower
+from mmrl.simulator import Completions
 
 MM_SKIP = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
 

@@ -56,7 +56,12 @@ def tiny_clip_tokenizer(folder: Path):
 def tiny_sd3_pipeline(folder: str | Path, seed: int = 0, sample_size: int = 16) -> Path:
     """Build and save a tiny SD3 pipeline in ``folder``; returns the folder."""
     patch_torchvision()
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
     folder = Path(folder)

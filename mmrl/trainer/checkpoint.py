@@ -224,7 +224,7 @@ class UnreadableFile(ValueError):
 def _reading(file: Path, load):
     try:
         return load()
-    except Exception as exc:  # noqa: BLE001  (whatever the reader raises, say which file)
+    except Exception as exc:  # whatever the reader raises, say which file
         raise UnreadableFile(file, exc) from exc
 
 
@@ -321,7 +321,7 @@ def load_latest(out_dir: Path, policy, optimizer, log=print, verified: Path | No
         if why is None:
             try:
                 data = read(path)
-            except Exception as exc:  # noqa: BLE001  (any unreadable file: try the previous one)
+            except Exception as exc:  # any unreadable file: try the previous one
                 why = f"{path} cannot be read ({type(exc).__name__}: {exc})"
         if why is not None:
             problems.append(why)

@@ -21,7 +21,8 @@ counted (`drop_nonfinite`): nothing trains on them or averages them.
 from __future__ import annotations
 
 import math
-from typing import Callable, ContextManager
+from collections.abc import Callable
+from typing import ContextManager
 
 import torch
 

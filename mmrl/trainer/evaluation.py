@@ -9,8 +9,9 @@ LIBERO that walks the task's held-out initial-state pool (the simulator's ``eval
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -111,7 +112,7 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
     try:
         data = ckpt.read(path)
         weights = data["policy"]
-    except Exception as exc:  # noqa: BLE001  (any unreadable file is the same problem for the user)
+    except Exception as exc:  # any unreadable file is the same problem for the user
         if isinstance(exc, ckpt.UnreadableFile):
             file, exc = exc.file, exc.cause
         raise UserError(f"{file} cannot be read as an mmrl checkpoint ({type(exc).__name__}: "

@@ -19,10 +19,10 @@ import torch
 
 pytest.importorskip("lerobot", reason="the LeRobot venv: bash scripts/setup_lerobot.sh")
 
-from mmrl.config import ConfigError  # noqa: E402
-from mmrl.data import builder_module, load_dataset  # noqa: E402
-from mmrl.policies.processing import resize_images  # noqa: E402
-from mmrl.registry import MissingDependencyError  # noqa: E402
+from mmrl.config import ConfigError
+from mmrl.data import builder_module, load_dataset
+from mmrl.policies.processing import resize_images
+from mmrl.registry import MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[2]
 CAMERAS = ["observation.images.front", "observation.images.wrist"]

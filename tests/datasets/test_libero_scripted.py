@@ -139,7 +139,7 @@ def test_task_params():
 
 
 # ---------------------------------------------------------------------------------- writer
-def _fake_demo(index: int, n: int, px: int = 8) -> "S.Demo":
+def _fake_demo(index: int, n: int, px: int = 8) -> S.Demo:
     rng = np.random.default_rng(index)
     return S.Demo(index, rng.uniform(-1, 1, (n, 7)), rng.integers(0, 256, (n, 2, px, px, 3), dtype=np.uint8),
                   rng.normal(size=(n, 8)).astype(np.float32), rng.normal(size=(n, 92)), rng.normal(size=(n, 7)),

@@ -20,9 +20,9 @@ import torch
 
 pytest.importorskip("lerobot", reason="the LeRobot venv: bash scripts/setup_lerobot.sh")
 
-from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
-from mmrl.policies.lerobot.policy import LeRobotVLAPolicy  # noqa: E402
-from mmrl.tiny import tiny_lerobot  # noqa: E402
+from mmrl.experiment import build_trainer, load_experiment
+from mmrl.policies.lerobot.policy import LeRobotVLAPolicy
+from mmrl.tiny import tiny_lerobot
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_LIBERO = f"{ROOT / 'tests' / 'simulators' / 'test_libero.py'}:FakeLiberoEnv"

@@ -63,8 +63,8 @@ transformers = pytest.importorskip("transformers")
 from mmrl.batch import Batch  # noqa: E402
 from mmrl.policies.base import encode_text  # noqa: E402
 from mmrl.policies.token_vla import TokenVLAConfig, TokenVLAPolicy  # noqa: E402
-from mmrl.tiny.tiny_models import tiny_image_text_model  # noqa: E402
 from mmrl.simulator import Observation  # noqa: E402
+from mmrl.tiny.tiny_models import tiny_image_text_model  # noqa: E402
 
 COLORS = ["red", "green", "blue"]
 

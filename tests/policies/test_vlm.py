@@ -8,9 +8,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from mmrl.policies.vlm import VLMConfig, VLMPolicy, collate_pixels, lora_targets  # noqa: E402
-from mmrl.simulator import Completions  # noqa: E402
-from simulators.qa import QASim  # noqa: E402
+from mmrl.policies.vlm import VLMConfig, VLMPolicy, collate_pixels, lora_targets
+from mmrl.simulator import Completions
+from simulators.qa import QASim
 
 KW = dict(dataset="shapes_vqa", dataset_kwargs={"num_samples": 16, "tasks": ["count"]})
 

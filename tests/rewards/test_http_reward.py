@@ -101,7 +101,7 @@ def test_unreachable_server_is_a_clear_error():
 class _Scripted(BaseHTTPRequestHandler):
     server: "ThreadingHTTPServer"
 
-    def do_GET(self):  # noqa: N802 - http.server naming
+    def do_GET(self):  # http.server naming
         srv = self.server
         with srv.lock:
             hit = srv.hits

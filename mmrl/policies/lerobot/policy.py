@@ -57,14 +57,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import lerobot  # the policy needs LeRobot; without it the registry names the fix
 import torch
 from torch import nn
 
-import lerobot  # the policy needs LeRobot; without it the registry names the fix
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError
 from mmrl.flow import FlowNoiseHead, awm_loss, chain_log_prob, reduce_log_prob, sample, stochastic_mask, time_grid
-from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.lerobot.families import FAMILIES, Prefix
 
