@@ -127,7 +127,7 @@ def calibrate(policy, n: int, sim_kwargs: dict, load: str) -> tuple[dict, float,
         with torch.no_grad():
             for _ in range(5):
                 tp = median_time(lambda: policy.rollout(obs, generator=gen), 1)
-                ts = median_time(lambda: loaded.step_chunk(acts), 1)
+                ts = median_time(lambda loaded=loaded: loaded.step_chunk(acts), 1)
                 pairs.append((tp, ts))
         ratio = statistics.median((tp - t_bare) / max(ts - t_bare, 1e-6) for tp, ts in pairs)
         t_policy = statistics.median(tp for tp, _ in pairs)

@@ -170,7 +170,7 @@ def main() -> None:
         steps = args.env_steps or TASKS[task]["env_steps"]
         jobs = [(seed, side) for seed in range(args.seeds) for side in (sides if seed % 2 == 0 else sides[::-1])]
 
-        def one(job):
+        def one(job, task=task, steps=steps):  # bound now: runs while this loop turn waits
             seed, side = job
             r = spawn(side, task, seed, steps, args)
             print(f"{task} seed {seed} {side:8s}: return {r['return']:9.2f}, "

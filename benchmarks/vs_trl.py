@@ -217,11 +217,11 @@ def run_trl(a: argparse.Namespace) -> dict:
     from mmrl.utils.compat import patch_torchvision
 
     patch_torchvision()  # this machine's torchvision wheel does not load against torch+cpu (see mmrl.utils.compat)
+    import datasets  # Hugging Face datasets: the installed package wins over this repo's datasets/ folder
     from PIL import Image
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    import datasets  # Hugging Face datasets: the installed package wins over this repo's datasets/ folder
     from mmrl.registry import REWARDS
     from mmrl.tiny.tiny_models import tiny_image_text_model
     from simulators.qa import QASim
@@ -367,7 +367,8 @@ def main() -> None:
     same = (m["tokens_min_max"] == t["tokens_min_max"] and same_records
             and m["optimizer_steps_per_step"] == t["optimizer_steps_per_step"])
     print(f"ratio trl/mmrl: step {t['step_s'] / m['step_s']:.2f}x, loop {t['loop_s'] / m['loop_s']:.2f}x; "
-          f"identical work (records, tokens and optimizer steps of every step): {same}; load average {load_before[0]:.2f} before, "
+          f"identical work (records, tokens and optimizer steps of every step): {same}; "
+          f"load average {load_before[0]:.2f} before, "
           f"{load_after[0]:.2f} after")
     r4 = lambda xs: [round(x, 4) for x in xs]  # noqa: E731
     print(json.dumps({

@@ -103,7 +103,8 @@ def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) 
     from mmrl.utils import jsonio
 
     target = Path(target)
-    if target.is_dir() or target.name in ("state.pt", "model.safetensors"):  # a run or checkpoint folder: its own config
+    # a run or checkpoint folder: its own config
+    if target.is_dir() or target.name in ("state.pt", "model.safetensors"):
         path = resolve_checkpoint(str(target), target)
         cfg = load_experiment(path / "config.yaml", overrides)
         out = path.parent.parent  # the run folder the checkpoint belongs to

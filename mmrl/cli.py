@@ -120,7 +120,8 @@ def cmd_export(args) -> int:
     from mmrl.export import export
 
     out = export(args.run, args.to, merge=not args.adapter, push_to_hub=args.push_to_hub, private=not args.public)
-    print(f"exported to {out}" + (f" and pushed to https://huggingface.co/{args.push_to_hub}" if args.push_to_hub else ""))
+    pushed = f" and pushed to https://huggingface.co/{args.push_to_hub}" if args.push_to_hub else ""
+    print(f"exported to {out}{pushed}")
     return 0
 
 

@@ -69,7 +69,8 @@ class SimConfig:
                               "remove sim.eval_tasks")
         allowed = constructor_arguments(cls, exclude=("num_envs", "seed", "device"))
         if allowed is not None:
-            for section, key in [*(("kwargs", k) for k in self.kwargs), *(("eval_kwargs", k) for k in self.eval_kwargs)]:
+            for section, key in [*(("kwargs", k) for k in self.kwargs),
+                                 *(("eval_kwargs", k) for k in self.eval_kwargs)]:
                 if key not in allowed:
                     moved = ""
                     if cls.passthrough_arg:
@@ -119,7 +120,8 @@ class FrameRewardConfig:
             try:
                 re.compile(self.instruction_pattern)
             except re.error as exc:
-                raise ConfigError(f"'instruction_pattern' = {self.instruction_pattern!r} is not a regex: {exc}") from None
+                raise ConfigError(f"'instruction_pattern' = {self.instruction_pattern!r} "
+                                  f"is not a regex: {exc}") from None
         for key, template in self.goal_meta.items():
             if not isinstance(template, str):
                 raise ConfigError(f"'goal_meta.{key}' must be a string template, got {template!r}")
@@ -519,7 +521,8 @@ def build_trainer(cfg: ExperimentConfig):
     trainer.verified_checkpoint = resumed_from
     if changes:
         record_config_change(out, resumed_from, changes)
-        trainer.log_line(f"warning: resuming {resumed_from.name} under a changed config (trainer.accept_config_change): "
+        trainer.log_line(f"warning: resuming {resumed_from.name} under a changed config "
+                         "(trainer.accept_config_change): "
                          + ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in changes))
     return trainer
 

@@ -46,7 +46,8 @@ def act(policy, sim, obs: Observation, generator, mode: str, alive: torch.Tensor
     `RewardStage.episode_scores`). Returns (training batch rows, `StepResult`)."""
     batch, actions = policy.rollout(obs, generator=generator, mode=mode)
     actions_here = actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions
-    res = sim.step_chunk(actions_here, trace=True) if reward is not None and reward.traced else sim.step_chunk(actions_here)
+    traced = reward is not None and reward.traced
+    res = sim.step_chunk(actions_here, trace=True) if traced else sim.step_chunk(actions_here)
     if reward is not None:
         res = reward(res, obs, actions, alive, episodes)
     return batch, res

@@ -62,7 +62,8 @@ REWARDS.register(
 )
 REWARDS.register(
     "shapes", "rewards.shapes:ShapesReward",
-    description="programmatic prompt following for the synthetic shapes dataset (colour, count, shape, position, purity)",
+    description="programmatic prompt following for the synthetic shapes dataset "
+                "(colour, count, shape, position, purity)",
 )
 REWARDS.register(
     "weighted_sum", "mmrl.reward:WeightedSum",

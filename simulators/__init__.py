@@ -25,7 +25,8 @@ SIMULATORS.register(
 SIMULATORS.register(
     "libero",
     "simulators.libero:LiberoSim",
-    description="LIBERO manipulation suites (robosuite/MuJoCo; spatial, object, goal, 10, 90); scene assets via MMRL_LIBERO_ASSETS",
+    description="LIBERO manipulation suites (robosuite/MuJoCo; spatial, object, goal, 10, 90); "
+                "scene assets via MMRL_LIBERO_ASSETS",
     extra="libero",
 )
 

@@ -9,8 +9,8 @@ Observations
     ``image`` uint8 ``[N, image_size, image_size, 3]``: each env's ``render()`` frame
     (``render_mode="rgb_array"``) resized with antialiased bilinear interpolation (non-square frames
     are stretched to a square). With ``render_images=False`` nothing is rendered and ``image`` is all
-    zeros (same shape; ``has_images = False``), which is much faster for state-only policies. Rendering classic-control envs
-    needs ``pygame`` (``pip install "gymnasium[classic-control]"``).
+    zeros (same shape; ``has_images = False``), which is much faster for state-only policies.
+    Rendering classic-control envs needs ``pygame`` (``pip install "gymnasium[classic-control]"``).
     ``state`` float ``[N, D]``: the gym observation flattened with
     ``gymnasium.spaces.utils.flatten`` (a Box is reshaped to a vector, Discrete becomes one-hot,
     Dict / Tuple are concatenated); ``state_dim = flatdim(observation_space)``.

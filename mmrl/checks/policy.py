@@ -262,7 +262,8 @@ class _Checker:
                    f"image actions must be uint8 {want}, got {actions.dtype} {tuple(actions.shape)}")
         else:
             want = (b, p.chunk_size, self.sim.action_dim)
-            ensure(tuple(actions.shape) == want, f"actions {tuple(actions.shape)} != [B, chunk_size, action_dim] {want}")
+            ensure(tuple(actions.shape) == want,
+                   f"actions {tuple(actions.shape)} != [B, chunk_size, action_dim] {want}")
             ensure(torch.isfinite(actions).all(), "actions have NaN/inf")
         return f"actions {want}"
 

@@ -239,14 +239,16 @@ class _Checker:
         self.ensure(kind in ACTION_TYPES, f"action_type must be one of {list(ACTION_TYPES)}, got {kind!r}")
         for name in ("num_envs", "max_episode_steps") + (() if self.single_turn else ("action_dim",)):
             v = getattr(sim, name)
-            self.ensure(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive int, got {v!r}")
+            self.ensure(isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                        f"{name} must be a positive int, got {v!r}")
         shape = tuple(sim.image_shape)
         self.ensure(
             len(shape) in (3, 4) and shape[-1] == 3 and all(isinstance(s, int) and s > 0 for s in shape),
             f"image_shape must be (H, W, 3) or (V, H, W, 3), got {sim.image_shape!r}",
         )
         sd = getattr(sim, "state_dim", None)
-        self.ensure(sd is None or (isinstance(sd, int) and sd > 0), f"state_dim must be None or a positive int, got {sd!r}")
+        self.ensure(sd is None or (isinstance(sd, int) and sd > 0),
+                    f"state_dim must be None or a positive int, got {sd!r}")
         try:
             torch.device(sim.device)
         except (TypeError, RuntimeError) as exc:
@@ -438,7 +440,8 @@ class _Checker:
                     f"trace active must be bool [N, K] with 1 <= K <= {c}, got {tr['active'].dtype} "
                     f"{tuple(tr['active'].shape)}")
         self.ensure(tuple(tr["image"].shape) == (n, k, *self.sim.image_shape) and tr["image"].dtype == torch.uint8,
-                    f"trace image must be uint8 [N, K, *image_shape], got {tr['image'].dtype} {tuple(tr['image'].shape)}")
+                    f"trace image must be uint8 [N, K, *image_shape], got {tr['image'].dtype} "
+                    f"{tuple(tr['image'].shape)}")
         ran = tr["active"]
         self.ensure(torch.equal(ran.sum(1).to(res.info["num_steps"]), res.info["num_steps"]),
                     f"trace active steps {ran.sum(1).tolist()} != info['num_steps'] {res.info['num_steps'].tolist()}")
@@ -569,7 +572,8 @@ def _obs_diff(a: Observation | None, b: Observation | None, rows: torch.Tensor |
         return "instructions differ"
     if (a.state is None) != (b.state is None):
         return "state present in one observation only"
-    if a.state is not None and not torch.allclose(a.state[rows], b.state[rows].to(a.state.device), atol=1e-5, rtol=1e-5):
+    if a.state is not None and not torch.allclose(a.state[rows], b.state[rows].to(a.state.device),
+                                                  atol=1e-5, rtol=1e-5):
         return "states differ"
     return None
 

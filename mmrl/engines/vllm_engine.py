@@ -128,7 +128,8 @@ class VLLMEngine(RolloutEngine):
         kwargs["worker_extension_cls"] = WORKER_EXTENSION  # adds `mmrl_reload_weights` to vLLM's workers
         kwargs.update(engine_kwargs)
         if kwargs.get("logprobs_mode") != "processed_logprobs":
-            raise ValueError("VLLMEngine returns temperature-scaled log-probs: logprobs_mode must be 'processed_logprobs'")
+            raise ValueError("VLLMEngine returns temperature-scaled log-probs: "
+                             "logprobs_mode must be 'processed_logprobs'")
         self.engine_kwargs = kwargs
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()

@@ -15,11 +15,10 @@ Shapes. ``x`` and ``v`` are ``[N, *E]``. ``t`` and ``t_next`` are each one of
 from __future__ import annotations
 
 import math
-from typing import Union
 
 import torch
 
-TimeLike = Union[float, torch.Tensor]
+TimeLike = float | torch.Tensor
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 

@@ -443,7 +443,8 @@ class SimWorker(WorkerBase):
 
         def kill():
             waited = time.monotonic() - start
-            self._read_killed = self._silent(method, waited, limit_s, f"{why}; it stopped halfway through sending its answer")
+            self._read_killed = self._silent(method, waited, limit_s,
+                                             f"{why}; it stopped halfway through sending its answer")
             proc.kill()
 
         timer = threading.Timer(max(limit_s - (time.monotonic() - start), READ_GRACE_S), kill)

@@ -90,7 +90,8 @@ class Evaluation:
     logp: torch.Tensor  # same shape as the batch's ``old_logp``: [B, *logp_shape]
     entropy: torch.Tensor  # scalar: mean entropy (estimate) of the policy on these samples
     values: torch.Tensor | None = None  # [B] critic values; None without a critic
-    logp_mask: torch.Tensor | None = None  # bool like ``logp``: elements that count (real tokens, noisy steps); None = all
+    #: bool like ``logp``: elements that count (real tokens, noisy steps); None = all
+    logp_mask: torch.Tensor | None = None
     kl: torch.Tensor | None = None  # [B] the policy's own KL to its reference (else estimated from ``ref_logp``)
 
 

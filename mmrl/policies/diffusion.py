@@ -259,8 +259,8 @@ class DiffusionPolicy(Policy):
         c = self.cfg
         cond = self.gen.encode(decode_text(batch["instruction"]))
         seen: list = []
-        loss = awm_loss(_recording(self.model_fn(cond, None, 1.0), seen), batch["flow_chain"][:, -1], advantages, c.awm_timesteps, c.awm_weighting,
-                        huber_c=c.awm_huber_c)
+        loss = awm_loss(_recording(self.model_fn(cond, None, 1.0), seen), batch["flow_chain"][:, -1], advantages,
+                        c.awm_timesteps, c.awm_weighting, huber_c=c.awm_huber_c)
         x, t, v = seen[0]
         for coef, which in ((c.awm_ref_coef, "ref"), (c.awm_ema_coef, "ema")):
             if coef > 0:

@@ -144,7 +144,8 @@ class FlowVLAPolicy(Policy):
         critic with ``critic``; no KL reference."""
         return Capabilities(
             logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic, likelihood_free=True,
-            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+            fixes={"critic": "set policy.critic=true, or use a group estimator "
+                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                    "kl_reference": "the flow VLA keeps no reference model: set algorithm.kl_coef=0"})
 
     @property

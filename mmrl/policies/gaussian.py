@@ -66,7 +66,8 @@ class GaussianPolicy(Policy):
         """Action chunks, exact Gaussian log-probs (per chunk or per element), a critic with ``critic``."""
         return Capabilities(
             logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic,
-            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+            fixes={"critic": "set policy.critic=true, or use a group estimator "
+                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                    "likelihood_free": "the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo",
                    "kl_reference": "the Gaussian policy keeps no reference model: set algorithm.kl_coef=0"})
 

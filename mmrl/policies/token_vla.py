@@ -123,7 +123,8 @@ class TokenVLAPolicy(Policy):
         """Action chunks as bin tokens, one log-prob per token, a critic with ``critic``."""
         return Capabilities(
             logp="token", critic=cfg.critic,
-            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+            fixes={"critic": "set policy.critic=true, or use a group estimator "
+                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                    "likelihood_free": "the token VLA has no flow-matching loss: use algorithm.objective=ppo",
                    "kl_reference": "the token VLA keeps no reference model: set algorithm.kl_coef=0"})
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import torch
 
@@ -245,7 +245,7 @@ class AsyncCollector:
     """
 
     def __init__(self, inner: Collector, policy, staleness: int,
-                 generator: Callable[[int], torch.Generator], context: Callable[[], ContextManager]):
+                 generator: Callable[[int], torch.Generator], context: Callable[[], AbstractContextManager]):
         import copy
         from concurrent.futures import ThreadPoolExecutor
 

@@ -28,9 +28,10 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
                    generator: torch.Generator | None = None, video_dir: Path | None = None,
                    video_envs: int = 8, max_envs: int = 64, reward=None) -> dict:
     """Evaluate ``policy`` on every task in ``tasks``; ``make_sim(task, num_envs)`` builds one
-    task's simulator; ``reward`` is the experiment's reward stage (`mmrl.trainer.reward_stage.RewardStage`) or None. Returns the report: overall ``success_rate`` / ``return`` / ``length`` /
-    ``episodes`` (episode-weighted over tasks), ``tasks``, one entry per task, and ``suites`` (success
-    per suite) when the simulators name theirs (LIBERO)."""
+    task's simulator; ``reward`` is the experiment's reward stage
+    (`mmrl.trainer.reward_stage.RewardStage`) or None. Returns the report: overall ``success_rate`` /
+    ``return`` / ``length`` / ``episodes`` (episode-weighted over tasks), ``tasks``, one entry per
+    task, and ``suites`` (success per suite) when the simulators name theirs (LIBERO)."""
     if not tasks:
         raise ValueError("evaluate_suite needs at least one task")
     if episodes < 1 or max_envs < 1:

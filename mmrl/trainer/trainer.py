@@ -203,7 +203,7 @@ class Trainer:
         t0 = time.time()
         if self.reward_stage is not None and collector is None:
             self.reward_stage.drain()  # forget scores of evaluations: the iteration logs its own
-        for attempt in range(MAX_EMPTY_COLLECTIONS):
+        for _attempt in range(MAX_EMPTY_COLLECTIONS):
             gen = self.generator("rl", it)
             if collector is None:
                 batch, info = self.collect(it, gen)

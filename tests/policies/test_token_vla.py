@@ -53,7 +53,7 @@ def test_vocabulary_mappings():
     with pytest.raises(ValueError):
         ActionTokenizer(num_bins=2, token_ids=[1, 1])
     with pytest.raises(ValueError, match="no vocabulary mapping"):
-        ActionTokenizer(num_bins=4).token_ids
+        _ = ActionTokenizer(num_bins=4).token_ids
 
 
 # ---- the policy on a tiny Idefics3 (SmolVLM) ------------------------------------------------------

@@ -168,7 +168,8 @@ class LeRobotVLAPolicy(Policy):
         return Capabilities(
             logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic, likelihood_free=True,
             kl_reference="logp" if cfg.reference != "none" else None,
-            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+            fixes={"critic": "set policy.critic=true, or use a group estimator "
+                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                    "kl_reference": "set policy.reference=copy (or adapter with finetune: lora)"})
 
     def __init__(self, cfg: LeRobotVLAConfig, action_dim: int, state_dim: int | None = None):
@@ -186,7 +187,8 @@ class LeRobotVLAPolicy(Policy):
         self.camera_keys = list(cfg.camera_keys or lcfg.image_features)
         unknown = [k for k in self.camera_keys if k not in lcfg.image_features]
         if unknown:
-            raise ConfigError(f"'policy.camera_keys' names {unknown}, which the checkpoint {cfg.model!r} does not read; "
+            raise ConfigError(f"'policy.camera_keys' names {unknown}, which the checkpoint {cfg.model!r} "
+                              "does not read; "
                               f"its image features: {', '.join(lcfg.image_features)}")
         self.state_key = STATE if STATE in lcfg.input_features else None
         self.real_action_dim = lcfg.output_features[ACTION].shape[0]
@@ -420,7 +422,8 @@ class LeRobotVLAPolicy(Policy):
         """Use these statistics (flat, as `stats`; the same keys) in the pre- and postprocessor."""
         missing = set(self._stat_buffers.values()) - set(flat)
         if missing:
-            raise ValueError(f"statistics lack {sorted(missing)} (the processors use {sorted(self._stat_buffers.values())})")
+            raise ValueError(f"statistics lack {sorted(missing)} "
+                             f"(the processors use {sorted(self._stat_buffers.values())})")
         for name, key in self._stat_buffers.items():
             getattr(self, name).copy_(flat[key])
         self._apply_stats()
