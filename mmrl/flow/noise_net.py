@@ -11,6 +11,8 @@ layer starts at zero, so an untrained head gives the midpoint ``(min_std + max_s
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -40,8 +42,9 @@ class FlowNoiseHead(nn.Module):
             nn.SiLU(),
             nn.Linear(width, out_dim),
         )
-        nn.init.zeros_(self.mlp[-1].weight)
-        nn.init.zeros_(self.mlp[-1].bias)
+        out = cast(nn.Linear, self.mlp[-1])
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
 
     def forward(self, h: torch.Tensor, t_emb: torch.Tensor | None = None) -> torch.Tensor:
         if self.time_dim:

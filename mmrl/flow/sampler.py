@@ -12,7 +12,7 @@ chunk, ``[Ch, H, W]`` latent). ``model_fn(x [N, *E], t [N]) -> (v [N, *E], std o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -44,14 +44,15 @@ def time_grid(num_steps: int, shift: float = 1.0, dtype: torch.dtype = torch.flo
 
 def stochastic_mask(batch: int, num_steps: int, mode: str,
                     generator: torch.Generator | None = None,
-                    window: tuple[int, int] | None = None, device=None) -> torch.Tensor:
+                    window: Sequence[int] | None = None, device=None) -> torch.Tensor:
     """Which transitions of each sample are stochastic: bool ``[B, K]``.
 
     * ``"all"``: every transition.
     * ``"one"``: one transition per sample, uniform over ``0..K-1`` (drawn with ``generator`` on
       its own device, then moved to ``device``); the others are ODE steps (pi_RL's Flow-SDE rollout,
       Flow-GRPO-Fast).
-    * ``"window"``: transitions ``window[0] <= k < window[1]`` (python slice semantics).
+    * ``"window"``: transitions ``window[0] <= k < window[1]`` (``window = (start, end)``, python
+      slice semantics).
     * ``"none"``: no transition (pure ODE).
     """
     K = num_steps

@@ -120,7 +120,7 @@ def cps_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
 
 
 def noise_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-               std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+               std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Flow-Noise step (pi_RL): Euler mean ``x + (t_next - t) v`` with a learned ``std``.
 
     ``std`` (e.g. from :class:`mmrl.flow.noise_net.FlowNoiseHead`) is used as given: it must be

@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -83,6 +85,41 @@ class DiffusionConfig(PolicyConfig):
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
 
 
+class TextToImageGenerator(nn.Module):
+    """What `DiffusionPolicy` drives, implemented by the built-in tiny generator
+    (`mmrl.policies.tiny_generator`) and the diffusers ones (`mmrl.policies.diffusers_base`):
+    ``forward(x, t, cond) -> v``, the velocity of samples ``x`` at flow times ``t``."""
+
+    #: whether `disable_adapter` switches a LoRA adapter off (the reference model); without one the
+    #: policy keeps a frozen copy as its reference
+    has_adapter: bool = False
+
+    @property
+    def sample_shape(self) -> tuple[int, int, int]:
+        """One sample ``[C, H, W]``: the image itself (pixel space) or its VAE latent."""
+        raise NotImplementedError
+
+    def encode(self, prompts: list[str]) -> Any:
+        """Prompts -> the ``cond`` that ``forward`` takes (a tuple of tensors with B rows)."""
+        raise NotImplementedError
+
+    def decode(self, x0: torch.Tensor) -> torch.Tensor:
+        """Samples -> images ``[B, 3, H, W]`` in [-1, 1]."""
+        raise NotImplementedError
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images ``[B, H, W, 3]`` -> samples ``x0`` (the warm start's targets)."""
+        raise NotImplementedError
+
+    def disable_adapter(self) -> AbstractContextManager[None]:
+        """A context in which the model runs without its adapter (only with ``has_adapter``)."""
+        raise NotImplementedError
+
+
+#: ``(x, t, cond) -> v``: the generator, its EMA weights, or its reference
+Velocity = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
+
+
 def _recording(fn, seen: list):
     """Wrap a model function so every call's ``(x, t, v)`` is appended to ``seen``."""
 
@@ -98,10 +135,14 @@ def _cat(a, b):
     return tuple(torch.cat([x, y]) for x, y in zip(a, b)) if isinstance(a, tuple) else torch.cat([a, b])
 
 
-class DiffusionPolicy(Policy):
+class DiffusionPolicy(Policy[DiffusionConfig]):
     """A flow-matching generator behind the policy contract (see the module docstring)."""
 
     config_class = DiffusionConfig
+    gen: TextToImageGenerator
+    ref: TextToImageGenerator | None  # a frozen copy as the reference (None: the adapter switched off, or none)
+    grid: torch.Tensor  # buffers: the time grids of training and evaluation rollouts
+    eval_grid: torch.Tensor
 
     @classmethod
     def capabilities(cls, cfg: DiffusionConfig) -> Capabilities:
@@ -114,10 +155,6 @@ class DiffusionPolicy(Policy):
                              "grpo_global_std, grpo, ...) with group_size >= 2",
                    "kl_reference": "set policy.kl_reference=true (Flow-GRPO's KL to the reference)"})
 
-    @property
-    def text_bytes(self) -> int:
-        return self.cfg.prompt_bytes
-
     def warm_start_batch(self, data: dict) -> Batch:
         """Text-to-image pairs (``image``, ``prompt``) for the flow-matching warm start."""
         for key in ("image", "prompt"):
@@ -126,9 +163,10 @@ class DiffusionPolicy(Policy):
         return Batch(image=data["image"], instruction=encode_text(data["prompt"], self.text_bytes))
 
     def __init__(self, cfg: DiffusionConfig, action_dim: int, state_dim: int | None = None,
-                 generator: nn.Module | None = None):
+                 generator: TextToImageGenerator | None = None):
         super().__init__()
         self.cfg = cfg
+        self.text_bytes = cfg.prompt_bytes
         self.gen = generator if generator is not None else build_generator(cfg)
         self.uses_adapter = bool(getattr(self.gen, "has_adapter", False))
         needs_ref = cfg.kl_reference or cfg.awm_ref_coef > 0
@@ -145,7 +183,7 @@ class DiffusionPolicy(Policy):
     def _ema_params(self) -> dict[str, torch.Tensor]:
         return {k: getattr(self, "ema__" + k.replace(".", "__")) for k in self._ema_keys}
 
-    def _velocity(self, which: str):
+    def _velocity(self, which: str) -> Velocity:
         if which == "policy":
             return self.gen
         if which == "ema":  # the generator run with its EMA weights
@@ -156,6 +194,7 @@ class DiffusionPolicy(Policy):
                 with self.gen.disable_adapter():
                     return self.gen(x, t, cond)
             return ref
+        assert self.ref is not None, "the reference is asked for only where __init__ made one (needs_ref)"
         return self.ref
 
     def model_fn(self, cond, null, guidance: float, which: str = "policy"):
@@ -211,7 +250,7 @@ class DiffusionPolicy(Policy):
         step = "none" if self.cfg.logp_level == "step" else "sum"
         return reduce_log_prob(logp_elem, stoch, elem_dims=3, elem_reduce="mean", step_reduce=step)
 
-    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def evaluate(self, batch: Batch) -> Evaluation:
         c = self.cfg
         cond, null = self._conds(decode_text(batch["instruction"]), c.guidance_scale)
         chain, stoch = batch["flow_chain"], batch["flow_stoch"]
@@ -319,12 +358,13 @@ def to_uint8(images: torch.Tensor) -> torch.Tensor:
     return x.round().to(torch.uint8).cpu()
 
 
-def build_generator(cfg: DiffusionConfig) -> nn.Module:
+def build_generator(cfg: DiffusionConfig) -> TextToImageGenerator:
     if cfg.model == "tiny":
         from mmrl.policies.tiny_generator import TinyTextToImage
 
         return TinyTextToImage(image_size=cfg.image_size, ch=cfg.width)
-    kwargs = dict(image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+    kwargs: dict[str, Any] = dict(image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank,
+                                  lora_alpha=cfg.lora_alpha)
     if diffusers_family(cfg.model) == "flux":  # both need mmrl[diffusion]
         from mmrl.policies.flux import FluxGenerator
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import nn
@@ -56,7 +56,7 @@ def mlp(inp: int, hidden: int, layers: int, out: int) -> nn.Sequential:
     return nn.Sequential(*mods)
 
 
-class GaussianPolicy(Policy):
+class GaussianPolicy(Policy[GaussianConfig]):
     """Diagonal-Gaussian MLP actor + MLP critic on the state vector; see the module docstring."""
 
     config_class = GaussianConfig
@@ -86,11 +86,11 @@ class GaussianPolicy(Policy):
         self.cfg, self.action_dim = cfg, action_dim
         width = cfg.chunk_size * action_dim
         self.actor = mlp(state_dim, cfg.hidden, cfg.layers, width)
-        nn.init.orthogonal_(self.actor[-1].weight, 0.01)
+        nn.init.orthogonal_(cast(nn.Linear, self.actor[-1]).weight, 0.01)
         self.log_std = nn.Parameter(torch.full((width,), float(cfg.log_std_init)))
         self.value_head = mlp(state_dim, cfg.hidden, cfg.layers, 1) if cfg.critic else None
         if self.value_head is not None:
-            nn.init.orthogonal_(self.value_head[-1].weight, 1.0)
+            nn.init.orthogonal_(cast(nn.Linear, self.value_head[-1]).weight, 1.0)
         self.obs_norm = RunningMeanStd(state_dim) if cfg.obs_norm else None
         self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)
 
@@ -125,7 +125,7 @@ class GaussianPolicy(Policy):
             batch["old_values"] = values
         return Decision(batch, batch["actions"])
 
-    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def evaluate(self, batch: Batch) -> Evaluation:
         dist = self._dist(batch["state"])
         return Evaluation(logp=self._logp(dist, batch["actions"]), entropy=dist.entropy().sum((1, 2)).mean(),
                           values=self._values(batch["state"]))

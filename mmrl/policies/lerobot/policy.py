@@ -156,10 +156,11 @@ def check_versions() -> None:
                           "Fix: bash scripts/setup_lerobot.sh (transformers 5.5.4, as lerobot pins)")
 
 
-class LeRobotVLAPolicy(Policy):
+class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
     """A LeRobot SmolVLA / PI0 / PI05 driven by mmrl's flow samplers; see the module docstring."""
 
     config_class = LeRobotVLAConfig
+    grid: torch.Tensor  # buffer: the denoising time grid
 
     @classmethod
     def capabilities(cls, cfg: LeRobotVLAConfig) -> Capabilities:
@@ -251,6 +252,7 @@ class LeRobotVLAPolicy(Policy):
         raw: dict = {key: views[:, i].permute(0, 3, 1, 2).float().div(255.0).cpu()
                      for i, key in enumerate(self.camera_keys[: views.shape[1]])}
         if self.state_key:
+            assert state is not None, "check_simulator refused simulators without the state this checkpoint reads"
             raw[self.state_key] = state.float().cpu()
         if actions is not None:
             raw[ACTION] = actions.float().cpu()
