@@ -32,7 +32,7 @@ sign that says "cat"``, so OCR-style rewards find a target) and no meta; text co
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -49,6 +49,8 @@ class _Checker:
         self.reward, self.kind, self.verbose = reward, kind, verbose
         self.passed: list[str] = []
         self.check = "setup"
+        self.samples: torch.Tensor | list[str]  # uint8 images [N, H, W, 3], or completions
+        self.meta: list[dict] | None
         gen = torch.Generator().manual_seed(0)
         if kind == "image":
             self.prompts = list(prompts or IMAGE_PROMPTS)
@@ -66,7 +68,7 @@ class _Checker:
             raise ValueError(f"check_reward needs 2 to {3 if kind == 'text' else 64} prompts, got {len(self.prompts)}")
 
     # ------------------------------------------------------------------ helpers
-    def fail(self, msg: str) -> None:
+    def fail(self, msg: str) -> NoReturn:
         name = getattr(self.reward, "name", type(self.reward).__name__)
         raise AssertionError(f"check_reward[{self.check}] {name}: {msg}")
 
@@ -79,8 +81,9 @@ class _Checker:
         if self.verbose:
             print(f"check_reward[{self.check}] ok")
 
-    def take(self, idx: list[int]):
-        samples = self.samples[idx] if self.kind == "image" else [self.samples[i] for i in idx]
+    def take(self, idx: list[int]) -> tuple[Any, list[str], list[dict] | None]:
+        """Rows ``idx`` of the samples (an image tensor or a list of completions), prompts and meta."""
+        samples = self.samples[idx] if isinstance(self.samples, torch.Tensor) else [self.samples[i] for i in idx]
         meta = None if self.meta is None else [self.meta[i] for i in idx]
         return samples, [self.prompts[i] for i in idx], meta
 
@@ -134,7 +137,7 @@ class _Checker:
         self.ok()
 
         self.check = "inputs_untouched"
-        same = torch.equal(samples, before) if self.kind == "image" else samples == before
+        same = torch.equal(samples, before) if isinstance(before, torch.Tensor) else samples == before
         self.ensure(same, "the reward modified the samples passed to it")
         self.ok()
 
