@@ -186,7 +186,7 @@ def cmd_check(args) -> int:
         hint = (f"; arguments of what it wraps go under {wrap}: \"{wrap}={{"
                 + ", ".join(f"{k}: {kwargs[k]!r}" for k in bad) + "}\"") if bad and wrap else ""
         return (f"error: {', '.join(map(repr, bad))} {'is not an argument' if len(bad) == 1 else 'are not arguments'} "
-                f"of {what} '{args.name}'{hint}. Valid: {', '.join(allowed) or 'none'}") if bad else None
+                f"of {what} '{args.name}'{hint}. Valid: {', '.join(allowed or []) or 'none'}") if bad else None
 
     if args.kind == "reward":
         from mmrl.checks.reward import check_reward

@@ -55,6 +55,7 @@ def builder_module(name: str):
     """The module ``datasets/<name>/builder.py``, imported by path (builders reuse each other so)."""
     folder = DATASETS_DIR / name
     spec = importlib.util.spec_from_file_location(f"mmrl_dataset_{name}", folder / "builder.py")
+    assert spec is not None and spec.loader is not None  # a .py path always gets a source loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -80,13 +80,13 @@ class SimConfig:
                     raise ConfigError(f"'{section}.{key}' is not an argument of simulator "
                                       f"'{self.type}'{moved}. Valid: {', '.join(allowed)}")
             params = inspect.signature(cls).parameters
-            for section in (self.kwargs, self.eval_kwargs):  # a VLM question sim's dataset arguments
-                if "dataset" in params and section.get("dataset_kwargs"):
+            for given in (self.kwargs, self.eval_kwargs):  # a VLM question sim's dataset arguments
+                if "dataset" in params and given.get("dataset_kwargs"):
                     from mmrl.data import check_dataset_arguments
 
-                    name = section.get("dataset", self.kwargs.get("dataset", params["dataset"].default))
+                    name = given.get("dataset", self.kwargs.get("dataset", params["dataset"].default))
                     if isinstance(name, str):
-                        check_dataset_arguments(name, section["dataset_kwargs"])
+                        check_dataset_arguments(name, given["dataset_kwargs"])
 
 
 def constructor_arguments(cls, exclude: Sequence[str] = ()) -> list[str] | None:
@@ -520,6 +520,7 @@ def build_trainer(cfg: ExperimentConfig):
         raise
     trainer.verified_checkpoint = resumed_from
     if changes:
+        assert resumed_from is not None  # changes are found only against a checkpoint
         record_config_change(out, resumed_from, changes)
         trainer.log_line(f"warning: resuming {resumed_from.name} under a changed config "
                          "(trainer.accept_config_change): "

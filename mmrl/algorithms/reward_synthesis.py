@@ -154,6 +154,7 @@ class RewardSynthesis:
             if self.mode == "gated":
                 out = gated(score, terms[self.gate] if self.gate else None, factors)
             else:
+                assert self.target_speed is not None  # __post_init__ requires it for hierarchical
                 out = hierarchical(score, terms[self.speed], float(self.target_speed), factors)
         if failure_mask is not None:
             out = terminal_override(out, failure_mask, self.failure_penalty)

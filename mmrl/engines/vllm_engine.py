@@ -53,8 +53,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -155,7 +156,7 @@ class VLLMEngine(RolloutEngine):
     @staticmethod
     def prompt(request: GenRequest) -> dict:
         """vLLM's prompt dict for one request; images go in ``multi_modal_data`` only when present."""
-        prompt = {"prompt": request.text}
+        prompt: dict[str, Any] = {"prompt": request.text}
         if request.images:
             prompt["multi_modal_data"] = {"image": list(request.images)}
         return prompt
@@ -260,6 +261,8 @@ def unpack_tensor(packed) -> tuple[str, torch.Tensor]:
 
 class VLLMWorkerExtension:
     """Methods mixed into every vLLM worker (``worker_extension_cls``), called by ``collective_rpc``."""
+
+    reload_weights: Callable[..., Any]  # the vLLM worker's own (this class is mixed into it)
 
     def mmrl_reload_weights(self, packed: list) -> int:
         """Load HF-named weights in place through the model's own ``load_weights`` (vLLM's

@@ -190,7 +190,7 @@ def latest_path(out_dir: Path) -> Path | None:
 def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
     """The newest checkpoint folder in ``root`` (a run's ``checkpoints/``) that verifies, or None,
     and why each newer one does not (``"iter_000004: ... does not match its checksum"``)."""
-    problems = []
+    problems: list[str] = []
     for _, path in candidates(root):
         why = verify(path)
         if why is None:

@@ -48,7 +48,8 @@ class RunFolder:
     """An open run folder: holds the lock until `close` (or the process ends)."""
 
     def __init__(self, path: Path, fd: int):
-        self.path, self._fd = path, fd
+        self.path = path
+        self._fd: int | None = fd  # None once closed
 
     def close(self) -> None:
         if self._fd is not None:
