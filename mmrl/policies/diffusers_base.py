@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mmrl.policies.diffusion import TextToImageGenerator
+from mmrl.policies.generator import TextToImageGenerator
 from mmrl.utils.compat import patch_torchvision
 
 #: the attention projections given LoRA: image and text streams of the joint (MMDiT) blocks, and

@@ -35,13 +35,11 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from torch import nn
 
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
@@ -49,6 +47,7 @@ from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_p
 from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.generator import TextToImageGenerator
 
 
 @dataclass
@@ -83,37 +82,6 @@ class DiffusionConfig(PolicyConfig):
     awm_ema_coef: float = 0.0  # ||v - v_ema||^2 regulariser of AWM
     ema_decay: float = 0.95
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
-
-
-class TextToImageGenerator(nn.Module):
-    """What `DiffusionPolicy` drives, implemented by the built-in tiny generator
-    (`mmrl.policies.tiny_generator`) and the diffusers ones (`mmrl.policies.diffusers_base`):
-    ``forward(x, t, cond) -> v``, the velocity of samples ``x`` at flow times ``t``."""
-
-    #: whether `disable_adapter` switches a LoRA adapter off (the reference model); without one the
-    #: policy keeps a frozen copy as its reference
-    has_adapter: bool = False
-
-    @property
-    def sample_shape(self) -> tuple[int, int, int]:
-        """One sample ``[C, H, W]``: the image itself (pixel space) or its VAE latent."""
-        raise NotImplementedError
-
-    def encode(self, prompts: list[str]) -> Any:
-        """Prompts -> the ``cond`` that ``forward`` takes (a tuple of tensors with B rows)."""
-        raise NotImplementedError
-
-    def decode(self, x0: torch.Tensor) -> torch.Tensor:
-        """Samples -> images ``[B, 3, H, W]`` in [-1, 1]."""
-        raise NotImplementedError
-
-    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 images ``[B, H, W, 3]`` -> samples ``x0`` (the warm start's targets)."""
-        raise NotImplementedError
-
-    def disable_adapter(self) -> AbstractContextManager[None]:
-        """A context in which the model runs without its adapter (only with ``has_adapter``)."""
-        raise NotImplementedError
 
 
 #: ``(x, t, cond) -> v``: the generator, its EMA weights, or its reference

@@ -8,7 +8,7 @@ to by the image features (one cross-attention layer), so "red" can bind to "left
 is the unconditional model (classifier-free guidance drops prompts while pretraining).
 
 Interface shared with the diffusers generators (`mmrl.policies.sd3`, `mmrl.policies.flux`), declared
-by `mmrl.policies.diffusion.TextToImageGenerator`: ``encode(prompts) -> cond``,
+by `mmrl.policies.generator.TextToImageGenerator`: ``encode(prompts) -> cond``,
 ``forward(x, t, cond) -> v``, ``sample_shape``, ``decode(x0) -> images [-1, 1] [B, 3, H, W]``,
 ``encode_images(images) -> x0``.
 """
@@ -20,8 +20,8 @@ from typing import cast
 import torch
 from torch import nn
 
-from mmrl.policies.diffusion import TextToImageGenerator
 from mmrl.policies.flow_vla import timestep_embedding
+from mmrl.policies.generator import TextToImageGenerator
 from mmrl.policies.tiny_backbone import hash_tokenize
 
 
