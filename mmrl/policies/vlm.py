@@ -49,7 +49,7 @@ from torch import nn
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError
-from mmrl.engines.base import GenRequest, SamplingConfig
+from mmrl.engines.base import GenRequest, RolloutEngine, SamplingConfig
 from mmrl.policies.base import Decision, Evaluation, HFModel, Policy, PolicyConfig
 from mmrl.policies.token_vla import VISION_TOWER_NAMES, freeze_vision_tower
 from mmrl.simulator import Completions
@@ -142,7 +142,7 @@ class VLMPolicy(Policy[VLMConfig]):
         self.recompute = cfg.recompute_logp if cfg.recompute_logp is not None else cfg.engine == "vllm"
         if cfg.tis_cap is not None and not self.recompute:
             raise ConfigError("'tis_cap' needs recompute_logp: true (the engine's log-probs are the old ones)")
-        self._engine = None
+        self._engine: RolloutEngine | None = None  # made on first use (`engine`)
         self._cache: dict[int, dict] = {}
         self._next_uid = 0
         self._sft: dict | None = None

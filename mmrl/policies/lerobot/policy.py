@@ -273,6 +273,7 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
             v = self.family.velocity(self.lerobot, prefix, x, t)
             if method != "noise":
                 return v, None
+            assert self.noise_head is not None  # built when either sampling method is "noise"
             return v, self.noise_head(self.lerobot.model.action_out_proj.last_input)
 
         def fn(x, t):
