@@ -100,7 +100,8 @@ def baselines(trainer) -> dict:
     prompts, meta = [sim.prompts[i] for i in idx], [sim.meta[i] for i in idx]
     gold = builder_module("shapes").draw([m["objects"] for m in meta], seed=0, image_size=sim.image_size)
     return {"gold_reward": round(trainer.reward_stage.model(gold, prompts, meta).mean().item(), 4),
-            "prompt_ignoring_reward": round(trainer.reward_stage.model(gold.roll(1, 0), prompts, meta).mean().item(), 4)}
+            "prompt_ignoring_reward":
+                round(trainer.reward_stage.model(gold.roll(1, 0), prompts, meta).mean().item(), 4)}
 
 
 def run_seed(seed: int, args) -> tuple[dict, dict]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.reliability.kill_harness import main  # noqa: E402  (test machinery: not in the wheel)
+from tests.reliability.kill_harness import main  # test machinery: not in the wheel
 
 if __name__ == "__main__":  # the guard matters: forked runs re-import this file as __mp_main__
     sys.exit(main())

@@ -24,7 +24,6 @@ The last line is one JSON object with those three sections. Rendering is softwar
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -32,7 +31,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -65,9 +65,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mmrl.placement import PlacementConfig, close_workers, collect_pipelined, start_sim_workers  # noqa: E402
-from simulators.loaded import loaded_reach, time_burn  # noqa: E402
-from mmrl.rollout import collect_episodes, episode_seeds  # noqa: E402
+from mmrl.placement import PlacementConfig, close_workers, collect_pipelined, start_sim_workers
+from mmrl.rollout import collect_episodes, episode_seeds
+from simulators.loaded import loaded_reach, time_burn
 
 CHUNK = 4
 CORES = os.cpu_count() or 1
@@ -128,7 +128,7 @@ def calibrate(policy, n: int, sim_kwargs: dict, load: str) -> tuple[dict, float,
         with torch.no_grad():
             for _ in range(5):
                 tp = median_time(lambda: policy.rollout(obs, generator=gen), 1)
-                ts = median_time(lambda: loaded.step_chunk(acts), 1)
+                ts = median_time(lambda loaded=loaded: loaded.step_chunk(acts), 1)
                 pairs.append((tp, ts))
         ratio = statistics.median((tp - t_bare) / max(ts - t_bare, 1e-6) for tp, ts in pairs)
         t_policy = statistics.median(tp for tp, _ in pairs)

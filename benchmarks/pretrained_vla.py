@@ -97,7 +97,8 @@ def main() -> None:
     figures.update(load_avg_start=round(load, 2), load_avg_end=round(os.getloadavg()[0], 2))
     print(f"held-out success over {args.seeds} seeds: BC {figures['sft_success_mean']:.3f} -> RL "
           f"{figures['rl_success_mean']:.3f} (gain {figures['gain_mean']:.1f} +- {figures['gain_std']:.1f} points; "
-          f"bar >= {BAR_POINTS:.0f} points within {BAR_SECONDS:.0f} s per seed: {'met' if figures['bar'] else 'NOT met'})")
+          f"bar >= {BAR_POINTS:.0f} points within {BAR_SECONDS:.0f} s per seed: "
+          f"{'met' if figures['bar'] else 'NOT met'})")
     print(json.dumps(figures))
 
 

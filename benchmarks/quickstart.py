@@ -112,7 +112,6 @@ def baselines(path: str, overrides: list[str]) -> dict:
 
 def main() -> None:
     from _smoke import parse_args, scratch
-
     from tests.reliability.kill_harness import TINY
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

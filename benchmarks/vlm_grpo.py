@@ -127,8 +127,8 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
                 raise RuntimeError(f"per-task evaluation ({row[split]['all']}) disagrees with the trainer's "
                                    f"({res['success_rate']}): not the same episodes")
             if split != "val":
-                row["val"] = accuracy_by_task(trainer.policy, val_sim, trainer.reward_stage, t.eval_episodes, t.eval_seed,
-                                              trainer.generator("eval", 0))
+                row["val"] = accuracy_by_task(trainer.policy, val_sim, trainer.reward_stage, t.eval_episodes,
+                                              t.eval_seed, trainer.generator("eval", 0))
             found[name] = row
         return res
 

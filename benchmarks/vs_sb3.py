@@ -86,9 +86,9 @@ def run_sb3(task: str, seed: int, env_steps: int, episodes: int) -> dict:
 
 def run_mmrl(task: str, seed: int, env_steps: int, episodes: int, policy: str, overrides: list[str]) -> dict:
     sys.path.insert(0, str(ROOT))
-    from mmrl.experiment import build_trainer, load_experiment
-
     import yaml
+
+    from mmrl.experiment import build_trainer, load_experiment
 
     data = yaml.safe_load((ROOT / TASKS[task]["config"]).read_text())
     if policy == "gaussian":  # the same experiment with the Gaussian MLP's defaults as the policy
@@ -175,7 +175,7 @@ def main() -> None:
         steps = args.env_steps or TASKS[task]["env_steps"]
         jobs = [(seed, side) for seed in range(args.seeds) for side in (sides if seed % 2 == 0 else sides[::-1])]
 
-        def one(job):
+        def one(job, task=task, steps=steps):  # bound now: runs while this loop turn waits
             seed, side = job
             r = spawn(side, task, seed, steps, args)
             print(f"{task} seed {seed} {side:8s}: return {r['return']:9.2f}, "

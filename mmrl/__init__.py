@@ -1,8 +1,7 @@
 """mmrl: reinforcement-learning post-training for multimodal policies (VLM, VLA, diffusion)."""
 
-from mmrl.version import __version__  # noqa: F401  (mmrl.__version__)
-
 from mmrl.utils.threads import prefer_passive_waits as _prefer_passive_waits
+from mmrl.version import __version__  # noqa: F401  (mmrl.__version__)
 
 _prefer_passive_waits()  # before torch is imported: sleeping OpenMP waits (mmrl.utils.threads)
 

@@ -89,14 +89,22 @@ def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) 
     the held-out episodes with the training's evaluation draws (`run_generator`), in batches of
     ``sim.eval_num_envs`` as training does, so the number equals the training's; writes
     ``eval_report.json`` to the run folder. Returns ``(report, run folder)``."""
-    from mmrl.experiment import (build_policy, build_reward, build_sim, check_device_available, eval_tasks,
-                                 load_experiment, output_dir)
+    from mmrl.experiment import (
+        build_policy,
+        build_reward,
+        build_sim,
+        check_device_available,
+        eval_tasks,
+        load_experiment,
+        output_dir,
+    )
     from mmrl.trainer.evaluation import evaluate_suite, load_checkpoint_policy, resolve_checkpoint
     from mmrl.trainer.trainer import run_generator
     from mmrl.utils import jsonio
 
     target = Path(target)
-    if target.is_dir() or target.name in ("state.pt", "model.safetensors"):  # a run or checkpoint folder: its own config
+    # a run or checkpoint folder: its own config
+    if target.is_dir() or target.name in ("state.pt", "model.safetensors"):
         path = resolve_checkpoint(str(target), target)
         cfg = load_experiment(path / "config.yaml", overrides)
         out = path.parent.parent  # the run folder the checkpoint belongs to

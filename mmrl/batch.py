@@ -9,7 +9,7 @@ replay inputs, say) and should document them next to where they are produced.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -56,28 +56,28 @@ class Batch(dict):
         first = next(iter(self.values()))
         return first.shape[0]
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         return Batch({k: v.to(device) for k, v in self.items()})
 
-    def index(self, idx: torch.Tensor | slice) -> "Batch":
+    def index(self, idx: torch.Tensor | slice) -> Batch:
         return Batch({k: v[idx] for k, v in self.items()})
 
-    def flatten(self, dims: int = 2) -> "Batch":
+    def flatten(self, dims: int = 2) -> Batch:
         """Merge the first ``dims`` leading dimensions, e.g. [T, N, ...] -> [T*N, ...]."""
         return Batch({k: v.reshape(-1, *v.shape[dims:]) for k, v in self.items()})
 
     def minibatches(
         self, size: int, generator: torch.Generator | None = None
-    ) -> Iterator["Batch"]:
+    ) -> Iterator[Batch]:
         """Shuffled minibatches of ``size`` rows (the last one may be smaller)."""
         perm = torch.randperm(self.size, generator=generator)
         for start in range(0, self.size, size):
             yield self.index(perm[start : start + size])
 
     @staticmethod
-    def stack(batches: list["Batch"], dim: int = 0) -> "Batch":
+    def stack(batches: list[Batch], dim: int = 0) -> Batch:
         return Batch({k: torch.stack([b[k] for b in batches], dim) for k in batches[0]})
 
     @staticmethod
-    def cat(batches: list["Batch"], dim: int = 0) -> "Batch":
+    def cat(batches: list[Batch], dim: int = 0) -> Batch:
         return Batch({k: torch.cat([b[k] for b in batches], dim) for k in batches[0]})

@@ -13,8 +13,9 @@ the first update after the warm start. The trainer never probes a policy for opt
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 #: what an estimator or an objective may need, and what provides it
 NEEDS = {

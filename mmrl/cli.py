@@ -120,7 +120,8 @@ def cmd_export(args) -> int:
     from mmrl.export import export
 
     out = export(args.run, args.to, merge=not args.adapter, push_to_hub=args.push_to_hub, private=not args.public)
-    print(f"exported to {out}" + (f" and pushed to https://huggingface.co/{args.push_to_hub}" if args.push_to_hub else ""))
+    pushed = f" and pushed to https://huggingface.co/{args.push_to_hub}" if args.push_to_hub else ""
+    print(f"exported to {out}{pushed}")
     return 0
 
 
@@ -185,11 +186,11 @@ def cmd_check(args) -> int:
         hint = (f"; arguments of what it wraps go under {wrap}: \"{wrap}={{"
                 + ", ".join(f"{k}: {kwargs[k]!r}" for k in bad) + "}\"") if bad and wrap else ""
         return (f"error: {', '.join(map(repr, bad))} {'is not an argument' if len(bad) == 1 else 'are not arguments'} "
-                f"of {what} '{args.name}'{hint}. Valid: {', '.join(allowed) or 'none'}") if bad else None
+                f"of {what} '{args.name}'{hint}. Valid: {', '.join(allowed or []) or 'none'}") if bad else None
 
     if args.kind == "reward":
-        from mmrl.registry import REWARDS
         from mmrl.checks.reward import check_reward
+        from mmrl.registry import REWARDS
 
         cls = REWARDS.get(args.name)
         problem = unknown(cls, "reward")
@@ -199,8 +200,8 @@ def cmd_check(args) -> int:
         reward = cls(**kwargs)
         passed = check_reward(reward, kind=getattr(reward, "kind", "image"))
     else:
-        from mmrl.registry import SIMULATORS
         from mmrl.checks.simulator import check_simulator
+        from mmrl.registry import SIMULATORS
 
         base, _, variant = args.name.partition(":")  # e.g. maniskill:PickCube-v1, gym:CartPole-v1
         cls = SIMULATORS.get(base)

@@ -60,8 +60,9 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Sequence, TypeVar, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 
@@ -99,6 +100,10 @@ class Variants:
     The base must be a dataclass with a ``type: str`` field; its default names the base itself.
     Register subclasses with ``@Base.variant("name")`` placed above ``@dataclass``.
     """
+
+    _registry: ClassVar[dict[str, type]]  # the family's variants (set on its base)
+    _variant_name: ClassVar[str]  # the ``type`` a registered variant is selected by
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every family is a dataclass
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -147,7 +152,7 @@ class Variants:
 def variants_of(cls: type) -> dict[str, type]:
     """Type name -> class for ``cls`` and its registered subclasses (the family's base counts under
     its default ``type``)."""
-    root = next(k for k in cls.__mro__ if Variants in k.__bases__)
+    root = next(k for k in cls.__mro__ if Variants in k.__bases__ and issubclass(k, Variants))
     found = dict(root._registry)
     default = root.__dataclass_fields__["type"].default
     if isinstance(default, str) and default not in found:
@@ -307,7 +312,7 @@ def _apply_override(data: dict, text: str) -> None:
     node[leaf] = value
 
 
-def _pick_variant(cls: type, data: dict, path: str, base: Any) -> tuple[type, Any, str]:
+def _pick_variant(cls: type[Variants], data: dict, path: str, base: Any) -> tuple[type, Any, str]:
     key = _join(path, "type")
     own_default = cls.__dict__.get("_variant_name", cls.__dataclass_fields__["type"].default)
     name = data.get("type", base.type if base is not None else own_default)
@@ -345,9 +350,10 @@ def _build(cls: type, data: Any, path: str, base: Any) -> Any:
         elif base is not None:
             kwargs[name] = default
         elif default is _MISSING:
-            if _section(hints[name]) is None:
+            section = _section(hints[name])
+            if section is None:
                 raise ConfigError(f"config key '{key}' is required")
-            kwargs[name] = _build(_section(hints[name]), {}, key, None)
+            kwargs[name] = _build(section, {}, key, None)
     if variant is not None:
         kwargs["type"] = variant
     return cls(**kwargs)
@@ -440,6 +446,7 @@ def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
                 sub = cls.variant_class(vname)
             except ImportError:  # a variant whose optional dependencies are not installed has no keys here
                 continue
+            assert sub is not None, "a name of variant_names() has a class"
             for key, hint, default, note, owner in _walk(sub, prefix, depth, None, variants=False):
                 if key not in own and not key.startswith(tuple(k + "." for k in own)):
                     yield key, hint, default, note or f"type={vname}", owner

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,12 @@ def _card_summary(folder: Path) -> str:
     return ""
 
 
-@lru_cache(maxsize=None)
+@cache
 def builder_module(name: str):
     """The module ``datasets/<name>/builder.py``, imported by path (builders reuse each other so)."""
     folder = DATASETS_DIR / name
     spec = importlib.util.spec_from_file_location(f"mmrl_dataset_{name}", folder / "builder.py")
+    assert spec is not None and spec.loader is not None  # a .py path always gets a source loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -11,17 +11,18 @@ path and the valid choices.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
+from mmrl.capabilities import NEEDS, missing_needs
 from mmrl.config import ConfigError, check_range, load_config
 from mmrl.placement.config import PlacementConfig
-from mmrl.trainer.train_engine import TrainEngineConfig
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.flow_vla import FlowVLAConfig  # the default policy section
-from mmrl.capabilities import NEEDS, missing_needs
 from mmrl.registry import ADVANTAGES, OBJECTIVES, POLICIES, REWARDS, SIMULATORS
+from mmrl.trainer.train_engine import TrainEngineConfig
 
 
 @dataclass
@@ -68,7 +69,8 @@ class SimConfig:
                               "remove sim.eval_tasks")
         allowed = constructor_arguments(cls, exclude=("num_envs", "seed", "device"))
         if allowed is not None:
-            for section, key in [*(("kwargs", k) for k in self.kwargs), *(("eval_kwargs", k) for k in self.eval_kwargs)]:
+            for section, key in [*(("kwargs", k) for k in self.kwargs),
+                                 *(("eval_kwargs", k) for k in self.eval_kwargs)]:
                 if key not in allowed:
                     moved = ""
                     if cls.passthrough_arg:
@@ -78,13 +80,13 @@ class SimConfig:
                     raise ConfigError(f"'{section}.{key}' is not an argument of simulator "
                                       f"'{self.type}'{moved}. Valid: {', '.join(allowed)}")
             params = inspect.signature(cls).parameters
-            for section in (self.kwargs, self.eval_kwargs):  # a VLM question sim's dataset arguments
-                if "dataset" in params and section.get("dataset_kwargs"):
+            for given in (self.kwargs, self.eval_kwargs):  # a VLM question sim's dataset arguments
+                if "dataset" in params and given.get("dataset_kwargs"):
                     from mmrl.data import check_dataset_arguments
 
-                    name = section.get("dataset", self.kwargs.get("dataset", params["dataset"].default))
+                    name = given.get("dataset", self.kwargs.get("dataset", params["dataset"].default))
                     if isinstance(name, str):
-                        check_dataset_arguments(name, section["dataset_kwargs"])
+                        check_dataset_arguments(name, given["dataset_kwargs"])
 
 
 def constructor_arguments(cls, exclude: Sequence[str] = ()) -> list[str] | None:
@@ -118,7 +120,8 @@ class FrameRewardConfig:
             try:
                 re.compile(self.instruction_pattern)
             except re.error as exc:
-                raise ConfigError(f"'instruction_pattern' = {self.instruction_pattern!r} is not a regex: {exc}") from None
+                raise ConfigError(f"'instruction_pattern' = {self.instruction_pattern!r} "
+                                  f"is not a regex: {exc}") from None
         for key, template in self.goal_meta.items():
             if not isinstance(template, str):
                 raise ConfigError(f"'goal_meta.{key}' must be a string template, got {template!r}")
@@ -501,8 +504,8 @@ def build_trainer(cfg: ExperimentConfig):
     work: the devices exist, the run folder is writable and not in use (it stays locked while the
     trainer lives), and a resume's config matches its checkpoint's (`mmrl.trainer.run_folder`)."""
     from mmrl.trainer import checkpoint
-    from mmrl.trainer.trainer import Trainer
     from mmrl.trainer.run_folder import check_resume_config, open_run_folder, record_config_change
+    from mmrl.trainer.trainer import Trainer
 
     for key, device in (("run.device", cfg.run.device), ("placement.render_device", cfg.placement.render_device)):
         check_device_available(key, device)
@@ -517,8 +520,10 @@ def build_trainer(cfg: ExperimentConfig):
         raise
     trainer.verified_checkpoint = resumed_from
     if changes:
+        assert resumed_from is not None  # changes are found only against a checkpoint
         record_config_change(out, resumed_from, changes)
-        trainer.log_line(f"warning: resuming {resumed_from.name} under a changed config (trainer.accept_config_change): "
+        trainer.log_line(f"warning: resuming {resumed_from.name} under a changed config "
+                         "(trainer.accept_config_change): "
                          + ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in changes))
     return trainer
 

@@ -37,7 +37,8 @@ def model_card(run_name: str, family: str, fmt: str, config_yaml: str, results: 
         lines += ["## Held-out evaluation", "", "| evaluation | success | return | episodes | RL iterations |",
                   "|---|---|---|---|---|"]
         for name, row in results.items():
-            lines.append(f"| {name} | {row.get('success_rate', float('nan')):.4f} | {row.get('return', float('nan')):.4f} "
+            lines.append(f"| {name} | {row.get('success_rate', float('nan')):.4f} "
+                         f"| {row.get('return', float('nan')):.4f} "
                          f"| {row.get('episodes', '')} | {row.get('iteration', '')} |")
         lines.append("")
     lines += ["## Training config", "", "```yaml", config_yaml.rstrip(), "```", ""]

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -115,6 +115,7 @@ def observation_space_of(
         if key == "image":
             out[name] = spaces.Box(0, 255, tuple(int(d) for d in sim.image_shape), np.uint8)
         elif key == "state":
+            assert sim.state_dim is not None  # _select_keys offers "state" only with one
             out[name] = spaces.Box(-np.inf, np.inf, (int(sim.state_dim),), np.float32)
         else:
             out[name] = spaces.Text(instruction_max_length, min_length=0, charset=instruction_charset)
@@ -161,7 +162,9 @@ class SimulatorVectorEnv(gym.vector.VectorEnv):
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": ["rgb_array"],
                          "render_fps": render_fps}
         self.render_mode = render_mode
-        self._text = next((self.single_observation_space[n] for k, n in self.keys.items() if k == "instruction"), None)
+        # the Text space `observation_space` made for the instructions (None without that key)
+        self._text = cast("spaces.Text | None", next(
+            (self.single_observation_space[n] for k, n in self.keys.items() if k == "instruction"), None))
         self._known_instructions: set[str] = set()  # instructions already checked against the Text space
         self._image: torch.Tensor | None = None  # what render() shows: the last step's (final) images
         self._obs_image: torch.Tensor | None = None  # the images of the last returned observations
@@ -186,12 +189,14 @@ class SimulatorVectorEnv(gym.vector.VectorEnv):
                 if len(obs.instruction) != n:
                     raise ValueError(f"{type(self.sim).__name__} returned {len(obs.instruction)} instructions "
                                      f"for {n} envs")
+                text_space = self._text
+                assert text_space is not None  # made with the "instruction" key
                 for text in obs.instruction:
                     if text not in self._known_instructions:
-                        if not self._text.contains(text):
-                            odd = sorted({c for c in str(text) if c not in self._text.character_set})
+                        if not text_space.contains(text):
+                            odd = sorted({c for c in str(text) if c not in text_space.character_set})
                             raise ValueError(
-                                f"instruction {text!r} is outside the observation space {self._text} "
+                                f"instruction {text!r} is outside the observation space {text_space} "
                                 f"({'characters ' + repr(''.join(odd)) if odd else 'length ' + str(len(text))}): "
                                 "pass instruction_charset / instruction_max_length to the view, or keys without "
                                 "'instruction'")
@@ -219,8 +224,8 @@ class SimulatorVectorEnv(gym.vector.VectorEnv):
         if a.shape != self.action_space.shape:
             raise ValueError(f"actions must have shape {self.action_space.shape} (num_envs, "
                              f"{'chunk_size, ' if self.chunk_size > 1 else ''}action_dim), got {a.shape}")
-        a = torch.from_numpy(a.copy()).to(self.sim.device)
-        return a[:, None] if self.chunk_size == 1 else a
+        t = torch.from_numpy(a.copy()).to(self.sim.device)
+        return t[:, None] if self.chunk_size == 1 else t
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(

@@ -21,10 +21,9 @@ checkpoint. The stage also scores robot simulators' rendered frames with image r
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
-
 
 
 class RewardError(RuntimeError):
@@ -130,7 +129,9 @@ class FunctionReward(Reward):
         if kind not in ("image", "text"):
             raise ValueError(f"kind must be 'image' or 'text', got {kind!r}")
         self.fn, self.kind, self.bound = fn, kind, bound
-        self.name = name or getattr(fn, "__name__", type(fn).__name__)
+        fn_name: str = getattr(fn, "__name__", type(fn).__name__)
+        self.name = name or fn_name
+        params: Mapping[str, inspect.Parameter]
         try:
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):  # a builtin without a signature: give it everything
@@ -173,6 +174,7 @@ def import_reference(ref: str):
         if not path.is_file():
             raise ValueError(f"reward file {path} not found (from {ref!r}); paths are relative to the current folder")
         spec = importlib.util.spec_from_file_location(f"mmrl_user_{path.stem}", path)
+        assert spec is not None and spec.loader is not None  # a .py path always gets a source loader
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:

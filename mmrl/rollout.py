@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -46,7 +47,8 @@ def act(policy, sim, obs: Observation, generator, mode: str, alive: torch.Tensor
     `RewardStage.episode_scores`). Returns (training batch rows, `StepResult`)."""
     batch, actions = policy.rollout(obs, generator=generator, mode=mode)
     actions_here = actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions
-    res = sim.step_chunk(actions_here, trace=True) if reward is not None and reward.traced else sim.step_chunk(actions_here)
+    traced = reward is not None and reward.traced
+    res = sim.step_chunk(actions_here, trace=True) if traced else sim.step_chunk(actions_here)
     if reward is not None:
         res = reward(res, obs, actions, alive, episodes)
     return batch, res
@@ -179,7 +181,7 @@ class StepCollector:
     def __init__(self, sim: Simulator, steps: int, seeds: list[int], reward=None):
         self.sim, self.steps, self.seeds, self.reward = sim, int(steps), list(seeds), reward
         self.episodes = reward.episode_scores(sim.num_envs) if reward is not None else None  # reward state
-        self.obs = None
+        self.obs: Observation | None = None  # of the episodes in progress (None: reset at the next collect)
         n = sim.num_envs
         self.ep_return, self.ep_length = torch.zeros(n), torch.zeros(n, dtype=torch.long)
         self.ep_success = torch.zeros(n, dtype=torch.bool)
@@ -190,7 +192,8 @@ class StepCollector:
         if self.obs is None:
             self.obs = sim.reset(self.seeds)
         every = torch.ones(n, dtype=torch.bool, device=sim.device)
-        steps, finished = [], {"return": [], "success": [], "length": []}
+        steps: list[Batch] = []
+        finished: dict[str, list[torch.Tensor]] = {"return": [], "success": [], "length": []}
         for _ in range(self.steps):
             out, res = act(policy, sim, self.obs, generator, "train", every, self.reward, self.episodes)
             steps.append(step_record(out, res, every, truncation_values(policy, res, every)).to("cpu"))
@@ -206,8 +209,8 @@ class StepCollector:
             self.obs = res.obs
         batch = Batch.stack(steps)
         last = policy.value(self.obs)
-        info = {k: torch.cat(v) if v else torch.zeros(0, dtype=dtype)
-                for (k, v), dtype in zip(finished.items(), (torch.float32, torch.bool, torch.long))}
+        info: dict[str, Any] = {k: torch.cat(v) if v else torch.zeros(0, dtype=dtype)
+                                for (k, v), dtype in zip(finished.items(), (torch.float32, torch.bool, torch.long))}
         info.update(env_steps=int(batch["env_steps"].sum()),
                     last_values=torch.zeros(n) if last is None else last.float().cpu())
         return batch, info
@@ -257,7 +260,8 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
     """
     was_training = policy.training
     policy.eval()
-    successes, returns, lengths, tasks = [], [], [], []
+    successes, returns, lengths = [], [], []
+    tasks: list | None = []  # each episode's task (None: a simulator without tasks)
     done = 0
     while done < num_episodes:
         n = sim.num_envs
@@ -271,11 +275,12 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
         lengths.append(info["length"][:take].cpu())
         tasks = None if tasks is None or "task" not in info else tasks + info["task"][:take]
         if want_video:
+            assert video_path is not None  # want_video says so
             write_video(info["frames"], video_path, info["captions"], info["frame_success"])
         done += take
     policy.train(was_training)
     success = torch.cat(successes).float()
-    out = {
+    out: dict[str, Any] = {
         "success_rate": success.mean().item(),
         "return": torch.cat(returns).mean().item(),
         "length": torch.cat(lengths).float().mean().item(),
@@ -334,12 +339,13 @@ def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = N
     cell_h = th + caption_h
     out = np.zeros((t, rows * cell_h, cols * tw, 3), dtype=np.uint8)
     strip = Image.new("RGB", (cols * tw, rows * cell_h)) if captions else None
-    draw = ImageDraw.Draw(strip) if captions else None
+    draw = ImageDraw.Draw(strip) if strip is not None else None
     fits = max((tw - 4) // 5, 1)  # characters of PIL's default font (~5 px each) under a tile
     for i in range(e):
         r, c = divmod(i, cols)
         out[:, r * cell_h: r * cell_h + th, c * tw: (c + 1) * tw] = tiles[:, i].numpy()
         if captions and i < len(captions):
+            assert draw is not None  # drawn on with the captions
             draw.text((c * tw + 2, r * cell_h + th + 1), captions[i][:fits], fill=(230, 230, 230))
     if captions:
         text = np.asarray(strip)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -46,7 +47,7 @@ class Observation:
     #: per env, the ground truth a reward model reads (e.g. ``{"answer": "3"}``, ``{"color": "red"}``)
     meta: list[dict] | None = None
 
-    def index(self, idx: torch.Tensor) -> "Observation":
+    def index(self, idx: torch.Tensor) -> Observation:
         rows = idx.tolist() if idx.dtype != torch.bool else idx.nonzero().flatten().tolist()
         return Observation(
             self.image[idx],
@@ -192,9 +193,10 @@ class Simulator:
                 final_obs = _merge_final(final_obs, out.final_obs, ended)
             if trace:
                 steps.append(_trace_step(out, active, ended))
-        info = {"num_steps": executed}  # sim steps each env executed in this call
+        info: dict[str, Any] = {"num_steps": executed}  # sim steps each env executed in this call
         if trace:
             info["trace"] = {k: torch.stack([s[k] for s in steps], 1) for k in TRACE_KEYS}
+        assert out is not None, "C >= 1, and every env is active at the first step"
         return StepResult(out.obs, reward, terminated, truncated, success, final_obs, info)
 
     def _step_masked(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:
@@ -255,6 +257,7 @@ def _trace_step(out: StepResult, active: torch.Tensor, ended: torch.Tensor) -> d
     """One step of a `TRACE_KEYS` trace from the `StepResult` of `Simulator._step_masked`."""
     image = out.obs.image
     if ended.any():  # the last frame of an episode that ended, not its auto-reset successor
+        assert out.final_obs is not None, "the contract: a step where an episode ends has its final_obs"
         image = image.clone()
         image[ended] = out.final_obs.image[ended]
     zero = torch.zeros_like(active)
@@ -271,13 +274,17 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
             new.image.clone(), list(new.instruction), None if new.state is None else new.state.clone(),
             None if new.images is None else list(new.images), None if new.meta is None else list(new.meta),
         )
+    # one simulator's observations: each field is there in all of them, or in none
     acc.image[rows] = new.image[rows]
     if acc.state is not None:
+        assert new.state is not None
         acc.state[rows] = new.state[rows]
     for i in rows.nonzero().flatten().tolist():
         acc.instruction[i] = new.instruction[i]
         if acc.images is not None:
+            assert new.images is not None
             acc.images[i] = new.images[i]
         if acc.meta is not None:
+            assert new.meta is not None
             acc.meta[i] = new.meta[i]
     return acc

@@ -32,10 +32,9 @@ keyword arguments only, default to the real checkpoints, and accept a built mode
 Third-party packages register more under the ``mmrl.rewards`` entry-point group.
 """
 
-from mmrl.registry import REWARDS
-
-from mmrl.reward import Reward, RewardError, WeightedSum
 from mmrl.checks.reward import check_reward
+from mmrl.registry import REWARDS
+from mmrl.reward import Reward, RewardError, WeightedSum
 
 REWARDS.register(
     "clip_score", "rewards.clip_score:CLIPScore", extra="clip",
@@ -63,7 +62,8 @@ REWARDS.register(
 )
 REWARDS.register(
     "shapes", "rewards.shapes:ShapesReward",
-    description="programmatic prompt following for the synthetic shapes dataset (colour, count, shape, position, purity)",
+    description="programmatic prompt following for the synthetic shapes dataset "
+                "(colour, count, shape, position, purity)",
 )
 REWARDS.register(
     "weighted_sum", "mmrl.reward:WeightedSum",

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from mmrl.reward import Reward
+
 from .clip_score import clip_pixels, load_open_clip
 
 WEIGHTS_URL = ("https://github.com/christophschuhmann/improved-aesthetic-predictor/raw/main/"

@@ -40,12 +40,14 @@ local checkpoint, or a built ``model=`` (tests pass a tiny one) works as in `rew
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from mmrl.reward import check_images
+
 from .clip_score import CLIPScore, clip_pixels
 
 DEFAULT_MODEL = "ViT-B-32"

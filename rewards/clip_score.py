@@ -16,13 +16,13 @@ is imported only when a model is built (`rewards.pickscore` reuses `clip_pixels`
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from mmrl.registry import MissingDependencyError
-
 from mmrl.reward import Reward
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)

@@ -102,7 +102,7 @@ class RewardServer(ThreadingHTTPServer):
         super().__init__((host, port), _Handler)
         self.url = f"http://{self.server_address[0]}:{self.server_address[1]}"
 
-    def start(self) -> "RewardServer":
+    def start(self) -> RewardServer:
         """Serve in a background daemon thread; returns self."""
         self.thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="reward-server",
                                        daemon=True)
@@ -136,13 +136,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+    def do_GET(self) -> None:  # http.server naming
         if self.path.rstrip("/") == "/info":
             self.reply(200, {"name": self.server.reward.name, "kind": self.server.reward.kind})
         else:
             self.reply(404, {"error": f"no such path {self.path!r}: use GET /info or POST /score", "type": "NotFound"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         if self.path.rstrip("/") != "/score":
             self.reply(404, {"error": f"no such path {self.path!r}: use POST /score", "type": "NotFound"})
             return
@@ -151,7 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.reply(200, {"scores": self.server.handle_score(request)})
         except ValueError as exc:  # bad input (json.JSONDecodeError included)
             self.reply(400, {"error": str(exc), "type": type(exc).__name__})
-        except Exception as exc:  # noqa: BLE001 - report every failure to the client
+        except Exception as exc:  # report every failure to the client
             self.reply(500, {"error": f"{type(exc).__name__}: {exc}", "type": type(exc).__name__})
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: one line per request is noise

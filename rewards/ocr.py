@@ -19,13 +19,13 @@ Engines (``engine=``):
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from mmrl.registry import MissingDependencyError
-
 from mmrl.reward import Reward
 
 _QUOTED = re.compile(r'"([^"]*)"|\u201c([^\u201d]*)\u201d')
@@ -97,7 +97,7 @@ def tesseract_engine(**kwargs: Any) -> Callable[[np.ndarray], str]:
         raise MissingDependencyError(
             f"OCR engine 'tesseract' is not installed ({exc}). Fix: pip install pytesseract"
         ) from exc
-    except Exception as exc:  # noqa: BLE001 - pytesseract raises its own error when the program is missing
+    except Exception as exc:  # pytesseract raises its own error when the program is missing
         raise MissingDependencyError(
             f"OCR engine 'tesseract' cannot run the tesseract program ({exc}). "
             "Fix: apt-get install tesseract-ocr (or your system's package)"

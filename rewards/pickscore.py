@@ -23,7 +23,8 @@ patch_torchvision()
 from transformers import AutoProcessor, CLIPModel  # noqa: E402
 
 from mmrl.reward import Reward  # noqa: E402
-from .clip_score import cosine, clip_pixels, default_device  # noqa: E402
+
+from .clip_score import clip_pixels, cosine, default_device  # noqa: E402
 
 MODEL_ID = "yuvalkirstain/PickScore_v1"
 PROCESSOR_ID = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"

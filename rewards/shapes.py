@@ -41,7 +41,7 @@ between the two objects of a color_attr prompt keeps ``count`` but loses ``shape
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

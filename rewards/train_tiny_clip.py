@@ -32,8 +32,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,7 @@ import torch.nn.functional as F
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rewards.clip_score import OPENAI_MEAN, OPENAI_STD, clip_pixels  # noqa: E402
+from rewards.clip_score import OPENAI_MEAN, OPENAI_STD, clip_pixels
 
 REACH_CLIP_CONFIG = {
     "embed_dim": 64,

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 

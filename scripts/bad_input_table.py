@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mmrl.cli import main  # noqa: E402
-from mmrl.experiment import build_trainer  # noqa: E402
-from tests.reliability.test_bad_inputs import CLI_CASES, prepare  # noqa: E402
-from tests.trainer.test_trainer import tiny_cfg  # noqa: E402
+from mmrl.cli import main
+from mmrl.experiment import build_trainer
+from tests.reliability.test_bad_inputs import CLI_CASES, prepare
+from tests.trainer.test_trainer import tiny_cfg
 
 
 def run_cases() -> list[tuple[str, str]]:

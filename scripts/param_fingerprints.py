@@ -47,12 +47,13 @@ SHORT = {
                      "algorithm.minibatch_size=32", "trainer.eval_episodes=2"],
     "gym_inverted_pendulum": ["sim.num_envs=4", "sim.eval_num_envs=2", "trainer.rollout_steps=16",
                               "trainer.env_steps=256", "algorithm.minibatch_size=32", "trainer.eval_episodes=2"],
-    "maniskill_pickcube_flow_noise": ["run.device=cpu", "sim.num_envs=2", "sim.eval_num_envs=2", "sim.kwargs.max_episode_steps=8",
-                                      "trainer.eval_episodes=2", "algorithm.minibatch_size=8", "warm_start.dataset=null"],
+    "maniskill_pickcube_flow_noise": ["run.device=cpu", "sim.num_envs=2", "sim.eval_num_envs=2",
+                                      "sim.kwargs.max_episode_steps=8", "trainer.eval_episodes=2",
+                                      "algorithm.minibatch_size=8", "warm_start.dataset=null"],
     "libero_spatial_token_vla_grpo": ["run.device=cpu", "sim.num_envs=8", "sim.eval_num_envs=2", "sim.eval_tasks=null",
                                       "sim.kwargs.max_episode_steps=8", "sim.kwargs.num_noop_steps=1",
-                                      "sim.kwargs.image_size=32", "trainer.eval_episodes=2", "algorithm.minibatch_size=8",
-                                      "warm_start.dataset=null", "policy.image_size=32"],
+                                      "sim.kwargs.image_size=32", "trainer.eval_episodes=2",
+                                      "algorithm.minibatch_size=8", "warm_start.dataset=null", "policy.image_size=32"],
     "reach_smolvla_flow_noise": [*REACH, "warm_start.warmup_steps=0"],
     "libero_spatial_smolvla_flow_noise": ["sim.num_envs=2", "sim.eval_num_envs=2", "sim.eval_tasks=null",
                                           "sim.kwargs.image_size=32", "sim.kwargs.max_episode_steps=20",
@@ -166,7 +167,7 @@ def main() -> None:
         else:
             try:
                 row = run_one(name, root, work)
-            except Exception as exc:  # noqa: BLE001  (reported in the row; the other configs still run)
+            except Exception as exc:  # reported in the row; the other configs still run
                 row = {"config": name, "error": f"{type(exc).__name__}: {exc}"[:500]}
         print(json.dumps(row), flush=True)
         lines.append(json.dumps(row))

@@ -5,10 +5,9 @@ Every simulator implements the contract in `mmrl.simulator` and passes
 importing this package never imports a heavy simulator dependency.
 """
 
-from mmrl.registry import SIMULATORS
-
-from mmrl.simulator import Observation, Simulator, StepResult
 from mmrl.checks.simulator import check_simulator
+from mmrl.registry import SIMULATORS
+from mmrl.simulator import Observation, Simulator, StepResult
 
 SIMULATORS.register(
     "reach",
@@ -26,7 +25,8 @@ SIMULATORS.register(
 SIMULATORS.register(
     "libero",
     "simulators.libero:LiberoSim",
-    description="LIBERO manipulation suites (robosuite/MuJoCo; spatial, object, goal, 10, 90); scene assets via MMRL_LIBERO_ASSETS",
+    description="LIBERO manipulation suites (robosuite/MuJoCo; spatial, object, goal, 10, 90); "
+                "scene assets via MMRL_LIBERO_ASSETS",
     extra="libero",
 )
 

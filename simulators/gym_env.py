@@ -9,8 +9,8 @@ Observations
     ``image`` uint8 ``[N, image_size, image_size, 3]``: each env's ``render()`` frame
     (``render_mode="rgb_array"``) resized with antialiased bilinear interpolation (non-square frames
     are stretched to a square). With ``render_images=False`` nothing is rendered and ``image`` is all
-    zeros (same shape; ``has_images = False``), which is much faster for state-only policies. Rendering classic-control envs
-    needs ``pygame`` (``pip install "gymnasium[classic-control]"``).
+    zeros (same shape; ``has_images = False``), which is much faster for state-only policies.
+    Rendering classic-control envs needs ``pygame`` (``pip install "gymnasium[classic-control]"``).
     ``state`` float ``[N, D]``: the gym observation flattened with
     ``gymnasium.spaces.utils.flatten`` (a Box is reshaped to a vector, Discrete becomes one-hot,
     Dict / Tuple are concatenated); ``state_dim = flatdim(observation_space)``.
@@ -73,15 +73,14 @@ import os
 import pickle
 from typing import Any
 
+import gymnasium as gym  # a missing gymnasium is reported by the registry with `pip install 'mmrl[gym]'`
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-from mmrl.simulator import Observation, Simulator, StepResult
-
-import gymnasium as gym  # a missing gymnasium is reported by the registry with `pip install 'mmrl[gym]'`
 from gymnasium import spaces
 from gymnasium.utils import EzPickle
+
+from mmrl.simulator import Observation, Simulator, StepResult
 
 
 # ---------------------------------------------------------------------------- action mapping
@@ -178,7 +177,7 @@ class ContractEnv(gym.Wrapper):
                     # gymnasium aims the camera at the pose of the first frame: the same pose in every env
                     base.set_state(base.init_qpos, base.init_qvel)
                 frame = self._frame()
-            except Exception as exc:  # noqa: BLE001 - any failure here means: this env cannot render here
+            except Exception as exc:  # any failure here means: this env cannot render here
                 gl = (f" MuJoCo renders through OpenGL (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): set "
                       "MUJOCO_GL=egl (needs libEGL) or MUJOCO_GL=osmesa (needs libOSMesa), or" if mujoco_env else "")
                 raise RuntimeError(
@@ -247,7 +246,7 @@ class _ByReference:
         self.items: list = []
         self.datas: list = []
 
-    def __deepcopy__(self, memo: dict) -> "_ByReference":
+    def __deepcopy__(self, memo: dict) -> _ByReference:
         return self
 
 
@@ -484,7 +483,7 @@ class GymSim(Simulator):
             pickler.dump(self._vec.envs)
         except NotImplementedError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any failure means: no snapshot for this env
+        except Exception as exc:  # any failure means: no snapshot for this env
             raise NotImplementedError(f"GymSim.get_state: {self.env_id} envs cannot be pickled ({exc})") from exc
         # the sub-envs as immutable bytes, plus what they reference but pickle cannot copy
         return {"envs": buf.getvalue(), "refs": pickler.refs}

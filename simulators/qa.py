@@ -114,7 +114,8 @@ class QASim(Simulator):
         if not isinstance(actions, list) or len(actions) != self.num_envs \
                 or not all(isinstance(a, str) for a in actions):
             raise ValueError(f"QASim takes {self.num_envs} answers (Completions, a list of str), got "
-                             f"{type(actions).__name__} of length {len(actions) if hasattr(actions, '__len__') else '?'}")
+                             f"{type(actions).__name__} of length "
+                             f"{len(actions) if hasattr(actions, '__len__') else '?'}")
         n, dev = self.num_envs, self.device
         done = torch.ones(n, dtype=torch.bool, device=dev)
         final = self._obs()

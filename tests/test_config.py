@@ -364,7 +364,7 @@ def test_every_policy_declares_capabilities_its_checker_agrees_with():
     import dataclasses
 
     from mmrl.capabilities import Capabilities
-    from mmrl.registry import MissingDependencyError, POLICIES
+    from mmrl.registry import POLICIES, MissingDependencyError
 
     for name in POLICIES.names():
         try:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -32,14 +32,16 @@ except ImportError:  # run as a script from outside the repository root
     from mmrl.policies.processing import resize_images
     from mmrl.registry import MissingDependencyError
 
-SETUP = "bash scripts/setup_lerobot.sh, then run mmrl from .venv-lerobot (.venv-lerobot/bin/mmrl, .venv-lerobot/bin/python)"
+SETUP = ("bash scripts/setup_lerobot.sh, then run mmrl from .venv-lerobot "
+         "(.venv-lerobot/bin/mmrl, .venv-lerobot/bin/python)")
 _DATASET_EXTRA = ".venv-lerobot/bin/pip install -c .ci/constraints-lerobot.txt 'lerobot[dataset]==0.6.1'"
 
 
 def lerobot_dataset_class():
     """LeRobot's ``LeRobotDataset``; `MissingDependencyError` (one line) naming the fix without it."""
     if importlib.util.find_spec("lerobot") is None:
-        raise MissingDependencyError(f"dataset 'lerobot_dataset' reads with LeRobot, which is not installed here: {SETUP}")
+        raise MissingDependencyError(
+            f"dataset 'lerobot_dataset' reads with LeRobot, which is not installed here: {SETUP}")
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
     except ImportError as exc:  # lerobot without its `dataset` extra (Hugging Face datasets, pandas, av)

@@ -16,8 +16,8 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -77,7 +77,8 @@ def task_files(suite: str, root: Path, tasks: Sequence[TaskInfo], origin: str = 
     missing = [f for f in files if not f.is_file()]
     if missing:
         what = ("that folder does not exist" if not folder.is_dir()
-                else f"{len(missing)} of the {len(files)} task files asked for are missing from it, e.g. {missing[0].name}")
+                else f"{len(missing)} of the {len(files)} task files asked for are missing from it, "
+                     f"e.g. {missing[0].name}")
         raise FileNotFoundError(
             f"LIBERO demonstrations for suite {suite!r} not found: looked in {folder} (root {root} from "
             f"{origin}); {what}.\n" + download_help(suite, root)
@@ -163,7 +164,8 @@ def build(
     if num_episodes is not None and int(num_episodes) < 1:
         raise ValueError(f"num_episodes must be >= 1 (or None for all demos), got {num_episodes}")
     if chunk_size < 1 or stride < 1 or image_size < 8:
-        raise ValueError(f"need chunk_size >= 1, stride >= 1 and image_size >= 8, got {chunk_size}, {stride}, {image_size}")
+        raise ValueError(f"need chunk_size >= 1, stride >= 1 and image_size >= 8, "
+                         f"got {chunk_size}, {stride}, {image_size}")
     if image_flip not in IMAGE_FLIPS:
         raise ValueError(f"image_flip must be one of {IMAGE_FLIPS}, got {image_flip!r}")
     if suite not in SUITES:

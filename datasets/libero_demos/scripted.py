@@ -49,21 +49,49 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 try:
-    from simulators.libero import (DEMO_CAMERAS, MAX_EPISODE_STEPS, SUITES, LiberoSim, TaskInfo, _build_env,
-                                   _EnvRunner, _EnvSpec, check_assets, ensure_libero_config, list_tasks,
-                                   load_init_states, offscreen_env_kwargs, proprio_state, resolve_render_backend)
+    from simulators.libero import (
+        DEMO_CAMERAS,
+        MAX_EPISODE_STEPS,
+        SUITES,
+        LiberoSim,
+        TaskInfo,
+        _build_env,
+        _EnvRunner,
+        _EnvSpec,
+        check_assets,
+        ensure_libero_config,
+        list_tasks,
+        load_init_states,
+        offscreen_env_kwargs,
+        proprio_state,
+        resolve_render_backend,
+    )
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from simulators.libero import (DEMO_CAMERAS, MAX_EPISODE_STEPS, SUITES, LiberoSim, TaskInfo, _build_env,
-                                   _EnvRunner, _EnvSpec, check_assets, ensure_libero_config, list_tasks,
-                                   load_init_states, offscreen_env_kwargs, proprio_state, resolve_render_backend)
+    from simulators.libero import (
+        DEMO_CAMERAS,
+        MAX_EPISODE_STEPS,
+        SUITES,
+        LiberoSim,
+        TaskInfo,
+        _build_env,
+        _EnvRunner,
+        _EnvSpec,
+        check_assets,
+        ensure_libero_config,
+        list_tasks,
+        load_init_states,
+        offscreen_env_kwargs,
+        proprio_state,
+        resolve_render_backend,
+    )
 
 CAMERAS = DEMO_CAMERAS  # (simulator camera name, key under data/demo_<i>/obs), in image order
 SUPPORTED = ("a goal that is a single (On <object> <target>) predicate, optionally inside (And ...), "
@@ -132,7 +160,8 @@ def pick_place_goal(bddl_text: str, task: str = "the task") -> PickPlace:
     if ok and body[0][1] in objects and body[0][2] in objects:
         return PickPlace(body[0][1], body[0][2])
     shown = " ".join(_unparse(x) for x in body) if goal else "no (:goal ...) section"
-    raise UnsupportedTaskError(f"{task}: goal {shown} is not supported by the scripted controller; supported: {SUPPORTED}")
+    raise UnsupportedTaskError(f"{task}: goal {shown} is not supported by the scripted controller; "
+                               f"supported: {SUPPORTED}")
 
 
 def _objects(section: list | None) -> set[str]:
@@ -274,7 +303,8 @@ class PickPlaceController:
         if missing:
             raise UnsupportedTaskError(
                 f"LIBERO's observation has no {', '.join(missing)} (objects observed: "
-                f"{sorted(k[:-4] for k in raw if k.endswith('_pos') and not k.startswith('robot'))}); supported: {SUPPORTED}")
+                f"{sorted(k[:-4] for k in raw if k.endswith('_pos') and not k.startswith('robot'))}); "
+                f"supported: {SUPPORTED}")
         return tuple(np.asarray(raw[k], dtype=np.float64) for k in keys)
 
     def act(self, raw: dict) -> np.ndarray:
@@ -329,14 +359,15 @@ class Episode:
 class GenerationEnv:
     """An in-process LIBERO env started exactly like a `LiberoSim` worker, stepped without rendering."""
 
-    def __init__(self, task: TaskInfo, image_size: int = 128, camera_names: Sequence[str] = tuple(c for c, _ in CAMERAS),
+    def __init__(self, task: TaskInfo, image_size: int = 128,
+                 camera_names: Sequence[str] = tuple(c for c, _ in CAMERAS),
                  num_noop_steps: int = 10, render_backend: str = "auto"):
         assets = check_assets()
         self.task = task
         # the reset's one observation is rendered at 8 px from one camera: rendering never changes the physics
-        self.spec = _EnvSpec(offscreen_env_kwargs(task, image_size, camera_names), (camera_names[0],), 8, int(num_noop_steps),
-                             resolve_render_backend(render_backend), "none", str(ensure_libero_config().parent),
-                             str(assets))
+        self.spec = _EnvSpec(offscreen_env_kwargs(task, image_size, camera_names), (camera_names[0],), 8,
+                             int(num_noop_steps), resolve_render_backend(render_backend), "none",
+                             str(ensure_libero_config().parent), str(assets))
         self.env = _build_env(self.spec)
         self.runner = _EnvRunner(self.env, self.spec)
         self.init_states = load_init_states(task.suite, task.task_id)
@@ -533,7 +564,8 @@ def generate(suite: str, task_ids: Sequence[int] | None, episodes: int, root: st
     goals = {i: task_goal(tasks[i]) for i in ids}  # fail before running anything
     n_states = len(load_init_states(suite, ids[0]))
     if episodes < 1 or start < 0 or start + episodes > n_states:
-        raise ValueError(f"need episodes >= 1 and start + episodes <= {n_states} initial states, got start={start}, episodes={episodes}")
+        raise ValueError(f"need episodes >= 1 and start + episodes <= {n_states} initial states, "
+                         f"got start={start}, episodes={episodes}")
     max_steps = int(max_episode_steps or MAX_EPISODE_STEPS[suite])
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     bar = _progress(len(ids) * episodes * 2, progress)
@@ -621,7 +653,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, UnsupportedTaskError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"suite": args.suite, "image_size": args.image_size, "tasks": {str(k): v for k, v in stats.items()}}))
+    print(json.dumps({"suite": args.suite, "image_size": args.image_size,
+                      "tasks": {str(k): v for k, v in stats.items()}}))
     return 0
 
 

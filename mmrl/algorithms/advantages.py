@@ -30,7 +30,7 @@ a fixed-length rollout (None otherwise). A plugin registers its own the same way
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -41,6 +41,10 @@ class RunningMeanStd(nn.Module):
     ``eps`` (as in SB3) so the first update takes the batch's statistics almost exactly.
     """
 
+    mean: Tensor  # buffers, float64: ``[*shape]``, ``[*shape]`` and a 0-dim count
+    var: Tensor
+    count: Tensor
+
     def __init__(self, shape: tuple[int, ...] | int, clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
         shape = (shape,) if isinstance(shape, int) else tuple(shape)

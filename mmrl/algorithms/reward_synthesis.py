@@ -31,8 +31,8 @@ terminal override, e.g. ``{"mode": "hierarchical", "speed": "speed", "target_spe
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Mapping, Sequence
 
 import torch
 
@@ -129,7 +129,7 @@ class RewardSynthesis:
         self.factors = list(self.factors)
 
     @classmethod
-    def from_dict(cls, cfg: Mapping) -> "RewardSynthesis":
+    def from_dict(cls, cfg: Mapping) -> RewardSynthesis:
         valid = [f.name for f in fields(cls)]
         unknown = sorted(set(cfg) - set(valid))
         if unknown:
@@ -154,6 +154,7 @@ class RewardSynthesis:
             if self.mode == "gated":
                 out = gated(score, terms[self.gate] if self.gate else None, factors)
             else:
+                assert self.target_speed is not None  # __post_init__ requires it for hierarchical
                 out = hierarchical(score, terms[self.speed], float(self.target_speed), factors)
         if failure_mask is not None:
             out = terminal_override(out, failure_mask, self.failure_penalty)

@@ -50,14 +50,15 @@ from __future__ import annotations
 import copy
 import functools
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
 from mmrl.batch import Batch
-from mmrl.policies.base import Decision, Evaluation, Policy
-from mmrl.simulator import Completions
+from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
+from mmrl.simulator import Completions, Observation, Simulator
 
 LOGP_TOL = 1e-5  # recomputed vs rollout log-probs (and values) before an update
 UPDATE_SCALE = 1e-2  # std of the simulated update of every trainable parameter
@@ -177,13 +178,20 @@ def decision_diff(a: Decision, b: Decision) -> str | None:
 
 
 class _Checker:
-    def __init__(self, cls: type, setup: TinySetup, cfg_source: dict, cfg_overrides: Sequence[str],
+    # made by `build`, the first check: no other check runs when it fails
+    cfg: PolicyConfig
+    policy: Policy
+    obs: Observation
+    actions: Any  # the last rollout's environment actions
+
+    def __init__(self, cls: type[Policy], setup: TinySetup, cfg_source: dict, cfg_overrides: Sequence[str],
                  sim_name: str, sim_kwargs: dict, device: str, seed: int, num_envs: int, verbose: bool):
         self.cls, self.setup, self.device, self.seed, self.verbose = cls, setup, device, seed, verbose
         self.cfg_source, self.cfg_overrides = cfg_source, list(cfg_overrides)
         self.sim_name, self.sim_kwargs, self.num_envs = sim_name, sim_kwargs, num_envs
         self.result = PolicyCheckResult()
-        self.policy = self.sim = self.obs = self.batch = self.actions = None
+        self.sim: Simulator | None = None  # closed when the checks end
+        self.batch: Batch | None = None  # the last rollout's batch; None after a simulated update
 
     def gen(self, offset: int = 0) -> torch.Generator:
         return torch.Generator(device=self.device).manual_seed(self.seed + offset)
@@ -218,9 +226,11 @@ class _Checker:
 
     # -------------------------------------------------------------- setup
     def make_policy(self, seed: int) -> Policy:
+        sim = self.sim
+        assert sim is not None, "build makes the simulator first"
         torch.manual_seed(seed)
-        policy = self.cls(self.cfg, action_dim=self.sim.action_dim, state_dim=self.sim.state_dim).to(self.device)
-        policy.check_simulator(self.sim)
+        policy = self.cls(self.cfg, action_dim=sim.action_dim, state_dim=sim.state_dim).to(self.device)
+        policy.check_simulator(sim)
         return policy
 
     def build(self) -> str:
@@ -229,10 +239,10 @@ class _Checker:
 
         source = {k: v() if callable(v) else v for k, v in self.cfg_source.items()}
         cfg = load_config(self.cls.config_class, source, self.cfg_overrides)
-        self.sim = SIMULATORS.get(self.sim_name)(num_envs=self.num_envs, **self.sim_kwargs)
-        self.cfg = self.cls.configure(cfg, self.sim)
+        self.sim = sim = SIMULATORS.get(self.sim_name)(num_envs=self.num_envs, **self.sim_kwargs)
+        self.cfg = self.cls.configure(cfg, sim)
         self.policy = self.make_policy(self.seed)
-        self.obs = self.sim.reset(self.seed)
+        self.obs = sim.reset(self.seed)
         n = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         return f"{type(self.policy).__name__} on '{self.sim_name}' ({self.num_envs} envs), {n} trainable weights"
 
@@ -249,24 +259,27 @@ class _Checker:
 
     def check_actions(self, actions) -> str:
         """The decision's actions are what the simulator's ``step_chunk`` takes (`ACTION_TYPES`)."""
-        p, b, kind = self.policy, self.num_envs, self.policy.caps.action_type
+        p, b, kind, sim = self.policy, self.num_envs, self.policy.caps.action_type, self.sim
+        assert sim is not None, "build made the simulator"
         if kind == "text":
             ensure(isinstance(actions, Completions) and len(actions) == b,
                    f"text actions must be Completions of {b} answers, got {type(actions).__name__}")
             return f"{b} answers"
         ensure(isinstance(actions, torch.Tensor), f"actions must be a tensor, got {type(actions).__name__}")
         if kind == "image":
-            want = (b, *self.sim.image_shape)
+            want = (b, *sim.image_shape)
             ensure(actions.dtype == torch.uint8 and tuple(actions.shape) == want,
                    f"image actions must be uint8 {want}, got {actions.dtype} {tuple(actions.shape)}")
         else:
-            want = (b, p.chunk_size, self.sim.action_dim)
-            ensure(tuple(actions.shape) == want, f"actions {tuple(actions.shape)} != [B, chunk_size, action_dim] {want}")
+            want = (b, p.chunk_size, sim.action_dim)
+            ensure(tuple(actions.shape) == want,
+                   f"actions {tuple(actions.shape)} != [B, chunk_size, action_dim] {want}")
             ensure(torch.isfinite(actions).all(), "actions have NaN/inf")
         return f"actions {want}"
 
     def need_batch(self) -> Batch:
-        ensure(self.batch is not None, "no rollout batch (see the rollout check)")
+        if self.batch is None:
+            raise CheckFailed("no rollout batch (see the rollout check)")
         return self.batch
 
     def evaluate(self, batch: Batch, grad: bool = False) -> Evaluation:
@@ -433,7 +446,8 @@ def split_overrides(items: Sequence[str]) -> tuple[list[str], dict]:
     ``device``)."""
     import yaml
 
-    cfg, kw = [], {"sim_kwargs": {}}
+    cfg: list[str] = []
+    kw: dict[str, Any] = {"sim_kwargs": {}}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq:

@@ -31,7 +31,8 @@ sign that says "cat"``, so OCR-style rewards find a target) and no meta; text co
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import torch
 
@@ -48,6 +49,8 @@ class _Checker:
         self.reward, self.kind, self.verbose = reward, kind, verbose
         self.passed: list[str] = []
         self.check = "setup"
+        self.samples: torch.Tensor | list[str]  # uint8 images [N, H, W, 3], or completions
+        self.meta: list[dict] | None
         gen = torch.Generator().manual_seed(0)
         if kind == "image":
             self.prompts = list(prompts or IMAGE_PROMPTS)
@@ -65,7 +68,7 @@ class _Checker:
             raise ValueError(f"check_reward needs 2 to {3 if kind == 'text' else 64} prompts, got {len(self.prompts)}")
 
     # ------------------------------------------------------------------ helpers
-    def fail(self, msg: str) -> None:
+    def fail(self, msg: str) -> NoReturn:
         name = getattr(self.reward, "name", type(self.reward).__name__)
         raise AssertionError(f"check_reward[{self.check}] {name}: {msg}")
 
@@ -78,15 +81,16 @@ class _Checker:
         if self.verbose:
             print(f"check_reward[{self.check}] ok")
 
-    def take(self, idx: list[int]):
-        samples = self.samples[idx] if self.kind == "image" else [self.samples[i] for i in idx]
+    def take(self, idx: list[int]) -> tuple[Any, list[str], list[dict] | None]:
+        """Rows ``idx`` of the samples (an image tensor or a list of completions), prompts and meta."""
+        samples = self.samples[idx] if isinstance(self.samples, torch.Tensor) else [self.samples[i] for i in idx]
         meta = None if self.meta is None else [self.meta[i] for i in idx]
         return samples, [self.prompts[i] for i in idx], meta
 
     def score(self, samples, prompts, meta, what: str) -> torch.Tensor:
         try:
             out = self.reward(samples, prompts, meta)
-        except Exception as exc:  # noqa: BLE001 - any failure here is a contract violation
+        except Exception as exc:  # any failure here is a contract violation
             self.fail(f"{what} raised {type(exc).__name__}: {exc}")
         self.ensure(isinstance(out, torch.Tensor), f"{what}: must return a torch.Tensor, got {type(out).__name__}")
         self.ensure(out.dtype == torch.float32, f"{what}: must return float32, got {out.dtype}")
@@ -102,7 +106,7 @@ class _Checker:
             self.reward(samples, prompts, meta)
         except ValueError:
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.fail(f"{what} must raise ValueError, raised {type(exc).__name__}: {exc}")
         self.fail(f"{what} must raise ValueError, but it was scored")
 
@@ -133,7 +137,7 @@ class _Checker:
         self.ok()
 
         self.check = "inputs_untouched"
-        same = torch.equal(samples, before) if self.kind == "image" else samples == before
+        same = torch.equal(samples, before) if isinstance(before, torch.Tensor) else samples == before
         self.ensure(same, "the reward modified the samples passed to it")
         self.ok()
 

@@ -40,7 +40,8 @@ episode with a ``final_obs``.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import torch
 
@@ -61,7 +62,7 @@ class CheckResult(list):
     """Names of the passed checks, plus ``notes`` (skipped or weakened checks) and
     ``action_bounds`` ("clipped", "rejected" or "unverified")."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.notes: list[str] = []
         self.action_bounds = "unverified"
@@ -78,7 +79,7 @@ class _Checker:
         self.gen = torch.Generator().manual_seed(seed)
 
     # -------------------------------------------------------------- helpers
-    def fail(self, msg: str) -> None:
+    def fail(self, msg: str) -> NoReturn:
         raise AssertionError(f"check_simulator[{self.check}] {type(self.sim).__name__}: {msg}")
 
     def ensure(self, cond: Any, msg: str) -> None:
@@ -238,14 +239,16 @@ class _Checker:
         self.ensure(kind in ACTION_TYPES, f"action_type must be one of {list(ACTION_TYPES)}, got {kind!r}")
         for name in ("num_envs", "max_episode_steps") + (() if self.single_turn else ("action_dim",)):
             v = getattr(sim, name)
-            self.ensure(isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive int, got {v!r}")
+            self.ensure(isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                        f"{name} must be a positive int, got {v!r}")
         shape = tuple(sim.image_shape)
         self.ensure(
             len(shape) in (3, 4) and shape[-1] == 3 and all(isinstance(s, int) and s > 0 for s in shape),
             f"image_shape must be (H, W, 3) or (V, H, W, 3), got {sim.image_shape!r}",
         )
         sd = getattr(sim, "state_dim", None)
-        self.ensure(sd is None or (isinstance(sd, int) and sd > 0), f"state_dim must be None or a positive int, got {sd!r}")
+        self.ensure(sd is None or (isinstance(sd, int) and sd > 0),
+                    f"state_dim must be None or a positive int, got {sd!r}")
         try:
             torch.device(sim.device)
         except (TypeError, RuntimeError) as exc:
@@ -428,8 +431,9 @@ class _Checker:
 
         n = self.sim.num_envs
         tr = res.info.get("trace")
-        self.ensure(isinstance(tr, dict), "step_chunk(trace=True) must put a dict in info['trace'] "
-                    "(mmrl.simulator.TRACE_KEYS); a step_chunk override must take trace=")
+        if not isinstance(tr, dict):
+            self.fail("step_chunk(trace=True) must put a dict in info['trace'] "
+                      "(mmrl.simulator.TRACE_KEYS); a step_chunk override must take trace=")
         missing = [k for k in TRACE_KEYS if k not in tr]
         self.ensure(not missing, f"info['trace'] lacks {missing}")
         k = tr["active"].shape[1] if tr["active"].dim() == 2 else -1
@@ -437,7 +441,8 @@ class _Checker:
                     f"trace active must be bool [N, K] with 1 <= K <= {c}, got {tr['active'].dtype} "
                     f"{tuple(tr['active'].shape)}")
         self.ensure(tuple(tr["image"].shape) == (n, k, *self.sim.image_shape) and tr["image"].dtype == torch.uint8,
-                    f"trace image must be uint8 [N, K, *image_shape], got {tr['image'].dtype} {tuple(tr['image'].shape)}")
+                    f"trace image must be uint8 [N, K, *image_shape], got {tr['image'].dtype} "
+                    f"{tuple(tr['image'].shape)}")
         ran = tr["active"]
         self.ensure(torch.equal(ran.sum(1).to(res.info["num_steps"]), res.info["num_steps"]),
                     f"trace active steps {ran.sum(1).tolist()} != info['num_steps'] {res.info['num_steps'].tolist()}")
@@ -451,6 +456,7 @@ class _Checker:
                         f"trace {name} does not add up to the result's {name}")
         ended = ran & (tr["terminated"] | tr["truncated"])
         for row in _rows(ended.any(1)):
+            assert res.final_obs is not None, "step_result checked it is there: the trace's flags are the result's"
             step = int(ended[row].nonzero()[0])
             self.ensure(torch.equal(tr["image"][row, step], res.final_obs.image[row]),
                         f"env {row} ended at step {step} but the trace's frame there is not its final_obs image")
@@ -468,6 +474,7 @@ class _Checker:
                 flags[k] |= alive & getattr(r, k)
             ended = alive & (r.terminated | r.truncated)
             for row in _rows(ended):
+                assert r.final_obs is not None, "step_result checked every replayed step's final_obs"
                 end_idx[row] = i
                 final_rows[row] = (r.final_obs, row)
             alive &= ~ended
@@ -483,6 +490,7 @@ class _Checker:
             f"{reward.tolist()} (rewards after the end of an episode must not count)",
         )
         for row, (fo, _) in final_rows.items():
+            assert res.final_obs is not None, "step_result checked it; these rows are done (the flags matched)"
             idx = torch.tensor([row])
             diff = _obs_diff(fo.index(idx), res.final_obs.index(idx))
             self.ensure(
@@ -568,7 +576,8 @@ def _obs_diff(a: Observation | None, b: Observation | None, rows: torch.Tensor |
         return "instructions differ"
     if (a.state is None) != (b.state is None):
         return "state present in one observation only"
-    if a.state is not None and not torch.allclose(a.state[rows], b.state[rows].to(a.state.device), atol=1e-5, rtol=1e-5):
+    if a.state is not None and b.state is not None and not torch.allclose(
+            a.state[rows], b.state[rows].to(a.state.device), atol=1e-5, rtol=1e-5):
         return "states differ"
     return None
 
@@ -612,6 +621,7 @@ def check_simulator(
     (closed afterwards). ``num_steps``: cap on the random steps of the episode check; ``None`` runs to
     ``max_episode_steps`` so truncation is checked (a smaller cap skips that check with a note).
     """
+    sim: Any  # a Simulator, or an object with its methods
     if isinstance(sim_or_factory, Simulator) or (
         not isinstance(sim_or_factory, type) and hasattr(sim_or_factory, "step") and hasattr(sim_or_factory, "reset")
     ):

@@ -19,8 +19,8 @@ Engines sit behind one interface so the trainer does not care whether Hugging Fa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 
 @dataclass

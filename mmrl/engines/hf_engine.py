@@ -13,7 +13,7 @@ another device (disaggregated: `load_weights` copies the trainer's tensors in).
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

@@ -53,8 +53,9 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 import torch
 
@@ -128,7 +129,8 @@ class VLLMEngine(RolloutEngine):
         kwargs["worker_extension_cls"] = WORKER_EXTENSION  # adds `mmrl_reload_weights` to vLLM's workers
         kwargs.update(engine_kwargs)
         if kwargs.get("logprobs_mode") != "processed_logprobs":
-            raise ValueError("VLLMEngine returns temperature-scaled log-probs: logprobs_mode must be 'processed_logprobs'")
+            raise ValueError("VLLMEngine returns temperature-scaled log-probs: "
+                             "logprobs_mode must be 'processed_logprobs'")
         self.engine_kwargs = kwargs
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
@@ -154,7 +156,7 @@ class VLLMEngine(RolloutEngine):
     @staticmethod
     def prompt(request: GenRequest) -> dict:
         """vLLM's prompt dict for one request; images go in ``multi_modal_data`` only when present."""
-        prompt = {"prompt": request.text}
+        prompt: dict[str, Any] = {"prompt": request.text}
         if request.images:
             prompt["multi_modal_data"] = {"image": list(request.images)}
         return prompt
@@ -249,7 +251,7 @@ def pack_tensor(name: str, tensor) -> tuple[str, str, list[int], bytes]:
     return str(name), str(t.dtype).removeprefix("torch."), list(t.shape), data
 
 
-def unpack_tensor(packed) -> tuple[str, "torch.Tensor"]:
+def unpack_tensor(packed) -> tuple[str, torch.Tensor]:
     name, dtype, shape, data = packed
     dt = getattr(torch, dtype)
     if not data:
@@ -259,6 +261,8 @@ def unpack_tensor(packed) -> tuple[str, "torch.Tensor"]:
 
 class VLLMWorkerExtension:
     """Methods mixed into every vLLM worker (``worker_extension_cls``), called by ``collective_rpc``."""
+
+    reload_weights: Callable[..., Any]  # the vLLM worker's own (this class is mixed into it)
 
     def mmrl_reload_weights(self, packed: list) -> int:
         """Load HF-named weights in place through the model's own ``load_weights`` (vLLM's

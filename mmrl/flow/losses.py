@@ -8,11 +8,11 @@ ignored here.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from collections.abc import Callable
 
 import torch
 
-ModelFn = Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, Optional[torch.Tensor]]]
+ModelFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
 AWM_WEIGHTINGS = ("uniform", "t", "huber")
 
@@ -22,7 +22,7 @@ def _per_row(w: torch.Tensor, ndim: int) -> torch.Tensor:
     return w.reshape(-1, *([1] * (ndim - 1))) if w.ndim == 1 and ndim > 1 else w
 
 
-def sample_times(shape, generator: Optional[torch.Generator] = None, device=None,
+def sample_times(shape, generator: torch.Generator | None = None, device=None,
                  dtype: torch.dtype = torch.float32, time_sampling: str = "uniform",
                  logit_mean: float = 0.0, logit_std: float = 1.0) -> torch.Tensor:
     """Training times in (0, 1): ``"uniform"`` U(0, 1) or ``"logit_normal"`` sigmoid(N(m, s^2))
@@ -37,7 +37,7 @@ def sample_times(shape, generator: Optional[torch.Generator] = None, device=None
 
 
 def flow_matching_error(model_fn: ModelFn, x0: torch.Tensor, t: torch.Tensor,
-                        noise: torch.Tensor, weights: Optional[torch.Tensor] = None
+                        noise: torch.Tensor, weights: torch.Tensor | None = None
                         ) -> torch.Tensor:
     """Per-row conditional flow-matching error ``[N]``, one model call.
 
@@ -53,10 +53,10 @@ def flow_matching_error(model_fn: ModelFn, x0: torch.Tensor, t: torch.Tensor,
     return err.reshape(err.shape[0], -1).mean(1)
 
 
-def flow_matching_loss(model_fn: ModelFn, x0: torch.Tensor, t: Optional[torch.Tensor] = None,
-                       noise: Optional[torch.Tensor] = None,
-                       generator: Optional[torch.Generator] = None,
-                       weights: Optional[torch.Tensor] = None, time_sampling: str = "uniform"
+def flow_matching_loss(model_fn: ModelFn, x0: torch.Tensor, t: torch.Tensor | None = None,
+                       noise: torch.Tensor | None = None,
+                       generator: torch.Generator | None = None,
+                       weights: torch.Tensor | None = None, time_sampling: str = "uniform"
                        ) -> torch.Tensor:
     """Supervised conditional flow-matching loss per sample ``[B]`` (SFT warm start).
 
@@ -76,9 +76,9 @@ def flow_matching_loss(model_fn: ModelFn, x0: torch.Tensor, t: Optional[torch.Te
 
 def awm_loss(model_fn: ModelFn, x0: torch.Tensor, advantages: torch.Tensor,
              num_timesteps: int = 1, weighting: str = "uniform",
-             generator: Optional[torch.Generator] = None, huber_c: Optional[float] = None,
-             t: Optional[torch.Tensor] = None, noise: Optional[torch.Tensor] = None,
-             t_range: Tuple[float, float] = (0.0, 1.0)) -> torch.Tensor:
+             generator: torch.Generator | None = None, huber_c: float | None = None,
+             t: torch.Tensor | None = None, noise: torch.Tensor | None = None,
+             t_range: tuple[float, float] = (0.0, 1.0)) -> torch.Tensor:
     """Advantage-Weighted Matching loss per sample ``[B]`` (Xue et al. 2025, arXiv 2509.25050).
 
     AWM keeps the pretraining objective and reweights it by the advantage: for each generated

@@ -11,7 +11,7 @@ layer starts at zero, so an untrained head gives the midpoint ``(min_std + max_s
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import cast
 
 import torch
 from torch import nn
@@ -31,7 +31,7 @@ class FlowNoiseHead(nn.Module):
     """
 
     def __init__(self, hidden_dim: int, out_dim: int, min_std: float = 0.05,
-                 max_std: float = 0.5, time_dim: int = 0, mlp_dim: Optional[int] = None):
+                 max_std: float = 0.5, time_dim: int = 0, mlp_dim: int | None = None):
         super().__init__()
         if not 0.0 < min_std < max_std:
             raise ValueError(f"need 0 < min_std < max_std, got {min_std}, {max_std}")
@@ -42,10 +42,11 @@ class FlowNoiseHead(nn.Module):
             nn.SiLU(),
             nn.Linear(width, out_dim),
         )
-        nn.init.zeros_(self.mlp[-1].weight)
-        nn.init.zeros_(self.mlp[-1].bias)
+        out = cast(nn.Linear, self.mlp[-1])
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
 
-    def forward(self, h: torch.Tensor, t_emb: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, t_emb: torch.Tensor | None = None) -> torch.Tensor:
         if self.time_dim:
             if t_emb is None:
                 raise ValueError(f"FlowNoiseHead built with time_dim={self.time_dim} needs t_emb")

@@ -12,15 +12,15 @@ chunk, ``[Ch, H, W]`` latent). ``model_fn(x [N, *E], t [N]) -> (v [N, *E], std o
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
 
 import torch
 
 from mmrl.flow.losses import awm_loss, flow_matching_loss  # noqa: F401  (re-exported)
 from mmrl.flow.steps import STEP_METHODS, compute_dtype, gaussian_log_prob, ode_step, transition
 
-ModelFn = Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, Optional[torch.Tensor]]]
+ModelFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
 MASK_MODES = ("all", "one", "window", "none")
 
@@ -43,15 +43,16 @@ def time_grid(num_steps: int, shift: float = 1.0, dtype: torch.dtype = torch.flo
 
 
 def stochastic_mask(batch: int, num_steps: int, mode: str,
-                    generator: Optional[torch.Generator] = None,
-                    window: Optional[Tuple[int, int]] = None, device=None) -> torch.Tensor:
+                    generator: torch.Generator | None = None,
+                    window: Sequence[int] | None = None, device=None) -> torch.Tensor:
     """Which transitions of each sample are stochastic: bool ``[B, K]``.
 
     * ``"all"``: every transition.
     * ``"one"``: one transition per sample, uniform over ``0..K-1`` (drawn with ``generator`` on
       its own device, then moved to ``device``); the others are ODE steps (pi_RL's Flow-SDE rollout,
       Flow-GRPO-Fast).
-    * ``"window"``: transitions ``window[0] <= k < window[1]`` (python slice semantics).
+    * ``"window"``: transitions ``window[0] <= k < window[1]`` (``window = (start, end)``, python
+      slice semantics).
     * ``"none"``: no transition (pure ODE).
     """
     K = num_steps
@@ -122,7 +123,7 @@ def _elem_view(mask: torch.Tensor, ndim: int) -> torch.Tensor:
     return mask.reshape(-1, *([1] * (ndim - 1)))
 
 
-def _resolve_mask(stoch: Optional[torch.Tensor], B: int, grid: torch.Tensor, method: str,
+def _resolve_mask(stoch: torch.Tensor | None, B: int, grid: torch.Tensor, method: str,
                   noise_level: float, device) -> torch.Tensor:
     K = grid.shape[0] - 1
     if stoch is None:
@@ -134,8 +135,8 @@ def _resolve_mask(stoch: Optional[torch.Tensor], B: int, grid: torch.Tensor, met
 
 
 def sample(model_fn: ModelFn, noise: torch.Tensor, grid: torch.Tensor, method: str,
-           noise_level: float = 0.0, stoch: Optional[torch.Tensor] = None,
-           generator: Optional[torch.Generator] = None, grad: bool = False) -> FlowSample:
+           noise_level: float = 0.0, stoch: torch.Tensor | None = None,
+           generator: torch.Generator | None = None, grad: bool = False) -> FlowSample:
     """Integrate from ``noise`` (t = 1) to data (t = 0) along ``grid``, recording log-probs.
 
     Transition k goes from ``grid[k]`` to ``grid[k+1]``; the model is called once per transition on
@@ -248,7 +249,7 @@ def _masked_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
     return torch.where(m, lp, torch.zeros_like(lp))
 
 
-def reduce_log_prob(logp: torch.Tensor, stoch: torch.Tensor, elem_dims: Optional[int] = None,
+def reduce_log_prob(logp: torch.Tensor, stoch: torch.Tensor, elem_dims: int | None = None,
                     elem_reduce: str = "sum", step_reduce: str = "sum", keep: int = 0
                     ) -> torch.Tensor:
     """Reduce per-element log-probs ``[B, K, *E]`` over elements and stochastic steps.

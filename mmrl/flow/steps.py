@@ -15,11 +15,10 @@ Shapes. ``x`` and ``v`` are ``[N, *E]``. ``t`` and ``t_next`` are each one of
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
 
 import torch
 
-TimeLike = Union[float, torch.Tensor]
+TimeLike = float | torch.Tensor
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -34,7 +33,7 @@ def _as_time(t: TimeLike, x: torch.Tensor) -> torch.Tensor:
 
 
 def ode_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike
-             ) -> Tuple[torch.Tensor, torch.Tensor]:
+             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Euler ODE step: ``mean = x + (t_next - t) * v``, ``std = 0`` (0-dim tensor).
 
     Args: x, v ``[N, *E]``; t, t_next float / 0-dim / ``[N]``.
@@ -46,7 +45,7 @@ def ode_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike
 
 
 def sde_sigma(t: TimeLike, t_next: TimeLike, noise_level: float, x: torch.Tensor,
-              sigma_max: Optional[TimeLike] = None) -> torch.Tensor:
+              sigma_max: TimeLike | None = None) -> torch.Tensor:
     """Flow-SDE diffusion coefficient ``sigma_t = a * sqrt(t / (1 - t'))`` with ``a = noise_level``.
 
     ``t' = t`` except at the t = 1 edge, where ``1 - t`` is 0: there ``t'`` is ``sigma_max`` when
@@ -61,8 +60,8 @@ def sde_sigma(t: TimeLike, t_next: TimeLike, noise_level: float, x: torch.Tensor
 
 
 def sde_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-             noise_level: float, sigma_max: Optional[TimeLike] = None
-             ) -> Tuple[torch.Tensor, torch.Tensor]:
+             noise_level: float, sigma_max: TimeLike | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Flow-SDE step (Flow-GRPO's ODE-to-SDE conversion, the same marginals as the ODE).
 
     With ``sigma_t`` from :func:`sde_sigma` and ``dt = t_next - t < 0``::
@@ -88,7 +87,7 @@ def sde_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
 
 
 def cps_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-             noise_level: float) -> Tuple[torch.Tensor, torch.Tensor]:
+             noise_level: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Coefficients-Preserving Sampling step (flow_grpo ``sde_type="cps"``).
 
     ::
@@ -121,7 +120,7 @@ def cps_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
 
 
 def noise_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-               std: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+               std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Flow-Noise step (pi_RL): Euler mean ``x + (t_next - t) v`` with a learned ``std``.
 
     ``std`` (e.g. from :class:`mmrl.flow.noise_net.FlowNoiseHead`) is used as given: it must be
@@ -154,8 +153,8 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def transition(method: str, x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-               noise_level: float = 0.0, std: Optional[torch.Tensor] = None
-               ) -> Tuple[torch.Tensor, torch.Tensor]:
+               noise_level: float = 0.0, std: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     """Dispatch to the step function of ``method`` in ``{"ode", "sde", "cps", "noise"}``.
 
     ``std`` is the model's learned std, used only by ``"noise"``. Returns ``(mean, std)``.

@@ -43,11 +43,13 @@ from __future__ import annotations
 import math
 import time
 import zlib
+from collections.abc import Sequence
+from typing import cast
 
 import torch
 
 from mmrl.batch import Batch
-from mmrl.placement.worker import SimWorker, WorkerCrashed, close_workers
+from mmrl.placement.worker import WorkerBase, WorkerCrashed, close_workers
 from mmrl.rollout import episode_info, episode_tasks, step_record, truncation_values
 from mmrl.simulator import StepResult
 
@@ -58,7 +60,7 @@ def stage_torch_seed(seeds: list[int]) -> int:
 
 
 @torch.no_grad()
-def collect_pipelined(policy, sim_workers: list[SimWorker], seeds: list[int],
+def collect_pipelined(policy, sim_workers: Sequence[WorkerBase], seeds: list[int],
                       generator: torch.Generator | None, mode: str = "train", reward=None) -> tuple[Batch, dict]:
     """Run one episode per env over ``sim_workers`` (stage s = worker s's envs, in order).
 
@@ -78,7 +80,7 @@ def collect_pipelined(policy, sim_workers: list[SimWorker], seeds: list[int],
         raise
 
 
-def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode: str, reward):
+def _collect(policy, workers: list[WorkerBase], seeds: list[int], generator, mode: str, reward):
     sizes = [w.num_envs for w in workers]
     n = sum(sizes)
     if len(seeds) != n:
@@ -118,12 +120,12 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
             obs.append(restart_and_reset(s))
     timing["sim_wait_s"] += time.perf_counter() - t0
     stage_tasks = [episode_tasks(o) for o in obs]
-    tasks = None if any(t is None for t in stage_tasks) else [t for st in stage_tasks for t in st]
+    tasks = None if any(t is None for t in stage_tasks) else [t for st in stage_tasks if st is not None for t in st]
     alive = [torch.ones(k, dtype=torch.bool) for k in sizes]
     episodes = [reward.episode_scores(k) if reward is not None else None for k in sizes]  # the reward's state
 
     # ---- the pipeline --------------------------------------------------------------------------
-    steps: list[list[Batch]] = []
+    steps: list[list[Batch | None]] = []  # per decision, per stage (None until its simulation is back)
     waiting: list[tuple | None] = [None] * S  # (batch, actions, obs) of a decision whose simulation is in flight
     for t in range(horizon + 1):
         last = t == horizon
@@ -140,7 +142,9 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
                     res = _nothing_happened(restart_and_reset(s))
                 timing["sim_wait_s"] += time.perf_counter() - t0
                 timing["sim_s"] += float(res.info.get("worker_s", 0.0))
-                out, actions, acted_on = waiting[s]
+                in_flight = waiting[s]
+                assert in_flight is not None, "stage s ran decision t-1"
+                out, actions, acted_on = in_flight
                 if reward is not None:
                     res = reward(res, acted_on, actions, alive[s], episodes[s])
                 boot = truncation_values(policy, res, alive[s]) if mode == "train" else None
@@ -170,7 +174,8 @@ def _collect(policy, workers: list[SimWorker], seeds: list[int], generator, mode
             waiting[s] = (out, actions, obs[s])
         if finished or last:
             break
-    batch = Batch.stack([Batch.cat(row, dim=0) for row in steps])  # [T, N, ...]
+    # every stage of every decision kept is back (an unfinished last decision was popped)
+    batch = Batch.stack([Batch.cat(cast("list[Batch]", row), dim=0) for row in steps])  # [T, N, ...]
     lost_all = torch.cat(lost)
     if lost_all.any():
         batch["valid"][:, lost_all] = False
@@ -210,7 +215,7 @@ class SimGroup:
 
     device = torch.device("cpu")
 
-    def __init__(self, workers: list[SimWorker]):
+    def __init__(self, workers: Sequence[WorkerBase]):
         if not workers:
             raise ValueError("SimGroup needs at least one sim worker")
         self.workers = list(workers)

@@ -30,7 +30,8 @@ import functools
 import os
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -150,7 +151,7 @@ class RaySimWorker(WorkerBase):
                  group: RayPlacement | None = None):
         import_ray()
         super().__init__(factory, name, torch_threads, max_restarts, timeout_s)
-        self.actor = None
+        self.actor: Any = None  # the Ray actor handle once started
         self._pending: deque = deque()  # per outstanding request: (ObjectRef, method, keep its answer?)
         self._broken = False
         self.group = group
@@ -167,8 +168,11 @@ class RaySimWorker(WorkerBase):
     def start(self) -> None:
         """Create the actor (returns at once; `wait_ready` waits for the simulator to be built)."""
         init_ray()
-        options = ({"num_cpus": ACTOR_CPUS} if self.group is None
-                   else self.group.actor_options(self.bundle))
+        if self.group is None:
+            options = {"num_cpus": ACTOR_CPUS}
+        else:
+            assert self.bundle is not None  # taken with the group
+            options = self.group.actor_options(self.bundle)
         self.actor = _actor_class().options(**options).remote(self.torch_threads)
         self._pending = deque([(self.actor.build.remote(self.factory), "start", True)])  # the ready answer
         self._broken, self.meta = False, None
@@ -235,6 +239,7 @@ class RaySimWorker(WorkerBase):
                     raise WorkerError(f"sim worker {self.name!r} failed:\n{e}") from None
                 continue
             except ray.exceptions.GetTimeoutError:
+                assert limit_s is not None  # ray.get times out only given a timeout
                 ray.kill(self.actor)
                 self._broken = True
                 raise self._crashed(self._silent(method, time.monotonic() - start, limit_s, why),

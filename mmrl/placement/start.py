@@ -8,7 +8,7 @@ backwards (Ray's worker builds on the local one's wire format).
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 from mmrl.placement.worker import SimWorker, WorkerBase, close_workers
 
@@ -36,14 +36,14 @@ def start_sim_workers(factory: Callable, num_envs: int, placement, seed: int = 0
         raise ValueError("placement.mode = 'collocated' simulates in the main process: no workers "
                          "to start (valid modes for workers: disaggregated, hybrid)")
     slices = placement.stage_slices(num_envs)
-    make = SimWorker
+    make: Callable[..., WorkerBase] = SimWorker
     if placement.backend == "ray":
         from mmrl.placement.ray_worker import RayPlacement, RaySimWorker
 
         group = RayPlacement(placement.num_workers, placement.ray_strategy,
                              gpu=placement.render_device.startswith("cuda"))
         make = functools.partial(RaySimWorker, group=group)  # each worker takes a bundle
-    workers = []
+    workers: list[WorkerBase] = []
     try:
         for s, part in enumerate(slices):
             f = functools.partial(factory, num_envs=part.stop - part.start, seed=seed + s,

@@ -39,7 +39,7 @@ import atexit
 import dataclasses
 import math
 import multiprocessing as mp
-import multiprocessing.util  # noqa: F401  (its exit hook must be registered before ours)
+import multiprocessing.util  # its exit hook must be registered before ours
 import os
 import pickle
 import signal
@@ -48,9 +48,14 @@ import time
 import traceback
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import SpawnProcess
 
 STARTUP_TIMEOUT_S = 120.0  # spawn + import torch + build the simulator
 # the automatic time limit of a call (placement.step_timeout_s = null): at least the floor (which is
@@ -261,7 +266,7 @@ class WorkerBase:
             return self.call_limit_s(method)
         return (None if math.isinf(timeout_s) else timeout_s), f"{timeout_s:g} s given to result()"
 
-    def wait_ready(self) -> "WorkerBase":
+    def wait_ready(self) -> WorkerBase:
         meta = self.result()  # the "start" request: STARTUP_TIMEOUT_S
         for key in SHAPE_KEYS:
             setattr(self, key, meta[key])
@@ -283,8 +288,43 @@ class WorkerBase:
         self.wait_ready()
         self.last_crash = None
 
-    def __enter__(self) -> "WorkerBase":
+    def __enter__(self) -> WorkerBase:
         return self
+
+    # ---- what a subclass implements -----------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker (returns at once; its ready answer is the pending ``"start"`` request)."""
+        raise NotImplementedError
+
+    def _shutdown(self, kill: bool) -> None:
+        """Stop the worker (``kill``: at once), leaving it restartable."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def submit(self, method: str, *args) -> None:
+        """Send a request without waiting; its answer is the next `result`."""
+        raise NotImplementedError
+
+    def result(self, timeout_s: float | None = None) -> Any:
+        """The answer of the oldest kept request (blocking); raises WorkerCrashed / WorkerError."""
+        raise NotImplementedError
+
+    def poll(self, timeout_s: float = 0.0) -> bool:
+        """Whether an answer is ready to be read."""
+        raise NotImplementedError
+
+    def discard_pending(self) -> None:
+        """Drop the answers of every outstanding request."""
+        raise NotImplementedError
+
+    def is_alive(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        raise NotImplementedError
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -317,8 +357,8 @@ class SimWorker(WorkerBase):
                  max_restarts: int = 3, timeout_s: float | None = None, start: bool = True):
         super().__init__(factory, name, torch_threads, max_restarts, timeout_s)
         self._ctx = mp.get_context("spawn")
-        self._proc = None
-        self._conn = None
+        self._proc: SpawnProcess | None = None  # both set while started
+        self._conn: Connection | None = None
         self._pending: list[tuple[str, bool]] = []  # per outstanding request: (method, keep its answer?)
         self._broken = False
         self._read_killed: str | None = None  # why the watchdog of `_read_answer` killed the worker
@@ -342,6 +382,7 @@ class SimWorker(WorkerBase):
     def close(self) -> None:
         if self._proc is None:
             return
+        assert self._conn is not None  # set with _proc
         if self._proc.is_alive() and not self._broken:
             try:
                 self._conn.send_bytes(pickle.dumps(("close", None)))
@@ -358,6 +399,7 @@ class SimWorker(WorkerBase):
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(timeout=5)
+        assert self._conn is not None  # set with _proc
         self._conn.close()
         self._proc, self._conn, self._pending = None, None, []
         _LIVE.discard(self)
@@ -374,6 +416,7 @@ class SimWorker(WorkerBase):
         """Send a request without waiting; its answer is the next `result`."""
         if self._proc is None:
             raise RuntimeError(f"sim worker {self.name!r} is closed")
+        assert self._conn is not None  # set with _proc
         self._pending.append((method, True))
         if self._broken:
             return
@@ -409,24 +452,26 @@ class SimWorker(WorkerBase):
     def _recv(self, method: str, limit_s: float | None, why: str) -> tuple:
         """The next answer, (status, payload, seconds in the worker); kills a worker silent for
         longer than ``limit_s`` (None: waits forever)."""
+        proc, conn = self._proc, self._conn
+        assert proc is not None and conn is not None, "a request is pending only on a started worker"
         start = time.monotonic()
         while True:
             if self._broken:
                 raise self._crashed("the pipe to it is broken")
             try:
-                if self._conn.poll(0.05):
+                if conn.poll(0.05):
                     return pickle.loads(self._read_answer(method, start, limit_s, why))
             except (EOFError, OSError):
                 self._broken = True
                 if self._read_killed is not None:  # stopped halfway through sending its answer
                     raise self._crashed(self._read_killed, "was killed") from None
                 raise self._crashed("it closed its pipe") from None
-            if not self._proc.is_alive() and not self._conn.poll(0):
+            if not proc.is_alive() and not conn.poll(0):
                 self._broken = True
-                raise self._crashed(f"exit code {self._proc.exitcode}")
+                raise self._crashed(f"exit code {proc.exitcode}")
             waited = time.monotonic() - start
             if limit_s is not None and waited > limit_s:
-                self._proc.kill()
+                proc.kill()
                 self._broken = True
                 raise self._crashed(self._silent(method, waited, limit_s, why), "was killed")
 
@@ -436,20 +481,22 @@ class SimWorker(WorkerBase):
         block this read forever: a watchdog kills it when the call's limit has passed (at least
         `READ_GRACE_S` after the first bytes), which ends the read with EOF."""
         self._read_killed = None
+        proc, conn = self._proc, self._conn
+        assert proc is not None and conn is not None, "a request is pending only on a started worker"
         if limit_s is None:
-            return self._conn.recv_bytes()
-        proc = self._proc
+            return conn.recv_bytes()
 
         def kill():
             waited = time.monotonic() - start
-            self._read_killed = self._silent(method, waited, limit_s, f"{why}; it stopped halfway through sending its answer")
+            self._read_killed = self._silent(method, waited, limit_s,
+                                             f"{why}; it stopped halfway through sending its answer")
             proc.kill()
 
         timer = threading.Timer(max(limit_s - (time.monotonic() - start), READ_GRACE_S), kill)
         timer.daemon = True
         timer.start()
         try:
-            return self._conn.recv_bytes()
+            return conn.recv_bytes()
         finally:
             timer.cancel()
 
@@ -458,7 +505,7 @@ class SimWorker(WorkerBase):
         return WorkerCrashed(f"sim worker {self.name!r} (pid {self.pid}) {what}: {why}")
 
 
-_LIVE: "weakref.WeakSet[SimWorker]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[SimWorker] = weakref.WeakSet()
 
 
 @atexit.register
@@ -471,6 +518,6 @@ def _close_live_workers() -> None:
             pass
 
 
-def close_workers(workers: list[WorkerBase]) -> None:
+def close_workers(workers: Iterable[WorkerBase]) -> None:
     for w in workers:
         w.close()

@@ -84,6 +84,7 @@ class ActionTokenizer:
     def tokens_to_bins(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token ids [..] -> bin ids [..]; raises if one is not an action token."""
         self.token_ids  # noqa: B018  (raises without a mapping)
+        assert self._lookup is not None  # made with the mapping
         lookup = self._lookup.to(tokens.device)
         tokens = tokens.long()
         inside = (tokens >= 0) & (tokens < lookup.numel())

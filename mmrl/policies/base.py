@@ -21,8 +21,9 @@ Every hook of the contract, with its default, is on `Policy` below.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import torch
 from torch import nn
@@ -32,6 +33,11 @@ from mmrl.capabilities import Capabilities
 from mmrl.config import Variants
 
 TEXT_BYTES = 96  # default width of a stored instruction (longer ones are rejected, not cut)
+
+#: a transformers ``PreTrainedModel``, or a peft ``PeftModel`` around one, as the VLM and token-VLA
+#: families hold it: its attributes (config fields, peft's forwarding to the base model) are dynamic,
+#: beyond what a type checker follows
+HFModel = Any
 
 
 def encode_text(texts: list[str], width: int = TEXT_BYTES) -> torch.Tensor:
@@ -71,7 +77,7 @@ class PolicyConfig(Variants):
     type: str = "flow_vla"
 
     @classmethod
-    def variant_class(cls, name: str) -> type | None:
+    def variant_class(cls, name: str) -> builtins.type | None:  # builtins: `type` here is the field
         from mmrl.registry import POLICIES
 
         return POLICIES.get(name).config_class if name in POLICIES else None
@@ -90,25 +96,31 @@ class Evaluation:
     logp: torch.Tensor  # same shape as the batch's ``old_logp``: [B, *logp_shape]
     entropy: torch.Tensor  # scalar: mean entropy (estimate) of the policy on these samples
     values: torch.Tensor | None = None  # [B] critic values; None without a critic
-    logp_mask: torch.Tensor | None = None  # bool like ``logp``: elements that count (real tokens, noisy steps); None = all
+    #: bool like ``logp``: elements that count (real tokens, noisy steps); None = all
+    logp_mask: torch.Tensor | None = None
     kl: torch.Tensor | None = None  # [B] the policy's own KL to its reference (else estimated from ``ref_logp``)
 
 
-class Policy(nn.Module):
+#: the config dataclass a policy class is built from (`Policy` is generic in it)
+C = TypeVar("C", bound=PolicyConfig)
+
+
+class Policy(nn.Module, Generic[C]):
     """Base class of every policy family: the whole contract between a policy and the trainer.
 
-    A subclass sets ``config_class``, declares what it can do as configured (`capabilities`) and
-    implements ``rollout`` and ``evaluate`` (plus ``supervised_loss`` / ``likelihood_free_loss``
-    where it supports a warm start / AWM); every other hook has a default that fits a robot policy
-    acting in a simulator. The trainer and the experiment builder call these hooks and read the
-    declared capabilities; they never probe a policy for optional methods. ``mmrl check policy NAME``
-    checks a policy against this contract, its capabilities included.
+    A subclass (``class MyPolicy(Policy[MyConfig])``: its ``cfg`` and the config its class methods
+    take are a ``MyConfig``) sets ``config_class``, declares what it can do as configured
+    (`capabilities`) and implements ``rollout`` and ``evaluate`` (plus ``supervised_loss`` /
+    ``likelihood_free_loss`` where it supports a warm start / AWM); every other hook has a default
+    that fits a robot policy acting in a simulator. The trainer and the experiment builder call these
+    hooks and read the declared capabilities; they never probe a policy for optional methods.
+    ``mmrl check policy NAME`` checks a policy against this contract, its capabilities included.
     """
 
     #: the config dataclass of the ``policy`` section when ``type`` names this policy
     config_class: type[PolicyConfig] = PolicyConfig
     #: the (configured) ``policy`` section it was built from
-    cfg: PolicyConfig
+    cfg: C
     #: what rebuilds it without a simulator (set by `mmrl.experiment.build_policy`; checkpoints keep it)
     build_spec: dict | None = None
     #: the frozen pretrained parameters as built, which checkpoints leave to the policy's source
@@ -129,13 +141,13 @@ class Policy(nn.Module):
         return 1
 
     @classmethod
-    def configure(cls, cfg: PolicyConfig, sim) -> PolicyConfig:
+    def configure(cls, cfg: C, sim) -> C:
         """The config completed from the simulator the policy will act in (e.g. the number of
         cameras, an image or a state encoder), before the policy is built. Default: unchanged."""
         return cfg
 
     @classmethod
-    def capabilities(cls, cfg: PolicyConfig) -> Capabilities:
+    def capabilities(cls, cfg: C) -> Capabilities:
         """What this policy can do as configured by ``cfg`` (`mmrl.capabilities.Capabilities`):
         checked when the experiment's config loads, against the estimator, the objective, the KL
         and the rollout mode it asks for. Default: a robot policy with one exact log-prob per

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mmrl.policies.generator import TextToImageGenerator
 from mmrl.utils.compat import patch_torchvision
 
 #: the attention projections given LoRA: image and text streams of the joint (MMDiT) blocks, and
@@ -38,7 +39,7 @@ LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
                 "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
 
 
-class DiffusersGenerator(nn.Module):
+class DiffusersGenerator(TextToImageGenerator):
     """Base of the diffusers generators (see the module docstring)."""
 
     pipeline_class: str = ""  # the diffusers pipeline class `from_pretrained` loads
@@ -81,7 +82,7 @@ class DiffusersGenerator(nn.Module):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, image_size: int = 512, dtype: torch.dtype | None = None,
-                        **kwargs) -> "DiffusersGenerator":
+                        **kwargs) -> DiffusersGenerator:
         patch_torchvision()
         try:
             import diffusers

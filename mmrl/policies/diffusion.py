@@ -34,19 +34,20 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-from torch import nn
 
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
 from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
-from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.generator import TextToImageGenerator
 
 
 @dataclass
@@ -83,6 +84,10 @@ class DiffusionConfig(PolicyConfig):
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
 
 
+#: ``(x, t, cond) -> v``: the generator, its EMA weights, or its reference
+Velocity = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
+
+
 def _recording(fn, seen: list):
     """Wrap a model function so every call's ``(x, t, v)`` is appended to ``seen``."""
 
@@ -98,10 +103,14 @@ def _cat(a, b):
     return tuple(torch.cat([x, y]) for x, y in zip(a, b)) if isinstance(a, tuple) else torch.cat([a, b])
 
 
-class DiffusionPolicy(Policy):
+class DiffusionPolicy(Policy[DiffusionConfig]):
     """A flow-matching generator behind the policy contract (see the module docstring)."""
 
     config_class = DiffusionConfig
+    gen: TextToImageGenerator
+    ref: TextToImageGenerator | None  # a frozen copy as the reference (None: the adapter switched off, or none)
+    grid: torch.Tensor  # buffers: the time grids of training and evaluation rollouts
+    eval_grid: torch.Tensor
 
     @classmethod
     def capabilities(cls, cfg: DiffusionConfig) -> Capabilities:
@@ -114,10 +123,6 @@ class DiffusionPolicy(Policy):
                              "grpo_global_std, grpo, ...) with group_size >= 2",
                    "kl_reference": "set policy.kl_reference=true (Flow-GRPO's KL to the reference)"})
 
-    @property
-    def text_bytes(self) -> int:
-        return self.cfg.prompt_bytes
-
     def warm_start_batch(self, data: dict) -> Batch:
         """Text-to-image pairs (``image``, ``prompt``) for the flow-matching warm start."""
         for key in ("image", "prompt"):
@@ -126,9 +131,10 @@ class DiffusionPolicy(Policy):
         return Batch(image=data["image"], instruction=encode_text(data["prompt"], self.text_bytes))
 
     def __init__(self, cfg: DiffusionConfig, action_dim: int, state_dim: int | None = None,
-                 generator: nn.Module | None = None):
+                 generator: TextToImageGenerator | None = None):
         super().__init__()
         self.cfg = cfg
+        self.text_bytes = cfg.prompt_bytes
         self.gen = generator if generator is not None else build_generator(cfg)
         self.uses_adapter = bool(getattr(self.gen, "has_adapter", False))
         needs_ref = cfg.kl_reference or cfg.awm_ref_coef > 0
@@ -145,7 +151,7 @@ class DiffusionPolicy(Policy):
     def _ema_params(self) -> dict[str, torch.Tensor]:
         return {k: getattr(self, "ema__" + k.replace(".", "__")) for k in self._ema_keys}
 
-    def _velocity(self, which: str):
+    def _velocity(self, which: str) -> Velocity:
         if which == "policy":
             return self.gen
         if which == "ema":  # the generator run with its EMA weights
@@ -156,6 +162,7 @@ class DiffusionPolicy(Policy):
                 with self.gen.disable_adapter():
                     return self.gen(x, t, cond)
             return ref
+        assert self.ref is not None, "the reference is asked for only where __init__ made one (needs_ref)"
         return self.ref
 
     def model_fn(self, cond, null, guidance: float, which: str = "policy"):
@@ -211,7 +218,7 @@ class DiffusionPolicy(Policy):
         step = "none" if self.cfg.logp_level == "step" else "sum"
         return reduce_log_prob(logp_elem, stoch, elem_dims=3, elem_reduce="mean", step_reduce=step)
 
-    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def evaluate(self, batch: Batch) -> Evaluation:
         c = self.cfg
         cond, null = self._conds(decode_text(batch["instruction"]), c.guidance_scale)
         chain, stoch = batch["flow_chain"], batch["flow_stoch"]
@@ -259,8 +266,8 @@ class DiffusionPolicy(Policy):
         c = self.cfg
         cond = self.gen.encode(decode_text(batch["instruction"]))
         seen: list = []
-        loss = awm_loss(_recording(self.model_fn(cond, None, 1.0), seen), batch["flow_chain"][:, -1], advantages, c.awm_timesteps, c.awm_weighting,
-                        huber_c=c.awm_huber_c)
+        loss = awm_loss(_recording(self.model_fn(cond, None, 1.0), seen), batch["flow_chain"][:, -1], advantages,
+                        c.awm_timesteps, c.awm_weighting, huber_c=c.awm_huber_c)
         x, t, v = seen[0]
         for coef, which in ((c.awm_ref_coef, "ref"), (c.awm_ema_coef, "ema")):
             if coef > 0:
@@ -319,12 +326,13 @@ def to_uint8(images: torch.Tensor) -> torch.Tensor:
     return x.round().to(torch.uint8).cpu()
 
 
-def build_generator(cfg: DiffusionConfig) -> nn.Module:
+def build_generator(cfg: DiffusionConfig) -> TextToImageGenerator:
     if cfg.model == "tiny":
         from mmrl.policies.tiny_generator import TinyTextToImage
 
         return TinyTextToImage(image_size=cfg.image_size, ch=cfg.width)
-    kwargs = dict(image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha)
+    kwargs: dict[str, Any] = dict(image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank,
+                                  lora_alpha=cfg.lora_alpha)
     if diffusers_family(cfg.model) == "flux":  # both need mmrl[diffusion]
         from mmrl.policies.flux import FluxGenerator
 

@@ -17,15 +17,16 @@ backbone) serves PPO with GAE. Evaluation samples with the deterministic ODE by 
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
 
+from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.flow import (
     FlowNoiseHead,
     awm_loss,
@@ -36,8 +37,6 @@ from mmrl.flow import (
     stochastic_mask,
     time_grid,
 )
-from mmrl.algorithms.normalization import RunningMeanStd
-from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
@@ -82,6 +81,20 @@ class FlowVLAConfig(PolicyConfig):
     # running mean / std normalisation of the state vector (statistics saved with the weights,
     # updated after each RL iteration's update, frozen during the warm start's first use)
     obs_norm: bool = True
+
+
+class PrefixBackbone(Protocol):
+    """The observation encoder of `FlowVLAPolicy`: an ``nn.Module`` (`TinyBackbone`, `StateBackbone`,
+    `HFImageTextBackbone` or one of your own) called as ``backbone(images, instructions)`` or, with
+    ``uses_images = False``, ``backbone(state)``, returning the prefix ``(tokens [B, L, out_dim],
+    mask [B, L])``."""
+
+    uses_images: bool
+    out_dim: int
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def requires_grad_(self, requires_grad: bool = True) -> Any: ...
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -134,10 +147,11 @@ class MLPExpert(nn.Module):
         return self.out(h), h
 
 
-class FlowVLAPolicy(Policy):
+class FlowVLAPolicy(Policy[FlowVLAConfig]):
     """Flow-matching VLA: backbone prefix + action expert + value head (+ Flow-Noise head)."""
 
     config_class = FlowVLAConfig
+    grid: torch.Tensor  # buffer: the denoising time grid
 
     @classmethod
     def capabilities(cls, cfg: FlowVLAConfig) -> Capabilities:
@@ -145,7 +159,8 @@ class FlowVLAPolicy(Policy):
         critic with ``critic``; no KL reference."""
         return Capabilities(
             logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic, likelihood_free=True,
-            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+            fixes={"critic": "set policy.critic=true, or use a group estimator "
+                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                    "kl_reference": "the flow VLA keeps no reference model: set algorithm.kl_coef=0"})
 
     @property
@@ -163,7 +178,7 @@ class FlowVLAPolicy(Policy):
         return cfg
 
     def __init__(self, cfg: FlowVLAConfig, action_dim: int, state_dim: int | None = None,
-                 backbone: nn.Module | None = None, normalizer: ActionNormalizer | None = None):
+                 backbone: PrefixBackbone | None = None, normalizer: ActionNormalizer | None = None):
         super().__init__()
         self.state_dim = state_dim
         self.cfg, self.action_dim = cfg, action_dim
@@ -184,12 +199,13 @@ class FlowVLAPolicy(Policy):
         )
         # the critic reads the pooled prefix (detached by default); without images it is its own MLP
         # on the normalised state, as in SB3 / CleanRL (actor and critic share no layers)
-        value_in = d if self.uses_images else state_dim
-        self.value_head = (
-            nn.Sequential(nn.Linear(value_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
-            if cfg.critic and not self.uses_images
-            else nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1)) if cfg.critic else None
-        )
+        self.value_head: nn.Sequential | None = None
+        if cfg.critic and not self.uses_images:
+            assert state_dim is not None, "a backbone without images encodes the state vector: there is one"
+            self.value_head = nn.Sequential(nn.Linear(state_dim, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                                            nn.Linear(64, 1))
+        elif cfg.critic:
+            self.value_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
         self.normalizer = normalizer or ActionNormalizer.from_config(cfg.action_low, cfg.action_high)
         self.register_buffer("grid", time_grid(cfg.num_steps), persistent=False)
         self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)
@@ -206,6 +222,7 @@ class FlowVLAPolicy(Policy):
         state = self.normalized_state(state)
         if not self.uses_images:
             return self.backbone(state)
+        assert image is not None, "observations of a simulator with images carry them"
         image = resize_images(image.to(self.grid.device), self.cfg.image_size)
         prefix, mask = self.backbone(image, instructions)
         if self.state_proj is not None and state is not None:
@@ -220,13 +237,15 @@ class FlowVLAPolicy(Policy):
             return self.encode(None, [], batch["state"])
         return self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
 
-    def values(self, prefix: torch.Tensor, mask: torch.Tensor, state: torch.Tensor | None = None
+    def values(self, prefix: torch.Tensor | None, mask: torch.Tensor | None, state: torch.Tensor | None = None
                ) -> torch.Tensor | None:
-        """Critic value ``[B]`` from the prefix (image backbones) or the raw state (state backbone)."""
+        """Critic value ``[B]`` from the prefix (image backbones) or the raw state (state backbone,
+        which needs no prefix)."""
         if self.value_head is None:
             return None
         if not self.uses_images:
             return self.value_head(self.normalized_state(state)).squeeze(-1)
+        assert prefix is not None and mask is not None, "an image backbone's critic reads its prefix"
         m = mask.unsqueeze(-1).float()
         pooled = (prefix * m).sum(1) / m.sum(1).clamp(min=1)
         if self.cfg.detach_value:
@@ -293,7 +312,7 @@ class FlowVLAPolicy(Policy):
             batch["old_values"] = values
         return Decision(batch, batch["actions"])
 
-    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def evaluate(self, batch: Batch) -> Evaluation:
         c = self.cfg
         prefix, mask = self.encode_batch(batch)
         logp_elem = chain_log_prob(self.model_fn(prefix, mask, c.method), batch["flow_chain"],
@@ -315,7 +334,7 @@ class FlowVLAPolicy(Policy):
         return awm_loss(self.model_fn(prefix, mask, "ode"), batch["flow_chain"][:, -1], advantages)
 
 
-def build_backbone(cfg: FlowVLAConfig, state_dim: int | None = None) -> nn.Module:
+def build_backbone(cfg: FlowVLAConfig, state_dim: int | None = None) -> PrefixBackbone:
     # "auto" is resolved from the simulator by `FlowVLAPolicy.configure`; built by hand it is "tiny"
     if cfg.backbone == "state":
         from mmrl.policies.state_backbone import StateBackbone

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import nn
@@ -56,7 +56,7 @@ def mlp(inp: int, hidden: int, layers: int, out: int) -> nn.Sequential:
     return nn.Sequential(*mods)
 
 
-class GaussianPolicy(Policy):
+class GaussianPolicy(Policy[GaussianConfig]):
     """Diagonal-Gaussian MLP actor + MLP critic on the state vector; see the module docstring."""
 
     config_class = GaussianConfig
@@ -66,7 +66,8 @@ class GaussianPolicy(Policy):
         """Action chunks, exact Gaussian log-probs (per chunk or per element), a critic with ``critic``."""
         return Capabilities(
             logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic,
-            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+            fixes={"critic": "set policy.critic=true, or use a group estimator "
+                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                    "likelihood_free": "the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo",
                    "kl_reference": "the Gaussian policy keeps no reference model: set algorithm.kl_coef=0"})
 
@@ -85,11 +86,11 @@ class GaussianPolicy(Policy):
         self.cfg, self.action_dim = cfg, action_dim
         width = cfg.chunk_size * action_dim
         self.actor = mlp(state_dim, cfg.hidden, cfg.layers, width)
-        nn.init.orthogonal_(self.actor[-1].weight, 0.01)
+        nn.init.orthogonal_(cast(nn.Linear, self.actor[-1]).weight, 0.01)
         self.log_std = nn.Parameter(torch.full((width,), float(cfg.log_std_init)))
         self.value_head = mlp(state_dim, cfg.hidden, cfg.layers, 1) if cfg.critic else None
         if self.value_head is not None:
-            nn.init.orthogonal_(self.value_head[-1].weight, 1.0)
+            nn.init.orthogonal_(cast(nn.Linear, self.value_head[-1]).weight, 1.0)
         self.obs_norm = RunningMeanStd(state_dim) if cfg.obs_norm else None
         self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)
 
@@ -124,7 +125,7 @@ class GaussianPolicy(Policy):
             batch["old_values"] = values
         return Decision(batch, batch["actions"])
 
-    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def evaluate(self, batch: Batch) -> Evaluation:
         dist = self._dist(batch["state"])
         return Evaluation(logp=self._logp(dist, batch["actions"]), entropy=dist.entropy().sum((1, 2)).mean(),
                           values=self._values(batch["state"]))

@@ -30,6 +30,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from mmrl.policies.base import HFModel
 from mmrl.utils.compat import patch_torchvision
 
 # from_pretrained kwargs that also apply to the processor
@@ -54,7 +55,7 @@ class HFImageTextBackbone(nn.Module):
 
     uses_images = True
 
-    def __init__(self, model: nn.Module, processor, *, freeze: bool = False, max_length: int = 64,
+    def __init__(self, model: HFModel, processor, *, freeze: bool = False, max_length: int = 64,
                  use_last_hidden: bool = True, add_generation_prompt: bool = True):
         super().__init__()
         self.model = model
@@ -157,7 +158,7 @@ class HFImageTextBackbone(nn.Module):
         ``state`` (proprioception) is not used here: the policy embeds it itself.
         """
         inputs = self.encode_inputs(images, list(instructions))
-        encoder = getattr(self.model, "base_model", self.model)
+        encoder: HFModel = getattr(self.model, "base_model", self.model)
         grad = contextlib.nullcontext() if not self.frozen else torch.no_grad()
         with grad:
             out = encoder(**inputs, output_hidden_states=not self.use_last_hidden, return_dict=True)

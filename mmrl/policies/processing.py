@@ -32,7 +32,7 @@ class ActionNormalizer:
             raise ValueError("ActionNormalizer needs high > low in every dimension")
 
     @classmethod
-    def from_config(cls, low: list[float] | None, high: list[float] | None) -> "ActionNormalizer":
+    def from_config(cls, low: list[float] | None, high: list[float] | None) -> ActionNormalizer:
         """From a policy config's ``action_low`` / ``action_high`` (both null: the identity on [-1, 1])."""
         if (low is None) != (high is None):
             raise ValueError("set both policy.action_low and policy.action_high, or neither")

@@ -3,10 +3,10 @@
 Images go through a small CNN whose features are modulated by the instruction (FiLM), then become
 a grid of tokens with learned 2-D positions plus keypoint tokens: a spatial softmax over each of
 ``keypoints`` feature maps gives the expected image coordinates of what that map responds to
-(Levine et al.'s visuomotor bias), which lets a policy locate "the red target" from few demos; instruction words become tokens through a hashed word
-embedding (any vocabulary, no tokenizer files). A transformer encoder layer mixes the two. The
-output is the policy's prefix: ``(tokens [B, L, D], mask [B, L])``, the same interface as
-`mmrl.policies.hf_backbone.HFImageTextBackbone`.
+(Levine et al.'s visuomotor bias), which lets a policy locate "the red target" from few demos;
+instruction words become tokens through a hashed word embedding (any vocabulary, no tokenizer
+files). A transformer encoder layer mixes the two. The output is the policy's prefix:
+``(tokens [B, L, D], mask [B, L])``, the same interface as `mmrl.policies.hf_backbone.HFImageTextBackbone`.
 """
 
 from __future__ import annotations

@@ -7,17 +7,21 @@ tokenizer files) mixed by one transformer layer and mean-pooled, and, at the 8x8
 to by the image features (one cross-attention layer), so "red" can bind to "left". An empty prompt
 is the unconditional model (classifier-free guidance drops prompts while pretraining).
 
-Interface shared with the diffusers generators (`mmrl.policies.sd3`, `mmrl.policies.flux`):
-``encode(prompts) -> cond``, ``forward(x, t, cond) -> v``, ``sample_shape``,
-``decode(x0) -> images [-1, 1] [B, 3, H, W]``, ``encode_images(images) -> x0``.
+Interface shared with the diffusers generators (`mmrl.policies.sd3`, `mmrl.policies.flux`), declared
+by `mmrl.policies.generator.TextToImageGenerator`: ``encode(prompts) -> cond``,
+``forward(x, t, cond) -> v``, ``sample_shape``, ``decode(x0) -> images [-1, 1] [B, 3, H, W]``,
+``encode_images(images) -> x0``.
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 import torch
 from torch import nn
 
 from mmrl.policies.flow_vla import timestep_embedding
+from mmrl.policies.generator import TextToImageGenerator
 from mmrl.policies.tiny_backbone import hash_tokenize
 
 
@@ -35,7 +39,7 @@ class ResBlock(nn.Module):
         return x + self.conv2(torch.nn.functional.silu(h))
 
 
-class TinyTextToImage(nn.Module):
+class TinyTextToImage(TextToImageGenerator):
     """Pixel-space conditional velocity model ``v(x_t, t, prompt)``."""
 
     def __init__(self, image_size: int = 16, ch: int = 64, dim: int = 128, buckets: int = 4096,
@@ -59,8 +63,10 @@ class TinyTextToImage(nn.Module):
         self.up1 = nn.ModuleList([ResBlock(ch, dim), ResBlock(ch, dim)])
         self.merge = nn.Conv2d(2 * ch, ch, 1)
         self.out = nn.Sequential(nn.GroupNorm(8, ch), nn.SiLU(), nn.Conv2d(ch, 3, 3, padding=1))
-        nn.init.zeros_(self.out[-1].weight)
-        nn.init.zeros_(self.out[-1].bias)
+        last = cast(nn.Conv2d, self.out[-1])
+        assert last.bias is not None  # Conv2d's default bias=True
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
 
     @property
     def device(self) -> torch.device:

@@ -63,10 +63,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError
 from mmrl.policies.action_tokenizer import ActionTokenizer
-from mmrl.capabilities import Capabilities
-from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Decision, Evaluation, HFModel, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 
 PLACEHOLDER = "<action_query>"  # parallel decoding's default input token
@@ -113,17 +113,19 @@ class TokenVLAConfig(PolicyConfig):
             raise ConfigError("'prompt' must contain the placeholder {instruction}")
 
 
-class TokenVLAPolicy(Policy):
+class TokenVLAPolicy(Policy[TokenVLAConfig]):
     """Image-text LM emitting C*A action-bin tokens (+ value head); see the module docstring."""
 
     config_class = TokenVLAConfig
+    bin_ids: torch.Tensor  # buffer: the vocabulary id of each action bin
 
     @classmethod
     def capabilities(cls, cfg: TokenVLAConfig) -> Capabilities:
         """Action chunks as bin tokens, one log-prob per token, a critic with ``critic``."""
         return Capabilities(
             logp="token", critic=cfg.critic,
-            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+            fixes={"critic": "set policy.critic=true, or use a group estimator "
+                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                    "likelihood_free": "the token VLA has no flow-matching loss: use algorithm.objective=ppo",
                    "kl_reference": "the token VLA keeps no reference model: set algorithm.kl_coef=0"})
 
@@ -132,7 +134,7 @@ class TokenVLAPolicy(Policy):
         return self.cfg.chunk_size
 
     def __init__(self, cfg: TokenVLAConfig, action_dim: int, state_dim: int | None = None,
-                 model: nn.Module | None = None, processor=None, normalizer: ActionNormalizer | None = None):
+                 model: HFModel | None = None, processor=None, normalizer: ActionNormalizer | None = None):
         super().__init__()
         if (model is None) != (processor is None):
             raise ValueError("pass both model and processor, or neither (then cfg.model is loaded)")
@@ -159,7 +161,7 @@ class TokenVLAPolicy(Policy):
     def device(self) -> torch.device:
         return self.bin_ids.device
 
-    def _base(self) -> nn.Module:
+    def _base(self) -> HFModel:
         inner = getattr(self.model, "model", None)
         return inner if isinstance(inner, nn.Module) else self.model.base_model
 
@@ -207,7 +209,11 @@ class TokenVLAPolicy(Policy):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
         kw = {}
         if not hasattr(self._base(), "get_rope_index"):
-            kw["position_ids"] = positions if past is None else positions[:, -extra.shape[1]:]
+            if past is None:
+                kw["position_ids"] = positions
+            else:
+                assert extra is not None, "with a KV cache only the new tokens run"
+                kw["position_ids"] = positions[:, -extra.shape[1]:]
         if past is None:
             ids = enc["input_ids"] if extra is None else torch.cat([enc["input_ids"], extra], 1)
             kw.update({k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask")})
@@ -254,6 +260,7 @@ class TokenVLAPolicy(Policy):
         return self.bin_logits(pred), hidden[:, plen - 1]
 
     def _placeholders(self, b: int) -> torch.Tensor:
+        assert self.placeholder_id is not None, "parallel decoding (the only caller) has a placeholder token"
         return torch.full((b, self.num_tokens), self.placeholder_id, dtype=torch.long, device=self.device)
 
     @staticmethod
@@ -309,7 +316,7 @@ class TokenVLAPolicy(Policy):
             batch["old_values"] = values
         return Decision(batch, batch["actions"])
 
-    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def evaluate(self, batch: Batch) -> Evaluation:
         """Teacher-forced log-probs ``logp`` [B, C*A] of ``action_tokens``, ``values`` [B] (or None)
         and ``entropy`` (mean entropy of the per-token bin distributions, a scalar)."""
         enc = self.encode_prompt(batch["image"], decode_text(batch["instruction"]))
@@ -346,7 +353,7 @@ def load_model(cfg: TokenVLAConfig):
     return model, processor
 
 
-def setup_action_vocab(model: nn.Module, tokenizer, num_bins: int, mode: str) -> list[int]:
+def setup_action_vocab(model: HFModel, tokenizer, num_bins: int, mode: str) -> list[int]:
     """Token id of each action bin (``ids[bin]``); ``mode="new"`` may add tokens and resize the model."""
     rows = model.get_output_embeddings().weight.shape[0]
     if mode == "last":
@@ -368,7 +375,7 @@ def setup_action_vocab(model: nn.Module, tokenizer, num_bins: int, mode: str) ->
     return add_tokens(model, tokenizer, [f"<action_{b}>" for b in range(num_bins)])
 
 
-def add_tokens(model: nn.Module, tokenizer, names: list[str]) -> list[int]:
+def add_tokens(model: HFModel, tokenizer, names: list[str]) -> list[int]:
     """Ids of special tokens ``names``, adding the missing ones to the tokenizer and resizing the
     model's embeddings (new rows: see `_init_new_rows`)."""
     rows = model.get_output_embeddings().weight.shape[0]
@@ -383,7 +390,7 @@ def add_tokens(model: nn.Module, tokenizer, names: list[str]) -> list[int]:
 
 
 @torch.no_grad()
-def _init_new_rows(model: nn.Module, old_rows: int) -> None:
+def _init_new_rows(model: HFModel, old_rows: int) -> None:
     """Rows ``old_rows:`` of the input / output embeddings := mean + std * N(0, 1) of the old rows
     (per dimension, global torch RNG). transformers' mean resizing gives every new row the same
     vector, which would make all action tokens identical inputs and logits."""

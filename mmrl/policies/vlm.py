@@ -47,12 +47,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmrl.batch import Batch
-from mmrl.config import ConfigError
-from mmrl.engines.base import GenRequest, SamplingConfig
 from mmrl.capabilities import Capabilities
-from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
-from mmrl.simulator import Completions
+from mmrl.config import ConfigError
+from mmrl.engines.base import GenRequest, RolloutEngine, SamplingConfig
+from mmrl.policies.base import Decision, Evaluation, HFModel, Policy, PolicyConfig
 from mmrl.policies.token_vla import VISION_TOWER_NAMES, freeze_vision_tower
+from mmrl.simulator import Completions
 
 MM_SKIP = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
 
@@ -100,7 +100,7 @@ class VLMConfig(PolicyConfig):
             raise ConfigError(f"'tis_cap' must be > 0 or null, got {self.tis_cap}")
 
 
-class VLMPolicy(Policy):
+class VLMPolicy(Policy[VLMConfig]):
     """A transformers image-text LM answering questions; see the module docstring."""
 
     config_class = VLMConfig
@@ -120,7 +120,7 @@ class VLMPolicy(Policy):
                                    "to the trained policy, not to a background copy: set trainer.async_staleness=0"})
 
     def __init__(self, cfg: VLMConfig, action_dim: int, state_dim: int | None = None,
-                 model: nn.Module | None = None, processor=None):
+                 model: HFModel | None = None, processor=None):
         super().__init__()
         if (model is None) != (processor is None):
             raise ValueError("pass both model and processor, or neither (then cfg.model is loaded)")
@@ -142,7 +142,7 @@ class VLMPolicy(Policy):
         self.recompute = cfg.recompute_logp if cfg.recompute_logp is not None else cfg.engine == "vllm"
         if cfg.tis_cap is not None and not self.recompute:
             raise ConfigError("'tis_cap' needs recompute_logp: true (the engine's log-probs are the old ones)")
-        self._engine = None
+        self._engine: RolloutEngine | None = None  # made on first use (`engine`)
         self._cache: dict[int, dict] = {}
         self._next_uid = 0
         self._sft: dict | None = None
@@ -171,7 +171,7 @@ class VLMPolicy(Policy):
         return "peft adapter" if hasattr(model, "get_base_model") else "transformers"
 
     # ---- model plumbing ---------------------------------------------------------------------
-    def _lm(self, model: nn.Module | None = None) -> nn.Module:
+    def _lm(self, model: HFModel | None = None) -> HFModel:
         model = self.model if model is None else model
         return model.get_base_model() if hasattr(model, "get_base_model") else model
 
@@ -258,7 +258,7 @@ class VLMPolicy(Policy):
 
     # ---- forward over [prompt, completion] ----------------------------------------------------
     def _forward_logp(self, entries: list[dict], completion: torch.Tensor, mask: torch.Tensor,
-                      model: nn.Module | None = None, entropy: bool = False):
+                      model: HFModel | None = None, entropy: bool = False):
         """Teacher-forced ``log_softmax(logits / T)`` of ``completion`` [B, L] -> ([B, L], entropy)."""
         lm = self._lm(model)
         dev = self.device
@@ -334,7 +334,7 @@ class VLMPolicy(Policy):
                 return self._forward_logp(entries, completion, mask)[0]
         return self._forward_logp(entries, completion, mask, model=self.ref_model)[0]
 
-    def evaluate(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def evaluate(self, batch: Batch) -> Evaluation:
         uids = batch["uid"].tolist()
         missing = [u for u in uids if u not in self._cache]
         if missing:
@@ -374,6 +374,7 @@ class VLMPolicy(Policy):
         """Mean cross-entropy [B] of the solution tokens (then the end-of-turn token)."""
         rows = batch["index"].tolist()
         d = self._sft
+        assert d is not None, "warm_start_batch keeps the dataset whose rows supervised_loss takes"
         reqs = self.requests([d["prompt"][i] for i in rows], [d["images"][i] for i in rows])
         targets = [self.tokenizer(d["solution"][i], add_special_tokens=False)["input_ids"] + [self.stop_id]
                    for i in rows]
@@ -447,7 +448,7 @@ def lora_targets(model: nn.Module, vision: bool = False) -> list[str]:
     return names
 
 
-def add_lora(model: nn.Module, cfg: VLMConfig) -> nn.Module:
+def add_lora(model: HFModel, cfg: VLMConfig) -> HFModel:
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -456,7 +457,7 @@ def add_lora(model: nn.Module, cfg: VLMConfig) -> nn.Module:
 
 
 @torch.no_grad()
-def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+def merged_state_dict(model: HFModel) -> dict[str, torch.Tensor]:
     """HF-named weights with LoRA merged in (what a rollout engine loads); the model is unchanged."""
     if not hasattr(model, "get_base_model"):
         return {k: v.detach() for k, v in model.state_dict().items()}

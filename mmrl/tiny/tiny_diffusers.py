@@ -56,7 +56,12 @@ def tiny_clip_tokenizer(folder: Path):
 def tiny_sd3_pipeline(folder: str | Path, seed: int = 0, sample_size: int = 16) -> Path:
     """Build and save a tiny SD3 pipeline in ``folder``; returns the folder."""
     patch_torchvision()
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
     folder = Path(folder)
@@ -114,7 +119,9 @@ def tiny_flux_pipeline(folder: str | Path, seed: int = 0, sample_size: int = 16,
     tok_2 = tiny_t5_tokenizer(folder / "_tokenizer_2")
     t5 = T5EncoderModel(T5Config(vocab_size=len(tok_2), d_model=32, d_kv=8, d_ff=37, num_layers=1, num_heads=4,
                                  relative_attention_num_buckets=8, pad_token_id=tok_2.pad_token_id,
-                                 eos_token_id=tok_2.eos_token_id, decoder_start_token_id=tok_2.pad_token_id))
+                                 eos_token_id=tok_2.eos_token_id,
+                                 # a config's extra keys go through its __post_init__(**kwargs), unseen by mypy
+                                 decoder_start_token_id=tok_2.pad_token_id))  # type: ignore[call-arg]
     vae = AutoencoderKL(sample_size=sample_size, in_channels=3, out_channels=3, block_out_channels=(4, 4),
                         down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
                         layers_per_block=1, latent_channels=16, norm_num_groups=1, use_quant_conv=False,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from mmrl.tiny.tiny_models import IMAGE_TOKENS, _tokenizer_json, BOS, EOS, PAD
+from mmrl.tiny.tiny_models import BOS, EOS, IMAGE_TOKENS, PAD, _tokenizer_json
 
 FAMILIES = ("smolvla", "pi0", "pi05")
 
@@ -120,9 +120,9 @@ class TinyPiVariants(contextlib.AbstractContextManager):
             vc.projection_dim = config.text_config.hidden_size
             return real_paligemma(config=config)
 
-        from transformers import AutoTokenizer
         from lerobot.policies.pi0 import processor_pi0
         from lerobot.policies.pi05 import processor_pi05
+        from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(self.tokenizer)
         step = processor_pi0.TokenizerProcessorStep

@@ -61,7 +61,8 @@ def tiny_vllm_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Idefics3ForConditionalGeneration(config).to(dtype).eval()
+        # transformers wraps `to` with functools.wraps(nn.Module.to), which typeshed types as unbound
+        model = Idefics3ForConditionalGeneration(config).to(dtype).eval()  # type: ignore[arg-type]
     if tmp_dir is not None:
         Path(tmp_dir).mkdir(parents=True, exist_ok=True)
         model.save_pretrained(tmp_dir)

@@ -190,7 +190,7 @@ def latest_path(out_dir: Path) -> Path | None:
 def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
     """The newest checkpoint folder in ``root`` (a run's ``checkpoints/``) that verifies, or None,
     and why each newer one does not (``"iter_000004: ... does not match its checksum"``)."""
-    problems = []
+    problems: list[str] = []
     for _, path in candidates(root):
         why = verify(path)
         if why is None:
@@ -224,7 +224,7 @@ class UnreadableFile(ValueError):
 def _reading(file: Path, load):
     try:
         return load()
-    except Exception as exc:  # noqa: BLE001  (whatever the reader raises, say which file)
+    except Exception as exc:  # whatever the reader raises, say which file
         raise UnreadableFile(file, exc) from exc
 
 
@@ -321,7 +321,7 @@ def load_latest(out_dir: Path, policy, optimizer, log=print, verified: Path | No
         if why is None:
             try:
                 data = read(path)
-            except Exception as exc:  # noqa: BLE001  (any unreadable file: try the previous one)
+            except Exception as exc:  # any unreadable file: try the previous one
                 why = f"{path} cannot be read ({type(exc).__name__}: {exc})"
         if why is not None:
             problems.append(why)

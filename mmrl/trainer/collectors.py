@@ -21,7 +21,8 @@ counted (`drop_nonfinite`): nothing trains on them or averages them.
 from __future__ import annotations
 
 import math
-from typing import Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch
 
@@ -192,7 +193,7 @@ class DynamicSamplingCollector(Collector):
         rounds, group_size = self.max_rounds, self.inner.group_size
         horizon = math.ceil(self.max_episode_steps / policy.chunk_size)  # longest episode
         buf = DynamicSamplingBuffer(self.num_envs // group_size, reward_key="episode_return")
-        first = None
+        first: dict | None = None
         for r in range(rounds):
             batch, info = self.inner.collect(policy, round * rounds + r, generator)
             if first is None:
@@ -204,6 +205,7 @@ class DynamicSamplingCollector(Collector):
             buf.add(envs_first, info["return"], batch["group"][0])
             if buf.ready:
                 break
+        assert first is not None, "max_rounds >= 1 (algorithm.max_sampling_rounds is checked)"
         first.update(kept_groups=min(buf.num_groups, buf.target_groups), sampling_rounds=r + 1)
         if not buf.num_groups:  # every group constant: zero advantages, train on the last round as it is
             return batch, first
@@ -244,7 +246,7 @@ class AsyncCollector:
     """
 
     def __init__(self, inner: Collector, policy, staleness: int,
-                 generator: Callable[[int], torch.Generator], context: Callable[[], ContextManager]):
+                 generator: Callable[[int], torch.Generator], context: Callable[[], AbstractContextManager]):
         import copy
         from concurrent.futures import ThreadPoolExecutor
 

@@ -9,8 +9,9 @@ LIBERO that walks the task's held-out initial-state pool (the simulator's ``eval
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -27,9 +28,10 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
                    generator: torch.Generator | None = None, video_dir: Path | None = None,
                    video_envs: int = 8, max_envs: int = 64, reward=None) -> dict:
     """Evaluate ``policy`` on every task in ``tasks``; ``make_sim(task, num_envs)`` builds one
-    task's simulator; ``reward`` is the experiment's reward stage (`mmrl.trainer.reward_stage.RewardStage`) or None. Returns the report: overall ``success_rate`` / ``return`` / ``length`` /
-    ``episodes`` (episode-weighted over tasks), ``tasks``, one entry per task, and ``suites`` (success
-    per suite) when the simulators name theirs (LIBERO)."""
+    task's simulator; ``reward`` is the experiment's reward stage
+    (`mmrl.trainer.reward_stage.RewardStage`) or None. Returns the report: overall ``success_rate`` /
+    ``return`` / ``length`` / ``episodes`` (episode-weighted over tasks), ``tasks``, one entry per
+    task, and ``suites`` (success per suite) when the simulators name theirs (LIBERO)."""
     if not tasks:
         raise ValueError("evaluate_suite needs at least one task")
     if episodes < 1 or max_envs < 1:
@@ -111,7 +113,7 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
     try:
         data = ckpt.read(path)
         weights = data["policy"]
-    except Exception as exc:  # noqa: BLE001  (any unreadable file is the same problem for the user)
+    except Exception as exc:  # any unreadable file is the same problem for the user
         if isinstance(exc, ckpt.UnreadableFile):
             file, exc = exc.file, exc.cause
         raise UserError(f"{file} cannot be read as an mmrl checkpoint ({type(exc).__name__}: "

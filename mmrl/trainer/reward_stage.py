@@ -143,7 +143,8 @@ class RewardStage:
 
     def episode_scores(self, num_envs: int) -> EpisodeScores | None:
         """The per-env state a collector keeps for this stage across decisions (None: none needed)."""
-        if self.kind == "frame" and self.frames.timing == "episode_end" and self.frames.episode_mode == "mean":
+        fs = self.frames  # a frame stage's (None for the others)
+        if fs is not None and fs.timing == "episode_end" and fs.episode_mode == "mean":
             return EpisodeScores(num_envs)
         return None
 
@@ -159,6 +160,7 @@ class RewardStage:
         if self.kind == "frame":
             from mmrl.checks.simulator import supports_trace
 
+            assert self.frames is not None  # every frame stage has its FrameScoring
             if not supports_trace(sim):
                 raise ValueError(f"reward '{self.name}' scores the frames of each step, but {type(sim).__name__}."
                                  "step_chunk takes no trace= (mmrl.simulator.TRACE_KEYS): keep Simulator's own "
@@ -212,6 +214,7 @@ class RewardStage:
         rows = alive.cpu().nonzero().flatten().tolist()
         prompts = [obs.instruction[r] for r in rows]
         meta = [dict(obs.meta[r]) if obs.meta is not None else {} for r in rows]
+        samples: Completions | list | torch.Tensor
         if isinstance(actions, Completions):
             samples = Completions([actions[r] for r in rows], [actions.num_tokens[r] for r in rows])
             for m, n in zip(meta, samples.num_tokens):
@@ -245,6 +248,7 @@ class RewardStage:
                               "step trace: its step_chunk must take trace=True (mmrl.simulator.TRACE_KEYS; "
                               "`mmrl check simulator NAME` checks it)")
         fs = self.frames
+        assert fs is not None  # every frame stage has its FrameScoring
         frames = trace["image"]
         if frames.dim() == 6:  # several cameras: [N, K, V, H, W, 3]
             frames = frames[:, :, fs.view]
@@ -368,6 +372,7 @@ def build_reward_stage(type: str | None, kwargs: dict, weights: dict[str, float]
         model: Reward = WeightedSum(parts, list(weights.values()))
         name = "weighted_sum"
     else:
+        assert type is not None, "RewardConfig.validate: a reward section names a type or weights"
         model = reward_model(type, kwargs, MODEL_KIND[kind])
         name = type.rpartition(":")[2]
     try:

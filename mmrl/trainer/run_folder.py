@@ -48,7 +48,8 @@ class RunFolder:
     """An open run folder: holds the lock until `close` (or the process ends)."""
 
     def __init__(self, path: Path, fd: int):
-        self.path, self._fd = path, fd
+        self.path = path
+        self._fd: int | None = fd  # None once closed
 
     def close(self) -> None:
         if self._fd is not None:
@@ -113,7 +114,8 @@ def config_changes(saved: dict, current: dict) -> list[tuple[str, object, object
     `mmrl.config.to_dict` gives) whose value differs and that changes training. Keys only one side
     has (a newer mmrl's new keys) are not compared."""
     a, b = flatten(saved), flatten(current)
-    linear = b.get("trainer.lr_schedule", "constant") != "constant" or a.get("trainer.lr_schedule", "constant") != "constant"
+    linear = (b.get("trainer.lr_schedule", "constant") != "constant"
+              or a.get("trainer.lr_schedule", "constant") != "constant")
     out = []
     for key in sorted(a.keys() & b.keys()):
         if a[key] == b[key] or _normalised(a[key]) == _normalised(b[key]):

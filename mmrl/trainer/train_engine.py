@@ -41,12 +41,15 @@ import math
 import os
 import socket
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
 from mmrl.config import ConfigError
+
+if TYPE_CHECKING:
+    from mmrl.policies.base import Policy
 
 ADAM_EPS = 1e-6
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -106,7 +109,7 @@ def trainable(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
-def param_groups(module: nn.Module, lr: float, value_lr: float | None) -> tuple[list[dict], list[float]]:
+def param_groups(module: Policy, lr: float, value_lr: float | None) -> tuple[list[dict], list[float]]:
     """Optimizer groups of ``module``'s trainable parameters and each group's lr relative to ``lr``:
     one group at ``lr``, or with ``value_lr`` the critic (``module.critic_parameters()``) apart."""
     params = trainable(module)
@@ -138,6 +141,8 @@ class TrainEngine:
     """The optimizer of one module. Subclasses: `TorchEngine`, `DeepSpeedTrainEngine`."""
 
     lr_scales: list[float] = [1.0]  # each param group's lr relative to the base lr
+    #: a torch optimizer; under DeepSpeed, the optimizer its engine wraps (a ZeRO optimizer at stages >= 1)
+    optimizer: Any
 
     @property
     def partitions_params(self) -> bool:
@@ -186,7 +191,7 @@ class TorchEngine(TrainEngine):
     every device: torch picks them only on CUDA, and on CPU they halve the per-step cost of the many
     small parameters of a policy)."""
 
-    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device, value_lr: float | None = None):
+    def __init__(self, cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None):
         super().__init__(cfg, module, device)
         groups, self.lr_scales = param_groups(module, lr, value_lr)
         self.optimizer = torch.optim.Adam(groups, lr=lr, eps=ADAM_EPS, foreach=True)
@@ -239,7 +244,7 @@ def deepspeed_config(cfg: TrainEngineConfig, lr: float) -> dict:
 class DeepSpeedTrainEngine(TrainEngine):
     """``deepspeed.initialize`` over the module's trainable parameters (see the module docstring)."""
 
-    def __init__(self, cfg: TrainEngineConfig, module: nn.Module, lr: float, device, value_lr: float | None = None):
+    def __init__(self, cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None):
         super().__init__(cfg, module, device)
         self.ds = init_process_group(self.device)
         groups, self.lr_scales = param_groups(module, lr, value_lr)
@@ -302,7 +307,7 @@ class DeepSpeedTrainEngine(TrainEngine):
             self.optimizer.refresh_fp32_params()
 
 
-def build_train_engine(cfg: TrainEngineConfig, module: nn.Module, lr: float, device,
+def build_train_engine(cfg: TrainEngineConfig, module: Policy, lr: float, device,
                        value_lr: float | None = None) -> TrainEngine:
     """The engine ``cfg`` describes, optimizing ``module``'s trainable parameters at learning rate ``lr``
     (its critic at ``value_lr`` when given)."""

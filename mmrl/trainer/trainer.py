@@ -27,12 +27,12 @@ from tqdm import tqdm
 from mmrl.algorithms.normalization import RewardScaler, explained_variance
 from mmrl.batch import Batch
 from mmrl.errors import TrainingError, UserError
-from mmrl.trainer import checkpoint as ckpt
-from mmrl.trainer.logging import RunLogger
 from mmrl.registry import OBJECTIVES
-from mmrl.trainer.objectives import clip_advantages, compute_advantages, valid_samples, weight_advantages
 from mmrl.rollout import evaluate_policy, success_by_task, task_logs
+from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.collectors import AsyncCollector, build_collector
+from mmrl.trainer.logging import RunLogger
+from mmrl.trainer.objectives import clip_advantages, compute_advantages, valid_samples, weight_advantages
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 from mmrl.utils import jsonio
 
@@ -197,13 +197,13 @@ class Trainer:
             return "success_rate", "success"
         return "return", "return" if self.eval_sim.action_type == "chunk" else "mean reward"
 
-    def iteration(self, it: int, collector: "AsyncCollector | None", bar) -> None:
+    def iteration(self, it: int, collector: AsyncCollector | None, bar) -> None:
         """Collect (or take the batch collected in the background) -> advantages -> update -> log."""
         total = self.planned_iterations()
         t0 = time.time()
         if self.reward_stage is not None and collector is None:
             self.reward_stage.drain()  # forget scores of evaluations: the iteration logs its own
-        for attempt in range(MAX_EMPTY_COLLECTIONS):
+        for _attempt in range(MAX_EMPTY_COLLECTIONS):
             gen = self.generator("rl", it)
             if collector is None:
                 batch, info = self.collect(it, gen)

@@ -91,7 +91,7 @@ def patch_torchvision() -> str:
                 return _STATE
             _define(match.group(1))
             patched = True
-        except Exception as err:  # noqa: BLE001 - any other breakage is reported, not hidden or fixed
+        except Exception as err:  # any other breakage is reported, not hidden or fixed
             _forget_torchvision()
             logger.warning("torchvision is installed but cannot be imported: %s", err)
             _STATE = "failed"

@@ -3,8 +3,15 @@
 import pytest
 import torch
 
-from mmrl.algorithms.reward_synthesis import (RewardSynthesis, gated, hierarchical, speed_target, synthesize, terminal_override,
-                               weighted)
+from mmrl.algorithms.reward_synthesis import (
+    RewardSynthesis,
+    gated,
+    hierarchical,
+    speed_target,
+    synthesize,
+    terminal_override,
+    weighted,
+)
 
 SEM = torch.tensor([1.0, 0.5, 0.0, 0.8])
 

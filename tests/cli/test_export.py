@@ -11,10 +11,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-from mmrl.cli import main  # noqa: E402
-from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
-from tests.trainer.test_trainer import tiny_cfg  # noqa: E402
-from tests.trainer.test_vlm_training import TINY as VLM_TINY  # noqa: E402
+from mmrl.cli import main
+from mmrl.experiment import build_trainer, load_experiment
+from tests.trainer.test_trainer import tiny_cfg
+from tests.trainer.test_vlm_training import TINY as VLM_TINY
 
 
 @pytest.fixture(scope="module")

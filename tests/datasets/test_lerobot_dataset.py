@@ -19,10 +19,10 @@ import torch
 
 pytest.importorskip("lerobot", reason="the LeRobot venv: bash scripts/setup_lerobot.sh")
 
-from mmrl.config import ConfigError  # noqa: E402
-from mmrl.data import builder_module, load_dataset  # noqa: E402
-from mmrl.policies.processing import resize_images  # noqa: E402
-from mmrl.registry import MissingDependencyError  # noqa: E402
+from mmrl.config import ConfigError
+from mmrl.data import builder_module, load_dataset
+from mmrl.policies.processing import resize_images
+from mmrl.registry import MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[2]
 CAMERAS = ["observation.images.front", "observation.images.wrist"]
@@ -200,7 +200,8 @@ def test_where_the_data_is_errors(written, tmp_path, monkeypatch):
     assert not (tmp_path / "empty").exists()
     builder = builder_module("lerobot_dataset")
     real = builder.importlib.util.find_spec
-    monkeypatch.setattr(builder.importlib.util, "find_spec", lambda name, *a: None if name == "lerobot" else real(name, *a))
+    monkeypatch.setattr(builder.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "lerobot" else real(name, *a))
     with pytest.raises(MissingDependencyError) as exc:
         build(root=written[0])
     assert "bash scripts/setup_lerobot.sh" in one_line(exc) and ".venv-lerobot/bin/" in str(exc.value)
@@ -274,7 +275,7 @@ def test_warm_start_trains_a_tiny_smolvla_from_it(tmp_path):
                 "observation.state": {"dtype": "float32", "shape": (2,), "names": None},
                 "action": {"dtype": "float32", "shape": (2,), "names": None}}
     ds = LeRobotDataset.create("mmrl/reach_demos", fps=10, features=features, root=tmp_path / "reach", use_videos=False)
-    for e, arrays in episodes.items():
+    for arrays in episodes.values():
         for t in range(len(arrays["action"])):
             ds.add_frame({**{k: arrays[k][t] for k in features}, "task": "reach the red target"})
         ds.save_episode()

@@ -219,7 +219,8 @@ def test_missing_files_error_names_the_folder_and_the_commands(env, tmp_path):
     assert str(nowhere / SUITE) in msg
     assert "python benchmark_scripts/download_libero_datasets.py --datasets libero_spatial --use-huggingface" in msg
     assert f"--download-dir {nowhere}" in msg
-    assert f"hf download yifengzhu-hf/LIBERO-datasets --repo-type dataset --include 'libero_spatial/*' --local-dir {nowhere}" in msg
+    assert ("hf download yifengzhu-hf/LIBERO-datasets --repo-type dataset --include 'libero_spatial/*' "
+            f"--local-dir {nowhere}") in msg
     assert "MMRL_LIBERO_DATASETS" in msg
     with pytest.raises(FileNotFoundError, match="missing from it"):  # folder there, task 2's file is not
         b.build(1, root=env["root"], task_ids=[0, 2])

@@ -78,7 +78,8 @@ def test_unsupported_goals_name_the_task_and_what_is_supported(goal):
 
 def test_cli_unsupported_task_is_one_error_line(tmp_path, capsys):
     """libero_goal task 0 (open a drawer) is refused before any scene runs: one line on stderr."""
-    code = S.main(["--suite", "libero_goal", "--tasks", "0", "--episodes", "1", "--out", str(tmp_path), "--no-progress"])
+    code = S.main(["--suite", "libero_goal", "--tasks", "0", "--episodes", "1", "--out", str(tmp_path),
+                   "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ")
     if L.assets_expected():
@@ -139,7 +140,7 @@ def test_task_params():
 
 
 # ---------------------------------------------------------------------------------- writer
-def _fake_demo(index: int, n: int, px: int = 8) -> "S.Demo":
+def _fake_demo(index: int, n: int, px: int = 8) -> S.Demo:
     rng = np.random.default_rng(index)
     return S.Demo(index, rng.uniform(-1, 1, (n, 7)), rng.integers(0, 256, (n, 2, px, px, 3), dtype=np.uint8),
                   rng.normal(size=(n, 8)).astype(np.float32), rng.normal(size=(n, 92)), rng.normal(size=(n, 7)),
@@ -175,7 +176,7 @@ def test_writer_is_atomic(tmp_path):
     before = path.read_bytes()
     bad = _fake_demo(2, 3)
     bad.images = bad.images[:, :1]  # one camera only: fails mid-write
-    with pytest.raises(Exception):
+    with pytest.raises(IndexError):  # the second camera's images
         S.write_task_file(path, task, [bad], {})
     assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == [path.name]
 

@@ -22,7 +22,7 @@ from mmrl.registry import DATASETS
 from rewards.shapes import COLORS, SHAPES, color_features, palette_tensor
 
 pytest.importorskip("PIL", reason="VLM datasets decode images with Pillow")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
 NEW = ("vlm_records", "geometry3k", "clevr_counting", "refcoco", "shapes_vqa")
 

@@ -20,7 +20,7 @@ from mmrl.config import ConfigError
 from mmrl.data import builder_module, load_dataset
 
 pytest.importorskip("PIL", reason="VLM datasets decode images with Pillow")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
 # the huggingface schema metadata `datasets.Dataset.to_parquet` writes for an Image() column
 HF_IMAGE_SCHEMA = {"info": {"features": {"question": {"dtype": "string", "_type": "Value"},

@@ -73,7 +73,7 @@ def assert_same_episodes(ref, got, cols=slice(None), close=()):
     for key in rb:
         a, b = rb[key][:, cols][valid], gb[key][:, cols][valid]
         if key in close:
-            torch.testing.assert_close(b, a, atol=1e-6, rtol=0, msg=lambda m: f"{key}: {m}")
+            torch.testing.assert_close(b, a, atol=1e-6, rtol=0, msg=lambda m, key=key: f"{key}: {m}")
         else:
             assert torch.equal(a, b), key
 

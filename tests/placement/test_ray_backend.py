@@ -26,13 +26,13 @@ from mmrl.placement import (  # noqa: E402
     registered_sim,
     start_sim_workers,
 )
-from simulators.loaded import loaded_reach  # noqa: E402
 from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy  # noqa: E402
+from simulators.loaded import loaded_reach  # noqa: E402
 from tests.placement.test_pipeline import (  # noqa: E402  (the local backend's reference helpers)
     EARLY,
     LONG,
-    N,
     SIM,
+    N,
     assert_same_episodes,
     assert_stage_one_lost_at_decision_two,
     pipelined,

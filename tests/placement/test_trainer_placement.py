@@ -107,7 +107,7 @@ def test_hybrid_trains_on_the_batch_of_a_collocated_run_that_samples_stage_by_st
     for key in want:
         if key in ROUNDED:
             torch.testing.assert_close(got[key][valid], want[key][valid], atol=1e-6, rtol=0,
-                                       msg=lambda m: f"{key}: {m}")
+                                       msg=lambda m, key=key: f"{key}: {m}")
         else:
             assert torch.equal(got[key][valid], want[key][valid]), key
     rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
@@ -238,7 +238,7 @@ def test_async_batches_hold_the_log_probs_of_the_weights_they_claim(tmp_path, mo
     for it, batch, info in seen:
         claimed = recompute_logp(trainer.policy, versions[info["policy_version"]], batch)
         torch.testing.assert_close(claimed, batch["old_logp"][batch["valid"]], atol=1e-4, rtol=0,
-                                   msg=lambda m: f"batch {it}, version {info['policy_version']}: {m}")
+                                   msg=lambda m, it=it, info=info: f"batch {it}, version {info['policy_version']}: {m}")
         for v, weights in versions.items():  # every other version's log-probs are far from them
             if v != info["policy_version"]:
                 gap = (recompute_logp(trainer.policy, weights, batch) - batch["old_logp"][batch["valid"]]).abs()

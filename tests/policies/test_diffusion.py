@@ -22,7 +22,8 @@ def _tiny(**kw):
     return DiffusionPolicy(DiffusionConfig(num_steps=4, width=16, **kw), 16 * 16 * 3)
 
 
-@pytest.mark.parametrize("kw", [{}, {"stochastic": "one", "guidance_scale": 3.0}, {"logp_level": "sample", "method": "cps"}])
+@pytest.mark.parametrize("kw", [{}, {"stochastic": "one", "guidance_scale": 3.0},
+                                {"logp_level": "sample", "method": "cps"}])
 def test_ratio_is_one_before_an_update(kw):
     pol = _tiny(**kw)
     batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch

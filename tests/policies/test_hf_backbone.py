@@ -13,9 +13,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 pytest.importorskip("PIL")
 
-from mmrl.policies.hf_backbone import HFImageTextBackbone, images_to_pil  # noqa: E402
-from mmrl.tiny.tiny_models import IMAGE_SEQ_LEN, IMAGE_SIZE, tiny_image_text_model  # noqa: E402
-from mmrl.utils.compat import patch_torchvision  # noqa: E402
+from mmrl.policies.hf_backbone import HFImageTextBackbone, images_to_pil
+from mmrl.tiny.tiny_models import IMAGE_SEQ_LEN, IMAGE_SIZE, tiny_image_text_model
+from mmrl.utils.compat import patch_torchvision
 
 INSTRUCTIONS = ["pick up the red cube", "push", "open the green drawer to the left"]
 

@@ -20,9 +20,9 @@ import torch
 
 pytest.importorskip("lerobot", reason="the LeRobot venv: bash scripts/setup_lerobot.sh")
 
-from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
-from mmrl.policies.lerobot.policy import LeRobotVLAPolicy  # noqa: E402
-from mmrl.tiny import tiny_lerobot  # noqa: E402
+from mmrl.experiment import build_trainer, load_experiment
+from mmrl.policies.lerobot.policy import LeRobotVLAPolicy
+from mmrl.tiny import tiny_lerobot
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_LIBERO = f"{ROOT / 'tests' / 'simulators' / 'test_libero.py'}:FakeLiberoEnv"
@@ -76,7 +76,8 @@ def test_libero_recipe_builds_and_trains_with_tiny_stand_ins(recipe, family, tmp
 def test_cpu_config_trains_end_to_end(tmp_path):
     cfg = load_experiment(ROOT / "configs/reach_smolvla_flow_noise.yaml", [
         f"run.output_dir={tmp_path}", "sim.num_envs=8", "sim.eval_num_envs=8", "trainer.iterations=2",
-        "trainer.eval_episodes=8", "trainer.video_episodes=0", "warm_start.num_episodes=20", "warm_start.steps=3", "warm_start.warmup_steps=1",
+        "trainer.eval_episodes=8", "trainer.video_episodes=0", "warm_start.num_episodes=20", "warm_start.steps=3",
+        "warm_start.warmup_steps=1",
         "warm_start.batch_size=8", "algorithm.minibatch_size=16", "run.threads=1"])
     trainer = build_trainer(cfg)
     results = trainer.run()

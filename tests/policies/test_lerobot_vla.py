@@ -25,13 +25,13 @@ import torch
 
 pytest.importorskip("lerobot", reason="the LeRobot venv: bash scripts/setup_lerobot.sh")
 
-from lerobot.policies.factory import get_policy_class, make_pre_post_processors  # noqa: E402
+from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
-from mmrl.batch import Batch  # noqa: E402
-from mmrl.config import ConfigError  # noqa: E402
-from mmrl.policies.lerobot.policy import LeRobotVLAConfig, LeRobotVLAPolicy  # noqa: E402
-from mmrl.simulator import Observation  # noqa: E402
-from mmrl.tiny import tiny_lerobot  # noqa: E402
+from mmrl.batch import Batch
+from mmrl.config import ConfigError
+from mmrl.policies.lerobot.policy import LeRobotVLAConfig, LeRobotVLAPolicy
+from mmrl.simulator import Observation
+from mmrl.tiny import tiny_lerobot
 
 FAMILIES = ("smolvla", "pi0", "pi05")
 CAMERAS, IMAGE, STATE, ACTIONS, HORIZON, EXEC = 2, 32, 3, 2, 8, 4

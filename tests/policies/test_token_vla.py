@@ -53,7 +53,7 @@ def test_vocabulary_mappings():
     with pytest.raises(ValueError):
         ActionTokenizer(num_bins=2, token_ids=[1, 1])
     with pytest.raises(ValueError, match="no vocabulary mapping"):
-        ActionTokenizer(num_bins=4).token_ids
+        _ = ActionTokenizer(num_bins=4).token_ids
 
 
 # ---- the policy on a tiny Idefics3 (SmolVLM) ------------------------------------------------------
@@ -63,8 +63,8 @@ transformers = pytest.importorskip("transformers")
 from mmrl.batch import Batch  # noqa: E402
 from mmrl.policies.base import encode_text  # noqa: E402
 from mmrl.policies.token_vla import TokenVLAConfig, TokenVLAPolicy  # noqa: E402
-from mmrl.tiny.tiny_models import tiny_image_text_model  # noqa: E402
 from mmrl.simulator import Observation  # noqa: E402
+from mmrl.tiny.tiny_models import tiny_image_text_model  # noqa: E402
 
 COLORS = ["red", "green", "blue"]
 

@@ -153,7 +153,7 @@ def test_a_nan_reward_drops_its_episode_counts_it_and_results_stay_strict_json(t
     text = (tmp_path / "t" / "results.json").read_text()
     json.loads(text, parse_constant=lambda c: pytest.fail(f"results.json holds {c}"))
     for line in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line, parse_constant=lambda c: pytest.fail(f"metrics.jsonl holds {c}: {line}"))
+        row = json.loads(line, parse_constant=lambda c, line=line: pytest.fail(f"metrics.jsonl holds {c}: {line}"))
         assert row.get("train/return") is None or row["train/return"] == row["train/return"]
     assert all(v == v for v in results["final"].values() if isinstance(v, float))
 
@@ -228,7 +228,8 @@ def test_a_simulator_whose_images_are_not_the_declared_size_fails_at_the_boundar
     trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0"))
     assert trainer.eval_sim.image_shape == (32, 32, 3)
     trainer.eval_sim.image_shape = (64, 64, 3)  # declares 64 px, renders 32
-    with pytest.raises(UserError, match=r"returned images torch.uint8 \[8, 32, 32, 3\] but declares uint8 \[8, 64, 64, 3\]"):
+    with pytest.raises(UserError,
+                       match=r"returned images torch.uint8 \[8, 32, 32, 3\] but declares uint8 \[8, 64, 64, 3\]"):
         trainer.run()
 
 
@@ -236,7 +237,8 @@ def test_a_simulator_whose_images_are_not_the_declared_size_fails_at_the_boundar
 def test_resume_with_a_changed_config_is_refused_naming_the_keys(tmp_path):
     build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0")).run()
     for change in (["algorithm.clip_low=0.1"], ["run.seed=3"], ["sim.num_envs=16"], ["trainer.value_lr=1e-3"]):
-        with pytest.raises(ConfigChangedError, match=f"{change[0].split('=')[0]} .* -> .*new run.*accept_config_change"):
+        with pytest.raises(ConfigChangedError,
+                           match=f"{change[0].split('=')[0]} .* -> .*new run.*accept_config_change"):
             build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=3", *change))
     saved = (tmp_path / "t" / "checkpoints" / "iter_000002" / "config.yaml").read_text()
     assert "clip_low: 0.2" in saved  # the checkpoint still says what its weights were trained with
@@ -266,7 +268,8 @@ def test_an_accepted_config_change_is_recorded(tmp_path, capsys):
 def test_a_second_process_in_the_same_run_folder_is_refused_naming_the_first(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from mmrl.trainer.run_folder import open_run_folder; "
-                               f"f = open_run_folder({str(tmp_path / 't')!r}); print('locked', flush=True); time.sleep(60)"],
+                               f"f = open_run_folder({str(tmp_path / 't')!r}); print('locked', flush=True); "
+                               "time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -309,7 +312,8 @@ def _interrupt(tmp_path, sig) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
+                                           (signal.SIGTERM, 143, "terminated (SIGTERM)")])
 def test_sigint_and_sigterm_say_where_the_run_stopped_and_how_to_resume(tmp_path, sig, code, word):
     done = _interrupt(tmp_path, sig)
     last = done.stderr.strip().splitlines()[-1]

@@ -7,8 +7,14 @@ import pytest
 import torch
 
 from rewards import Reward, check_reward
-from rewards.clip_goal import (CLIPContrastGoal, CLIPCosine, CLIPGoalBaseline, contrast_goal_reward,
-                               goal_baseline_reward, score_episode)
+from rewards.clip_goal import (
+    CLIPContrastGoal,
+    CLIPCosine,
+    CLIPGoalBaseline,
+    contrast_goal_reward,
+    goal_baseline_reward,
+    score_episode,
+)
 
 GEN = torch.Generator().manual_seed(0)
 IMAGES = torch.randint(0, 256, (3, 32, 32, 3), dtype=torch.uint8, generator=GEN)

@@ -13,10 +13,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-from mmrl.config import ConfigError  # noqa: E402
-from mmrl.experiment import build_reward, build_trainer, load_experiment  # noqa: E402
-from mmrl.reward import FunctionReward, WeightedSum, as_reward, import_reference  # noqa: E402
-from tests.trainer.test_vlm_training import TINY  # noqa: E402
+from mmrl.config import ConfigError
+from mmrl.experiment import build_reward, build_trainer, load_experiment
+from mmrl.reward import FunctionReward, WeightedSum, as_reward, import_reference
+from tests.trainer.test_vlm_training import TINY
 
 REWARDS_PY = textwrap.dedent('''
     CALLS = []

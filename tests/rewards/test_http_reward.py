@@ -101,7 +101,7 @@ def test_unreachable_server_is_a_clear_error():
 class _Scripted(BaseHTTPRequestHandler):
     server: "ThreadingHTTPServer"
 
-    def do_GET(self):  # noqa: N802 - http.server naming
+    def do_GET(self):  # http.server naming
         srv = self.server
         with srv.lock:
             hit = srv.hits
@@ -184,7 +184,8 @@ def test_a_server_that_trickles_its_answer_is_cut_off_at_the_timeout(scripted):
 @pytest.mark.parametrize(
     "body, match",
     [
-        (b"\x00\xffnot json", r"answered POST /score with invalid JSON \(.*\): b'\\x00\\xffnot json'; is .* a rewards.http server"),
+        (b"\x00\xffnot json",
+         r"answered POST /score with invalid JSON \(.*\): b'\\x00\\xffnot json'; is .* a rewards.http server"),
         (b"[1.0, 2.0]", r"answered POST /score with JSON list \[1.0, 2.0\], not an object"),
         (b'{"score": [1.0, 2.0]}', r"answered POST /score without a 'scores' list \(got \{'score': "),
         (b'{"scores": "1 2"}', r"answered POST /score without a 'scores' list"),

@@ -1,8 +1,8 @@
 """Image rewards: hand-computed values on tiny random-weight real models, and the contract checker
 over every registered reward."""
 
-import io
 import importlib.util
+import io
 
 import pytest
 import torch

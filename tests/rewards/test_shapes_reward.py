@@ -9,8 +9,17 @@ import pytest
 import torch
 
 from rewards.shapes import (
-    BACKGROUND, COLORS, ShapesReward, classify_colors, component_stats, connected_components, describe,
-    palette_tensor, parse_prompt, region_masks, shape_from_fill,
+    BACKGROUND,
+    COLORS,
+    ShapesReward,
+    classify_colors,
+    component_stats,
+    connected_components,
+    describe,
+    palette_tensor,
+    parse_prompt,
+    region_masks,
+    shape_from_fill,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,27 @@ import torch
 from mmrl.registry import REWARDS
 from rewards import WeightedSum, check_reward
 from rewards.verifiable import (
-    Counting, FormatReward, GroundingIoU, MathAnswer, MathWithFormat, MultipleChoice, OverlongPenalty, ShortAnswer,
-    answers_match, box_iou, canonical_number, extract_choice, extract_count, extract_final_answer, format_ok,
-    normalize_answer, normalize_short_answer, parse_box, rescale_box, soft_overlong_penalty, to_fraction,
+    Counting,
+    FormatReward,
+    GroundingIoU,
+    MathAnswer,
+    MathWithFormat,
+    MultipleChoice,
+    OverlongPenalty,
+    ShortAnswer,
+    answers_match,
+    box_iou,
+    canonical_number,
+    extract_choice,
+    extract_count,
+    extract_final_answer,
+    format_ok,
+    normalize_answer,
+    normalize_short_answer,
+    parse_box,
+    rescale_box,
+    soft_overlong_penalty,
+    to_fraction,
 )
 
 TEXT_REWARDS = ["math_answer", "multiple_choice", "counting", "short_answer", "grounding_iou", "format",

@@ -14,8 +14,7 @@ import torch
 from PIL import Image
 
 from rewards import check_reward
-from rewards.vlm_judge import (SCORE_TEMPLATE, YES_NO_TEMPLATE, VLMJudge, VLMJudgeError, parse_score,
-                               parse_yes_no)
+from rewards.vlm_judge import SCORE_TEMPLATE, YES_NO_TEMPLATE, VLMJudge, VLMJudgeError, parse_score, parse_yes_no
 
 IMAGES = torch.randint(0, 256, (3, 16, 24, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
 IMAGES[0] = 250  # bright: the stub backend says yes

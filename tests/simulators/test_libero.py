@@ -343,7 +343,8 @@ def LiftControlEnv(bddl_file_name, camera_names, camera_heights, camera_widths, 
     class _Lift(ControlEnv):
         def __init__(self):
             self.env = suite.make(
-                "Lift", robots=["Panda"], controller_configs=suite.load_controller_config(default_controller="OSC_POSE"),
+                "Lift", robots=["Panda"],
+                controller_configs=suite.load_controller_config(default_controller="OSC_POSE"),
                 has_renderer=False, has_offscreen_renderer=True, use_camera_obs=use_camera_obs,
                 camera_names=camera_names, camera_heights=camera_heights, camera_widths=camera_widths,
                 ignore_done=ignore_done, control_freq=20, hard_reset=kw.get("hard_reset", True),
@@ -397,7 +398,8 @@ def test_real_robosuite_env(libero_cfg):
         sim.set_state(snap)  # across the auto reset: the snapshot's scene is rebuilt
         r2 = sim.step_chunk(x)
         r2b = sim.step(x[:, 0])
-        assert torch.equal(r1.final_obs.image, r2.final_obs.image) and torch.equal(r1.final_obs.state, r2.final_obs.state)
+        assert torch.equal(r1.final_obs.image, r2.final_obs.image)
+        assert torch.equal(r1.final_obs.state, r2.final_obs.state)
         assert torch.equal(r1b.obs.image, r2b.obs.image) and torch.equal(r1b.obs.state, r2b.obs.state)
     finally:
         sim.close()

@@ -17,10 +17,10 @@ except ImportError:
 from simulators import check_simulator
 from simulators import libero as L
 
-
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not L.assets_expected(), reason="LIBERO scene assets absent: bash scripts/setup_libero_assets.sh"),
+    pytest.mark.skipif(not L.assets_expected(),
+                       reason="LIBERO scene assets absent: bash scripts/setup_libero_assets.sh"),
 ]
 
 

@@ -20,8 +20,8 @@ import torch
 if importlib.util.find_spec("mani_skill") is None:
     pytest.skip("mani_skill is not installed (pip install 'mmrl[sim]')", allow_module_level=True)
 
-from mmrl.registry import SIMULATORS  # noqa: E402
-from simulators import check_simulator  # noqa: E402
+from mmrl.registry import SIMULATORS
+from simulators import check_simulator
 
 pytestmark = [
     pytest.mark.slow,
@@ -136,7 +136,7 @@ def test_single_env_in_process_and_instruction_override():
 def test_missing_assets_raise_without_prompt(monkeypatch):
     from mani_skill.utils.registration import REGISTERED_ENVS
 
-    from simulators.maniskill import MissingAssetError, ManiSkillSim, _check_assets
+    from simulators.maniskill import ManiSkillSim, MissingAssetError, _check_assets
 
     def missing(task: str) -> bool:
         try:

@@ -8,8 +8,8 @@ import torch
 from mmrl.checks.simulator import check_simulator
 from mmrl.registry import REWARDS
 from mmrl.reward import RewardError
-from mmrl.trainer.reward_stage import RewardStage
 from mmrl.simulator import Completions
+from mmrl.trainer.reward_stage import RewardStage
 from simulators.qa import QASim
 
 KW = dict(dataset="shapes_vqa", dataset_kwargs={"num_samples": 24, "tasks": ["count"]})

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from mmrl.experiment import build_trainer, load_experiment
-from mmrl.trainer.checkpoint import latest_path, load_policy
 from mmrl.registry import REWARDS
 from mmrl.reward import RewardError
+from mmrl.trainer.checkpoint import latest_path, load_policy
 from mmrl.trainer.reward_stage import RewardStage
 from simulators.prompts import PromptSim
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
-from mmrl.trainer.evaluation import evaluate_suite, task_slug
 from mmrl.rollout import evaluate_policy, write_video
+from mmrl.trainer.evaluation import evaluate_suite, task_slug
 from simulators.reach import ReachSim
 
 

@@ -7,8 +7,8 @@ import yaml
 
 pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pip install "mmrl[gym]"')
 
-from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
-from mmrl.simulator import Observation  # noqa: E402
+from mmrl.experiment import build_trainer, load_experiment
+from mmrl.simulator import Observation
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -215,7 +215,8 @@ def test_combinations_with_the_simulator_terms(combine, failure, expected):
 def test_goal_meta_from_the_instruction():
     model = MeanPixel()
     st, sim = stage(model, timing="step", instruction_pattern=PATTERN,
-                    goal_meta={"positive_goal": "the gripper is on the {color} target", "negative_goal": "not {instruction}"}), \
+                    goal_meta={"positive_goal": "the gripper is on the {color} target",
+                               "negative_goal": "not {instruction}"}), \
         twin(3)
     obs = sim.reset(0)
     scored(st, sim, obs, torch.zeros(3, 1, 2))
@@ -225,9 +226,11 @@ def test_goal_meta_from_the_instruction():
         color = text.split()[2]
         assert m == {"positive_goal": f"the gripper is on the {color} target", "negative_goal": f"not {text}"}
     with pytest.raises(ValueError, match="does not match"):
-        FrameScoring(goal_meta={"g": "{color}"}, instruction_pattern="(?P<color>magenta)").meta_for(["reach the red target"])
+        FrameScoring(goal_meta={"g": "{color}"},
+                     instruction_pattern="(?P<color>magenta)").meta_for(["reach the red target"])
     with pytest.raises(ValueError, match="colour"):
-        FrameScoring(goal_meta={"g": "on the {colour} target"}, instruction_pattern=PATTERN).meta_for(["reach the red target"])
+        FrameScoring(goal_meta={"g": "on the {colour} target"},
+                     instruction_pattern=PATTERN).meta_for(["reach the red target"])
 
 
 def test_a_simulator_without_a_trace_is_named():
@@ -254,7 +257,8 @@ def clip_cfg(tmp_path, *extra):
     return load_experiment(None, [
         f"run.output_dir={tmp_path}", "run.name=r", "sim.num_envs=4", "sim.eval_num_envs=4",
         "sim.kwargs={image_size: 16, max_episode_steps: 8}",
-        f"reward={{type: clip_cosine, kwargs: {{model_name: {name}, pretrained: null}}, combine: {{weights: {{model: 1.0}}}}}}",
+        f"reward={{type: clip_cosine, kwargs: {{model_name: {name}, pretrained: null}}, "
+        "combine: {weights: {model: 1.0}}}",
         "policy.backbone=tiny", "policy.chunk_size=4", "policy.num_steps=2", "algorithm.minibatch_size=8",
         "algorithm.epochs=1", "trainer.iterations=1", "trainer.eval_episodes=4", "trainer.video_episodes=0",
         "warm_start.dataset=null", "run.threads=1", *extra])

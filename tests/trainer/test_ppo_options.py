@@ -9,7 +9,7 @@ import yaml
 
 pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pip install "mmrl[gym]"')
 
-from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
+from mmrl.experiment import build_trainer, load_experiment
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

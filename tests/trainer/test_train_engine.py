@@ -111,7 +111,8 @@ def test_config_errors_needing_context(monkeypatch):
     with pytest.raises(ConfigError, match="'precision' = 'fp16' needs a GPU"):
         TrainEngineConfig(backend="deepspeed", precision="fp16").validate("cpu")
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "deepspeed" else find_spec(name, *a))
     with pytest.raises(ConfigError, match=r"pip install 'mmrl\[deepspeed\]'"):
         TrainEngineConfig(backend="deepspeed").validate("cpu")
 

@@ -5,12 +5,10 @@ only groups whose rewards differ."""
 import json
 
 import pytest
-import torch
 
 pytest.importorskip("transformers")
 
-from mmrl.experiment import build_reward, build_trainer, load_experiment  # noqa: E402
-from mmrl.trainer.trainer import Trainer  # noqa: E402
+from mmrl.experiment import build_reward, build_trainer, load_experiment
 
 TINY = [
     "sim.num_envs=8", "sim.eval_num_envs=8", "algorithm.group_size=4", "algorithm.minibatch_size=8",

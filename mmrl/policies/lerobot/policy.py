@@ -57,14 +57,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import lerobot  # the policy needs LeRobot; without it the registry names the fix
 import torch
 from torch import nn
 
-import lerobot  # the policy needs LeRobot; without it the registry names the fix
 from mmrl.batch import Batch
+from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError
 from mmrl.flow import FlowNoiseHead, awm_loss, chain_log_prob, reduce_log_prob, sample, stochastic_mask, time_grid
-from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.lerobot.families import FAMILIES, Prefix
 
@@ -156,10 +156,11 @@ def check_versions() -> None:
                           "Fix: bash scripts/setup_lerobot.sh (transformers 5.5.4, as lerobot pins)")
 
 
-class LeRobotVLAPolicy(Policy):
+class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
     """A LeRobot SmolVLA / PI0 / PI05 driven by mmrl's flow samplers; see the module docstring."""
 
     config_class = LeRobotVLAConfig
+    grid: torch.Tensor  # buffer: the denoising time grid
 
     @classmethod
     def capabilities(cls, cfg: LeRobotVLAConfig) -> Capabilities:
@@ -168,7 +169,8 @@ class LeRobotVLAPolicy(Policy):
         return Capabilities(
             logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic, likelihood_free=True,
             kl_reference="logp" if cfg.reference != "none" else None,
-            fixes={"critic": "set policy.critic=true, or use a group estimator (algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+            fixes={"critic": "set policy.critic=true, or use a group estimator "
+                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                    "kl_reference": "set policy.reference=copy (or adapter with finetune: lora)"})
 
     def __init__(self, cfg: LeRobotVLAConfig, action_dim: int, state_dim: int | None = None):
@@ -186,7 +188,8 @@ class LeRobotVLAPolicy(Policy):
         self.camera_keys = list(cfg.camera_keys or lcfg.image_features)
         unknown = [k for k in self.camera_keys if k not in lcfg.image_features]
         if unknown:
-            raise ConfigError(f"'policy.camera_keys' names {unknown}, which the checkpoint {cfg.model!r} does not read; "
+            raise ConfigError(f"'policy.camera_keys' names {unknown}, which the checkpoint {cfg.model!r} "
+                              "does not read; "
                               f"its image features: {', '.join(lcfg.image_features)}")
         self.state_key = STATE if STATE in lcfg.input_features else None
         self.real_action_dim = lcfg.output_features[ACTION].shape[0]
@@ -249,6 +252,7 @@ class LeRobotVLAPolicy(Policy):
         raw: dict = {key: views[:, i].permute(0, 3, 1, 2).float().div(255.0).cpu()
                      for i, key in enumerate(self.camera_keys[: views.shape[1]])}
         if self.state_key:
+            assert state is not None, "check_simulator refused simulators without the state this checkpoint reads"
             raw[self.state_key] = state.float().cpu()
         if actions is not None:
             raw[ACTION] = actions.float().cpu()
@@ -269,6 +273,7 @@ class LeRobotVLAPolicy(Policy):
             v = self.family.velocity(self.lerobot, prefix, x, t)
             if method != "noise":
                 return v, None
+            assert self.noise_head is not None  # built when either sampling method is "noise"
             return v, self.noise_head(self.lerobot.model.action_out_proj.last_input)
 
         def fn(x, t):
@@ -420,7 +425,8 @@ class LeRobotVLAPolicy(Policy):
         """Use these statistics (flat, as `stats`; the same keys) in the pre- and postprocessor."""
         missing = set(self._stat_buffers.values()) - set(flat)
         if missing:
-            raise ValueError(f"statistics lack {sorted(missing)} (the processors use {sorted(self._stat_buffers.values())})")
+            raise ValueError(f"statistics lack {sorted(missing)} "
+                             f"(the processors use {sorted(self._stat_buffers.values())})")
         for name, key in self._stat_buffers.items():
             getattr(self, name).copy_(flat[key])
         self._apply_stats()
