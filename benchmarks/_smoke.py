@@ -14,8 +14,10 @@ import functools
 import shutil
 import tempfile
 
-HELP = ("tiny settings: the whole code path in seconds and the same final JSON line, run folders in a "
-        "temporary folder (a check that the benchmark runs, not a figure)")
+HELP = (
+    "tiny settings: the whole code path in seconds and the same final JSON line, run folders in a "
+    "temporary folder (a check that the benchmark runs, not a figure)"
+)
 
 
 @functools.cache

@@ -49,18 +49,39 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CONFIGS = {"flow_grpo": "configs/diffusion_shapes_flow_grpo.yaml", "awm": "configs/diffusion_shapes_awm.yaml"}
-SMOKE = ["warm_start.steps=2", "warm_start.num_episodes=64", "sim.num_envs=16", "sim.eval_num_envs=42",
-         "trainer.eval_episodes=42", "trainer.video_episodes=4"]  # --smoke: each held-out prompt once
-PER_SEED = ("pretrained_reward", "flow_grpo_reward", "awm_reward", "flow_grpo_gain", "awm_gain",
-            "awm_speedup_time", "awm_speedup_samples", "level", "pretrain_s")
+SMOKE = [
+    "warm_start.steps=2",
+    "warm_start.num_episodes=64",
+    "sim.num_envs=16",
+    "sim.eval_num_envs=42",
+    "trainer.eval_episodes=42",
+    "trainer.video_episodes=4",
+]  # --smoke: each held-out prompt once
+PER_SEED = (
+    "pretrained_reward",
+    "flow_grpo_reward",
+    "awm_reward",
+    "flow_grpo_gain",
+    "awm_gain",
+    "awm_speedup_time",
+    "awm_speedup_samples",
+    "level",
+    "pretrain_s",
+)
 
 
 def curve(results: dict) -> list[dict]:
     """Evaluation points ordered by iteration: iteration, rl_seconds, train_episodes, reward."""
     points = {r["iteration"]: r for r in results.values()}
-    return [{"iteration": it, "rl_seconds": round(points[it]["rl_seconds"], 2),
-             "train_episodes": points[it]["train_episodes"], "reward": round(points[it]["return"], 4)}
-            for it in sorted(points)]
+    return [
+        {
+            "iteration": it,
+            "rl_seconds": round(points[it]["rl_seconds"], 2),
+            "train_episodes": points[it]["train_episodes"],
+            "reward": round(points[it]["return"], 4),
+        }
+        for it in sorted(points)
+    ]
 
 
 def time_to(points: list[dict], level: float, key: str) -> float | None:
@@ -79,9 +100,11 @@ def summary(runs: list[dict], key: str) -> dict:
     """Per-seed values of ``key``, their mean and sample std (over the seeds where it is not None)."""
     values = [r[key] for r in runs]
     known = [v for v in values if v is not None]
-    return {key: values,
-            f"{key}_mean": round(statistics.fmean(known), 4) if known else None,
-            f"{key}_std": round(statistics.stdev(known), 4) if len(known) > 1 else (0.0 if known else None)}
+    return {
+        key: values,
+        f"{key}_mean": round(statistics.fmean(known), 4) if known else None,
+        f"{key}_std": round(statistics.stdev(known), 4) if len(known) > 1 else (0.0 if known else None),
+    }
 
 
 def eval_protocol(trainer) -> dict:
@@ -99,18 +122,25 @@ def baselines(trainer) -> dict:
     idx = sim.prompt_index([t.eval_seed + e for e in range(t.eval_episodes)]).tolist()
     prompts, meta = [sim.prompts[i] for i in idx], [sim.meta[i] for i in idx]
     gold = builder_module("shapes").draw([m["objects"] for m in meta], seed=0, image_size=sim.image_size)
-    return {"gold_reward": round(trainer.reward_stage.model(gold, prompts, meta).mean().item(), 4),
-            "prompt_ignoring_reward":
-                round(trainer.reward_stage.model(gold.roll(1, 0), prompts, meta).mean().item(), 4)}
+    return {
+        "gold_reward": round(trainer.reward_stage.model(gold, prompts, meta).mean().item(), 4),
+        "prompt_ignoring_reward": round(trainer.reward_stage.model(gold.roll(1, 0), prompts, meta).mean().item(), 4),
+    }
 
 
 def run_seed(seed: int, args) -> tuple[dict, dict]:
     """Pretrain, then Flow-GRPO and AWM from the same weights; the seed's figures and protocol."""
     from mmrl.experiment import build_trainer, load_experiment
 
-    common = [f"run.output_dir={args.output_dir}/seed{seed}", f"run.seed={seed}", "trainer.resume=false",
-              f"trainer.iterations={args.iterations}", f"trainer.eval_every={args.eval_every}",
-              f"trainer.checkpoint_every={args.iterations}", *args.set]
+    common = [
+        f"run.output_dir={args.output_dir}/seed{seed}",
+        f"run.seed={seed}",
+        "trainer.resume=false",
+        f"trainer.iterations={args.iterations}",
+        f"trainer.eval_every={args.eval_every}",
+        f"trainer.checkpoint_every={args.iterations}",
+        *args.set,
+    ]
     t0 = time.time()
     pre = build_trainer(load_experiment(ROOT / CONFIGS["flow_grpo"], [*common, "run.name=pretrain"]))
     pre.warm_start()
@@ -137,20 +167,32 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
     print(f"\n[seed {seed}] mean held-out reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
     print(f"{'iter':>5} | {'Flow-GRPO':>10} {'s':>7} {'samples':>8} | {'AWM':>10} {'s':>7} {'samples':>8}")
     for g, a in zip(curves["flow_grpo"], curves["awm"]):
-        print(f"{g['iteration']:5d} | {g['reward']:10.3f} {g['rl_seconds']:7.1f} {g['train_episodes']:8d} | "
-              f"{a['reward']:10.3f} {a['rl_seconds']:7.1f} {a['train_episodes']:8d}")
+        print(
+            f"{g['iteration']:5d} | {g['reward']:10.3f} {g['rl_seconds']:7.1f} {g['train_episodes']:8d} | "
+            f"{a['reward']:10.3f} {a['rl_seconds']:7.1f} {a['train_episodes']:8d}"
+        )
     speed = {}
     for key, label in (("rl_seconds", "time"), ("train_episodes", "samples")):
         g, a = time_to(curves["flow_grpo"], level, key), time_to(curves["awm"], level, key)
         speed[label] = round(g / a, 3) if g is not None and a not in (None, 0) else None
         print(f"to reach {level:.3f}: Flow-GRPO {g} {key}, AWM {a} {key} -> AWM speedup {speed[label]}")
-    print(f"[seed {seed}] reward gain over the pretrained generator: Flow-GRPO {finals['flow_grpo'] - start:+.3f}, "
-          f"AWM {finals['awm'] - start:+.3f}; load average {os.getloadavg()[0]:.2f}\n", flush=True)
-    run = {"pretrained_reward": round(start, 4), "flow_grpo_reward": round(finals["flow_grpo"], 4),
-           "awm_reward": round(finals["awm"], 4), "flow_grpo_gain": round(finals["flow_grpo"] - start, 4) + 0.0,
-           "awm_gain": round(finals["awm"] - start, 4) + 0.0, "awm_speedup_time": speed["time"],
-           "awm_speedup_samples": speed["samples"], "level": round(level, 4), "pretrain_s": round(pretrain_s, 1),
-           "curves": curves}
+    print(
+        f"[seed {seed}] reward gain over the pretrained generator: Flow-GRPO {finals['flow_grpo'] - start:+.3f}, "
+        f"AWM {finals['awm'] - start:+.3f}; load average {os.getloadavg()[0]:.2f}\n",
+        flush=True,
+    )
+    run = {
+        "pretrained_reward": round(start, 4),
+        "flow_grpo_reward": round(finals["flow_grpo"], 4),
+        "awm_reward": round(finals["awm"], 4),
+        "flow_grpo_gain": round(finals["flow_grpo"] - start, 4) + 0.0,
+        "awm_gain": round(finals["awm"] - start, 4) + 0.0,
+        "awm_speedup_time": speed["time"],
+        "awm_speedup_samples": speed["samples"],
+        "level": round(level, 4),
+        "pretrain_s": round(pretrain_s, 1),
+        "curves": curves,
+    }
     return run, {**protocol["flow_grpo"], **protocol["baselines"]}
 
 
@@ -163,8 +205,13 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--level-frac", type=float, default=0.8)
     parser.add_argument("--output-dir", default="runs/bench_diffusion")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for both runs and the pretraining (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for both runs and the pretraining (repeatable)",
+    )
     args = parse_args(parser, seeds=1, iterations=2, eval_every=1, output_dir=scratch, set=SMOKE)
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
@@ -179,21 +226,37 @@ def main() -> None:
     out = {"seeds": list(range(args.seeds))}
     for key in PER_SEED:
         out.update(summary(runs, key))
-    print(f"held-out reward over {args.seeds} seeds ({protocol['eval_prompts']} held-out prompts x "
-          f"{protocol['per_prompt']} = {protocol['eval_episodes']} images per evaluation, "
-          f"{args.iterations} iterations):")
-    print(f"  ceiling (correct images of each prompt) {protocol['gold_reward']:.3f}; "
-          f"correct images of another prompt {protocol['prompt_ignoring_reward']:.3f}")
-    for key, label in (("pretrained_reward", "pretrained (start)"), ("flow_grpo_reward", "Flow-GRPO"),
-                       ("awm_reward", "AWM"), ("flow_grpo_gain", "Flow-GRPO gain"), ("awm_gain", "AWM gain"),
-                       ("awm_speedup_time", "AWM speedup (time)"), ("awm_speedup_samples", "AWM speedup (samples)")):
+    print(
+        f"held-out reward over {args.seeds} seeds ({protocol['eval_prompts']} held-out prompts x "
+        f"{protocol['per_prompt']} = {protocol['eval_episodes']} images per evaluation, "
+        f"{args.iterations} iterations):"
+    )
+    print(
+        f"  ceiling (correct images of each prompt) {protocol['gold_reward']:.3f}; "
+        f"correct images of another prompt {protocol['prompt_ignoring_reward']:.3f}"
+    )
+    for key, label in (
+        ("pretrained_reward", "pretrained (start)"),
+        ("flow_grpo_reward", "Flow-GRPO"),
+        ("awm_reward", "AWM"),
+        ("flow_grpo_gain", "Flow-GRPO gain"),
+        ("awm_gain", "AWM gain"),
+        ("awm_speedup_time", "AWM speedup (time)"),
+        ("awm_speedup_samples", "AWM speedup (samples)"),
+    ):
         mean, std = out[f"{key}_mean"], out[f"{key}_std"]
         shown = "n/a" if mean is None else f"{mean:.3f} +- {std:.3f}"
         print(f"  {label:22s} {shown:>16}   per seed {out[key]}")
     print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
-    out.update(protocol, iterations=args.iterations, eval_every=args.eval_every, level_frac=args.level_frac,
-               load_avg_start=round(load_start, 2), load_avg_end=round(os.getloadavg()[0], 2),
-               curves=[r["curves"] for r in runs])
+    out.update(
+        protocol,
+        iterations=args.iterations,
+        eval_every=args.eval_every,
+        level_frac=args.level_frac,
+        load_avg_start=round(load_start, 2),
+        load_avg_end=round(os.getloadavg()[0], 2),
+        curves=[r["curves"] for r in runs],
+    )
     print(json.dumps(out))
 
 

@@ -46,8 +46,7 @@ SUITE = "libero_spatial"
 def sim_speed(workers: int, image_size: int, chunk: int, decisions: int) -> dict:
     """Env steps/s of ``workers`` envs stepping random chunks (episodes long enough not to end)."""
     t0 = time.perf_counter()
-    sim = L.LiberoSim(num_envs=workers, suite=SUITE, task_id=0, image_size=image_size,
-                      max_episode_steps=10_000)
+    sim = L.LiberoSim(num_envs=workers, suite=SUITE, task_id=0, image_size=image_size, max_episode_steps=10_000)
     created = time.perf_counter() - t0
     try:
         t0 = time.perf_counter()
@@ -63,8 +62,14 @@ def sim_speed(workers: int, image_size: int, chunk: int, decisions: int) -> dict
         dt = time.perf_counter() - t0
     finally:
         sim.close()
-    return {"workers": workers, "env_steps": steps, "seconds": round(dt, 2), "steps_per_s": round(steps / dt, 2),
-            "create_s": round(created, 2), "reset_s": round(reset, 2)}
+    return {
+        "workers": workers,
+        "env_steps": steps,
+        "seconds": round(dt, 2),
+        "steps_per_s": round(steps / dt, 2),
+        "create_s": round(created, 2),
+        "reset_s": round(reset, 2),
+    }
 
 
 def placement_modes(n: int, rounds: int, max_steps: int, image_size: int) -> dict:
@@ -79,8 +84,14 @@ def placement_modes(n: int, rounds: int, max_steps: int, image_size: int) -> dic
     finally:
         sim.close()
     print_table(figures)
-    return {"num_envs": n, "max_episode_steps": max_steps, "image_size": image_size, "rounds": rounds,
-            "load_avg_max": round(max(loads), 2), "modes": compact(figures)}
+    return {
+        "num_envs": n,
+        "max_episode_steps": max_steps,
+        "image_size": image_size,
+        "rounds": rounds,
+        "load_avg_max": round(max(loads), 2),
+        "modes": compact(figures),
+    }
 
 
 def scripted_demos(episodes: int, image_size: int, task_ids: list[int] | None = None) -> dict:
@@ -95,12 +106,20 @@ def scripted_demos(episodes: int, image_size: int, task_ids: list[int] | None = 
     per_task = {}
     for t in tasks:
         s = stats[t] if t in stats else stats[str(t)]
-        per_task[t] = {"attempted": s["attempted"], "controller_success": s["controller_success"],
-                       "verified": s["verified"], "success_rate": s["verified"] / max(s["attempted"], 1)}
+        per_task[t] = {
+            "attempted": s["attempted"],
+            "controller_success": s["controller_success"],
+            "verified": s["verified"],
+            "success_rate": s["verified"] / max(s["attempted"], 1),
+        }
     total = sum(v["attempted"] for v in per_task.values())
-    return {"episodes_per_task": episodes, "image_size": image_size, "per_task": per_task,
-            "success_rate": sum(v["verified"] for v in per_task.values()) / max(total, 1),
-            "seconds_per_demo": round(dt / max(total, 1), 2)}
+    return {
+        "episodes_per_task": episodes,
+        "image_size": image_size,
+        "per_task": per_task,
+        "success_rate": sum(v["verified"] for v in per_task.values()) / max(total, 1),
+        "seconds_per_demo": round(dt / max(total, 1), 2),
+    }
 
 
 def main() -> None:
@@ -123,8 +142,11 @@ def main() -> None:
         speed = {}
         for w in (1, 2):
             r = sim_speed(w, args.image_size, args.chunk, args.decisions)
-            print(f"[speed] {w} worker(s): {r['steps_per_s']:.1f} env steps/s ({r['env_steps']} steps in "
-                  f"{r['seconds']} s; create {r['create_s']} s, reset {r['reset_s']} s)", flush=True)
+            print(
+                f"[speed] {w} worker(s): {r['steps_per_s']:.1f} env steps/s ({r['env_steps']} steps in "
+                f"{r['seconds']} s; create {r['create_s']} s, reset {r['reset_s']} s)",
+                flush=True,
+            )
             speed[str(w)] = r
         out["steps_per_s"] = {w: r["steps_per_s"] for w, r in speed.items()}
         out["speed"] = {"image_size": args.image_size, "cameras": 2, "chunk": args.chunk, "runs": speed}
@@ -134,8 +156,11 @@ def main() -> None:
     if "demos" not in args.skip:
         d = scripted_demos(args.demo_episodes, args.image_size, args.demo_tasks)
         for t, v in d["per_task"].items():
-            print(f"[demos] task {t}: controller {v['controller_success']}/{v['attempted']}, verified "
-                  f"{v['verified']}/{v['attempted']}", flush=True)
+            print(
+                f"[demos] task {t}: controller {v['controller_success']}/{v['attempted']}, verified "
+                f"{v['verified']}/{v['attempted']}",
+                flush=True,
+            )
         out["demos"] = d
     print(json.dumps(out))
 

@@ -78,8 +78,9 @@ def build_policy(action_dim: int = 2, state_dim: int | None = 2, num_views: int 
     from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 
     torch.manual_seed(0)
-    cfg = FlowVLAConfig(backbone="tiny", chunk_size=CHUNK, num_steps=4, method="sde", stochastic="all",
-                        critic=True, num_views=num_views)
+    cfg = FlowVLAConfig(
+        backbone="tiny", chunk_size=CHUNK, num_steps=4, method="sde", stochastic="all", critic=True, num_views=num_views
+    )
     return FlowVLAPolicy(cfg, action_dim=action_dim, state_dim=state_dim).eval()
 
 
@@ -201,12 +202,23 @@ def run_rounds(policy, rounds: int, n: int, modes: dict, seed_base: int = 1000) 
     rotated every round. ``modes``: name -> (collect(seeds, gen), main-process threads). Per mode
     and round: collection, then one PPO update on its batch, both under the mode's threads."""
     names = list(modes)
-    stats = {name: {"collect": [], "update": [], "decisions": 0, "env_steps": 0, "policy_s": 0.0,
-                    "sim_wait_s": 0.0, "sim_s": 0.0, "returns": []} for name in names}
+    stats = {
+        name: {
+            "collect": [],
+            "update": [],
+            "decisions": 0,
+            "env_steps": 0,
+            "policy_s": 0.0,
+            "sim_wait_s": 0.0,
+            "sim_s": 0.0,
+            "returns": [],
+        }
+        for name in names
+    }
     loads = []
     for r in range(rounds + 1):
         seeds = episode_seeds(seed_base + r * n, n)
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             collect, n_threads = modes[name]
             gen = torch.Generator().manual_seed(r)
             with threads(n_threads):
@@ -221,8 +233,9 @@ def run_rounds(policy, rounds: int, n: int, modes: dict, seed_base: int = 1000) 
             out["update"].append(t_update)
             valid = batch["valid"]
             out["decisions"] += int(valid.sum())
-            out["env_steps"] += int((batch["env_steps"] * valid).sum()) if "env_steps" in batch \
-                else int(valid.sum()) * CHUNK
+            out["env_steps"] += (
+                int((batch["env_steps"] * valid).sum()) if "env_steps" in batch else int(valid.sum()) * CHUNK
+            )
             for key in ("policy_s", "sim_wait_s", "sim_s"):
                 out[key] += info.get(key, float("nan"))
             out["returns"].append(info["return"].float().mean().item())
@@ -236,16 +249,24 @@ def summarize(stats: dict, rounds: int, modes: dict) -> dict:
     out = {}
     for name, r in stats.items():
         iters = [c + u for c, u in zip(r["collect"], r["update"])]
-        fig = {"threads": modes[name][1], "collect_s": statistics.mean(r["collect"]),
-               "update_s": statistics.mean(r["update"]), "iter_s": statistics.mean(iters),
-               "env_sps": r["env_steps"] / sum(r["collect"]), "train_sps": r["decisions"] / sum(iters),
-               "policy_s": r["policy_s"] / rounds, "sim_wait_s": r["sim_wait_s"] / rounds,
-               "worker_sim_s": r["sim_s"] / rounds, "mean_return": statistics.mean(r["returns"])}
+        fig = {
+            "threads": modes[name][1],
+            "collect_s": statistics.mean(r["collect"]),
+            "update_s": statistics.mean(r["update"]),
+            "iter_s": statistics.mean(iters),
+            "env_sps": r["env_steps"] / sum(r["collect"]),
+            "train_sps": r["decisions"] / sum(iters),
+            "policy_s": r["policy_s"] / rounds,
+            "sim_wait_s": r["sim_wait_s"] / rounds,
+            "worker_sim_s": r["sim_s"] / rounds,
+            "mean_return": statistics.mean(r["returns"]),
+        }
         for base in baselines:
             b = stats[base]
             b_iters = [c + u for c, u in zip(b["collect"], b["update"])]
             fig[f"speedup_collect_vs_{key_of(base)}"] = statistics.median(
-                x / y for x, y in zip(b["collect"], r["collect"]))
+                x / y for x, y in zip(b["collect"], r["collect"])
+            )
             fig[f"speedup_iter_vs_{key_of(base)}"] = statistics.median(x / y for x, y in zip(b_iters, iters))
         out[name] = fig
     return out
@@ -261,28 +282,34 @@ def print_table(figures: dict) -> None:
     vs = "".join(f"{'vs ' + b.split()[1]:>9}" for b in bases)
     width = 9 * len(bases)
     print(f"{'':<74}{'collect speed-up':>{width}}  {'iter speed-up':>{width - 2}}")
-    header = (f"{'mode':<16}{'threads':>8}{'collect s':>10}{'update s':>9}{'iter s':>9}{'env st/s':>11}"
-              f"{'samples/s':>11}{vs}{vs}{'policy s':>10}{'sim wait s':>12}{'worker sim s':>14}{'return':>9}")
+    header = (
+        f"{'mode':<16}{'threads':>8}{'collect s':>10}{'update s':>9}{'iter s':>9}{'env st/s':>11}"
+        f"{'samples/s':>11}{vs}{vs}{'policy s':>10}{'sim wait s':>12}{'worker sim s':>14}{'return':>9}"
+    )
     print(header)
     print("-" * len(header))
     for name, f in figures.items():
         sp = "".join(f"{f[f'speedup_collect_vs_{key_of(b)}']:>8.2f}x" for b in bases)
         si = "".join(f"{f[f'speedup_iter_vs_{key_of(b)}']:>8.2f}x" for b in bases)
-        print(f"{name:<16}{f['threads']:>8}{f['collect_s']:>10.3f}{f['update_s']:>9.3f}{f['iter_s']:>9.3f}"
-              f"{f['env_sps']:>11.1f}{f['train_sps']:>11.1f}{sp}{si}{f['policy_s']:>10.3f}"
-              f"{f['sim_wait_s']:>12.3f}{f['worker_sim_s']:>14.3f}{f['mean_return']:>9.3f}")
+        print(
+            f"{name:<16}{f['threads']:>8}{f['collect_s']:>10.3f}{f['update_s']:>9.3f}{f['iter_s']:>9.3f}"
+            f"{f['env_sps']:>11.1f}{f['train_sps']:>11.1f}{sp}{si}{f['policy_s']:>10.3f}"
+            f"{f['sim_wait_s']:>12.3f}{f['worker_sim_s']:>14.3f}{f['mean_return']:>9.3f}"
+        )
 
 
 def compact(figures: dict) -> dict:
     """The JSON form: per mode key, its figures rounded."""
+
     def num(v):
         return (None if v != v else round(v, 4)) if isinstance(v, float) else v  # NaN: not measured
 
     return {key_of(name): {k: num(v) for k, v in f.items()} for name, f in figures.items()}
 
 
-def measure(policy, n: int, rounds: int, sim, factory, stages: list[int], seed_base: int = 1000,
-            probe: bool = False) -> tuple[dict, list, tuple]:
+def measure(
+    policy, n: int, rounds: int, sim, factory, stages: list[int], seed_base: int = 1000, probe: bool = False
+) -> tuple[dict, list, tuple]:
     """Start the workers of every non-collocated mode, run the rounds, close them. ``sim`` is the
     collocated simulator (in this process), ``factory`` the sim workers' (picklable). With ``probe``
     also `contention` on the disaggregated worker first (else NaNs)."""
@@ -297,8 +324,10 @@ def measure(policy, n: int, rounds: int, sim, factory, stages: list[int], seed_b
         if CORES > 1:
             modes[f"collocated {CORES}t"] = (modes["collocated 1t"][0], CORES)
         for name, workers in pools.items():
-            modes[name] = (functools.partial(
-                lambda w, seeds, gen: collect_pipelined(policy, w, seeds, gen, "train"), workers), 1)
+            modes[name] = (
+                functools.partial(lambda w, seeds, gen: collect_pipelined(policy, w, seeds, gen, "train"), workers),
+                1,
+            )
         stats, loads = run_rounds(policy, rounds, n, modes, seed_base)
         return summarize(stats, rounds, modes), loads, contended
     finally:
@@ -311,29 +340,46 @@ def synthetic(args) -> dict:
     sim_kwargs = {"max_episode_steps": args.max_steps}
     policy = build_policy()
     load_kwargs, t_policy, t_sim = calibrate(policy, n, sim_kwargs, args.load)
-    print(f"\n== synthetic busy-work (not a real simulator): ReachSim + LoadedSim, N={n} envs, chunk {CHUNK}, "
-          f"max {args.max_steps} steps")
-    print(f"calibrated: one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
-          f"({args.load} load {load_kwargs}; calibrated at 1 thread)")
+    print(
+        f"\n== synthetic busy-work (not a real simulator): ReachSim + LoadedSim, N={n} envs, chunk {CHUNK}, "
+        f"max {args.max_steps} steps"
+    )
+    print(
+        f"calibrated: one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
+        f"({args.load} load {load_kwargs}; calibrated at 1 thread)"
+    )
     factory = functools.partial(loaded_reach, **load_kwargs, **sim_kwargs)
     sim = factory(num_envs=n, seed=0)
     figures, loads, (alone, both) = measure(policy, n, args.rounds, sim, factory, args.stages, probe=True)
-    print(f"CPU contention: a policy decision takes {alone * 1e3:.1f} ms alone, {both * 1e3:.1f} ms while a "
-          f"sim worker steps at the same time ({(both / alone - 1) * 100:+.0f}%)")
+    print(
+        f"CPU contention: a policy decision takes {alone * 1e3:.1f} ms alone, {both * 1e3:.1f} ms while a "
+        f"sim worker steps at the same time ({(both / alone - 1) * 100:+.0f}%)"
+    )
     print_table(figures)
     print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
-    return {"workload": f"ReachSim + LoadedSim {args.load} busy-work calibrated to the policy (synthetic)",
-            "num_envs": n, "sim_load": args.load, "policy_ms": round(t_policy * 1e3, 2),
-            "sim_ms": round(t_sim * 1e3, 2), "policy_ms_with_sim": round(both * 1e3, 2),
-            "load_avg_max": round(max(loads), 2), "modes": compact(figures)}
+    return {
+        "workload": f"ReachSim + LoadedSim {args.load} busy-work calibrated to the policy (synthetic)",
+        "num_envs": n,
+        "sim_load": args.load,
+        "policy_ms": round(t_policy * 1e3, 2),
+        "sim_ms": round(t_sim * 1e3, 2),
+        "policy_ms_with_sim": round(both * 1e3, 2),
+        "load_avg_max": round(max(loads), 2),
+        "modes": compact(figures),
+    }
 
 
 def maniskill(args) -> dict:
     """ManiSkill3 PickCube-v1 rgb through CPU sim workers; ``{"skipped": why}`` if it cannot run here."""
     os.environ.setdefault("LP_NUM_THREADS", "1")  # every env process renders with one lavapipe thread
     n = args.ms_envs
-    sim_kwargs = dict(task="PickCube-v1", obs_mode="rgb", image_size=args.ms_image_size,
-                      control_mode="pd_ee_delta_pos", max_episode_steps=args.ms_max_steps)
+    sim_kwargs = dict(
+        task="PickCube-v1",
+        obs_mode="rgb",
+        image_size=args.ms_image_size,
+        control_mode="pd_ee_delta_pos",
+        max_episode_steps=args.ms_max_steps,
+    )
     try:
         from mmrl.placement import registered_sim
 
@@ -342,25 +388,37 @@ def maniskill(args) -> dict:
         sim = factory(num_envs=n, seed=0)
     except Exception as exc:  # no mani_skill, no Vulkan driver, ...
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        print(f"\n== maniskill: skipped ({why}); install with `bash scripts/install_sim_deps.sh && "
-              f"bash scripts/setup.sh sim`")
+        print(
+            f"\n== maniskill: skipped ({why}); install with `bash scripts/install_sim_deps.sh && "
+            f"bash scripts/setup.sh sim`"
+        )
         return {"skipped": why}
     try:
-        print(f"\n== maniskill (real simulator): PickCube-v1 rgb {args.ms_image_size} px, CPU PhysX + software "
-              f"Vulkan, N={n} envs (one process each), chunk {CHUNK}, max {sim.max_episode_steps} steps "
-              f"(collocated simulator built in {time.perf_counter() - t0:.0f} s)")
+        print(
+            f"\n== maniskill (real simulator): PickCube-v1 rgb {args.ms_image_size} px, CPU PhysX + software "
+            f"Vulkan, N={n} envs (one process each), chunk {CHUNK}, max {sim.max_episode_steps} steps "
+            f"(collocated simulator built in {time.perf_counter() - t0:.0f} s)"
+        )
         policy = build_policy(sim.action_dim, sim.state_dim)
         t_policy, t_sim = decision_costs(policy, sim, n)
-        print(f"one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
-              f"({t_sim / t_policy:.1f}x the policy)")
+        print(
+            f"one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
+            f"({t_sim / t_policy:.1f}x the policy)"
+        )
         figures, loads, _ = measure(policy, n, args.ms_rounds, sim, factory, args.ms_stages, seed_base=5000)
     finally:
         sim.close()
     print_table(figures)
     print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
-    return {"workload": f"ManiSkill3 PickCube-v1 rgb {args.ms_image_size} px, CPU sim (real)", "num_envs": n,
-            "max_episode_steps": sim.max_episode_steps, "policy_ms": round(t_policy * 1e3, 2),
-            "sim_ms": round(t_sim * 1e3, 2), "load_avg_max": round(max(loads), 2), "modes": compact(figures)}
+    return {
+        "workload": f"ManiSkill3 PickCube-v1 rgb {args.ms_image_size} px, CPU sim (real)",
+        "num_envs": n,
+        "max_episode_steps": sim.max_episode_steps,
+        "policy_ms": round(t_policy * 1e3, 2),
+        "sim_ms": round(t_sim * 1e3, 2),
+        "load_avg_max": round(max(loads), 2),
+        "modes": compact(figures),
+    }
 
 
 def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:
@@ -371,10 +429,21 @@ def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:
     from mmrl.experiment import build_trainer, load_experiment
 
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_experiment(Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml", [
-            f"run.output_dir={out}", "run.threads=1", f"sim.num_envs={n}", "sim.eval_num_envs=8",
-            "warm_start.dataset=null", "trainer.eval_episodes=8", "trainer.video_episodes=0",
-            f"trainer.iterations={iterations}", f"trainer.checkpoint_every={iterations}", *extra])
+        cfg = load_experiment(
+            Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml",
+            [
+                f"run.output_dir={out}",
+                "run.threads=1",
+                f"sim.num_envs={n}",
+                "sim.eval_num_envs=8",
+                "warm_start.dataset=null",
+                "trainer.eval_episodes=8",
+                "trainer.video_episodes=0",
+                f"trainer.iterations={iterations}",
+                f"trainer.checkpoint_every={iterations}",
+                *extra,
+            ],
+        )
         trainer = build_trainer(cfg)
         trainer.run()
         return trainer.state.rl_seconds / iterations
@@ -389,23 +458,32 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="synthetic: measured rounds per mode")
     parser.add_argument("--max-steps", type=int, default=40, help="synthetic: ReachSim max_episode_steps")
     parser.add_argument("--stages", type=int, nargs="*", default=[2, 4], help="synthetic: hybrid stage counts")
-    parser.add_argument("--load", choices=["compute", "sleep"], default="compute",
-                        help="synthetic simulator cost: CPU busy-work (default; competes with inference for "
-                             "the cores) or sleep (a simulator on another device: no CPU contention)")
+    parser.add_argument(
+        "--load",
+        choices=["compute", "sleep"],
+        default="compute",
+        help="synthetic simulator cost: CPU busy-work (default; competes with inference for "
+        "the cores) or sleep (a simulator on another device: no CPU contention)",
+    )
     parser.add_argument("--ms-envs", type=int, default=2, help="maniskill: envs (one process each, ~0.8 GB)")
     parser.add_argument("--ms-rounds", type=int, default=3, help="maniskill: measured rounds per mode")
     parser.add_argument("--ms-max-steps", type=int, default=50, help="maniskill: episode limit (task: 50)")
     parser.add_argument("--ms-image-size", type=int, default=128, help="maniskill: camera resolution (px)")
     parser.add_argument("--ms-stages", type=int, nargs="*", default=[2], help="maniskill: hybrid stage counts")
-    parser.add_argument("--async-iterations", type=int, default=0,
-                        help="also time K iterations of the real trainer on the quickstart, synchronous "
-                             "vs trainer.async_staleness=1 (0 = skip)")
-    args = parse_args(parser, envs=8, rounds=1, max_steps=8, stages=[2], ms_rounds=1, ms_max_steps=4,
-                      ms_image_size=32)
+    parser.add_argument(
+        "--async-iterations",
+        type=int,
+        default=0,
+        help="also time K iterations of the real trainer on the quickstart, synchronous "
+        "vs trainer.async_staleness=1 (0 = skip)",
+    )
+    args = parse_args(parser, envs=8, rounds=1, max_steps=8, stages=[2], ms_rounds=1, ms_max_steps=4, ms_image_size=32)
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
-    print(f"load average (1 min) at start: {load:.2f}; CPUs: {CORES}; main-process torch threads: "
-          f"1 (collocated {CORES}t: {CORES}); sim workers: 1 each")
+    print(
+        f"load average (1 min) at start: {load:.2f}; CPUs: {CORES}; main-process torch threads: "
+        f"1 (collocated {CORES}t: {CORES}); sim workers: 1 each"
+    )
     line: dict = {}
     if args.workload in ("both", "synthetic"):
         line["synthetic_busywork"] = synthetic(args)
@@ -415,10 +493,15 @@ def main() -> None:
         k, n = args.async_iterations, args.envs
         sync_s = trainer_seconds(k, n, [])
         async_s = trainer_seconds(k, n, ["trainer.async_staleness=1"])
-        print(f"\ntrainer on the quickstart ({n} envs, {k} iterations): synchronous {sync_s:.3f} s/iteration, "
-              f"async (staleness 1) {async_s:.3f} s/iteration -> {sync_s / async_s:.2f}x")
-        line["async"] = {"trainer_sync_s_per_iter": round(sync_s, 3), "trainer_async_s_per_iter": round(async_s, 3),
-                         "async_speedup": round(sync_s / async_s, 3)}
+        print(
+            f"\ntrainer on the quickstart ({n} envs, {k} iterations): synchronous {sync_s:.3f} s/iteration, "
+            f"async (staleness 1) {async_s:.3f} s/iteration -> {sync_s / async_s:.2f}x"
+        )
+        line["async"] = {
+            "trainer_sync_s_per_iter": round(sync_s, 3),
+            "trainer_async_s_per_iter": round(async_s, 3),
+            "async_speedup": round(sync_s / async_s, 3),
+        }
     line.update(cpus=CORES, load_avg_start=round(load, 2), load_avg_end=round(os.getloadavg()[0], 2))
     print(json.dumps(line))
 

@@ -39,9 +39,20 @@ from quickstart import baselines, run_config, summary  # noqa: E402  (the same p
 
 CONFIG = "configs/reach_smolvla_flow_noise.yaml"
 BAR_POINTS, BAR_SECONDS = 20.0, 900.0
-SMOKE = ["sim.num_envs=8", "sim.eval_num_envs=8", "warm_start.num_episodes=20", "warm_start.steps=3",
-         "warm_start.batch_size=8", "warm_start.warmup_steps=1", "algorithm.minibatch_size=16", "algorithm.epochs=1",
-         "trainer.iterations=2", "trainer.checkpoint_every=2", "trainer.eval_episodes=8", "trainer.video_episodes=0"]
+SMOKE = [
+    "sim.num_envs=8",
+    "sim.eval_num_envs=8",
+    "warm_start.num_episodes=20",
+    "warm_start.steps=3",
+    "warm_start.batch_size=8",
+    "warm_start.warmup_steps=1",
+    "algorithm.minibatch_size=16",
+    "algorithm.epochs=1",
+    "trainer.iterations=2",
+    "trainer.checkpoint_every=2",
+    "trainer.eval_episodes=8",
+    "trainer.video_episodes=0",
+]
 
 
 def one_seed(config: str, seed: int, overrides: list[str]) -> dict:
@@ -56,9 +67,14 @@ def seeds_in_subprocesses(config: str, seeds: int, jobs: int, overrides: list[st
     pending = list(range(seeds))
     while pending:
         batch, pending = pending[:jobs], pending[jobs:]
-        procs = {s: subprocess.Popen([sys.executable, __file__, "--config", config, "--one-seed", str(s),
-                                      *overrides, "run.threads=1"], stdout=subprocess.PIPE, text=True)
-                 for s in batch}
+        procs = {
+            s: subprocess.Popen(
+                [sys.executable, __file__, "--config", config, "--one-seed", str(s), *overrides, "run.threads=1"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for s in batch
+        }
         for s, p in procs.items():
             out, _ = p.communicate()
             if p.returncode:
@@ -87,18 +103,32 @@ def main() -> None:
     cfg = load_experiment(ROOT / args.config, args.overrides)
     load = os.getloadavg()[0]
     base = baselines(args.config, args.overrides)
-    print(f"held-out baselines: scripted expert {base['expert']:.3f}, the demonstrator the warm start imitates "
-          f"{base['demonstrator']:.3f}, random actions {base['random']:.3f}", flush=True)
-    runs = seeds_in_subprocesses(args.config, args.seeds, args.jobs, args.overrides) if args.jobs > 1 else \
-        [one_seed(args.config, s, args.overrides) for s in range(args.seeds)]
-    figures = {"family": cfg.policy.model.removeprefix("tiny:"), "model": cfg.policy.model,
-               "method": cfg.policy.method, **summary(runs), **base, "jobs": args.jobs}
+    print(
+        f"held-out baselines: scripted expert {base['expert']:.3f}, the demonstrator the warm start imitates "
+        f"{base['demonstrator']:.3f}, random actions {base['random']:.3f}",
+        flush=True,
+    )
+    runs = (
+        seeds_in_subprocesses(args.config, args.seeds, args.jobs, args.overrides)
+        if args.jobs > 1
+        else [one_seed(args.config, s, args.overrides) for s in range(args.seeds)]
+    )
+    figures = {
+        "family": cfg.policy.model.removeprefix("tiny:"),
+        "model": cfg.policy.model,
+        "method": cfg.policy.method,
+        **summary(runs),
+        **base,
+        "jobs": args.jobs,
+    }
     figures["bar"] = bool(figures["gain_mean"] >= BAR_POINTS and max(figures["wall_s"]) <= BAR_SECONDS)
     figures.update(load_avg_start=round(load, 2), load_avg_end=round(os.getloadavg()[0], 2))
-    print(f"held-out success over {args.seeds} seeds: BC {figures['sft_success_mean']:.3f} -> RL "
-          f"{figures['rl_success_mean']:.3f} (gain {figures['gain_mean']:.1f} +- {figures['gain_std']:.1f} points; "
-          f"bar >= {BAR_POINTS:.0f} points within {BAR_SECONDS:.0f} s per seed: "
-          f"{'met' if figures['bar'] else 'NOT met'})")
+    print(
+        f"held-out success over {args.seeds} seeds: BC {figures['sft_success_mean']:.3f} -> RL "
+        f"{figures['rl_success_mean']:.3f} (gain {figures['gain_mean']:.1f} +- {figures['gain_std']:.1f} points; "
+        f"bar >= {BAR_POINTS:.0f} points within {BAR_SECONDS:.0f} s per seed: "
+        f"{'met' if figures['bar'] else 'NOT met'})"
+    )
     print(json.dumps(figures))
 
 

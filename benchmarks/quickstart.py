@@ -48,10 +48,17 @@ def run_config(path: str, seed: int, overrides: list[str]) -> dict:
     curve = [json.loads(line) for line in (output_dir(cfg) / "metrics.jsonl").read_text().splitlines()]
     train_success = [round(r["train/success"], 2) for r in curve if "train/success" in r]
     print(f"{path} seed {seed}: train success per iteration {train_success}")
-    print(f"{path} seed {seed}: warm start {results['start']['success_rate']:.3f} -> RL "
-          f"{results['final']['success_rate']:.3f} in {wall:.0f} s", flush=True)
-    return {"sft_success": results["start"]["success_rate"], "rl_success": results["final"]["success_rate"],
-            "episodes": results["final"]["episodes"], "wall_s": round(wall, 1)}
+    print(
+        f"{path} seed {seed}: warm start {results['start']['success_rate']:.3f} -> RL "
+        f"{results['final']['success_rate']:.3f} in {wall:.0f} s",
+        flush=True,
+    )
+    return {
+        "sft_success": results["start"]["success_rate"],
+        "rl_success": results["final"]["success_rate"],
+        "episodes": results["final"]["episodes"],
+        "wall_s": round(wall, 1),
+    }
 
 
 def summary(runs: list[dict]) -> dict:
@@ -72,9 +79,12 @@ def run_seeds(path: str, seeds: int, overrides: list[str]) -> dict:
         r["gain"] = round(100 * (r["rl_success"] - r["sft_success"]), 2)
         runs.append(r)
     s = summary(runs)
-    print(f"{path}: held-out success over {seeds} seeds: warm start {s['sft_success_mean']:.3f} +- "
-          f"{s['sft_success_std']:.3f} -> RL {s['rl_success_mean']:.3f} +- {s['rl_success_std']:.3f} "
-          f"(per seed {s['sft_success']} -> {s['rl_success']})", flush=True)
+    print(
+        f"{path}: held-out success over {seeds} seeds: warm start {s['sft_success_mean']:.3f} +- "
+        f"{s['sft_success_std']:.3f} -> RL {s['rl_success_mean']:.3f} +- {s['rl_success_std']:.3f} "
+        f"(per seed {s['sft_success']} -> {s['rl_success']})",
+        flush=True,
+    )
     return s
 
 
@@ -124,8 +134,11 @@ def main() -> None:
         args.overrides = [*TINY, f"run.output_dir={scratch()}", *args.overrides]
     load = os.getloadavg()[0]
     base = baselines(args.config, args.overrides)
-    print(f"held-out baselines: scripted expert {base['expert']:.3f}, the demonstrator the warm start imitates "
-          f"{base['demonstrator']:.3f}, random actions {base['random']:.3f}", flush=True)
+    print(
+        f"held-out baselines: scripted expert {base['expert']:.3f}, the demonstrator the warm start imitates "
+        f"{base['demonstrator']:.3f}, random actions {base['random']:.3f}",
+        flush=True,
+    )
     figures = run_seeds(args.config, args.seeds, args.overrides)
     figures.update(base, load_avg_start=round(load, 2))
     if args.variants:

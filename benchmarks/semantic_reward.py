@@ -54,8 +54,9 @@ CLIP_CONFIG = "configs/quickstart_clip_reward.yaml"
 VALIDATION_SEED, TEST_SEED = 2_000_000_000, 2_500_000_000  # on-policy episodes; held-out eval is 1e9 + i
 
 
-def rl_settings_differences(true_path: str | Path = ROOT / TRUE_CONFIG, clip_path: str | Path = ROOT / CLIP_CONFIG,
-                            overrides: list[str] = ()) -> list[str]:
+def rl_settings_differences(
+    true_path: str | Path = ROOT / TRUE_CONFIG, clip_path: str | Path = ROOT / CLIP_CONFIG, overrides: list[str] = ()
+) -> list[str]:
     """Keys where the CLIP config's RL run would differ from the true-reward config's, besides the
     reward: everything but ``run.name`` and the ``reward`` section (which only the CLIP config has)
     must be equal, the simulator included."""
@@ -79,8 +80,11 @@ def rl_settings_differences(true_path: str | Path = ROOT / TRUE_CONFIG, clip_pat
 
 def summary(values: list[float], digits: int = 4) -> dict:
     """Per-seed values, their mean and sample std (0 for one value)."""
-    return {"per_seed": [round(v, digits) for v in values], "mean": round(statistics.fmean(values), digits),
-            "std": round(statistics.stdev(values), digits) if len(values) > 1 else 0.0}
+    return {
+        "per_seed": [round(v, digits) for v in values],
+        "mean": round(statistics.fmean(values), digits),
+        "std": round(statistics.stdev(values), digits) if len(values) > 1 else 0.0,
+    }
 
 
 def pretrain_clip(seed: int, args) -> tuple[Path, dict]:
@@ -92,23 +96,34 @@ def pretrain_clip(seed: int, args) -> tuple[Path, dict]:
     from rewards.train_tiny_clip import REACH_CLIP_CONFIG, build_model, save_model, train_tiny_clip
 
     out = Path(args.clip_dir) / f"reach_clip_s{seed}"
-    code = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in ("datasets/reach_clip/builder.py",
-                                                                     "rewards/train_tiny_clip.py"))).hexdigest()[:16]
-    key = {"seed": seed, "samples": args.clip_samples, "steps": args.clip_steps, "config": REACH_CLIP_CONFIG,
-           "code": code}
+    code = hashlib.sha256(
+        b"".join((ROOT / f).read_bytes() for f in ("datasets/reach_clip/builder.py", "rewards/train_tiny_clip.py"))
+    ).hexdigest()[:16]
+    key = {
+        "seed": seed,
+        "samples": args.clip_samples,
+        "steps": args.clip_steps,
+        "config": REACH_CLIP_CONFIG,
+        "code": code,
+    }
     saved = out / "train_info.json"
     if not args.retrain_clip and saved.exists() and json.loads(saved.read_text()).get("key") == key:
         info = json.loads(saved.read_text())
         print(f"[seed {seed}] tiny CLIP: reusing {out} (same settings and code)", flush=True)
         return out, info
     pairs = load_dataset("reach_clip", num_samples=args.clip_samples, seed=seed)
-    print(f"[seed {seed}] reach_clip: {pairs['image'].shape[0]} (image, caption) pairs, e.g. "
-          f"{pairs['captions'][0][0]!r}", flush=True)
+    print(
+        f"[seed {seed}] reach_clip: {pairs['image'].shape[0]} (image, caption) pairs, e.g. {pairs['captions'][0][0]!r}",
+        flush=True,
+    )
     model, info = train_tiny_clip(pairs, None, steps=args.clip_steps, time_limit_s=args.clip_time, seed=seed)
     info["key"] = key
     save_model(model, build_model()[2], out, info)
-    print(f"[seed {seed}] tiny CLIP: {info['steps']} steps in {info['wall_s']} s, loss {info['loss']}, in-batch "
-          f"accuracy {info['batch_accuracy']} -> {out}", flush=True)
+    print(
+        f"[seed {seed}] tiny CLIP: {info['steps']} steps in {info['wall_s']} s, loss {info['loss']}, in-batch "
+        f"accuracy {info['batch_accuracy']} -> {out}",
+        flush=True,
+    )
     return out, info
 
 
@@ -131,8 +146,11 @@ def final_frames(policy, sim, first_seed: int, episodes: int, seed: int) -> dict
         texts += info["captions"]
         success.append(info["success"].cpu())
     policy.train(was_training)
-    return {"image": torch.cat(frames)[:episodes], "instruction": texts[:episodes],
-            "success": torch.cat(success)[:episodes]}
+    return {
+        "image": torch.cat(frames)[:episodes],
+        "instruction": texts[:episodes],
+        "success": torch.cat(success)[:episodes],
+    }
 
 
 def choose_reward(trainer, cfg, clip_dir: Path, seed: int, args) -> dict:
@@ -151,8 +169,10 @@ def choose_reward(trainer, cfg, clip_dir: Path, seed: int, args) -> dict:
         val = final_frames(trainer.policy, sim, VALIDATION_SEED, args.episodes, seed)
         test = final_frames(trainer.policy, sim, TEST_SEED, args.episodes, seed)
     sim.close()
-    d_val = {w: goal_contrast(model, tok, val["image"], val["instruction"], wording)
-             for w, wording in enumerate(GOAL_WORDINGS)}
+    d_val = {
+        w: goal_contrast(model, tok, val["image"], val["instruction"], wording)
+        for w, wording in enumerate(GOAL_WORDINGS)
+    }
     choice = select_goal_setting(d_val, val["success"])
     wording = GOAL_WORDINGS[choice["wording"]]
 
@@ -163,17 +183,27 @@ def choose_reward(trainer, cfg, clip_dir: Path, seed: int, args) -> dict:
 
     frames_val = load_dataset("reach_clip", num_samples=args.frames, seed=10_000 + seed, labelled=True)
     frames_test = load_dataset("reach_clip", num_samples=args.frames, seed=20_000 + seed, labelled=True)
-    out = {"positive": wording[0], "negative": wording[1], "t_min": round(choice["t_min"], 5),
-           "t_max": round(choice["t_max"], 5), "quantiles": choice["quantiles"],
-           "validation_on_policy": stats(val), "validation_frames": stats(frames_val),
-           "on_policy": stats(test), "off_policy": stats(frames_test),
-           "candidates": [{**c, "wording": GOAL_WORDINGS[c["wording"]][0]} for c in choice["candidates"]]}
-    print(f"[seed {seed}] reward chosen on validation episodes: {wording[0]!r} vs {wording[1]!r}, window "
-          f"[{out['t_min']:.4f}, {out['t_max']:.4f}] (corr {choice['corr_success']:.3f}); "
-          f"on-policy corr with success {out['on_policy']['corr_success']:.3f} "
-          f"(AUC {out['on_policy']['auc_success']:.3f}), "
-          f"off-policy held-out frames corr {out['off_policy']['corr_success']:.3f} "
-          f"(AUC {out['off_policy']['auc_success']:.3f})", flush=True)
+    out = {
+        "positive": wording[0],
+        "negative": wording[1],
+        "t_min": round(choice["t_min"], 5),
+        "t_max": round(choice["t_max"], 5),
+        "quantiles": choice["quantiles"],
+        "validation_on_policy": stats(val),
+        "validation_frames": stats(frames_val),
+        "on_policy": stats(test),
+        "off_policy": stats(frames_test),
+        "candidates": [{**c, "wording": GOAL_WORDINGS[c["wording"]][0]} for c in choice["candidates"]],
+    }
+    print(
+        f"[seed {seed}] reward chosen on validation episodes: {wording[0]!r} vs {wording[1]!r}, window "
+        f"[{out['t_min']:.4f}, {out['t_max']:.4f}] (corr {choice['corr_success']:.3f}); "
+        f"on-policy corr with success {out['on_policy']['corr_success']:.3f} "
+        f"(AUC {out['on_policy']['auc_success']:.3f}), "
+        f"off-policy held-out frames corr {out['off_policy']['corr_success']:.3f} "
+        f"(AUC {out['off_policy']['auc_success']:.3f})",
+        flush=True,
+    )
     return out
 
 
@@ -184,12 +214,20 @@ def rl_run(trainer, cfg, label: str, t0: float) -> dict:
     curve = [json.loads(line) for line in (output_dir(cfg) / "metrics.jsonl").read_text().splitlines()]
     success = [round(r["train/success"], 3) for r in curve if "train/success" in r]
     print(f"{label}: train success per iteration {success}")
-    print(f"{label}: held-out success {results['start']['success_rate']:.3f} (warm start) -> "
-          f"{results['final']['success_rate']:.3f} after {cfg.trainer.iterations} iterations, "
-          f"{time.time() - t0:.0f} s", flush=True)
-    return {"start": results["start"]["success_rate"], "final": results["final"]["success_rate"],
-            "episodes": results["final"]["episodes"], "iterations": cfg.trainer.iterations,
-            "wall_s": round(time.time() - t0, 1), "train_success": success}
+    print(
+        f"{label}: held-out success {results['start']['success_rate']:.3f} (warm start) -> "
+        f"{results['final']['success_rate']:.3f} after {cfg.trainer.iterations} iterations, "
+        f"{time.time() - t0:.0f} s",
+        flush=True,
+    )
+    return {
+        "start": results["start"]["success_rate"],
+        "final": results["final"]["success_rate"],
+        "episodes": results["final"]["episodes"],
+        "iterations": cfg.trainer.iterations,
+        "wall_s": round(time.time() - t0, 1),
+        "train_success": success,
+    }
 
 
 def one_seed(seed: int, args) -> dict:
@@ -212,15 +250,22 @@ def one_seed(seed: int, args) -> dict:
 
     t0 = time.time()
     cfg = load_experiment(ROOT / CLIP_CONFIG, [f"run.name=bench_semantic_clip_s{seed}", *common])
-    cfg.reward.kwargs.update(model_name=f"local-dir:{clip_dir}", pretrained=None, t_min=reward["t_min"],
-                             t_max=reward["t_max"])
+    cfg.reward.kwargs.update(
+        model_name=f"local-dir:{clip_dir}", pretrained=None, t_min=reward["t_min"], t_max=reward["t_max"]
+    )
     cfg.reward.frames.goal_meta = {"positive_goal": reward["positive"], "negative_goal": reward["negative"]}
     shutil.rmtree(output_dir(cfg), ignore_errors=True)
     clip = rl_run(build_trainer(cfg), cfg, f"[seed {seed}] CLIP reward", t0)
     if abs(true["start"] - clip["start"]) > 1e-9:
         print(f"warning: seed {seed}: the warm starts differ ({true['start']} vs {clip['start']})")
-    return {"seed": seed, "true": true, "clip": clip, "reward": reward, "clip_info": clip_info,
-            "wall_s": {"clip_pretrain": round(t_clip, 1), "true_reward": true["wall_s"], "clip_reward": clip["wall_s"]}}
+    return {
+        "seed": seed,
+        "true": true,
+        "clip": clip,
+        "reward": reward,
+        "clip_info": clip_info,
+        "wall_s": {"clip_pretrain": round(t_clip, 1), "true_reward": true["wall_s"], "clip_reward": clip["wall_s"]},
+    }
 
 
 def main() -> None:
@@ -228,31 +273,41 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1")
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="RL iterations of each run (default: the configs')")
+    parser.add_argument(
+        "--iterations", type=int, default=None, help="RL iterations of each run (default: the configs')"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: fastest on a small shared CPU)")
     parser.add_argument("--clip-samples", type=int, default=20000, help="reach_clip (image, caption) pairs")
     parser.add_argument("--clip-steps", type=int, default=1200, help="tiny CLIP optimizer steps")
     parser.add_argument("--clip-time", type=float, default=900.0, help="tiny CLIP time limit (s; a safety stop)")
-    parser.add_argument("--retrain-clip", action="store_true",
-                        help="pretrain the CLIPs again even where runs/reach_clip_s<seed> has a matching checkpoint")
+    parser.add_argument(
+        "--retrain-clip",
+        action="store_true",
+        help="pretrain the CLIPs again even where runs/reach_clip_s<seed> has a matching checkpoint",
+    )
     parser.add_argument("--episodes", type=int, default=256, help="on-policy validation / test episodes")
     parser.add_argument("--frames", type=int, default=2000, help="labelled validation / held-out frames")
     parser.add_argument("--clip-dir", default=str(ROOT / "runs"), help="parent folder of the tiny CLIPs' checkpoints")
     parser.add_argument("overrides", nargs="*", help="dotted overrides applied to both RL runs")
-    args = parse_args(parser, seeds=1, iterations=2, clip_samples=64, clip_steps=2, episodes=8, frames=16,
-                      clip_dir=scratch)
+    args = parse_args(
+        parser, seeds=1, iterations=2, clip_samples=64, clip_steps=2, episodes=8, frames=16, clip_dir=scratch
+    )
     if args.smoke:  # the kill-resume harness's tiny quickstart (its sim.kwargs aside), run folders in a temp folder
         from tests.reliability.kill_harness import TINY
 
-        args.overrides = [*(o for o in TINY if not o.startswith("sim.kwargs")), f"run.output_dir={scratch()}",
-                          *args.overrides]
+        args.overrides = [
+            *(o for o in TINY if not o.startswith("sim.kwargs")),
+            f"run.output_dir={scratch()}",
+            *args.overrides,
+        ]
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
     diff = rl_settings_differences(overrides=args.overrides)
     if diff:
-        sys.exit(f"error: {CLIP_CONFIG} must have the RL settings of {TRUE_CONFIG} (only the reward section may "
-                 f"differ), but {'; '.join(diff)}: copy them over")
+        sys.exit(
+            f"error: {CLIP_CONFIG} must have the RL settings of {TRUE_CONFIG} (only the reward section may "
+            f"differ), but {'; '.join(diff)}: copy them over"
+        )
 
     import torch
 
@@ -268,25 +323,33 @@ def main() -> None:
         "success_clip_reward": summary(pick(lambda r: r["clip"]["final"])),
         "true_gain_points": summary(pick(lambda r: 100 * (r["true"]["final"] - r["true"]["start"])), 1),
         "clip_gain_points": summary(pick(lambda r: 100 * (r["clip"]["final"] - r["clip"]["start"])), 1),
-        "correlation": {k: summary(pick(lambda r, k=k: r["reward"][k]["corr_success"]))
-                        for k in ("on_policy", "off_policy", "validation_on_policy", "validation_frames")},
+        "correlation": {
+            k: summary(pick(lambda r, k=k: r["reward"][k]["corr_success"]))
+            for k in ("on_policy", "off_policy", "validation_on_policy", "validation_frames")
+        },
         "auc": {k: summary(pick(lambda r, k=k: r["reward"][k]["auc_success"])) for k in ("on_policy", "off_policy")},
         "reward_setting": pick(lambda r: {k: r["reward"][k] for k in ("positive", "negative", "t_min", "t_max")}),
         "clip": pick(lambda r: {k: r["clip_info"][k] for k in ("steps", "loss", "batch_accuracy", "logit_scale")}),
         "iterations": runs[0]["clip"]["iterations"],
         "episodes": runs[0]["clip"]["episodes"],
-        "curves": {"true_reward": pick(lambda r: r["true"]["train_success"]),
-                   "clip_reward": pick(lambda r: r["clip"]["train_success"])},
-        "wall_s": {**{k: pick(lambda r, k=k: r["wall_s"][k]) for k in runs[0]["wall_s"]},
-                   "total": round(time.time() - t0, 1)},
+        "curves": {
+            "true_reward": pick(lambda r: r["true"]["train_success"]),
+            "clip_reward": pick(lambda r: r["clip"]["train_success"]),
+        },
+        "wall_s": {
+            **{k: pick(lambda r, k=k: r["wall_s"][k]) for k in runs[0]["wall_s"]},
+            "total": round(time.time() - t0, 1),
+        },
     }
     s = figures
-    print(f"held-out success over {args.seeds} seeds (mean +- std): warm start {s['success_start']['mean']:.3f} "
-          f"+- {s['success_start']['std']:.3f}; true reward {s['success_true_reward']['mean']:.3f} +- "
-          f"{s['success_true_reward']['std']:.3f} (gain {s['true_gain_points']['mean']:+.1f} +- "
-          f"{s['true_gain_points']['std']:.1f} points); CLIP reward {s['success_clip_reward']['mean']:.3f} +- "
-          f"{s['success_clip_reward']['std']:.3f} (gain {s['clip_gain_points']['mean']:+.1f} +- "
-          f"{s['clip_gain_points']['std']:.1f} points)")
+    print(
+        f"held-out success over {args.seeds} seeds (mean +- std): warm start {s['success_start']['mean']:.3f} "
+        f"+- {s['success_start']['std']:.3f}; true reward {s['success_true_reward']['mean']:.3f} +- "
+        f"{s['success_true_reward']['std']:.3f} (gain {s['true_gain_points']['mean']:+.1f} +- "
+        f"{s['true_gain_points']['std']:.1f} points); CLIP reward {s['success_clip_reward']['mean']:.3f} +- "
+        f"{s['success_clip_reward']['std']:.3f} (gain {s['clip_gain_points']['mean']:+.1f} +- "
+        f"{s['clip_gain_points']['std']:.1f} points)"
+    )
     print(json.dumps(figures))
 
 

@@ -80,10 +80,16 @@ def main() -> None:
             policy = FlowVLAPolicy(FlowVLAConfig(chunk_size=CHUNK), sim.action_dim, sim.state_dim).eval()
             raw, pol = measure(sim, policy, args.seconds)
             sim.close()
-            rows.append({"simulator": label, "num_envs": n, "raw_sps": round(raw, 1),
-                         "policy_sps": round(pol, 1), "policy_ratio": round(pol / raw, 3)})
-            print(f"{label:32s} envs {n:5d}  raw {raw:10.1f} steps/s  policy {pol:9.1f} steps/s  "
-                  f"ratio {pol / raw:.3f}")
+            rows.append(
+                {
+                    "simulator": label,
+                    "num_envs": n,
+                    "raw_sps": round(raw, 1),
+                    "policy_sps": round(pol, 1),
+                    "policy_ratio": round(pol / raw, 3),
+                }
+            )
+            print(f"{label:32s} envs {n:5d}  raw {raw:10.1f} steps/s  policy {pol:9.1f} steps/s  ratio {pol / raw:.3f}")
     print(json.dumps({"rows": rows}))
 
 

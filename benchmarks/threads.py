@@ -40,20 +40,35 @@ SETTINGS = {  # name: (overrides, import torch before mmrl)
     "torch": (["run.threads=-1"], True),
     "threads1": (["run.threads=1"], False),
 }
-TORCH_FIRST = ("import sys, runpy, torch; sys.argv = ['mmrl'] + sys.argv[1:]; "
-               "runpy.run_module('mmrl.cli', run_name='__main__')")
-BUSY = ("import torch, time\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\n"
-        "end = time.time() + {seconds}\nwhile time.time() < end:\n    a = (a @ a).tanh()\n")
+TORCH_FIRST = (
+    "import sys, runpy, torch; sys.argv = ['mmrl'] + sys.argv[1:]; runpy.run_module('mmrl.cli', run_name='__main__')"
+)
+BUSY = (
+    "import torch, time\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\n"
+    "end = time.time() + {seconds}\nwhile time.time() < end:\n    a = (a @ a).tanh()\n"
+)
 
 
 def measure(overrides: list[str], torch_first: bool, iterations: int, extra: list[str]) -> float:
     """Median iteration seconds (first dropped) of a short quickstart run (``extra``: more overrides)."""
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, *(["-c", TORCH_FIRST] if torch_first else ["-m", "mmrl.cli"]), "train",
-               "configs/quickstart.yaml", *extra, f"run.output_dir={out}",
-               "run.name=threads", f"trainer.iterations={iterations}", "trainer.resume=false",
-               "warm_start.steps=20", "trainer.eval_episodes=16", "sim.eval_num_envs=16",
-               "trainer.video_episodes=0", f"trainer.checkpoint_every={iterations}", *overrides]
+        cmd = [
+            sys.executable,
+            *(["-c", TORCH_FIRST] if torch_first else ["-m", "mmrl.cli"]),
+            "train",
+            "configs/quickstart.yaml",
+            *extra,
+            f"run.output_dir={out}",
+            "run.name=threads",
+            f"trainer.iterations={iterations}",
+            "trainer.resume=false",
+            "warm_start.steps=20",
+            "trainer.eval_episodes=16",
+            "sim.eval_num_envs=16",
+            "trainer.video_episodes=0",
+            f"trainer.checkpoint_every={iterations}",
+            *overrides,
+        ]
         env = {**{k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}, "TQDM_DISABLE": "1"}
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if proc.returncode:
@@ -94,8 +109,7 @@ def main() -> None:
         q, b = statistics.median(quiet), statistics.median(loaded)
         out[name] = {"quiet_iter_s": round(q, 2), "loaded_iter_s": round(b, 2), "slowdown": round(b / q, 2)}
         print(f"{name:9s} quiet {q:6.2f} s/iter, beside one busy process {b:6.2f} s/iter: {b / q:.2f}x", flush=True)
-    out.update(load_avg_start=round(load_start, 2), load_avg_end=round(os.getloadavg()[0], 2),
-               cpus=os.cpu_count())
+    out.update(load_avg_start=round(load_start, 2), load_avg_end=round(os.getloadavg()[0], 2), cpus=os.cpu_count())
     print(json.dumps(out))
 
 

@@ -39,9 +39,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CONFIG = ROOT / "configs/vlm_quickstart.yaml"
-SMOKE = ["sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs.dataset_kwargs={num_samples: 64, tasks: [count, color]}",
-         "warm_start.num_episodes=8", "warm_start.steps=2", "warm_start.batch_size=8", "algorithm.minibatch_size=8",
-         "trainer.iterations=2", "trainer.eval_episodes=8", "trainer.checkpoint_every=2"]  # --smoke
+SMOKE = [
+    "sim.num_envs=8",
+    "sim.eval_num_envs=8",
+    "sim.kwargs.dataset_kwargs={num_samples: 64, tasks: [count, color]}",
+    "warm_start.num_episodes=8",
+    "warm_start.steps=2",
+    "warm_start.batch_size=8",
+    "algorithm.minibatch_size=8",
+    "trainer.iterations=2",
+    "trainer.eval_episodes=8",
+    "trainer.checkpoint_every=2",
+]  # --smoke
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -96,8 +105,12 @@ def baselines(train_sim, sim, reward, episodes: int, seed: int) -> dict:
         candidates = sorted(Counter(train_sim.solutions[i] for i in pool))
         constants[task] = max(candidates, key=lambda a: (sum(score([a] * len(pool), pool, train_sim)), a))
     constant = score([constants[t] for t in tasks], qs, sim)
-    return {"gold": by_task(gold, tasks), "constant": by_task(constant, tasks), "constant_answers": constants,
-            "questions": dict(Counter(tasks))}
+    return {
+        "gold": by_task(gold, tasks),
+        "constant": by_task(constant, tasks),
+        "constant_answers": constants,
+        "questions": dict(Counter(tasks)),
+    }
 
 
 def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
@@ -105,12 +118,18 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
     from mmrl.registry import SIMULATORS
 
     t0 = time.time()
-    cfg = load_experiment(CONFIG, [f"run.output_dir={out}", f"run.name=s{seed}", f"run.seed={seed}",
-                                   "trainer.resume=false", *overrides])
+    cfg = load_experiment(
+        CONFIG, [f"run.output_dir={out}", f"run.name=s{seed}", f"run.seed={seed}", "trainer.resume=false", *overrides]
+    )
     shutil.rmtree(output_dir(cfg), ignore_errors=True)
     trainer = build_trainer(cfg)
-    val_sim = SIMULATORS.build(cfg.sim.type, num_envs=cfg.sim.eval_num_envs, seed=seed + 2, device=cfg.run.device,
-                               **{**cfg.sim.kwargs, "split": "val"})
+    val_sim = SIMULATORS.build(
+        cfg.sim.type,
+        num_envs=cfg.sim.eval_num_envs,
+        seed=seed + 2,
+        device=cfg.run.device,
+        **{**cfg.sim.kwargs, "split": "val"},
+    )
     if split == "val":  # tuning: the trainer's own evaluations run on val, the held-out split is never built
         trainer.eval_sim = val_sim
     t = cfg.trainer
@@ -120,15 +139,30 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
     def evaluate_with_tasks(name: str) -> dict:
         res = evaluate(name)
         if name in ("start", "final"):
-            row = {split: accuracy_by_task(trainer.policy, trainer.eval_sim, trainer.reward_stage, t.eval_episodes,
-                                           t.eval_seed,
-                                           trainer.generator("eval", 0))}
+            row = {
+                split: accuracy_by_task(
+                    trainer.policy,
+                    trainer.eval_sim,
+                    trainer.reward_stage,
+                    t.eval_episodes,
+                    t.eval_seed,
+                    trainer.generator("eval", 0),
+                )
+            }
             if abs(row[split]["all"] - res["success_rate"]) > 1e-9:
-                raise RuntimeError(f"per-task evaluation ({row[split]['all']}) disagrees with the trainer's "
-                                   f"({res['success_rate']}): not the same episodes")
+                raise RuntimeError(
+                    f"per-task evaluation ({row[split]['all']}) disagrees with the trainer's "
+                    f"({res['success_rate']}): not the same episodes"
+                )
             if split != "val":
-                row["val"] = accuracy_by_task(trainer.policy, val_sim, trainer.reward_stage, t.eval_episodes,
-                                              t.eval_seed, trainer.generator("eval", 0))
+                row["val"] = accuracy_by_task(
+                    trainer.policy,
+                    val_sim,
+                    trainer.reward_stage,
+                    t.eval_episodes,
+                    t.eval_seed,
+                    trainer.generator("eval", 0),
+                )
             found[name] = row
         return res
 
@@ -136,19 +170,31 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
     results = trainer.run()
     curve = sorted((r["iteration"], r["success_rate"]) for r in results.values())
     base = baselines(trainer.sim, trainer.eval_sim, trainer.reward_stage.model, t.eval_episodes, t.eval_seed)
-    return {"seed": seed, "sft": found["start"], "rl": found["final"], "curve": curve, "baselines": base,
-            "wall_s": time.time() - t0, "rl_s": results["final"]["rl_seconds"],
-            "episodes": results["final"]["episodes"]}
+    return {
+        "seed": seed,
+        "sft": found["start"],
+        "rl": found["final"],
+        "curve": curve,
+        "baselines": base,
+        "wall_s": time.time() - t0,
+        "rl_s": results["final"]["rl_seconds"],
+        "episodes": results["final"]["episodes"],
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     from _smoke import parse_args, scratch
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--seeds", type=int, default=3, help="run seeds 0 .. N-1 (default 3)")
-    p.add_argument("--split", choices=["eval", "val"], default="eval",
-                   help="eval: report on the held-out split (and val); val: tune on val only")
+    p.add_argument(
+        "--split",
+        choices=["eval", "val"],
+        default="eval",
+        help="eval: report on the held-out split (and val); val: tune on val only",
+    )
     p.add_argument("--out", default="runs/bench_vlm", help="parent folder of the per-seed runs")
     p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. trainer.iterations=20")
     a = parse_args(p, argv, seeds=1, out=scratch)
@@ -161,11 +207,14 @@ def main(argv: list[str] | None = None) -> None:
         r = run_seed(seed, a.split, Path(a.out), a.overrides)
         runs.append(r)
         sft, rl = r["sft"][a.split], r["rl"][a.split]
-        print(f"[seed {seed}] {a.split} accuracy: SFT {sft['all']:.3f} -> RL {rl['all']:.3f} "
-              f"({100 * (rl['all'] - sft['all']):+.1f} points); per task "
-              + ", ".join(f"{k} {sft[k]:.3f} -> {rl[k]:.3f}" for k in sft if k != "all")
-              + (f"; val {r['sft']['val']['all']:.3f} -> {r['rl']['val']['all']:.3f}" if a.split != "val" else "")
-              + f"; {r['wall_s']:.0f} s", flush=True)
+        print(
+            f"[seed {seed}] {a.split} accuracy: SFT {sft['all']:.3f} -> RL {rl['all']:.3f} "
+            f"({100 * (rl['all'] - sft['all']):+.1f} points); per task "
+            + ", ".join(f"{k} {sft[k]:.3f} -> {rl[k]:.3f}" for k in sft if k != "all")
+            + (f"; val {r['sft']['val']['all']:.3f} -> {r['rl']['val']['all']:.3f}" if a.split != "val" else "")
+            + f"; {r['wall_s']:.0f} s",
+            flush=True,
+        )
 
     split, base = a.split, runs[0]["baselines"]
     tasks = [k for k in runs[0]["sft"][split] if k != "all"]
@@ -177,21 +226,33 @@ def main(argv: list[str] | None = None) -> None:
     g_mean, g_std = mean_std(gains)
     print(f"\n{'seed':>6} " + " ".join(f"{f'SFT {k}':>10} {f'RL {k}':>10}" for k in ["all", *tasks]) + f" {'gain':>7}")
     for r, g in zip(runs, gains):
-        print(f"{r['seed']:6d} " + " ".join(f"{r['sft'][split][k]:10.3f} {r['rl'][split][k]:10.3f}"
-                                            for k in ["all", *tasks]) + f" {g:+7.3f}")
+        print(
+            f"{r['seed']:6d} "
+            + " ".join(f"{r['sft'][split][k]:10.3f} {r['rl'][split][k]:10.3f}" for k in ["all", *tasks])
+            + f" {g:+7.3f}"
+        )
     for name in ("gold", "constant"):
         print(f"{name:>8s} " + " ".join(f"{base[name][k]:10.3f} {'':10s}" for k in ["all", *tasks]))
-    print(f"questions per task ({split}): {base['questions']}; constant answers (chosen on the training pool): "
-          f"{base['constant_answers']}")
-    print(f"{split} accuracy over {len(runs)} seeds: SFT {mean_std(per_seed('sft', split))[0]:.3f} -> RL "
-          f"{mean_std(per_seed('rl', split))[0]:.3f}; gain {100 * g_mean:+.1f} +- {100 * g_std:.1f} points "
-          f"(std over seeds; gain > 2 std: {g_mean > 2 * g_std})")
+    print(
+        f"questions per task ({split}): {base['questions']}; constant answers (chosen on the training pool): "
+        f"{base['constant_answers']}"
+    )
+    print(
+        f"{split} accuracy over {len(runs)} seeds: SFT {mean_std(per_seed('sft', split))[0]:.3f} -> RL "
+        f"{mean_std(per_seed('rl', split))[0]:.3f}; gain {100 * g_mean:+.1f} +- {100 * g_std:.1f} points "
+        f"(std over seeds; gain > 2 std: {g_mean > 2 * g_std})"
+    )
     fig = {
-        "split": split, "seeds": [r["seed"] for r in runs], "eval_questions": runs[0]["episodes"],
-        "sft_accuracy": per_seed("sft", split), "rl_accuracy": per_seed("rl", split), "gain": gains,
+        "split": split,
+        "seeds": [r["seed"] for r in runs],
+        "eval_questions": runs[0]["episodes"],
+        "sft_accuracy": per_seed("sft", split),
+        "rl_accuracy": per_seed("rl", split),
+        "gain": gains,
         "mean_sft_accuracy": round(mean_std(per_seed("sft", split))[0], 4),
         "mean_rl_accuracy": round(mean_std(per_seed("rl", split))[0], 4),
-        "mean_gain": round(g_mean, 4), "std_gain": round(g_std, 4),
+        "mean_gain": round(g_mean, 4),
+        "std_gain": round(g_std, 4),
         "sft_by_task": {k: per_seed("sft", split, k) for k in tasks},
         "rl_by_task": {k: per_seed("rl", split, k) for k in tasks},
         "gold_accuracy": round(base["gold"]["all"], 4),
@@ -201,8 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     }
     if split != "val":
         fig.update({"val_sft_accuracy": per_seed("sft", "val"), "val_rl_accuracy": per_seed("rl", "val")})
-    fig.update({"wall_s": [round(r["wall_s"], 1) for r in runs], "rl_s": [round(r["rl_s"], 1) for r in runs],
-                "curves": [[[it, round(acc, 4)] for it, acc in r["curve"]] for r in runs], "overrides": a.overrides})
+    fig.update(
+        {
+            "wall_s": [round(r["wall_s"], 1) for r in runs],
+            "rl_s": [round(r["rl_s"], 1) for r in runs],
+            "curves": [[[it, round(acc, 4)] for it, acc in r["curve"]] for r in runs],
+            "overrides": a.overrides,
+        }
+    )
     print(json.dumps(fig))
 
 

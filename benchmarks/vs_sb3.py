@@ -93,10 +93,21 @@ def run_mmrl(task: str, seed: int, env_steps: int, episodes: int, policy: str, o
     data = yaml.safe_load((ROOT / TASKS[task]["config"]).read_text())
     if policy == "gaussian":  # the same experiment with the Gaussian MLP's defaults as the policy
         data["policy"] = {"type": "gaussian"}
-    cfg = load_experiment(data, [
-        f"run.name=bench_sb3_{task}_{policy}_{seed}", "run.output_dir=runs", "trainer.resume=false",
-        f"run.seed={seed}", "run.threads=1", f"trainer.env_steps={env_steps}", "trainer.checkpoint_every=1000000",
-        f"trainer.eval_episodes={episodes}", f"trainer.eval_seed={EVAL_SEED}", *overrides])
+    cfg = load_experiment(
+        data,
+        [
+            f"run.name=bench_sb3_{task}_{policy}_{seed}",
+            "run.output_dir=runs",
+            "trainer.resume=false",
+            f"run.seed={seed}",
+            "run.threads=1",
+            f"trainer.env_steps={env_steps}",
+            "trainer.checkpoint_every=1000000",
+            f"trainer.eval_episodes={episodes}",
+            f"trainer.eval_seed={EVAL_SEED}",
+            *overrides,
+        ],
+    )
     results = build_trainer(cfg).run()
     final = results["final"]
     return {"return": final["return"], "train_s": final["rl_seconds"], "env_steps": final["env_steps"]}
@@ -124,19 +135,36 @@ def child(args: argparse.Namespace) -> None:
 
 
 def spawn(side: str, task: str, seed: int, env_steps: int, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--side", side, "--task", task, "--seed", str(seed),
-           "--env-steps", str(env_steps), "--eval-episodes", str(args.eval_episodes), *args.overrides]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--side",
+        side,
+        "--task",
+        task,
+        "--seed",
+        str(seed),
+        "--env-steps",
+        str(env_steps),
+        "--eval-episodes",
+        str(args.eval_episodes),
+        *args.overrides,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     for line in proc.stdout.splitlines():
         if line.startswith(TAG):
-            return json.loads(line[len(TAG):])
+            return json.loads(line[len(TAG) :])
     raise RuntimeError(f"{side} on {task} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
 
 
 def stats(values: list[float]) -> dict:
-    return {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "per_seed": [round(v, 2) for v in values]}
+    return {
+        "mean": statistics.mean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "per_seed": [round(v, 2) for v in values],
+    }
 
 
 def main() -> None:
@@ -162,8 +190,10 @@ def main() -> None:
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
-        sys.exit("vs_sb3 needs Stable-Baselines3 (benchmark-only): pip install 'mmrl[bench]' "
-                 "or pip install stable-baselines3==2.9.2")
+        sys.exit(
+            "vs_sb3 needs Stable-Baselines3 (benchmark-only): pip install 'mmrl[bench]' "
+            "or pip install stable-baselines3==2.9.2"
+        )
     sides = [s for s in args.sides.split(",") if s]
     unknown = set(sides) - set(SIDES)
     if unknown:
@@ -178,8 +208,11 @@ def main() -> None:
         def one(job, task=task, steps=steps):  # bound now: runs while this loop turn waits
             seed, side = job
             r = spawn(side, task, seed, steps, args)
-            print(f"{task} seed {seed} {side:8s}: return {r['return']:9.2f}, "
-                  f"{r['env_steps'] / r['train_s']:7.0f} env steps/s", flush=True)
+            print(
+                f"{task} seed {seed} {side:8s}: return {r['return']:9.2f}, "
+                f"{r['env_steps'] / r['train_s']:7.0f} env steps/s",
+                flush=True,
+            )
             return r
 
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
@@ -188,16 +221,19 @@ def main() -> None:
         random = spawn("random", task, 0, steps, args)["return"]
         row: dict = {"env_steps": steps, "random_return": round(random, 2)}
         for side, rs in runs.items():
-            row[side] = {"return": stats([r["return"] for r in rs]),
-                         "steps_per_s": stats([r["env_steps"] / r["train_s"] for r in rs])}
+            row[side] = {
+                "return": stats([r["return"] for r in rs]),
+                "steps_per_s": stats([r["env_steps"] / r["train_s"] for r in rs]),
+            }
         if "sb3" in runs:
             base = row["sb3"]["return"]["mean"] - random
             for side, key in (("flow", "ratio_return"), ("gaussian", "ratio_return_gaussian")):
                 if side in runs:
                     row[key] = round((row[side]["return"]["mean"] - random) / base, 3)
             if "flow" in runs:
-                row["ratio_steps_per_s"] = round(row["flow"]["steps_per_s"]["mean"]
-                                                 / row["sb3"]["steps_per_s"]["mean"], 3)
+                row["ratio_steps_per_s"] = round(
+                    row["flow"]["steps_per_s"]["mean"] / row["sb3"]["steps_per_s"]["mean"], 3
+                )
         figures[task] = row
         print(f"{task}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k.startswith("ratio")), flush=True)
     figures["load_avg_end"] = round(os.getloadavg()[0], 2)

@@ -103,7 +103,7 @@ class Counters:
             self.counts["prompt_tokens"] += sum(map(len, rows))
             for row in sorted(rows):  # the digest of the multiset: the order of rows within a step is free
                 self.prompts.update(json.dumps(row).encode())
-            new = seqs[:, ids.shape[1]:].cpu()
+            new = seqs[:, ids.shape[1] :].cpu()
             is_stop = torch.isin(new, stops)
             first = torch.where(is_stop.any(1), is_stop.float().argmax(1) + 1, torch.full_like(new[:, 0], new.shape[1]))
             self.counts["tokens"] += int(first.sum())
@@ -155,10 +155,13 @@ class Counters:
     def per_step(self, warmup: int) -> dict:
         """Timed steps (after ``warmup``): loop_s, each count and the prompt digest of each step, from
         the differences between consecutive step ends; the questions of every step."""
-        pairs = list(zip(self.ends, self.ends[1:]))[max(warmup - 1, 0):]
-        return {"loop_s": [b[0] - a[0] for a, b in pairs],
-                **{k: [b[1][k] - a[1][k] for a, b in pairs] for k in self.counts},
-                "prompts": [b[2] for _, b in pairs], "questions": self.questions}
+        pairs = list(zip(self.ends, self.ends[1:]))[max(warmup - 1, 0) :]
+        return {
+            "loop_s": [b[0] - a[0] for a, b in pairs],
+            **{k: [b[1][k] - a[1][k] for a, b in pairs] for k in self.counts},
+            "prompts": [b[2] for _, b in pairs],
+            "questions": self.questions,
+        }
 
 
 def stop_ids(model, processor) -> list[int]:
@@ -169,11 +172,23 @@ def stop_ids(model, processor) -> list[int]:
 
 # ------------------------------------------------------------------------------------------ mmrl
 def mmrl_overrides(a: argparse.Namespace, out: str, name: str) -> list[str]:
-    return [f"run.output_dir={out}", f"run.name={name}", f"run.threads={a.threads}", "run.seed=0", "run.device=cpu",
-            "trainer.resume=false", f"sim.num_envs={a.prompts * a.group}", f"sim.eval_num_envs={a.group}",
-            f"sim.kwargs.dataset_kwargs={{num_samples: {a.num_samples}, tasks: [{', '.join(TASKS)}]}}",
-            "reward.type=short_answer", f"algorithm.group_size={a.group}", "policy.model=tiny",
-            "policy.tiny_seed=0", "policy.dtype=float32", "policy.engine=hf"]
+    return [
+        f"run.output_dir={out}",
+        f"run.name={name}",
+        f"run.threads={a.threads}",
+        "run.seed=0",
+        "run.device=cpu",
+        "trainer.resume=false",
+        f"sim.num_envs={a.prompts * a.group}",
+        f"sim.eval_num_envs={a.group}",
+        f"sim.kwargs.dataset_kwargs={{num_samples: {a.num_samples}, tasks: [{', '.join(TASKS)}]}}",
+        "reward.type=short_answer",
+        f"algorithm.group_size={a.group}",
+        "policy.model=tiny",
+        "policy.tiny_seed=0",
+        "policy.dtype=float32",
+        "policy.engine=hf",
+    ]
 
 
 def run_mmrl(a: argparse.Namespace) -> dict:
@@ -184,16 +199,35 @@ def run_mmrl(a: argparse.Namespace) -> dict:
     from mmrl.experiment import build_trainer, load_experiment
 
     out = tempfile.mkdtemp(prefix="vs_trl_mmrl_")
-    cfg = load_experiment(ROOT / "configs/vlm_quickstart.yaml", mmrl_overrides(a, out, "mmrl") + [
-        "warm_start.dataset=null",  # no SFT here: the shared SFT weights load below
-        f"algorithm.minibatch_size={a.prompts * a.group}", "algorithm.epochs=1",
-        "algorithm.kl_coef=0.0", "algorithm.objective=ppo", "algorithm.advantage=grpo",
-        "algorithm.loss_agg=token-mean", "algorithm.clip_low=0.2", "algorithm.max_grad_norm=1.0",
-        "algorithm.dynamic_sampling=false", f"policy.max_new_tokens={a.max_new_tokens}",
-        f"policy.temperature={a.temperature}", "policy.top_p=1.0", "policy.top_k=0", "policy.finetune=full",
-        "policy.gradient_checkpointing=false", f"trainer.lr={a.lr}", "trainer.lr_schedule=constant",
-        f"trainer.iterations={a.warmup + a.steps}", "trainer.eval_every=0", f"trainer.eval_episodes={a.group}",
-        "trainer.video_episodes=0", f"trainer.checkpoint_every={10**9}"])
+    cfg = load_experiment(
+        ROOT / "configs/vlm_quickstart.yaml",
+        mmrl_overrides(a, out, "mmrl")
+        + [
+            "warm_start.dataset=null",  # no SFT here: the shared SFT weights load below
+            f"algorithm.minibatch_size={a.prompts * a.group}",
+            "algorithm.epochs=1",
+            "algorithm.kl_coef=0.0",
+            "algorithm.objective=ppo",
+            "algorithm.advantage=grpo",
+            "algorithm.loss_agg=token-mean",
+            "algorithm.clip_low=0.2",
+            "algorithm.max_grad_norm=1.0",
+            "algorithm.dynamic_sampling=false",
+            f"policy.max_new_tokens={a.max_new_tokens}",
+            f"policy.temperature={a.temperature}",
+            "policy.top_p=1.0",
+            "policy.top_k=0",
+            "policy.finetune=full",
+            "policy.gradient_checkpointing=false",
+            f"trainer.lr={a.lr}",
+            "trainer.lr_schedule=constant",
+            f"trainer.iterations={a.warmup + a.steps}",
+            "trainer.eval_every=0",
+            f"trainer.eval_episodes={a.group}",
+            "trainer.video_episodes=0",
+            f"trainer.checkpoint_every={10**9}",
+        ],
+    )
     trainer = build_trainer(cfg)
     model = trainer.policy.model
     model.load_state_dict(torch.load(a.init, weights_only=True))
@@ -224,8 +258,12 @@ def run_mmrl(a: argparse.Namespace) -> dict:
     trainer.run()
     rows = [json.loads(x) for x in (Path(out) / "mmrl" / "metrics.jsonl").read_text().splitlines()]
     shutil.rmtree(out, ignore_errors=True)
-    return {"step_s": [r["iter_s"] for r in rows if "iter_s" in r][a.warmup:], **counters.per_step(a.warmup),
-            "torch_threads": torch.get_num_threads(), "dtype": str(next(model.parameters()).dtype)}
+    return {
+        "step_s": [r["iter_s"] for r in rows if "iter_s" in r][a.warmup :],
+        **counters.per_step(a.warmup),
+        "torch_threads": torch.get_num_threads(),
+        "dtype": str(next(model.parameters()).dtype),
+    }
 
 
 def run_sft(a: argparse.Namespace) -> dict:
@@ -237,8 +275,11 @@ def run_sft(a: argparse.Namespace) -> dict:
     from mmrl.experiment import build_trainer, load_experiment
 
     out = tempfile.mkdtemp(prefix="vs_trl_sft_")
-    cfg = load_experiment(ROOT / "configs/vlm_quickstart.yaml", mmrl_overrides(a, out, "sft") + [
-        f"warm_start.steps={a.sft_steps}", f"warm_start.num_episodes={max(a.num_samples, 512)}"])
+    cfg = load_experiment(
+        ROOT / "configs/vlm_quickstart.yaml",
+        mmrl_overrides(a, out, "sft")
+        + [f"warm_start.steps={a.sft_steps}", f"warm_start.num_episodes={max(a.num_samples, 512)}"],
+    )
     trainer = build_trainer(cfg)
     t0 = time.time()
     trainer.warm_start()
@@ -254,8 +295,11 @@ def completion_texts(completions: list) -> list[str]:
     for c in completions:
         if isinstance(c, list):
             content = c[-1]["content"]
-            c = content if isinstance(content, str) else "".join(
-                p.get("text", "") for p in content if isinstance(p, dict))
+            c = (
+                content
+                if isinstance(content, str)
+                else "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            )
         texts.append(c)
     return texts
 
@@ -285,9 +329,15 @@ def run_trl(a: argparse.Namespace) -> dict:
     # the questions mmrl's QASim deals, in its order: iteration t, group j -> reset seed t * P + j
     sim = QASim(num_envs=1, **data_kwargs(a))
     order = sim.question_index(list(range((a.warmup + a.steps) * a.prompts))).tolist()
-    rows = [{"prompt": [{"role": "user", "content": sim.prompts[q]}],
-             "image": Image.fromarray(sim.images[q][0].numpy()), "answer": sim.meta[q]["answer"],
-             "index": sim.meta[q]["index"]} for q in order]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": sim.prompts[q]}],
+            "image": Image.fromarray(sim.images[q][0].numpy()),
+            "answer": sim.meta[q]["answer"],
+            "index": sim.meta[q]["index"],
+        }
+        for q in order
+    ]
     counters = Counters()
     counters.count_generate(model, stop_ids(model, processor))
     counters.count_train_forward(model)
@@ -312,46 +362,94 @@ def run_trl(a: argparse.Namespace) -> dict:
 
     out = tempfile.mkdtemp(prefix="vs_trl_trl_")
     args = GRPOConfig(
-        output_dir=out, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=0,
-        per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1, steps_per_generation=1,
-        num_generations=a.group, num_iterations=1, max_steps=a.warmup + a.steps, shuffle_dataset=False,
-        max_completion_length=a.max_new_tokens, generation_kwargs={"min_new_tokens": a.max_new_tokens},
-        temperature=a.temperature, top_p=1.0, top_k=0,
-        beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", mask_truncated_completions=False,
-        learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        adam_epsilon=1e-6, max_grad_norm=1.0, optim="adamw_torch",
-        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, log_completions=False,
+        output_dir=out,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        seed=0,
+        per_device_train_batch_size=a.prompts * a.group,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=a.group,
+        num_iterations=1,
+        max_steps=a.warmup + a.steps,
+        shuffle_dataset=False,
+        max_completion_length=a.max_new_tokens,
+        generation_kwargs={"min_new_tokens": a.max_new_tokens},
+        temperature=a.temperature,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        mask_truncated_completions=False,
+        learning_rate=a.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        adam_epsilon=1e-6,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        log_completions=False,
         dataloader_num_workers=0,
     )
     timer = Timer()
-    trainer = GRPOTrainer(model=model, reward_funcs=short_answer, args=args,
-                          train_dataset=datasets.Dataset.from_list(rows), processing_class=processor, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=short_answer,
+        args=args,
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=processor,
+        callbacks=[timer],
+    )
     trainer.train()
     shutil.rmtree(out, ignore_errors=True)
-    return {"step_s": timer.step_s[a.warmup:], **counters.per_step(a.warmup),
-            "torch_threads": torch.get_num_threads(), "dtype": str(next(model.parameters()).dtype)}
+    return {
+        "step_s": timer.step_s[a.warmup :],
+        **counters.per_step(a.warmup),
+        "torch_threads": torch.get_num_threads(),
+        "dtype": str(next(model.parameters()).dtype),
+    }
 
 
 # ------------------------------------------------------------------------------------------ main
 def child(side: str, a: argparse.Namespace) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--side", side,
-           *[f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("side", "repeats", "smoke")]]
-    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
-           "TOKENIZERS_PARALLELISM": "false", "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_VERBOSITY": "error"}
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--side",
+        side,
+        *[f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("side", "repeats", "smoke")],
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(a.threads),
+        "MKL_NUM_THREADS": str(a.threads),
+        "TOKENIZERS_PARALLELISM": "false",
+        "TQDM_DISABLE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     lines = [x for x in proc.stdout.splitlines() if x.startswith(TAG)]
     if proc.returncode or not lines:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
         raise SystemExit(f"{side} run failed (exit {proc.returncode})")
-    return json.loads(lines[-1][len(TAG):])
+    return json.loads(lines[-1][len(TAG) :])
 
 
 def main() -> None:
     from _smoke import parse_args
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--side", choices=["mmrl", "trl", "sft"], help=argparse.SUPPRESS)
     p.add_argument("--init", default="", help=argparse.SUPPRESS)
     p.add_argument("--prompts", type=int, default=8, help="P questions per step")
@@ -380,16 +478,21 @@ def main() -> None:
     versions = {k: md.version(k) for k in ("torch", "transformers", "trl", "accelerate", "datasets")}
     load_before = os.getloadavg()
     a.init = str(Path(tempfile.mkdtemp(prefix="vs_trl_init_")) / "init.pt")
-    print(f"SFT warm start ({a.sft_steps} steps, mmrl) -> shared starting weights: "
-          f"{child('sft', a)['sft_s']:.0f} s", flush=True)
+    print(
+        f"SFT warm start ({a.sft_steps} steps, mmrl) -> shared starting weights: {child('sft', a)['sft_s']:.0f} s",
+        flush=True,
+    )
     runs: dict[str, list[dict]] = {"mmrl": [], "trl": []}
     for r in range(a.repeats):
-        for side in (("mmrl", "trl") if r % 2 == 0 else ("trl", "mmrl")):
+        for side in ("mmrl", "trl") if r % 2 == 0 else ("trl", "mmrl"):
             res = child(side, a)
             runs[side].append(res)
-            print(f"repeat {r + 1} {side:4s}: step {statistics.fmean(res['step_s']):.3f} s, loop "
-                  f"{statistics.fmean(res['loop_s']):.3f} s, tokens/step {res['tokens']}, optimizer steps/step "
-                  f"{res['optimizer_steps']}, load {os.getloadavg()[0]:.2f}", flush=True)
+            print(
+                f"repeat {r + 1} {side:4s}: step {statistics.fmean(res['step_s']):.3f} s, loop "
+                f"{statistics.fmean(res['loop_s']):.3f} s, tokens/step {res['tokens']}, optimizer steps/step "
+                f"{res['optimizer_steps']}, load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
     shutil.rmtree(Path(a.init).parent, ignore_errors=True)
     load_after = os.getloadavg()
 
@@ -397,47 +500,88 @@ def main() -> None:
     for side, res in runs.items():
         step = [statistics.fmean(x["step_s"]) for x in res]  # per repeat: mean over its timed steps
         loop = [statistics.fmean(x["loop_s"]) for x in res]
-        fig[side] = {"step_s": statistics.median(step), "loop_s": statistics.median(loop), "step_repeats": step,
-                     "loop_repeats": loop, "dtype": res[0]["dtype"], "torch_threads": res[0]["torch_threads"]}
+        fig[side] = {
+            "step_s": statistics.median(step),
+            "loop_s": statistics.median(loop),
+            "step_repeats": step,
+            "loop_repeats": loop,
+            "dtype": res[0]["dtype"],
+            "torch_threads": res[0]["torch_threads"],
+        }
         for key in COUNTS:  # per timed step, over every repeat
             values = [v for x in res for v in x[key]]
             fig[side][f"{key}_per_step"] = statistics.fmean(values)
             fig[side][f"{key}_min_max"] = [min(values), max(values)]
     m, t = fig["mmrl"], fig["trl"]
-    print(f"\nGRPO step on CPU, tiny SmolVLM (Idefics3), {a.prompts} prompts x {a.group} answers of exactly "
-          f"{a.max_new_tokens} tokens, {a.threads} torch thread(s), {a.repeats} repeats x {a.steps} timed steps, "
-          f"{versions}")
-    print(f"{'':6s} {'step s':>8s} {'loop s':>8s}" + "".join(f" {k + '/step':>20s}" for k in COUNTS)
-          + "  (step and loop: medians over repeats of the per-repeat means)")
+    print(
+        f"\nGRPO step on CPU, tiny SmolVLM (Idefics3), {a.prompts} prompts x {a.group} answers of exactly "
+        f"{a.max_new_tokens} tokens, {a.threads} torch thread(s), {a.repeats} repeats x {a.steps} timed steps, "
+        f"{versions}"
+    )
+    print(
+        f"{'':6s} {'step s':>8s} {'loop s':>8s}"
+        + "".join(f" {k + '/step':>20s}" for k in COUNTS)
+        + "  (step and loop: medians over repeats of the per-repeat means)"
+    )
     for side, s in (("mmrl", m), ("trl", t)):
-        print(f"{side:6s} {s['step_s']:8.3f} {s['loop_s']:8.3f}" + "".join(f" {s[k + '_per_step']:20.1f}" for k in COUNTS))
+        print(
+            f"{side:6s} {s['step_s']:8.3f} {s['loop_s']:8.3f}" + "".join(f" {s[k + '_per_step']:20.1f}" for k in COUNTS)
+        )
     same_records = all(x["questions"] == y["questions"] for x, y in zip(runs["mmrl"], runs["trl"]))
     same_prompts = all(x["prompts"] == y["prompts"] for x, y in zip(runs["mmrl"], runs["trl"]))
     same_counts = all(x[k] == y[k] for x, y in zip(runs["mmrl"], runs["trl"]) for k in COUNTS)
     same = same_records and same_prompts and same_counts
-    print(f"ratio trl/mmrl: step {t['step_s'] / m['step_s']:.2f}x, loop {t['loop_s'] / m['loop_s']:.2f}x; identical "
-          f"work (records, prompt token ids, {', '.join(COUNTS)} of every step): {same} (records {same_records}, "
-          f"prompt ids {same_prompts}, counts {same_counts}); load average {load_before[0]:.2f} before, "
-          f"{load_after[0]:.2f} after")
+    print(
+        f"ratio trl/mmrl: step {t['step_s'] / m['step_s']:.2f}x, loop {t['loop_s'] / m['loop_s']:.2f}x; identical "
+        f"work (records, prompt token ids, {', '.join(COUNTS)} of every step): {same} (records {same_records}, "
+        f"prompt ids {same_prompts}, counts {same_counts}); load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after"
+    )
     r4 = lambda xs: [round(x, 4) for x in xs]  # noqa: E731
-    print(json.dumps({
-        **{f"{side}_{k}_per_step": fig[side][f"{k}_per_step"] for k in COUNTS for side in ("mmrl", "trl")},
-        "identical_records": same_records, "identical_prompts": same_prompts, "identical_counts": same_counts,
-        "identical_work": same,
-        "mmrl_step_s": round(m["step_s"], 4), "trl_step_s": round(t["step_s"], 4),
-        "ratio_step": round(t["step_s"] / m["step_s"], 3),
-        "mmrl_loop_s": round(m["loop_s"], 4), "trl_loop_s": round(t["loop_s"], 4),
-        "ratio_loop": round(t["loop_s"] / m["loop_s"], 3),
-        "mmrl_step_s_repeats": r4(m["step_repeats"]), "trl_step_s_repeats": r4(t["step_repeats"]),
-        "mmrl_loop_s_repeats": r4(m["loop_repeats"]), "trl_loop_s_repeats": r4(t["loop_repeats"]),
-        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
-        "settings": {"prompts": a.prompts, "group": a.group, "max_new_tokens": a.max_new_tokens,
-                     "min_new_tokens": a.max_new_tokens, "tasks": TASKS, "reward": "short_answer",
-                     "temperature": a.temperature, "lr": a.lr, "warmup": a.warmup, "steps": a.steps,
-                     "repeats": a.repeats, "threads": a.threads, "sft_steps": a.sft_steps,
-                     "dtype": {"mmrl": m["dtype"], "trl": t["dtype"]}, "device": "cpu",
-                     "model": "tiny Idefics3 (mmrl.tiny.tiny_models, seed 0)", **versions},
-    }))
+    print(
+        json.dumps(
+            {
+                **{f"{side}_{k}_per_step": fig[side][f"{k}_per_step"] for k in COUNTS for side in ("mmrl", "trl")},
+                "identical_records": same_records,
+                "identical_prompts": same_prompts,
+                "identical_counts": same_counts,
+                "identical_work": same,
+                "mmrl_step_s": round(m["step_s"], 4),
+                "trl_step_s": round(t["step_s"], 4),
+                "ratio_step": round(t["step_s"] / m["step_s"], 3),
+                "mmrl_loop_s": round(m["loop_s"], 4),
+                "trl_loop_s": round(t["loop_s"], 4),
+                "ratio_loop": round(t["loop_s"] / m["loop_s"], 3),
+                "mmrl_step_s_repeats": r4(m["step_repeats"]),
+                "trl_step_s_repeats": r4(t["step_repeats"]),
+                "mmrl_loop_s_repeats": r4(m["loop_repeats"]),
+                "trl_loop_s_repeats": r4(t["loop_repeats"]),
+                "load_average": {
+                    "before": [round(x, 2) for x in load_before],
+                    "after": [round(x, 2) for x in load_after],
+                },
+                "settings": {
+                    "prompts": a.prompts,
+                    "group": a.group,
+                    "max_new_tokens": a.max_new_tokens,
+                    "min_new_tokens": a.max_new_tokens,
+                    "tasks": TASKS,
+                    "reward": "short_answer",
+                    "temperature": a.temperature,
+                    "lr": a.lr,
+                    "warmup": a.warmup,
+                    "steps": a.steps,
+                    "repeats": a.repeats,
+                    "threads": a.threads,
+                    "sft_steps": a.sft_steps,
+                    "dtype": {"mmrl": m["dtype"], "trl": t["dtype"]},
+                    "device": "cpu",
+                    "model": "tiny Idefics3 (mmrl.tiny.tiny_models, seed 0)",
+                    **versions,
+                },
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

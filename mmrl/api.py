@@ -60,8 +60,11 @@ def _config(config, overrides, reward):
     if reward is not None:
         section = dict(data.get("reward") or {})
         if isinstance(reward, dict):
-            section.update(type="weighted_sum", weights={reward_reference(r) if not isinstance(r, str) else r: w
-                                                         for r, w in reward.items()}, kwargs={})
+            section.update(
+                type="weighted_sum",
+                weights={reward_reference(r) if not isinstance(r, str) else r: w for r, w in reward.items()},
+                kwargs={},
+            )
         else:
             section.update(type=reward_reference(reward), kwargs={}, weights={})
         data["reward"] = section
@@ -124,9 +127,18 @@ def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) 
     probe.close()
     load_checkpoint_policy(path, policy, cfg)
     gen = run_generator(cfg.run.seed, "eval", 0, cfg.run.device)  # the draws of the training's evaluations
-    report = evaluate_suite(policy, make_sim, tasks, t.eval_episodes, t.eval_seed, gen,
-                            out / "videos" if t.video_episodes else None, t.video_episodes,
-                            max_envs=cfg.sim.eval_num_envs, reward=build_reward(cfg))
+    report = evaluate_suite(
+        policy,
+        make_sim,
+        tasks,
+        t.eval_episodes,
+        t.eval_seed,
+        gen,
+        out / "videos" if t.video_episodes else None,
+        t.video_episodes,
+        max_envs=cfg.sim.eval_num_envs,
+        reward=build_reward(cfg),
+    )
     report["checkpoint"] = str(path)
     out.mkdir(parents=True, exist_ok=True)
     jsonio.write_json(out / "eval_report.json", report)
@@ -145,8 +157,12 @@ def load_policy(run_or_checkpoint, device: str = "cpu"):
 
     target = Path(run_or_checkpoint)
     if (target / "mmrl_policy.json").is_file() and (target / "model.safetensors").is_file():  # `mmrl export`
-        return build_from_spec(load_weights(target / "model.safetensors")[0],
-                               json.loads((target / "mmrl_policy.json").read_text()), target, device)
+        return build_from_spec(
+            load_weights(target / "model.safetensors")[0],
+            json.loads((target / "mmrl_policy.json").read_text()),
+            target,
+            device,
+        )
     return policy_from_checkpoint(resolve_checkpoint(str(target), target), device)
 
 
@@ -169,9 +185,11 @@ def build_from_spec(weights: dict, spec: dict | None, path: Path, device: str = 
     from mmrl.trainer.checkpoint import load_into
 
     if not spec:
-        raise UserError(f"checkpoint {path} was written before checkpoints stored how to rebuild their policy: "
-                        "build it with its simulator (mmrl.experiment.build_policy) and load_state_dict, or "
-                        "resume the run once to write a new checkpoint")
+        raise UserError(
+            f"checkpoint {path} was written before checkpoints stored how to rebuild their policy: "
+            "build it with its simulator (mmrl.experiment.build_policy) and load_state_dict, or "
+            "resume the run once to write a new checkpoint"
+        )
     config = load_config(PolicyConfig, spec["config"])
     policy = POLICIES.get(spec["type"])(config, action_dim=spec["action_dim"], state_dim=spec["state_dim"])
     load_into(policy, weights, source, where=f"checkpoint {path}")

@@ -66,9 +66,7 @@ class Batch(dict):
         """Merge the first ``dims`` leading dimensions, e.g. [T, N, ...] -> [T*N, ...]."""
         return Batch({k: v.reshape(-1, *v.shape[dims:]) for k, v in self.items()})
 
-    def minibatches(
-        self, size: int, generator: torch.Generator | None = None
-    ) -> Iterator[Batch]:
+    def minibatches(self, size: int, generator: torch.Generator | None = None) -> Iterator[Batch]:
         """Shuffled minibatches of ``size`` rows (the last one may be smaller)."""
         perm = torch.randperm(self.size, generator=generator)
         for start in range(0, self.size, size):

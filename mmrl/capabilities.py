@@ -59,8 +59,9 @@ class Capabilities:
         if self.logp not in LOGP_LEVELS:
             raise ValueError(f"Capabilities.logp must be one of {list(LOGP_LEVELS)}, got {self.logp!r}")
         if self.kl_reference is not None and self.kl_reference not in KL_SOURCES:
-            raise ValueError(f"Capabilities.kl_reference must be None or one of {list(KL_SOURCES)}, "
-                             f"got {self.kl_reference!r}")
+            raise ValueError(
+                f"Capabilities.kl_reference must be None or one of {list(KL_SOURCES)}, got {self.kl_reference!r}"
+            )
         unknown = sorted(set(self.fixes) - {*NEEDS, "kl_reference", "asynchronous"})
         if unknown:
             raise ValueError(f"Capabilities.fixes names unknown capabilities {unknown}")
@@ -85,8 +86,7 @@ class Component:
     def __post_init__(self) -> None:
         unknown = sorted(set(self.needs) - set(NEEDS))
         if unknown:
-            raise ValueError(f"{self.fn!r} needs unknown {unknown}; "
-                             f"known needs: {list(NEEDS)}")
+            raise ValueError(f"{self.fn!r} needs unknown {unknown}; known needs: {list(NEEDS)}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

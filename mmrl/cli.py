@@ -1,17 +1,17 @@
 """Command line: ``mmrl train|eval|list|check``.
 
-    mmrl train configs/quickstart.yaml [key=value ...]     train (resumes from the run's last checkpoint)
-    mmrl eval RUN_OR_CHECKPOINT [key=value ...]            evaluate a run's newest checkpoint with its own config
-    mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
-    mmrl export RUN --to DIR [--adapter] [--push-to-hub REPO]  a trained policy in its family's format + card
-    mmrl list                                              every registered component, objective and flow sampler
-    mmrl config show CONFIG [key=value ...]                the resolved config, every default filled in
-    mmrl config keys [PREFIX]                              every config key: type, default and what it does
-    mmrl --version
-    mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
-    mmrl check reward NAME [key=value ...]                 run the reward contract checker
-    mmrl check policy NAME [key=value ...]                 run the policy contract checker on its tiny config
-                                                           (policy config keys; sim=NAME, sim.KEY=VALUE)
+mmrl train configs/quickstart.yaml [key=value ...]     train (resumes from the run's last checkpoint)
+mmrl eval RUN_OR_CHECKPOINT [key=value ...]            evaluate a run's newest checkpoint with its own config
+mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
+mmrl export RUN --to DIR [--adapter] [--push-to-hub REPO]  a trained policy in its family's format + card
+mmrl list                                              every registered component, objective and flow sampler
+mmrl config show CONFIG [key=value ...]                the resolved config, every default filled in
+mmrl config keys [PREFIX]                              every config key: type, default and what it does
+mmrl --version
+mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
+mmrl check reward NAME [key=value ...]                 run the reward contract checker
+mmrl check policy NAME [key=value ...]                 run the policy contract checker on its tiny config
+                                                       (policy config keys; sim=NAME, sim.KEY=VALUE)
 """
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ def cmd_train(args) -> int:
         if trainer is None:
             print(f"{what} before training started; nothing was lost", file=sys.stderr)
         else:
-            print(f"{what} at iteration {trainer.state.iteration}; newest complete checkpoint: "
-                  f"{trainer.newest_checkpoint()}; run the same command to resume", file=sys.stderr)
+            print(
+                f"{what} at iteration {trainer.state.iteration}; newest complete checkpoint: "
+                f"{trainer.newest_checkpoint()}; run the same command to resume",
+                file=sys.stderr,
+            )
         return 143 if isinstance(exc, Terminated) else 130
     print(jsonio.dumps(results))
     return 0
@@ -75,8 +78,11 @@ def cmd_eval(args) -> int:
         print(f"error: nothing at {target}: pass a run folder, a checkpoint folder or a config YAML", file=sys.stderr)
         return 2
     if (target.is_dir() or target.name in ("state.pt", "model.safetensors")) and ckpt:
-        print("error: give the checkpoint once: `mmrl eval RUN_OR_CHECKPOINT [key=value ...]`, or "
-              "`mmrl eval CONFIG checkpoint=PATH`", file=sys.stderr)
+        print(
+            "error: give the checkpoint once: `mmrl eval RUN_OR_CHECKPOINT [key=value ...]`, or "
+            "`mmrl eval CONFIG checkpoint=PATH`",
+            file=sys.stderr,
+        )
         return 2
     report, out = evaluate_checkpoint(target, overrides, checkpoint=ckpt)
     for row in report["tasks"]:
@@ -84,8 +90,10 @@ def cmd_eval(args) -> int:
         print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  {label}")
     for name, row in report.get("suites", {}).items():
         print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  suite {name}")
-    print(f"overall success {report['success_rate']:.3f} over {report['episodes']} episodes; "
-          f"report: {out / 'eval_report.json'}")
+    print(
+        f"overall success {report['success_rate']:.3f} over {report['episodes']} episodes; "
+        f"report: {out / 'eval_report.json'}"
+    )
     print(jsonio.dumps(report))
     return 0
 
@@ -109,8 +117,11 @@ def cmd_config(args) -> int:
     prefix = args.rest[0] if args.rest else ""
     lines = [ln for ln in config_keys(ExperimentConfig, with_help=True) if ln.startswith(prefix)]
     if not lines:
-        print(f"error: no config key starts with {prefix!r}; sections: run, sim, reward, policy, warm_start, "
-              "algorithm, trainer, placement", file=sys.stderr)
+        print(
+            f"error: no config key starts with {prefix!r}; sections: run, sim, reward, policy, warm_start, "
+            "algorithm, trainer, placement",
+            file=sys.stderr,
+        )
         return 2
     print("\n".join(lines))
     return 0
@@ -132,10 +143,13 @@ def cmd_list(args) -> int:
     sections = {kind: registry.describe() for kind, registry in ALL.items()}
     # choices a config selects by name that are not registries
     sections["flow samplers (policy.method, policy.eval_method)"] = [
-        (m, _first_line(getattr(steps, f"{m}_step"))) for m in steps.STEP_METHODS]
+        (m, _first_line(getattr(steps, f"{m}_step"))) for m in steps.STEP_METHODS
+    ]
     sections["flow stochastic steps (policy.stochastic)"] = [
-        ("all", "every denoising step"), ("one", "one random step per sample, ODE elsewhere"),
-        ("window", "the steps of policy.window, ODE elsewhere")]
+        ("all", "every denoising step"),
+        ("one", "one random step per sample, ODE elsewhere"),
+        ("window", "the steps of policy.window, ODE elsewhere"),
+    ]
     for kind, rows in sections.items():
         print(f"{kind}:")
         for name, desc in rows:
@@ -168,9 +182,12 @@ def cmd_check(args) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         result = check_policy(args.name, overrides, **kwargs)
-        print(f"policy '{args.name}' passed {len(result.passed)} contract checks" if result.ok else
-              f"policy '{args.name}' FAILED {len(result.failed)} of {len(result)} contract checks: "
-              f"{', '.join(result.failed)}")
+        print(
+            f"policy '{args.name}' passed {len(result.passed)} contract checks"
+            if result.ok
+            else f"policy '{args.name}' FAILED {len(result.failed)} of {len(result)} contract checks: "
+            f"{', '.join(result.failed)}"
+        )
         return 0 if result.ok else 1
     try:
         kwargs = _kwargs(args.overrides)
@@ -183,10 +200,23 @@ def cmd_check(args) -> int:
         allowed = constructor_arguments(cls, exclude)
         bad = [k for k in kwargs if allowed is not None and k not in allowed]
         wrap = getattr(cls, "passthrough_arg", None)
-        hint = (f"; arguments of what it wraps go under {wrap}: \"{wrap}={{"
-                + ", ".join(f"{k}: {kwargs[k]!r}" for k in bad) + "}\"") if bad and wrap else ""
-        return (f"error: {', '.join(map(repr, bad))} {'is not an argument' if len(bad) == 1 else 'are not arguments'} "
-                f"of {what} '{args.name}'{hint}. Valid: {', '.join(allowed or []) or 'none'}") if bad else None
+        hint = (
+            (
+                f'; arguments of what it wraps go under {wrap}: "{wrap}={{'
+                + ", ".join(f"{k}: {kwargs[k]!r}" for k in bad)
+                + '}"'
+            )
+            if bad and wrap
+            else ""
+        )
+        return (
+            (
+                f"error: {', '.join(map(repr, bad))} {'is not an argument' if len(bad) == 1 else 'are not arguments'} "
+                f"of {what} '{args.name}'{hint}. Valid: {', '.join(allowed or []) or 'none'}"
+            )
+            if bad
+            else None
+        )
 
     if args.kind == "reward":
         from mmrl.checks.reward import check_reward
@@ -223,33 +253,47 @@ def cmd_check(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mmrl", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mmrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     from mmrl.version import __version__
 
     parser.add_argument("--version", action="version", version=f"mmrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     argv_now = sys.argv[1:] if argv is None else argv
     wants_help = bool(argv_now) and argv_now[0] == "train" and ("-h" in argv_now or "--help" in argv_now)
-    p = sub.add_parser("train", help="train an experiment config", epilog=_train_epilog() if wants_help else None,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "train",
+        help="train an experiment config",
+        epilog=_train_epilog() if wants_help else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("config", help="an experiment YAML (configs/*.yaml)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-4 (keys below)")
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out episodes")
-    p.add_argument("config", help="a run folder or checkpoint folder (evaluated with its own config and the "
-                                  "training's evaluation draws), or a config YAML (then checkpoint=PATH)")
+    p.add_argument(
+        "config",
+        help="a run folder or checkpoint folder (evaluated with its own config and the "
+        "training's evaluation draws), or a config YAML (then checkpoint=PATH)",
+    )
     p.add_argument("overrides", nargs="*", help="checkpoint=PATH and dotted overrides")
     p.set_defaults(fn=cmd_eval)
-    p = sub.add_parser("export", help="write a trained policy in its family's format (transformers / peft, "
-                                      "LeRobot, diffusers, safetensors) with a model card; optionally push it "
-                                      "to the hub",
-                       description=_export_doc() if argv_now[:1] == ["export"] else None,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "export",
+        help="write a trained policy in its family's format (transformers / peft, "
+        "LeRobot, diffusers, safetensors) with a model card; optionally push it "
+        "to the hub",
+        description=_export_doc() if argv_now[:1] == ["export"] else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("run", help="a run folder (its newest complete checkpoint) or a checkpoint folder")
     p.add_argument("--to", required=True, help="the folder to write")
-    p.add_argument("--adapter", action="store_true", help="a LoRA run (VLM, SD3 / FLUX): the adapter alone "
-                                                           "(peft / diffusers LoRA), not merged")
+    p.add_argument(
+        "--adapter",
+        action="store_true",
+        help="a LoRA run (VLM, SD3 / FLUX): the adapter alone (peft / diffusers LoRA), not merged",
+    )
     p.add_argument("--push-to-hub", metavar="REPO", help="upload the folder to this hub repo (user/name)")
     p.add_argument("--public", action="store_true", help="with --push-to-hub: a public repo (default private)")
     p.set_defaults(fn=cmd_export)
@@ -280,8 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(exc.__cause__, RewardError):  # a bug in a reward's code: its traceback helps
             raise
         # the reward's own one-line error (e.g. a reward server that does not answer)
-        resume = "; the newest complete checkpoint is kept: run the same command to resume" \
-            if args.command == "train" else ""
+        resume = (
+            "; the newest complete checkpoint is kept: run the same command to resume"
+            if args.command == "train"
+            else ""
+        )
         print(f"error: {exc}{resume}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -306,13 +353,15 @@ def _train_epilog() -> str:
     from mmrl.config import config_keys
     from mmrl.experiment import ExperimentConfig
 
-    return ("config keys (KEY: TYPE = DEFAULT; `mmrl config keys [PREFIX]` explains each, "
-            "`mmrl config show CONFIG` prints a resolved config):\n  " + "\n  ".join(config_keys(ExperimentConfig)))
+    return (
+        "config keys (KEY: TYPE = DEFAULT; `mmrl config keys [PREFIX]` explains each, "
+        "`mmrl config show CONFIG` prints a resolved config):\n  " + "\n  ".join(config_keys(ExperimentConfig))
+    )
 
 
 _USER_ERRNOS = {  # OS errors a user fixes on the machine, and how
     errno.ENOSPC: "free some space and run the same command again (a training run resumes from its newest "
-                  "complete checkpoint)",
+    "complete checkpoint)",
     errno.EDQUOT: "free some space under your quota and run the same command again",
     errno.EACCES: "fix the permissions or point run.output_dir / the path elsewhere",
     errno.EROFS: "the file system is read-only: point run.output_dir / the path at a writable folder",

@@ -84,13 +84,19 @@ def check_range(obj: Any, rules: dict[str, str]) -> None:
     """Raise `ConfigError` for the first field of ``obj`` outside its rule. Rules: ``">0"``,
     ``">=0"``, ``">=1"``, ``">1"``, ``"0..1"`` (inclusive); a None value passes (an optional field
     left unset). The message names the key, its value and the valid range."""
-    tests = {">0": lambda v: v > 0, ">=0": lambda v: v >= 0, ">=1": lambda v: v >= 1, ">1": lambda v: v > 1,
-             "0..1": lambda v: 0 <= v <= 1}
+    tests = {
+        ">0": lambda v: v > 0,
+        ">=0": lambda v: v >= 0,
+        ">=1": lambda v: v >= 1,
+        ">1": lambda v: v > 1,
+        "0..1": lambda v: 0 <= v <= 1,
+    }
     for name, rule in rules.items():
         value = getattr(obj, name)
         if value is not None and not tests[rule](value):
-            valid = {"0..1": "between 0 and 1"}.get(rule, rule.replace(">=", ">= ").replace(">0", "> 0")
-                                                    .replace(">1", "> 1"))
+            valid = {"0..1": "between 0 and 1"}.get(
+                rule, rule.replace(">=", ">= ").replace(">0", "> 0").replace(">1", "> 1")
+            )
             raise ConfigError(f"'{name}' = {value!r} must be {valid}")
 
 
@@ -116,8 +122,10 @@ class Variants:
 
         def register(sub: type) -> type:
             if not (isinstance(sub, type) and issubclass(sub, cls) and "__dataclass_fields__" in vars(sub)):
-                raise TypeError(f"@{cls.__name__}.variant({name!r}) must decorate a @dataclass subclass "
-                                f"of {cls.__name__} (put @dataclass below it)")
+                raise TypeError(
+                    f"@{cls.__name__}.variant({name!r}) must decorate a @dataclass subclass "
+                    f"of {cls.__name__} (put @dataclass below it)"
+                )
             if "type" not in sub.__dataclass_fields__:
                 raise TypeError(f"{cls.__name__} needs a field `type: str = '<default variant>'`")
             if name in cls._registry:
@@ -307,8 +315,7 @@ def _apply_override(data: dict, text: str) -> None:
             node[part] = {}
         node = node[part]
         if not isinstance(node, dict):
-            raise ConfigError(f"override {text!r}: config key '{'.'.join(parents[: i + 1])}' "
-                              f"is a value, not a section")
+            raise ConfigError(f"override {text!r}: config key '{'.'.join(parents[: i + 1])}' is a value, not a section")
     node[leaf] = value
 
 
@@ -321,8 +328,10 @@ def _pick_variant(cls: type[Variants], data: dict, path: str, base: Any) -> tupl
     chosen = cls.variant_class(name) if isinstance(name, str) else None
     if chosen is None or not issubclass(chosen, cls):
         known = cls.variant_names()
-        raise ConfigError(f"config key '{key}' = {name!r} is not one of the registered types: "
-                          f"{', '.join(known)}{_suggest(name, known)}")
+        raise ConfigError(
+            f"config key '{key}' = {name!r} is not one of the registered types: "
+            f"{', '.join(known)}{_suggest(name, known)}"
+        )
     return chosen, (base if type(base) is chosen else None), name
 
 
@@ -338,8 +347,10 @@ def _build(cls: type, data: Any, path: str, base: Any) -> Any:
     fields, hints = _fields(cls), typing.get_type_hints(cls)
     for k in (k for k in data if k not in fields):
         where = (f"under '{path}'" if path else "at the top level") + (f" (type '{variant}')" if variant else "")
-        raise ConfigError(f"unknown config key '{_join(path, str(k))}'. Valid keys {where}: "
-                          f"{', '.join(sorted(fields))}{_suggest(k, sorted(fields))}")
+        raise ConfigError(
+            f"unknown config key '{_join(path, str(k))}'. Valid keys {where}: "
+            f"{', '.join(sorted(fields))}{_suggest(k, sorted(fields))}"
+        )
     kwargs = {}
     for name, f in fields.items():
         key = _join(path, name)
@@ -379,8 +390,9 @@ def _convert(hint: Any, value: Any, key: str, base: Any = None) -> Any:
     elif origin is Literal:
         if any(value == a and type(value) is type(a) for a in args):
             return value
-        raise ConfigError(f"config key '{key}' = {value!r} is not one of: "
-                          f"{', '.join(map(str, args))}{_suggest(value, args)}")
+        raise ConfigError(
+            f"config key '{key}' = {value!r} is not one of: {', '.join(map(str, args))}{_suggest(value, args)}"
+        )
     elif hint in (bool, int, str):
         if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
             return value
@@ -395,8 +407,9 @@ def _convert(hint: Any, value: Any, key: str, base: Any = None) -> Any:
         if isinstance(value, (list, tuple)):
             if origin is tuple and args and args[-1] is not Ellipsis:
                 if len(value) != len(args):
-                    raise ConfigError(f"config key '{key}' must have {len(args)} items ({_name(hint)}), "
-                                      f"got {len(value)}: {value!r}")
+                    raise ConfigError(
+                        f"config key '{key}' must have {len(args)} items ({_name(hint)}), got {len(value)}: {value!r}"
+                    )
                 items = [_convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value))]
             else:
                 items = [_convert(args[0] if args else Any, v, f"{key}[{i}]") for i, v in enumerate(value)]
@@ -426,8 +439,10 @@ def _validate(obj: Any, path: str) -> None:
 def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
     """Yield ``(key, hint, default, note, class)`` for every leaf key; checks the depth limit."""
     if depth >= MAX_DEPTH:
-        raise TypeError(f"config schema is too deep at '{prefix}' ({cls.__name__}): at most {MAX_DEPTH} "
-                        f"levels of dataclasses (root -> section -> subsection)")
+        raise TypeError(
+            f"config schema is too deep at '{prefix}' ({cls.__name__}): at most {MAX_DEPTH} "
+            f"levels of dataclasses (root -> section -> subsection)"
+        )
     if inst is not None:
         cls = type(inst)
     hints, own = typing.get_type_hints(cls), set()

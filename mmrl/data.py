@@ -97,8 +97,10 @@ def check_dataset_arguments(name: str, kwargs: dict) -> None:
         return
     for key in kwargs:
         if key not in valid:
-            raise ConfigError(f"dataset '{name}' has no argument '{key}'. Valid: {', '.join(sorted(valid))}"
-                              f"{_suggest(key, sorted(valid))}")
+            raise ConfigError(
+                f"dataset '{name}' has no argument '{key}'. Valid: {', '.join(sorted(valid))}"
+                f"{_suggest(key, sorted(valid))}"
+            )
 
 
 def declared_kwargs(name: str, **offered: Any) -> dict:

@@ -39,8 +39,9 @@ class RunConfig:
         from mmrl.placement.config import _valid_device
 
         if self.threads < -1:
-            raise ConfigError(f"'threads' = {self.threads}: use 0 (automatic), -1 (torch's default) "
-                              "or a positive thread count")
+            raise ConfigError(
+                f"'threads' = {self.threads}: use 0 (automatic), -1 (torch's default) or a positive thread count"
+            )
         if not _valid_device(self.device):
             raise ConfigError(f"'device' = {self.device!r} is not a device; valid: cpu, cuda, cuda:<index>, mps")
 
@@ -61,24 +62,30 @@ class SimConfig:
     def validate(self) -> None:
         check_range(self, {"num_envs": ">=1", "eval_num_envs": ">=1"})
         if self.type not in SIMULATORS:
-            raise ConfigError(f"'type' = {self.type!r} is not a registered simulator: "
-                              f"{', '.join(SIMULATORS.names())}")
+            raise ConfigError(f"'type' = {self.type!r} is not a registered simulator: {', '.join(SIMULATORS.names())}")
         cls = SIMULATORS.get(self.type)
         if self.eval_tasks is not None and cls.task_arg is None:
-            raise ConfigError(f"'eval_tasks' is set but simulator '{self.type}' has a single task: "
-                              "remove sim.eval_tasks")
+            raise ConfigError(
+                f"'eval_tasks' is set but simulator '{self.type}' has a single task: remove sim.eval_tasks"
+            )
         allowed = constructor_arguments(cls, exclude=("num_envs", "seed", "device"))
         if allowed is not None:
-            for section, key in [*(("kwargs", k) for k in self.kwargs),
-                                 *(("eval_kwargs", k) for k in self.eval_kwargs)]:
+            for section, key in [
+                *(("kwargs", k) for k in self.kwargs),
+                *(("eval_kwargs", k) for k in self.eval_kwargs),
+            ]:
                 if key not in allowed:
                     moved = ""
                     if cls.passthrough_arg:
                         value = (self.kwargs if section == "kwargs" else self.eval_kwargs)[key]
-                        moved = (f"; arguments of what it wraps go under {section}.{cls.passthrough_arg}: "
-                                 f"{{{key}: {value!r}}}")
-                    raise ConfigError(f"'{section}.{key}' is not an argument of simulator "
-                                      f"'{self.type}'{moved}. Valid: {', '.join(allowed)}")
+                        moved = (
+                            f"; arguments of what it wraps go under {section}.{cls.passthrough_arg}: "
+                            f"{{{key}: {value!r}}}"
+                        )
+                    raise ConfigError(
+                        f"'{section}.{key}' is not an argument of simulator "
+                        f"'{self.type}'{moved}. Valid: {', '.join(allowed)}"
+                    )
             params = inspect.signature(cls).parameters
             for given in (self.kwargs, self.eval_kwargs):  # a VLM question sim's dataset arguments
                 if "dataset" in params and given.get("dataset_kwargs"):
@@ -120,8 +127,9 @@ class FrameRewardConfig:
             try:
                 re.compile(self.instruction_pattern)
             except re.error as exc:
-                raise ConfigError(f"'instruction_pattern' = {self.instruction_pattern!r} "
-                                  f"is not a regex: {exc}") from None
+                raise ConfigError(
+                    f"'instruction_pattern' = {self.instruction_pattern!r} is not a regex: {exc}"
+                ) from None
         for key, template in self.goal_meta.items():
             if not isinstance(template, str):
                 raise ConfigError(f"'goal_meta.{key}' must be a string template, got {template!r}")
@@ -162,8 +170,15 @@ class CombineConfig:
         from mmrl.algorithms.reward_synthesis import RewardSynthesis
 
         try:
-            return RewardSynthesis(self.mode, dict(self.weights), self.gate, list(self.factors), self.speed,
-                                   self.target_speed, self.failure_penalty)
+            return RewardSynthesis(
+                self.mode,
+                dict(self.weights),
+                self.gate,
+                list(self.factors),
+                self.speed,
+                self.target_speed,
+                self.failure_penalty,
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
@@ -193,18 +208,24 @@ class RewardConfig:
     def validate(self) -> None:
         if self.weights:
             if self.type not in (None, "weighted_sum"):
-                raise ConfigError(f"'weights' sums several rewards: drop 'type' ({self.type!r}) or set it to "
-                                  "weighted_sum, and name each part in 'weights'")
+                raise ConfigError(
+                    f"'weights' sums several rewards: drop 'type' ({self.type!r}) or set it to "
+                    "weighted_sum, and name each part in 'weights'"
+                )
             for part in self.weights:
                 check_reward_name(part, "weights")
             unknown = [k for k in self.kwargs if k not in self.weights]
             if unknown:
-                raise ConfigError(f"'kwargs' of a weighted reward are per part ({{part: {{arg: value}}}}); "
-                                  f"{unknown} name no part of 'weights': {list(self.weights)}")
+                raise ConfigError(
+                    f"'kwargs' of a weighted reward are per part ({{part: {{arg: value}}}}); "
+                    f"{unknown} name no part of 'weights': {list(self.weights)}"
+                )
             return
         if self.type is None:
-            raise ConfigError("'type' is required: a registered reward (`mmrl list`), a function "
-                              "('module.path:function' or 'path/file.py:function'), or 'weights' for several")
+            raise ConfigError(
+                "'type' is required: a registered reward (`mmrl list`), a function "
+                "('module.path:function' or 'path/file.py:function'), or 'weights' for several"
+            )
         check_reward_name(self.type, "type")
 
 
@@ -220,8 +241,10 @@ def check_reward_name(name: str, key: str) -> None:
         if not callable(fn):
             raise ConfigError(f"'{key}' = {name!r} is not callable")
     elif name not in REWARDS:
-        raise ConfigError(f"'{key}' = {name!r} is not a registered reward ({', '.join(REWARDS.names())}) nor a "
-                          "function reference ('module.path:function' or 'path/file.py:function')")
+        raise ConfigError(
+            f"'{key}' = {name!r} is not a registered reward ({', '.join(REWARDS.names())}) nor a "
+            "function reference ('module.path:function' or 'path/file.py:function')"
+        )
 
 
 @dataclass
@@ -245,8 +268,9 @@ class WarmStartConfig:
         from mmrl.registry import DATASETS
 
         if self.dataset not in DATASETS:
-            raise ConfigError(f"'dataset' = {self.dataset!r} is not a registered dataset: "
-                              f"{', '.join(DATASETS.names())}")
+            raise ConfigError(
+                f"'dataset' = {self.dataset!r} is not a registered dataset: {', '.join(DATASETS.names())}"
+            )
         check_dataset_arguments(self.dataset, self.kwargs)  # a misspelt argument fails here, before any work
 
 
@@ -268,8 +292,9 @@ class AlgorithmConfig:
     clip_low: float = 0.2
     clip_high: float | None = None  # None = clip_low (symmetric); larger = DAPO clip-higher
     dual_clip: float | None = None  # c > 1 bounds the loss of negative-advantage samples
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                      "seq-mean-token-sum-norm"] = "token-mean"
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
+        "token-mean"
+    )
     vf_coef: float = 0.5
     value_clip: float | None = None
     ent_coef: float = 0.0
@@ -285,15 +310,29 @@ class AlgorithmConfig:
     target_kl: float | None = None
 
     def validate(self) -> None:
-        check_range(self, {"group_size": ">=1", "gamma": "0..1", "lam": "0..1", "clip_low": ">0", "clip_high": ">0",
-                           "dual_clip": ">1", "epochs": ">=1", "minibatch_size": ">=1", "max_grad_norm": ">0",
-                           "vf_coef": ">=0", "ent_coef": ">=0", "kl_coef": ">=0", "adv_clip": ">0",
-                           "value_clip": ">0"})
+        check_range(
+            self,
+            {
+                "group_size": ">=1",
+                "gamma": "0..1",
+                "lam": "0..1",
+                "clip_low": ">0",
+                "clip_high": ">0",
+                "dual_clip": ">1",
+                "epochs": ">=1",
+                "minibatch_size": ">=1",
+                "max_grad_norm": ">0",
+                "vf_coef": ">=0",
+                "ent_coef": ">=0",
+                "kl_coef": ">=0",
+                "adv_clip": ">0",
+                "value_clip": ">0",
+            },
+        )
         if self.target_kl is not None and not self.target_kl > 0:
             raise ConfigError(f"'target_kl' must be > 0 or null, got {self.target_kl}")
         if self.advantage not in ADVANTAGES:
-            raise ConfigError(f"'advantage' = {self.advantage!r} is not one of: "
-                              f"{', '.join(ADVANTAGES.names())}")
+            raise ConfigError(f"'advantage' = {self.advantage!r} is not one of: {', '.join(ADVANTAGES.names())}")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"'objective' = {self.objective!r} is not one of: {', '.join(OBJECTIVES.names())}")
         if self.max_sampling_rounds < 1:
@@ -303,8 +342,7 @@ class AlgorithmConfig:
         if self.pos_weight < 0 or self.neg_weight < 0:
             raise ConfigError(f"'pos_weight' / 'neg_weight' must be >= 0, got {self.pos_weight} / {self.neg_weight}")
         if self.grouped and self.group_size < 2:
-            raise ConfigError(f"'advantage' = {self.advantage!r} compares episodes within a group: "
-                              "set group_size >= 2")
+            raise ConfigError(f"'advantage' = {self.advantage!r} compares episodes within a group: set group_size >= 2")
 
     @property
     def grouped(self) -> bool:
@@ -349,9 +387,20 @@ class TrainerConfig:
     engine: TrainEngineConfig = field(default_factory=TrainEngineConfig)  # torch or DeepSpeed ZeRO
 
     def validate(self) -> None:
-        check_range(self, {"iterations": ">=0", "lr": ">0", "checkpoint_every": ">=1", "keep_checkpoints": ">=1",
-                           "eval_every": ">=0", "eval_episodes": ">=1", "video_episodes": ">=0",
-                           "max_skipped_steps": ">=1", "max_nonfinite_fraction": "0..1"})
+        check_range(
+            self,
+            {
+                "iterations": ">=0",
+                "lr": ">0",
+                "checkpoint_every": ">=1",
+                "keep_checkpoints": ">=1",
+                "eval_every": ">=0",
+                "eval_episodes": ">=1",
+                "video_episodes": ">=0",
+                "max_skipped_steps": ">=1",
+                "max_nonfinite_fraction": "0..1",
+            },
+        )
         if self.value_lr is not None and not self.value_lr > 0:
             raise ConfigError(f"'value_lr' = {self.value_lr} must be > 0, or null (the critic learns at `lr`)")
         if self.rollout_steps < 0:
@@ -359,8 +408,7 @@ class TrainerConfig:
         if self.env_steps is not None and self.env_steps < 1:
             raise ConfigError(f"'env_steps' = {self.env_steps} must be >= 1 or null")
         if self.async_staleness < 0:
-            raise ConfigError(f"'async_staleness' = {self.async_staleness} must be >= 0 "
-                              "(0 = synchronous rollout)")
+            raise ConfigError(f"'async_staleness' = {self.async_staleness} must be >= 0 (0 = synchronous rollout)")
 
 
 @dataclass
@@ -377,30 +425,46 @@ class ExperimentConfig:
     def validate(self) -> None:
         self.placement.stage_slices(self.sim.num_envs)  # the stages must divide the envs
         self.trainer.engine.validate(self.run.device)
-        if self.trainer.async_staleness and self.trainer.engine.backend == "deepspeed" \
-                and self.trainer.engine.zero_stage == 3:
-            raise ConfigError("'trainer.async_staleness' > 0 copies the policy for background rollout, "
-                              "which ZeRO-3's partitioned parameters do not allow: use zero_stage <= 2 "
-                              "or async_staleness: 0")
+        if (
+            self.trainer.async_staleness
+            and self.trainer.engine.backend == "deepspeed"
+            and self.trainer.engine.zero_stage == 3
+        ):
+            raise ConfigError(
+                "'trainer.async_staleness' > 0 copies the policy for background rollout, "
+                "which ZeRO-3's partitioned parameters do not allow: use zero_stage <= 2 "
+                "or async_staleness: 0"
+            )
         if self.trainer.rollout_steps:
-            why = ("a group estimator needs groups of episodes sharing an initial state"
-                   if self.algorithm.grouped else
-                   "placement.mode must be collocated" if self.placement.mode != "collocated" else
-                   "trainer.async_staleness must be 0" if self.trainer.async_staleness else None)
+            why = (
+                "a group estimator needs groups of episodes sharing an initial state"
+                if self.algorithm.grouped
+                else "placement.mode must be collocated"
+                if self.placement.mode != "collocated"
+                else "trainer.async_staleness must be 0"
+                if self.trainer.async_staleness
+                else None
+            )
             if why:
-                raise ConfigError(f"'trainer.rollout_steps' > 0 (fixed-length rollouts) is not supported "
-                                  f"here: {why}. Set trainer.rollout_steps=0 (one episode per env) or fix it")
+                raise ConfigError(
+                    f"'trainer.rollout_steps' > 0 (fixed-length rollouts) is not supported "
+                    f"here: {why}. Set trainer.rollout_steps=0 (one episode per env) or fix it"
+                )
         if self.sim.num_envs % self.algorithm.group_size:
-            raise ConfigError(f"'sim.num_envs' ({self.sim.num_envs}) must be a multiple of "
-                              f"'algorithm.group_size' ({self.algorithm.group_size})")
+            raise ConfigError(
+                f"'sim.num_envs' ({self.sim.num_envs}) must be a multiple of "
+                f"'algorithm.group_size' ({self.algorithm.group_size})"
+            )
         if self.policy.type not in POLICIES:
             raise ConfigError(f"'policy.type' = {self.policy.type!r} is not a registered policy")
         caps = POLICIES.get(self.policy.type).capabilities(self.policy)
         sim_actions = SIMULATORS.get(self.sim.type).action_type
         if sim_actions != caps.action_type:
-            raise ConfigError(f"policy '{self.policy.type}' produces {caps.action_type} actions but simulator "
-                              f"'{self.sim.type}' takes {sim_actions}: pick a {caps.action_type} simulator or "
-                              f"a {sim_actions} policy")
+            raise ConfigError(
+                f"policy '{self.policy.type}' produces {caps.action_type} actions but simulator "
+                f"'{self.sim.type}' takes {sim_actions}: pick a {caps.action_type} simulator or "
+                f"a {sim_actions} policy"
+            )
         self.check_reward(sim_actions)
         self.check_capabilities(caps)
 
@@ -409,38 +473,54 @@ class ExperimentConfig:
         only for robot simulators, a success threshold only for single-turn ones."""
         if self.reward is None:
             if sim_actions != "chunk":
-                raise ConfigError(f"simulator '{self.sim.type}' has no task reward of its own: add a `reward:` "
-                                  "section naming the reward model that scores the policy's answers / images")
+                raise ConfigError(
+                    f"simulator '{self.sim.type}' has no task reward of its own: add a `reward:` "
+                    "section naming the reward model that scores the policy's answers / images"
+                )
             return
         if sim_actions == "chunk" and self.reward.success_threshold is not None:
-            raise ConfigError(f"'reward.success_threshold' applies to single-turn rewards (answers, images); "
-                              f"simulator '{self.sim.type}' judges success itself: remove it")
+            raise ConfigError(
+                f"'reward.success_threshold' applies to single-turn rewards (answers, images); "
+                f"simulator '{self.sim.type}' judges success itself: remove it"
+            )
         if sim_actions != "chunk" and self.reward.frames is not None:
-            raise ConfigError(f"'reward.frames' says how a robot simulator's rendered frames are scored; simulator "
-                              f"'{self.sim.type}' takes {sim_actions} actions, scored as they are: remove it")
+            raise ConfigError(
+                f"'reward.frames' says how a robot simulator's rendered frames are scored; simulator "
+                f"'{self.sim.type}' takes {sim_actions} actions, scored as they are: remove it"
+            )
 
     def check_capabilities(self, caps) -> None:
         """What the algorithm and the trainer ask of the policy (its `mmrl.capabilities.Capabilities`
         as configured) is there: each fails here, naming the capability and the fix, not after the
         warm start."""
         policy = f"policy '{self.policy.type}'"
-        defaults = {"critic": "set policy.critic=true, or use a group estimator (grpo, rloo, ...)",
-                    "likelihood": "use an objective that needs no likelihood (algorithm.objective=awm)",
-                    "likelihood_free": "use algorithm.objective=ppo"}
-        for key, name, registry in (("advantage", self.algorithm.advantage, ADVANTAGES),
-                                    ("objective", self.algorithm.objective, OBJECTIVES)):
+        defaults = {
+            "critic": "set policy.critic=true, or use a group estimator (grpo, rloo, ...)",
+            "likelihood": "use an objective that needs no likelihood (algorithm.objective=awm)",
+            "likelihood_free": "use algorithm.objective=ppo",
+        }
+        for key, name, registry in (
+            ("advantage", self.algorithm.advantage, ADVANTAGES),
+            ("objective", self.algorithm.objective, OBJECTIVES),
+        ):
             lacking = missing_needs(registry.get(name).needs, caps.as_needs() | {"groups"})  # groups: above
             if lacking:
                 need = lacking[0]
-                raise ConfigError(f"'algorithm.{key}' = {name!r} needs {NEEDS[need]}, which {policy} does not have "
-                                  f"as configured: {caps.fix(need, defaults[need])}")
+                raise ConfigError(
+                    f"'algorithm.{key}' = {name!r} needs {NEEDS[need]}, which {policy} does not have "
+                    f"as configured: {caps.fix(need, defaults[need])}"
+                )
         if self.algorithm.kl_coef and caps.kl_reference is None:
-            raise ConfigError(f"'algorithm.kl_coef' > 0 needs a reference model, which {policy} does not provide "
-                              f"as configured: {caps.fix('kl_reference', 'set algorithm.kl_coef=0')}")
+            raise ConfigError(
+                f"'algorithm.kl_coef' > 0 needs a reference model, which {policy} does not provide "
+                f"as configured: {caps.fix('kl_reference', 'set algorithm.kl_coef=0')}"
+            )
         if self.trainer.async_staleness and not caps.asynchronous:
-            raise ConfigError(f"'trainer.async_staleness' = {self.trainer.async_staleness} rolls out with a background "
-                              f"copy of the policy, which {policy} cannot do: "
-                              + caps.fix("asynchronous", "set trainer.async_staleness=0"))
+            raise ConfigError(
+                f"'trainer.async_staleness' = {self.trainer.async_staleness} rolls out with a background "
+                f"copy of the policy, which {policy} cannot do: "
+                + caps.fix("asynchronous", "set trainer.async_staleness=0")
+            )
 
 
 def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
@@ -451,8 +531,7 @@ def output_dir(cfg: ExperimentConfig) -> Path:
     return Path(cfg.run.output_dir) / cfg.run.name
 
 
-def build_sim(cfg: ExperimentConfig, num_envs: int, seed: int, evaluation: bool = False,
-              task: Any = None):
+def build_sim(cfg: ExperimentConfig, num_envs: int, seed: int, evaluation: bool = False, task: Any = None):
     """A simulator of the experiment. ``evaluation`` adds the simulator's ``eval_kwargs`` (held-out
     initial states); ``task`` overrides its task argument (one task of the suite)."""
     cls = SIMULATORS.get(cfg.sim.type)
@@ -479,8 +558,12 @@ def build_policy(cfg: ExperimentConfig, sim):
     configured = cls.configure(cfg.policy, sim)
     policy = cls(configured, action_dim=sim.action_dim, state_dim=sim.state_dim)
     # what rebuilds it without a simulator (`mmrl.load_policy`); checkpoints keep it
-    policy.build_spec = {"type": configured.type, "config": to_dict(configured), "action_dim": sim.action_dim,
-                         "state_dim": sim.state_dim}
+    policy.build_spec = {
+        "type": configured.type,
+        "config": to_dict(configured),
+        "action_dim": sim.action_dim,
+        "state_dim": sim.state_dim,
+    }
     policy = policy.to(cfg.run.device)
     checkpoint.mark_source(policy)  # its frozen pretrained weights: checkpoints leave them to the source
     return policy
@@ -495,8 +578,16 @@ def build_reward(cfg: ExperimentConfig):
     if r is None:
         return None
     frames = r.frames.scoring() if r.frames is not None else None
-    return build_reward_stage(r.type, dict(r.kwargs), dict(r.weights), SIMULATORS.get(cfg.sim.type).action_type,
-                              r.success_threshold, r.combine.synthesis(), r.combine.failure_term, frames)
+    return build_reward_stage(
+        r.type,
+        dict(r.kwargs),
+        dict(r.weights),
+        SIMULATORS.get(cfg.sim.type).action_type,
+        r.success_threshold,
+        r.combine.synthesis(),
+        r.combine.failure_term,
+        frames,
+    )
 
 
 def build_trainer(cfg: ExperimentConfig):
@@ -522,9 +613,10 @@ def build_trainer(cfg: ExperimentConfig):
     if changes:
         assert resumed_from is not None  # changes are found only against a checkpoint
         record_config_change(out, resumed_from, changes)
-        trainer.log_line(f"warning: resuming {resumed_from.name} under a changed config "
-                         "(trainer.accept_config_change): "
-                         + ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in changes))
+        trainer.log_line(
+            f"warning: resuming {resumed_from.name} under a changed config "
+            "(trainer.accept_config_change): " + ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in changes)
+        )
     return trainer
 
 
@@ -539,10 +631,15 @@ def check_device_available(key: str, device: str) -> None:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= count:
-            have = f"{count} CUDA device(s)" if count else \
-                f"no CUDA device (torch {torch.__version__}{'' if torch.version.cuda else ', built without CUDA'})"
-            raise UserError(f"{key} = {device!r} but this machine has {have}: use {key}=cpu"
-                            + (f" or cuda:0..cuda:{count - 1}" if count else ""))
+            have = (
+                f"{count} CUDA device(s)"
+                if count
+                else f"no CUDA device (torch {torch.__version__}{'' if torch.version.cuda else ', built without CUDA'})"
+            )
+            raise UserError(
+                f"{key} = {device!r} but this machine has {have}: use {key}=cpu"
+                + (f" or cuda:0..cuda:{count - 1}" if count else "")
+            )
     elif kind == "mps" and not torch.backends.mps.is_available():
         raise UserError(f"{key} = 'mps' but MPS is not available here: use {key}=cpu")
 
@@ -564,9 +661,11 @@ def _build_trainer(cfg: ExperimentConfig, Trainer, folder):
     try:
         policy = build_policy(cfg, sim)
         if sim.action_type == "chunk" and policy.chunk_size > sim.max_episode_steps:
-            raise ConfigError(f"policy.chunk_size = {policy.chunk_size} is longer than an episode of simulator "
-                              f"'{cfg.sim.type}' ({sim.max_episode_steps} steps): set policy.chunk_size <= "
-                              f"{sim.max_episode_steps} or lengthen the episodes")
+            raise ConfigError(
+                f"policy.chunk_size = {policy.chunk_size} is longer than an episode of simulator "
+                f"'{cfg.sim.type}' ({sim.max_episode_steps} steps): set policy.chunk_size <= "
+                f"{sim.max_episode_steps} or lengthen the episodes"
+            )
         # the training simulator runs in workers: a one-env copy here, built only if the check reads it
         local = LazySim(lambda: build_sim(cfg, 1, cfg.run.seed)) if remote else sim
         try:

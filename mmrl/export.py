@@ -20,26 +20,45 @@ import json
 from pathlib import Path
 
 
-def model_card(run_name: str, family: str, fmt: str, config_yaml: str, results: dict | None,
-               base_model: str | None) -> str:
+def model_card(
+    run_name: str, family: str, fmt: str, config_yaml: str, results: dict | None, base_model: str | None
+) -> str:
     """The ``README.md`` of an exported policy: hub front matter, how to load it, the held-out
     results and the config it was trained with."""
-    library = {"transformers": "transformers", "peft adapter": "peft", "lerobot": "lerobot", "diffusers": "diffusers",
-               "diffusers lora": "diffusers"}.get(fmt, "mmrl")
+    library = {
+        "transformers": "transformers",
+        "peft adapter": "peft",
+        "lerobot": "lerobot",
+        "diffusers": "diffusers",
+        "diffusers lora": "diffusers",
+    }.get(fmt, "mmrl")
     front = ["---", f"library_name: {library}", "tags:", "- mmrl", "- reinforcement-learning", f"- {family}"]
     if library == "diffusers":
         front += ["- text-to-image", *(["- lora"] if fmt == "diffusers lora" else [])]
     if base_model:
         front.append(f"base_model: {base_model}")
-    lines = [*front, "---", "", f"# {run_name}", "",
-             f"A `{family}` policy RL-fine-tuned with [mmrl](https://github.com/mmrl), exported as **{fmt}**.", ""]
+    lines = [
+        *front,
+        "---",
+        "",
+        f"# {run_name}",
+        "",
+        f"A `{family}` policy RL-fine-tuned with [mmrl](https://github.com/mmrl), exported as **{fmt}**.",
+        "",
+    ]
     if results:
-        lines += ["## Held-out evaluation", "", "| evaluation | success | return | episodes | RL iterations |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "## Held-out evaluation",
+            "",
+            "| evaluation | success | return | episodes | RL iterations |",
+            "|---|---|---|---|---|",
+        ]
         for name, row in results.items():
-            lines.append(f"| {name} | {row.get('success_rate', float('nan')):.4f} "
-                         f"| {row.get('return', float('nan')):.4f} "
-                         f"| {row.get('episodes', '')} | {row.get('iteration', '')} |")
+            lines.append(
+                f"| {name} | {row.get('success_rate', float('nan')):.4f} "
+                f"| {row.get('return', float('nan')):.4f} "
+                f"| {row.get('episodes', '')} | {row.get('iteration', '')} |"
+            )
         lines.append("")
     lines += ["## Training config", "", "```yaml", config_yaml.rstrip(), "```", ""]
     return "\n".join(lines)
@@ -62,13 +81,15 @@ def export(run_or_checkpoint, to, merge: bool = True, push_to_hub: str | None = 
     base = spec["config"].get("model") or spec["config"].get("pretrained")
     # a hub id only (not a local folder, not mmrl's tiny test models)
     base = base if isinstance(base, str) and not base.startswith("tiny") and not Path(base).exists() else None
-    (to / "README.md").write_text(model_card(run_dir.name, spec["type"], fmt, (path / "config.yaml").read_text(),
-                                             results, base))
+    (to / "README.md").write_text(
+        model_card(run_dir.name, spec["type"], fmt, (path / "config.yaml").read_text(), results, base)
+    )
     if push_to_hub:
         from huggingface_hub import HfApi
 
         api = HfApi()
         api.create_repo(push_to_hub, private=private, exist_ok=True)
-        api.upload_folder(folder_path=str(to), repo_id=push_to_hub,
-                          commit_message=f"mmrl export of {run_dir.name} ({path.name})")
+        api.upload_folder(
+            folder_path=str(to), repo_id=push_to_hub, commit_message=f"mmrl export of {run_dir.name} ({path.name})"
+        )
     return to

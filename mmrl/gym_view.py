@@ -98,16 +98,20 @@ def _select_keys(sim: Simulator, keys: Sequence[str] | Mapping[str, str] | None)
     mapping = dict(keys) if isinstance(keys, Mapping) else {k: k for k in keys}
     bad = [k for k in mapping if k not in available]
     if bad or not mapping:
-        raise ValueError(f"keys {list(mapping)}: {type(sim).__name__} observations have {', '.join(available)}"
-                         + (f" (no 'state': its state_dim is {sim.state_dim})" if "state" in bad else ""))
+        raise ValueError(
+            f"keys {list(mapping)}: {type(sim).__name__} observations have {', '.join(available)}"
+            + (f" (no 'state': its state_dim is {sim.state_dim})" if "state" in bad else "")
+        )
     if len(set(mapping.values())) != len(mapping):
         raise ValueError(f"keys {mapping} give two entries the same name")
     return mapping
 
 
 def observation_space_of(
-    sim: Simulator, keys: Sequence[str] | Mapping[str, str] | None = None,
-    instruction_charset: str = DEFAULT_CHARSET, instruction_max_length: int = 1024,
+    sim: Simulator,
+    keys: Sequence[str] | Mapping[str, str] | None = None,
+    instruction_charset: str = DEFAULT_CHARSET,
+    instruction_max_length: int = 1024,
 ) -> spaces.Dict:
     """The observation space of one environment of ``sim`` (see the module docstring)."""
     out: dict[str, spaces.Space] = {}
@@ -125,8 +129,10 @@ def observation_space_of(
 def action_space_of(sim: Simulator, chunk_size: int = 1) -> spaces.Box:
     """``Box(-1, 1, (A,))`` (``chunk_size=1``) or ``(chunk_size, A)`` float32: one env's actions."""
     if sim.action_type != "chunk":
-        raise ValueError(f"{type(sim).__name__} takes {sim.action_type!r} actions; a gymnasium view needs a "
-                         "simulator of float action chunks (action_type 'chunk')")
+        raise ValueError(
+            f"{type(sim).__name__} takes {sim.action_type!r} actions; a gymnasium view needs a "
+            "simulator of float action chunks (action_type 'chunk')"
+        )
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     shape = (int(sim.action_dim),) if chunk_size == 1 else (int(chunk_size), int(sim.action_dim))
@@ -155,16 +161,22 @@ class SimulatorVectorEnv(gym.vector.VectorEnv):
         self.chunk_size = int(chunk_size)
         self.single_action_space = action_space_of(sim, chunk_size)
         self.keys = _select_keys(sim, keys)  # {mmrl key: gym key}
-        self.single_observation_space = observation_space_of(sim, self.keys, instruction_charset,
-                                                             instruction_max_length)
+        self.single_observation_space = observation_space_of(
+            sim, self.keys, instruction_charset, instruction_max_length
+        )
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": ["rgb_array"],
-                         "render_fps": render_fps}
+        self.metadata = {
+            "autoreset_mode": AutoresetMode.SAME_STEP,
+            "render_modes": ["rgb_array"],
+            "render_fps": render_fps,
+        }
         self.render_mode = render_mode
         # the Text space `observation_space` made for the instructions (None without that key)
-        self._text = cast("spaces.Text | None", next(
-            (self.single_observation_space[n] for k, n in self.keys.items() if k == "instruction"), None))
+        self._text = cast(
+            "spaces.Text | None",
+            next((self.single_observation_space[n] for k, n in self.keys.items() if k == "instruction"), None),
+        )
         self._known_instructions: set[str] = set()  # instructions already checked against the Text space
         self._image: torch.Tensor | None = None  # what render() shows: the last step's (final) images
         self._obs_image: torch.Tensor | None = None  # the images of the last returned observations
@@ -182,13 +194,16 @@ class SimulatorVectorEnv(gym.vector.VectorEnv):
                 state = obs.state
                 if state is None or tuple(state.shape) != (n, self.sim.state_dim):
                     got = None if state is None else list(state.shape)
-                    raise ValueError(f"{type(self.sim).__name__} returned state {got}, but declares "
-                                     f"[{n}, {self.sim.state_dim}] (num_envs, state_dim)")
+                    raise ValueError(
+                        f"{type(self.sim).__name__} returned state {got}, but declares "
+                        f"[{n}, {self.sim.state_dim}] (num_envs, state_dim)"
+                    )
                 out[name] = state.detach().to("cpu", torch.float32).numpy().copy()
             else:
                 if len(obs.instruction) != n:
-                    raise ValueError(f"{type(self.sim).__name__} returned {len(obs.instruction)} instructions "
-                                     f"for {n} envs")
+                    raise ValueError(
+                        f"{type(self.sim).__name__} returned {len(obs.instruction)} instructions for {n} envs"
+                    )
                 text_space = self._text
                 assert text_space is not None  # made with the "instruction" key
                 for text in obs.instruction:
@@ -199,7 +214,8 @@ class SimulatorVectorEnv(gym.vector.VectorEnv):
                                 f"instruction {text!r} is outside the observation space {text_space} "
                                 f"({'characters ' + repr(''.join(odd)) if odd else 'length ' + str(len(text))}): "
                                 "pass instruction_charset / instruction_max_length to the view, or keys without "
-                                "'instruction'")
+                                "'instruction'"
+                            )
                         if len(self._known_instructions) >= 100_000:  # endless variants: keep it bounded
                             self._known_instructions.clear()
                         self._known_instructions.add(text)
@@ -222,20 +238,27 @@ class SimulatorVectorEnv(gym.vector.VectorEnv):
     def _actions(self, actions: Any) -> torch.Tensor:
         a = np.asarray(actions, dtype=np.float32)
         if a.shape != self.action_space.shape:
-            raise ValueError(f"actions must have shape {self.action_space.shape} (num_envs, "
-                             f"{'chunk_size, ' if self.chunk_size > 1 else ''}action_dim), got {a.shape}")
+            raise ValueError(
+                f"actions must have shape {self.action_space.shape} (num_envs, "
+                f"{'chunk_size, ' if self.chunk_size > 1 else ''}action_dim), got {a.shape}"
+            )
         t = torch.from_numpy(a.copy()).to(self.sim.device)
         return t[:, None] if self.chunk_size == 1 else t
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(
-        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None,
+        self,
+        *,
+        seed: int | list[int] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Reset every env: ``seed`` None (the simulator's generator), an int (env i gets
         ``seed + i``) or a list of ``num_envs`` ints. ``options`` are not supported (None or {})."""
         if options:
-            raise ValueError(f"reset options {sorted(options)} are not supported (the view auto resets in "
-                             "the same step, so it has no reset_mask)")
+            raise ValueError(
+                f"reset options {sorted(options)} are not supported (the view auto resets in "
+                "the same step, so it has no reset_mask)"
+            )
         if isinstance(seed, (list, tuple)):
             if len(seed) != self.num_envs or any(s is None for s in seed):
                 raise ValueError(f"reset(seed=list) needs {self.num_envs} int seeds, got {list(seed)}")
@@ -312,11 +335,19 @@ class SimulatorEnv(gym.Env):
         render_fps: float = 10.0,
     ):
         if sim.num_envs != 1:
-            raise ValueError(f"SimulatorEnv views one environment: build the simulator with num_envs=1 (got "
-                             f"{sim.num_envs}), or use SimulatorVectorEnv for all {sim.num_envs}")
+            raise ValueError(
+                f"SimulatorEnv views one environment: build the simulator with num_envs=1 (got "
+                f"{sim.num_envs}), or use SimulatorVectorEnv for all {sim.num_envs}"
+            )
         self._vec = SimulatorVectorEnv(
-            sim, chunk_size=chunk_size, keys=keys, instruction_charset=instruction_charset,
-            instruction_max_length=instruction_max_length, render_mode=render_mode, render_fps=render_fps)
+            sim,
+            chunk_size=chunk_size,
+            keys=keys,
+            instruction_charset=instruction_charset,
+            instruction_max_length=instruction_max_length,
+            render_mode=render_mode,
+            render_fps=render_fps,
+        )
         self.sim = sim
         self.observation_space = self._vec.single_observation_space
         self.action_space = self._vec.single_action_space
@@ -326,7 +357,10 @@ class SimulatorEnv(gym.Env):
         self._running = False
 
     def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None,
+        self,
+        *,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """``seed``: the simulator's ``reset([seed])``; None continues the simulator's generator (after
         an episode's end: the next episode the simulator already started)."""
@@ -425,8 +459,13 @@ def register_simulators(namespace: str = "mmrl") -> list[str]:
             continue
         env_id = f"{namespace}/{name}-v0"
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point=f"{__name__}:make_env", vector_entry_point=f"{__name__}:make_vector_env",
-                         kwargs={"simulator": name}, disable_env_checker=False)
+            gym.register(
+                env_id,
+                entry_point=f"{__name__}:make_env",
+                vector_entry_point=f"{__name__}:make_vector_env",
+                kwargs={"simulator": name},
+                disable_env_checker=False,
+            )
             ids.append(env_id)
     return ids
 

@@ -56,8 +56,7 @@ class Entry:
         except ImportError as exc:
             hint = self.fix or (f"pip install 'mmrl[{self.extra}]'" if self.extra else "check your installation")
             raise MissingDependencyError(
-                f"{kind} '{self.name}' needs a package that is not installed ({exc.name or exc}). "
-                f"Fix: {hint}"
+                f"{kind} '{self.name}' needs a package that is not installed ({exc.name or exc}). Fix: {hint}"
             ) from exc
         self.target = getattr(module, attr) if attr else module
         return self.target
@@ -75,7 +74,12 @@ class Registry:
         self._discovered = False
 
     def register(
-        self, name: str, target: Any = None, *, description: str = "", extra: str | None = None,
+        self,
+        name: str,
+        target: Any = None,
+        *,
+        description: str = "",
+        extra: str | None = None,
         fix: str | None = None,
     ) -> Callable:
         """Register ``target`` (object or "module:attr") under ``name``; usable as a decorator."""
@@ -119,9 +123,11 @@ class Registry:
             )
         obj = self._entries[name].load(self.kind)
         if self.entry_type is not None and not isinstance(obj, self.entry_type):
-            raise TypeError(f"{self.kind} '{name}' ({self._entries[name].spec!r}) must be a "
-                            f"{self.entry_type.__module__}.{self.entry_type.__name__}, got {type(obj).__name__}: "
-                            f"register it as {self.entry_type.__name__}(fn, needs=...)")
+            raise TypeError(
+                f"{self.kind} '{name}' ({self._entries[name].spec!r}) must be a "
+                f"{self.entry_type.__module__}.{self.entry_type.__name__}, got {type(obj).__name__}: "
+                f"register it as {self.entry_type.__name__}(fn, needs=...)"
+            )
         return obj
 
     def build(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -146,8 +152,7 @@ def load_plugin_modules() -> None:
         try:
             ep.load()
         except ImportError as exc:
-            warnings.warn(f"mmrl plugin '{ep.name}' ({ep.value}) failed to import and is skipped: {exc}",
-                          stacklevel=2)
+            warnings.warn(f"mmrl plugin '{ep.name}' ({ep.value}) failed to import and is skipped: {exc}", stacklevel=2)
 
 
 def _first_line(obj: Any) -> str:

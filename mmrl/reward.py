@@ -63,8 +63,12 @@ class Reward:
 
 
 def check_images(images, n: int | None = None) -> None:
-    if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4 \
-            or images.shape[-1] != 3:
+    if (
+        not isinstance(images, torch.Tensor)
+        or images.dtype != torch.uint8
+        or images.dim() != 4
+        or images.shape[-1] != 3
+    ):
         got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
         dtype = getattr(images, "dtype", "")
         raise ValueError(f"image rewards take uint8 images [B, H, W, 3], got {got} {dtype}")
@@ -75,8 +79,12 @@ def check_images(images, n: int | None = None) -> None:
 class WeightedSum(Reward):
     """``sum_i weight_i * reward_i`` over rewards of the same kind."""
 
-    def __init__(self, rewards: dict[str, Reward] | Sequence[Reward], weights: Sequence[float] | None = None,
-                 name: str = "weighted_sum"):
+    def __init__(
+        self,
+        rewards: dict[str, Reward] | Sequence[Reward],
+        weights: Sequence[float] | None = None,
+        name: str = "weighted_sum",
+    ):
         items = list(rewards.items()) if isinstance(rewards, dict) else [(r.name, r) for r in rewards]
         if not items:
             raise ValueError("WeightedSum needs at least one reward")
@@ -138,8 +146,10 @@ class FunctionReward(Reward):
             params = {}
         positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if params and not positional and not any(p.kind is p.VAR_POSITIONAL for p in params.values()):
-            raise TypeError(f"reward function {self.name} must take the samples as its first argument "
-                            "(TRL style: def reward(completions, **kwargs) -> list[float])")
+            raise TypeError(
+                f"reward function {self.name} must take the samples as its first argument "
+                "(TRL style: def reward(completions, **kwargs) -> list[float])"
+            )
         self._first = positional[0].name if positional else None
         self._takes_all = not params or any(p.kind is p.VAR_KEYWORD for p in params.values())
         self._names = set(params)
@@ -181,8 +191,10 @@ def import_reference(ref: str):
         try:
             module = importlib.import_module(where)
         except ImportError as exc:
-            raise ValueError(f"cannot import module {where!r} (from {ref!r}): {exc}; install it or give a file: "
-                             "'path/to/file.py:function'") from None
+            raise ValueError(
+                f"cannot import module {where!r} (from {ref!r}): {exc}; install it or give a file: "
+                "'path/to/file.py:function'"
+            ) from None
     if not hasattr(module, attr):
         found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
         raise ValueError(f"{where} has no {attr!r} (from {ref!r}); callables there: {', '.join(found) or 'none'}")

@@ -59,8 +59,13 @@ def step_record(out: Batch, res, alive: torch.Tensor, bootstrap: torch.Tensor | 
     (the keys of `mmrl.batch.KEYS`: rewards, dones, terminated, truncated, success, valid,
     env_steps and, when given, bootstrap)."""
     out.update(
-        rewards=res.reward.float(), dones=res.done, terminated=res.terminated, truncated=res.truncated,
-        success=res.success, valid=alive.clone(), env_steps=res.info["num_steps"].long() * alive,
+        rewards=res.reward.float(),
+        dones=res.done,
+        terminated=res.terminated,
+        truncated=res.truncated,
+        success=res.success,
+        valid=alive.clone(),
+        env_steps=res.info["num_steps"].long() * alive,
     )
     if bootstrap is not None:
         out["bootstrap"] = bootstrap
@@ -121,8 +126,15 @@ def task_logs(prefix: str, by_task: dict[str, dict]) -> dict[str, float]:
 
 
 @torch.no_grad()
-def collect_episodes(policy, sim: Simulator, seeds: list[int], generator: torch.Generator | None,
-                     mode: str = "train", frames_of: int = 0, reward=None) -> tuple[Batch, dict]:
+def collect_episodes(
+    policy,
+    sim: Simulator,
+    seeds: list[int],
+    generator: torch.Generator | None,
+    mode: str = "train",
+    frames_of: int = 0,
+    reward=None,
+) -> tuple[Batch, dict]:
     """Run one episode per env, each decision scored by the reward stage ``reward`` (if any).
     Returns (Batch [T, N, ...], info).
 
@@ -209,10 +221,13 @@ class StepCollector:
             self.obs = res.obs
         batch = Batch.stack(steps)
         last = policy.value(self.obs)
-        info: dict[str, Any] = {k: torch.cat(v) if v else torch.zeros(0, dtype=dtype)
-                                for (k, v), dtype in zip(finished.items(), (torch.float32, torch.bool, torch.long))}
-        info.update(env_steps=int(batch["env_steps"].sum()),
-                    last_values=torch.zeros(n) if last is None else last.float().cpu())
+        info: dict[str, Any] = {
+            k: torch.cat(v) if v else torch.zeros(0, dtype=dtype)
+            for (k, v), dtype in zip(finished.items(), (torch.float32, torch.bool, torch.long))
+        }
+        info.update(
+            env_steps=int(batch["env_steps"].sum()), last_values=torch.zeros(n) if last is None else last.float().cpu()
+        )
         return batch, info
 
     def state_dict(self) -> dict:
@@ -225,8 +240,13 @@ class StepCollector:
         except NotImplementedError:
             sim_state = None
         obs = {f.name: getattr(self.obs, f.name) for f in dataclasses.fields(self.obs)}  # plain data, no class
-        out = {"obs": obs, "sim": sim_state, "return": self.ep_return.clone(),
-               "length": self.ep_length.clone(), "success": self.ep_success.clone()}
+        out = {
+            "obs": obs,
+            "sim": sim_state,
+            "return": self.ep_return.clone(),
+            "length": self.ep_length.clone(),
+            "success": self.ep_success.clone(),
+        }
         if self.episodes is not None:
             out["reward_episodes"] = self.episodes.state_dict()
         return out
@@ -237,8 +257,10 @@ class StepCollector:
             return None
         if state["sim"] is None:
             self.obs = None
-            return ("the simulator cannot snapshot its state (Simulator.get_state): the episodes in "
-                    "progress at the checkpoint restart from a reset, so this resume is not bit-exact")
+            return (
+                "the simulator cannot snapshot its state (Simulator.get_state): the episodes in "
+                "progress at the checkpoint restart from a reset, so this resume is not bit-exact"
+            )
         self.sim.set_state(state["sim"])
         self.obs = Observation(**state["obs"])
         self.ep_return, self.ep_length, self.ep_success = state["return"], state["length"], state["success"]
@@ -248,9 +270,16 @@ class StepCollector:
 
 
 @torch.no_grad()
-def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
-                    generator: torch.Generator | None = None, video_path: Path | None = None,
-                    video_envs: int = 8, reward=None) -> dict:
+def evaluate_policy(
+    policy,
+    sim: Simulator,
+    num_episodes: int,
+    seed: int,
+    generator: torch.Generator | None = None,
+    video_path: Path | None = None,
+    video_envs: int = 8,
+    reward=None,
+) -> dict:
     """Success rate over ``num_episodes`` held-out episodes, in batches of ``sim.num_envs``, each
     decision scored by the reward stage ``reward`` (if any) as in training.
 
@@ -267,8 +296,9 @@ def evaluate_policy(policy, sim: Simulator, num_episodes: int, seed: int,
         n = sim.num_envs
         seeds = [seed + done + i for i in range(n)]
         want_video = video_path is not None and done == 0
-        _, info = collect_episodes(policy, sim, seeds, generator, mode="eval",
-                                   frames_of=min(video_envs, n) if want_video else 0, reward=reward)
+        _, info = collect_episodes(
+            policy, sim, seeds, generator, mode="eval", frames_of=min(video_envs, n) if want_video else 0, reward=reward
+        )
         take = min(n, num_episodes - done)
         successes.append(info["success"][:take].cpu())
         returns.append(info["return"][:take].cpu())
@@ -304,8 +334,14 @@ def tile_scale(h: int, w: int, low: int = TILE_MIN_PX, high: int = TILE_MAX_PX) 
     return (1, -(-side // high)) if side > high else (1, 1)
 
 
-def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = None,
-                success: torch.Tensor | None = None, fps: int = 4, scale: int | None = None) -> None:
+def write_video(
+    frames: torch.Tensor,
+    path: Path,
+    captions: list[str] | None = None,
+    success: torch.Tensor | None = None,
+    fps: int = 4,
+    scale: int | None = None,
+) -> None:
     """frames uint8 [T, E, H, W, 3] -> an mp4 with the E episodes in a grid of rows (ceil(sqrt(E))
     tiles per row), each tile scaled by `tile_scale` (or upscaled ``scale`` times), with its
     instruction / prompt written underneath and a green border once ``success`` [T, E] is reached.
@@ -321,10 +357,17 @@ def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = N
     up, down = (scale, 1) if scale else tile_scale(h, w)
     if down > 1:  # average-pool large images down (a PIL resize per frame would be slower)
         pad_h, pad_w = (-h) % down, (-w) % down
-        x = torch.nn.functional.pad(frames.permute(0, 1, 4, 2, 3).float().flatten(0, 1), (0, pad_w, 0, pad_h),
-                                    mode="replicate")
-        frames = torch.nn.functional.avg_pool2d(x, down).round().clamp(0, 255).to(torch.uint8) \
-            .unflatten(0, (t, e)).permute(0, 1, 3, 4, 2)
+        x = torch.nn.functional.pad(
+            frames.permute(0, 1, 4, 2, 3).float().flatten(0, 1), (0, pad_w, 0, pad_h), mode="replicate"
+        )
+        frames = (
+            torch.nn.functional.avg_pool2d(x, down)
+            .round()
+            .clamp(0, 255)
+            .to(torch.uint8)
+            .unflatten(0, (t, e))
+            .permute(0, 1, 3, 4, 2)
+        )
         h, w = frames.shape[2:4]
     tiles = frames.repeat_interleave(up, 2).repeat_interleave(up, 3)  # [T, E, th, tw, 3]
     th, tw = h * up, w * up
@@ -343,7 +386,7 @@ def write_video(frames: torch.Tensor, path: Path, captions: list[str] | None = N
     fits = max((tw - 4) // 5, 1)  # characters of PIL's default font (~5 px each) under a tile
     for i in range(e):
         r, c = divmod(i, cols)
-        out[:, r * cell_h: r * cell_h + th, c * tw: (c + 1) * tw] = tiles[:, i].numpy()
+        out[:, r * cell_h : r * cell_h + th, c * tw : (c + 1) * tw] = tiles[:, i].numpy()
         if captions and i < len(captions):
             assert draw is not None  # drawn on with the captions
             draw.text((c * tw + 2, r * cell_h + th + 1), captions[i][:fits], fill=(230, 230, 230))

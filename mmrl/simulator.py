@@ -82,7 +82,9 @@ class Completions(list):
 TRACE_KEYS = {
     "image": "uint8 [N, K, *image_shape]: the frame after step k (where the episode ended at k, its last frame)",
     "reward": "float [N, K]: the task reward of step k (0 where it did not run)",
-    "success": "bool [N, K]", "terminated": "bool [N, K]", "truncated": "bool [N, K]",
+    "success": "bool [N, K]",
+    "terminated": "bool [N, K]",
+    "truncated": "bool [N, K]",
     "active": "bool [N, K]: step k ran in env n (its episode had not ended before it)",
 }
 
@@ -234,9 +236,11 @@ def check_observation(sim, obs: Observation) -> None:
     if got != want or obs.image.dtype != torch.uint8:
         from mmrl.errors import UserError
 
-        raise UserError(f"simulator {type(sim).__name__} returned images {obs.image.dtype} {list(got)} but declares "
-                        f"uint8 {list(want)} (num_envs, *image_shape): fix its image_shape or its rendering "
-                        "(`mmrl check simulator NAME` runs the full contract)")
+        raise UserError(
+            f"simulator {type(sim).__name__} returned images {obs.image.dtype} {list(got)} but declares "
+            f"uint8 {list(want)} (num_envs, *image_shape): fix its image_shape or its rendering "
+            "(`mmrl check simulator NAME` runs the full contract)"
+        )
 
 
 def reset_seeds(seed: int | list[int] | None, n: int, next_seed: int) -> tuple[list[int], int]:
@@ -261,9 +265,14 @@ def _trace_step(out: StepResult, active: torch.Tensor, ended: torch.Tensor) -> d
         image = image.clone()
         image[ended] = out.final_obs.image[ended]
     zero = torch.zeros_like(active)
-    return {"image": image, "reward": torch.where(active, out.reward, torch.zeros_like(out.reward)),
-            "success": torch.where(active, out.success, zero), "terminated": torch.where(active, out.terminated, zero),
-            "truncated": torch.where(active, out.truncated, zero), "active": active.clone()}
+    return {
+        "image": image,
+        "reward": torch.where(active, out.reward, torch.zeros_like(out.reward)),
+        "success": torch.where(active, out.success, zero),
+        "terminated": torch.where(active, out.terminated, zero),
+        "truncated": torch.where(active, out.truncated, zero),
+        "active": active.clone(),
+    }
 
 
 def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.Tensor):
@@ -271,8 +280,11 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
         return acc
     if acc is None:
         return Observation(
-            new.image.clone(), list(new.instruction), None if new.state is None else new.state.clone(),
-            None if new.images is None else list(new.images), None if new.meta is None else list(new.meta),
+            new.image.clone(),
+            list(new.instruction),
+            None if new.state is None else new.state.clone(),
+            None if new.images is None else list(new.images),
+            None if new.meta is None else list(new.meta),
         )
     # one simulator's observations: each field is there in all of them, or in none
     acc.image[rows] = new.image[rows]

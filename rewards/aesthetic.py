@@ -23,8 +23,9 @@ from mmrl.reward import Reward
 
 from .clip_score import clip_pixels, load_open_clip
 
-WEIGHTS_URL = ("https://github.com/christophschuhmann/improved-aesthetic-predictor/raw/main/"
-               "sac+logos+ava1-l14-linearMSE.pth")
+WEIGHTS_URL = (
+    "https://github.com/christophschuhmann/improved-aesthetic-predictor/raw/main/sac+logos+ava1-l14-linearMSE.pth"
+)
 
 
 class AestheticMLP(nn.Module):
@@ -34,9 +35,12 @@ class AestheticMLP(nn.Module):
         super().__init__()
         self.input_size = input_size
         self.layers = nn.Sequential(
-            nn.Linear(input_size, 1024), nn.Dropout(0.2),
-            nn.Linear(1024, 128), nn.Dropout(0.2),
-            nn.Linear(128, 64), nn.Dropout(0.1),
+            nn.Linear(input_size, 1024),
+            nn.Dropout(0.2),
+            nn.Linear(1024, 128),
+            nn.Dropout(0.2),
+            nn.Linear(128, 64),
+            nn.Dropout(0.1),
             nn.Linear(64, 16),
             nn.Linear(16, 1),
         )
@@ -68,8 +72,16 @@ class AestheticScore(Reward):
     name = "aesthetic"
     kind = "image"
 
-    def __init__(self, *, weights: str = WEIGHTS_URL, clip_model: str = "ViT-L-14", pretrained: str | None = "openai",
-                 model: Any = None, mlp: nn.Module | None = None, device: str | torch.device | None = None):
+    def __init__(
+        self,
+        *,
+        weights: str = WEIGHTS_URL,
+        clip_model: str = "ViT-L-14",
+        pretrained: str | None = "openai",
+        model: Any = None,
+        mlp: nn.Module | None = None,
+        device: str | torch.device | None = None,
+    ):
         self.model, self.spec = load_open_clip(clip_model, pretrained, model, device)
         self.device = next(self.model.parameters()).device
         if mlp is None:

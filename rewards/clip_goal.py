@@ -56,8 +56,9 @@ EPISODE_MODES = ("final", "mean")
 
 
 # ----------------------------------------------------------------------------- pure math
-def contrast_goal_reward(sim_pos: torch.Tensor, sim_neg: torch.Tensor, t_min: float = 0.0, t_max: float = 0.03,
-                         raw: bool = False) -> torch.Tensor:
+def contrast_goal_reward(
+    sim_pos: torch.Tensor, sim_neg: torch.Tensor, t_min: float = 0.0, t_max: float = 0.03, raw: bool = False
+) -> torch.Tensor:
     """VLM-RL CLG reward from cosine similarities to the positive / negative goal (see module doc).
 
     ``1 - (clip(sim_neg - sim_pos, t_min, t_max) - t_min) / (t_max - t_min)`` in [0, 1];
@@ -94,8 +95,9 @@ def goal_baseline_reward(s: torch.Tensor, g: torch.Tensor, b: torch.Tensor, alph
 
 
 # ----------------------------------------------------------------------------- episodes
-def score_episode(reward: Any, frames: torch.Tensor, prompts: Sequence[str], meta: Sequence[dict] | None = None,
-                  mode: str = "final") -> torch.Tensor:
+def score_episode(
+    reward: Any, frames: torch.Tensor, prompts: Sequence[str], meta: Sequence[dict] | None = None, mode: str = "final"
+) -> torch.Tensor:
     """Episode-level score of an image reward over video frames uint8 ``[B, T, H, W, 3]`` -> float32 ``[B]``.
 
     ``mode="final"``: the reward of the last frame; ``"mean"``: the mean over the T frames of the
@@ -103,11 +105,17 @@ def score_episode(reward: Any, frames: torch.Tensor, prompts: Sequence[str], met
     """
     if mode not in EPISODE_MODES:
         raise ValueError(f"mode must be one of {list(EPISODE_MODES)}, got {mode!r}")
-    if not isinstance(frames, torch.Tensor) or frames.dtype != torch.uint8 or frames.dim() != 5 \
-            or frames.shape[-1] != 3 or frames.shape[1] == 0:
+    if (
+        not isinstance(frames, torch.Tensor)
+        or frames.dtype != torch.uint8
+        or frames.dim() != 5
+        or frames.shape[-1] != 3
+        or frames.shape[1] == 0
+    ):
         got = tuple(frames.shape) if isinstance(frames, torch.Tensor) else type(frames).__name__
-        raise ValueError(f"score_episode takes uint8 frames [B, T, H, W, 3] with T >= 1, got {got} "
-                         f"{getattr(frames, 'dtype', '')}")
+        raise ValueError(
+            f"score_episode takes uint8 frames [B, T, H, W, 3] with T >= 1, got {got} {getattr(frames, 'dtype', '')}"
+        )
     prompts = list(prompts)
     if frames.shape[0] != len(prompts):
         raise ValueError(f"{frames.shape[0]} episodes but {len(prompts)} prompts")
@@ -119,11 +127,19 @@ def score_episode(reward: Any, frames: torch.Tensor, prompts: Sequence[str], met
 class _GoalReward(CLIPScore):
     """Shared parts: checkpoint defaults, per-sample texts, image / text embeddings, `score_episode`."""
 
-    def __init__(self, *, model_name: str = DEFAULT_MODEL, pretrained: str | None = DEFAULT_PRETRAINED,
-                 model: Any = None, tokenizer: Any = None, device: str | torch.device | None = None,
-                 scale: float = 1.0):
-        super().__init__(model_name=model_name, pretrained=pretrained, model=model, tokenizer=tokenizer,
-                         scale=scale, device=device)
+    def __init__(
+        self,
+        *,
+        model_name: str = DEFAULT_MODEL,
+        pretrained: str | None = DEFAULT_PRETRAINED,
+        model: Any = None,
+        tokenizer: Any = None,
+        device: str | torch.device | None = None,
+        scale: float = 1.0,
+    ):
+        super().__init__(
+            model_name=model_name, pretrained=pretrained, model=model, tokenizer=tokenizer, scale=scale, device=device
+        )
 
     @torch.no_grad()
     def image_embeddings(self, images: torch.Tensor) -> torch.Tensor:
@@ -150,14 +166,17 @@ class _GoalReward(CLIPScore):
             if m.get(key) is not None:
                 out.append(str(m[key]))
             elif template is None:
-                raise ValueError(f"no {key.replace('_', ' ')} for prompt {prompt!r}: pass {arg}='...' "
-                                 f"(a text, may use {{prompt}}) or meta[{key!r}]")
+                raise ValueError(
+                    f"no {key.replace('_', ' ')} for prompt {prompt!r}: pass {arg}='...' "
+                    f"(a text, may use {{prompt}}) or meta[{key!r}]"
+                )
             else:
                 out.append(template.format(prompt=prompt))
         return out
 
-    def score_episode(self, frames: torch.Tensor, prompts: Sequence[str], meta: Sequence[dict] | None = None,
-                      mode: str = "final") -> torch.Tensor:
+    def score_episode(
+        self, frames: torch.Tensor, prompts: Sequence[str], meta: Sequence[dict] | None = None, mode: str = "final"
+    ) -> torch.Tensor:
         """Episode-level reward over frames ``[B, T, H, W, 3]`` (see the module-level `score_episode`)."""
         return score_episode(self, frames, prompts, meta, mode)
 
@@ -176,8 +195,16 @@ class CLIPContrastGoal(_GoalReward):
     kind = "image"
     example_prompts = ["pick up the red cube", "open the drawer", "push the blue block to the left"]
 
-    def __init__(self, *, positive: str | None = "{prompt}", negative: str | None = None, t_min: float = 0.0,
-                 t_max: float = 0.03, raw: bool = False, **model_kwargs):
+    def __init__(
+        self,
+        *,
+        positive: str | None = "{prompt}",
+        negative: str | None = None,
+        t_min: float = 0.0,
+        t_max: float = 0.03,
+        raw: bool = False,
+        **model_kwargs,
+    ):
         if not t_max > t_min:
             raise ValueError(f"t_max must exceed t_min, got t_min={t_min}, t_max={t_max}")
         super().__init__(**model_kwargs)
@@ -208,8 +235,7 @@ class CLIPGoalBaseline(_GoalReward):
     kind = "image"
     example_prompts = ["pick up the red cube", "open the drawer", "push the blue block to the left"]
 
-    def __init__(self, *, goal: str = "{prompt}", baseline: str = "a robot arm", alpha: float = 0.5,
-                 **model_kwargs):
+    def __init__(self, *, goal: str = "{prompt}", baseline: str = "a robot arm", alpha: float = 0.5, **model_kwargs):
         if not 0.0 <= float(alpha) <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
         super().__init__(**model_kwargs)
@@ -229,5 +255,12 @@ class CLIPCosine(_GoalReward):
     kind = "image"
 
 
-__all__ = ["CLIPContrastGoal", "CLIPGoalBaseline", "CLIPCosine", "contrast_goal_reward", "goal_baseline_reward",
-           "score_episode", "EPISODE_MODES"]
+__all__ = [
+    "CLIPContrastGoal",
+    "CLIPGoalBaseline",
+    "CLIPCosine",
+    "contrast_goal_reward",
+    "goal_baseline_reward",
+    "score_episode",
+    "EPISODE_MODES",
+]

@@ -29,8 +29,9 @@ OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
-def clip_pixels(images: torch.Tensor, resize: int, crop: tuple[int, int], mean: Sequence[float],
-                std: Sequence[float]) -> torch.Tensor:
+def clip_pixels(
+    images: torch.Tensor, resize: int, crop: tuple[int, int], mean: Sequence[float], std: Sequence[float]
+) -> torch.Tensor:
     """uint8 ``[B, H, W, 3]`` -> float32 ``[B, 3, crop_h, crop_w]``, CLIP-style.
 
     Resize so the shortest side is ``resize`` (bicubic, antialiased, clamped to [0, 1] as a uint8
@@ -44,7 +45,7 @@ def clip_pixels(images: torch.Tensor, resize: int, crop: tuple[int, int], mean: 
     if (nh, nw) != (h, w):
         x = F.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False, antialias=True).clamp(0.0, 1.0)
     top, left = int(round((nh - ch) / 2.0)), int(round((nw - cw) / 2.0))
-    x = x[..., top: top + ch, left: left + cw]
+    x = x[..., top : top + ch, left : left + cw]
     mean_t = torch.tensor(mean, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
     std_t = torch.tensor(std, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
     return (x - mean_t) / std_t
@@ -67,9 +68,7 @@ def import_open_clip():
     try:
         import open_clip
     except ImportError as exc:
-        raise MissingDependencyError(
-            f"this reward needs open_clip ({exc}). Fix: pip install 'mmrl[clip]'"
-        ) from exc
+        raise MissingDependencyError(f"this reward needs open_clip ({exc}). Fix: pip install 'mmrl[clip]'") from exc
     return open_clip
 
 
@@ -98,8 +97,16 @@ class CLIPScore(Reward):
     name = "clip_score"
     kind = "image"
 
-    def __init__(self, *, model_name: str = "ViT-L-14", pretrained: str | None = "openai", model: Any = None,
-                 tokenizer: Any = None, scale: float = 1.0, device: str | torch.device | None = None):
+    def __init__(
+        self,
+        *,
+        model_name: str = "ViT-L-14",
+        pretrained: str | None = "openai",
+        model: Any = None,
+        tokenizer: Any = None,
+        scale: float = 1.0,
+        device: str | torch.device | None = None,
+    ):
         self.model, self.spec = load_open_clip(model_name, pretrained, model, device)
         if tokenizer is None:
             tokenizer = import_open_clip().get_tokenizer(model_name)

@@ -104,8 +104,7 @@ class RewardServer(ThreadingHTTPServer):
 
     def start(self) -> RewardServer:
         """Serve in a background daemon thread; returns self."""
-        self.thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="reward-server",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="reward-server", daemon=True)
         self.thread.start()
         return self
 
@@ -170,7 +169,7 @@ def parse_scores(body: bytes, n: int, url: str) -> list[float]:
     if not isinstance(scores, list):
         raise RemoteRewardError(
             f"reward server at {url} answered POST /score without a 'scores' list (got {_preview(answer)}); "
-            f"it must answer {{\"scores\": [one number per sample]}}: is {url} a rewards.http server?"
+            f'it must answer {{"scores": [one number per sample]}}: is {url} a rewards.http server?'
         )
     if len(scores) != n:
         raise RemoteRewardError(
@@ -224,8 +223,17 @@ class RemoteReward(Reward):
 
     name = "http"
 
-    def __init__(self, *, url: str = "http://127.0.0.1:8000", kind: str = "image", name: str | None = None,
-                 encoding: str = "raw", timeout: float = 60.0, retries: int = 3, backoff: float = 0.5):
+    def __init__(
+        self,
+        *,
+        url: str = "http://127.0.0.1:8000",
+        kind: str = "image",
+        name: str | None = None,
+        encoding: str = "raw",
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+    ):
         if kind not in ("image", "text"):
             raise ValueError(f"kind must be 'image' or 'text', got {kind!r}")
         if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
@@ -246,8 +254,10 @@ class RemoteReward(Reward):
         """The server answers ``GET /info`` and serves this ``kind`` (checked before a run starts)."""
         kind = self.info().get("kind")
         if kind is not None and kind != self.kind:
-            raise RemoteRewardError(f"reward server at {self.url} serves a {kind!r} reward but this client was "
-                                    f"configured with kind={self.kind!r}: set reward.kwargs.kind={kind}")
+            raise RemoteRewardError(
+                f"reward server at {self.url} serves a {kind!r} reward but this client was "
+                f"configured with kind={self.kind!r}: set reward.kwargs.kind={kind}"
+            )
 
     def score(self, samples, prompts, meta) -> torch.Tensor:
         body = {
@@ -268,8 +278,9 @@ class RemoteReward(Reward):
         for attempt in range(attempts):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
-            req = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+            )
             try:
                 deadline = time.monotonic() + self.timeout
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
@@ -298,8 +309,10 @@ class RemoteReward(Reward):
         except (ValueError, AttributeError, OSError):
             err = exc.reason
         if exc.code == 400:
-            return ValueError(f"reward server at {self.url} answered 400: {err} (the reward rejected the samples "
-                              "or prompts sent; fix them)")
+            return ValueError(
+                f"reward server at {self.url} answered 400: {err} (the reward rejected the samples "
+                "or prompts sent; fix them)"
+            )
         if exc.code < 500:
             return RemoteRewardError(
                 f"reward server at {self.url} answered {exc.code}: {err}; is {self.url} a rewards.http server "

@@ -64,8 +64,10 @@ def target_text(prompt: str, meta: dict | None = None) -> str:
         return str(meta["text"])
     match = _QUOTED.search(prompt)
     if match is None:
-        raise ValueError(f'OCR reward needs a target text: meta["text"] or text in double quotes in the prompt, '
-                         f"got prompt {prompt!r}")
+        raise ValueError(
+            f'OCR reward needs a target text: meta["text"] or text in double quotes in the prompt, '
+            f"got prompt {prompt!r}"
+        )
     return match.group(1) if match.group(1) is not None else match.group(2)
 
 

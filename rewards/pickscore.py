@@ -58,8 +58,14 @@ class PickScore(Reward):
     name = "pickscore"
     kind = "image"
 
-    def __init__(self, *, model: str | Any = MODEL_ID, processor: str | Any = PROCESSOR_ID,
-                 device: str | torch.device | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        *,
+        model: str | Any = MODEL_ID,
+        processor: str | Any = PROCESSOR_ID,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         dev = default_device(device)
         if isinstance(model, str):
             model = CLIPModel.from_pretrained(model, dtype=dtype)

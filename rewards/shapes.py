@@ -126,8 +126,14 @@ def parse_prompt(prompt: str) -> dict:
                 f"'two blue squares', 'a red circle and a blue square' (colours {sorted(COLORS)}, "
                 f"shapes {list(SHAPES)}, counts a/two/three, positions {list(POSITION_PHRASES.values())})"
             )
-        objects.append({"color": m["color"], "shape": m["shape"], "count": _WORD_COUNTS[m["count"]],
-                        "position": _PHRASE_POSITIONS[m["pos"]] if m["pos"] else None})
+        objects.append(
+            {
+                "color": m["color"],
+                "shape": m["shape"],
+                "count": _WORD_COUNTS[m["count"]],
+                "position": _PHRASE_POSITIONS[m["pos"]] if m["pos"] else None,
+            }
+        )
     return make_meta(objects)
 
 
@@ -149,8 +155,9 @@ def palette_tensor(colors: dict[str, tuple[int, int, int]] = COLORS) -> torch.Te
     return torch.tensor(list(colors.values()), dtype=torch.float32)
 
 
-def classify_colors(images: torch.Tensor, palette: torch.Tensor, background: Sequence[int] = BACKGROUND,
-                    max_dist: float = 60.0) -> torch.Tensor:
+def classify_colors(
+    images: torch.Tensor, palette: torch.Tensor, background: Sequence[int] = BACKGROUND, max_dist: float = 60.0
+) -> torch.Tensor:
     """uint8 [B, H, W, 3] -> long [B, H, W]: index of the nearest palette colour, or -1 where the
     pixel is nearest the background or farther than ``max_dist`` (RGB Euclidean) from all colours."""
     refs = torch.cat([palette.float(), torch.tensor([list(background)], dtype=torch.float32)])  # [P+1, 3]
@@ -220,8 +227,13 @@ def component_stats(labels: torch.Tensor, min_area: int) -> dict[str, torch.Tens
     return {"size": size, "fill": fill, "shape": shape_from_fill(fill), "kept": kept}
 
 
-def color_features(images: torch.Tensor, palette: torch.Tensor, background: Sequence[int] = BACKGROUND,
-                   max_dist: float = 60.0, min_area: int = 4) -> dict[str, torch.Tensor]:
+def color_features(
+    images: torch.Tensor,
+    palette: torch.Tensor,
+    background: Sequence[int] = BACKGROUND,
+    max_dist: float = 60.0,
+    min_area: int = 4,
+) -> dict[str, torch.Tensor]:
     """What every score is computed from, per image and palette colour (P colours):
 
     ``count`` long [B, P] (kept components), ``shape_count`` long [B, P, 3] (kept components per
@@ -260,8 +272,9 @@ def object_specs(metas: Sequence[dict], colors: Sequence[str]) -> dict[str, torc
         for j, o in enumerate(m["objects"]):
             pos = o.get("position")
             if o.get("color") not in colors or o.get("shape") not in SHAPES or (pos and pos not in POSITIONS):
-                raise ValueError(f"unknown object {o!r}: colours {list(colors)}, shapes {list(SHAPES)}, "
-                                 f"positions {list(POSITIONS)}")
+                raise ValueError(
+                    f"unknown object {o!r}: colours {list(colors)}, shapes {list(SHAPES)}, positions {list(POSITIONS)}"
+                )
             out["color"][i, j] = list(colors).index(o["color"])
             out["shape"][i, j] = SHAPES.index(o["shape"])
             out["count"][i, j] = int(o.get("count", 1))
@@ -270,8 +283,9 @@ def object_specs(metas: Sequence[dict], colors: Sequence[str]) -> dict[str, torc
     return out
 
 
-def score_objects(feats: dict[str, torch.Tensor], specs: dict[str, torch.Tensor],
-                  weights: Sequence[float] = (1.0, 1.0, 1.0)) -> dict[str, torch.Tensor]:
+def score_objects(
+    feats: dict[str, torch.Tensor], specs: dict[str, torch.Tensor], weights: Sequence[float] = (1.0, 1.0, 1.0)
+) -> dict[str, torch.Tensor]:
     """Combine `color_features` [B, P, ...] and `object_specs` [B, K] into per-sample components
     [B]: ``count``, ``shape``, ``position`` (means over the requested objects; position over the
     objects that name one, 1.0 when none does), ``purity`` and the final ``score``."""
@@ -327,10 +341,18 @@ class ShapesReward(Reward):
     # what `mmrl.checks.reward.check_reward` scores (it only understands shapes-grammar prompts)
     example_prompts = ["a red circle on the left", "two blue squares", "a green triangle and a yellow square"]
 
-    def __init__(self, *, colors: dict[str, tuple[int, int, int]] | None = None,
-                 background: Sequence[int] = BACKGROUND, max_color_dist: float = 60.0,
-                 min_area: int | None = None, w_count: float = 1.0, w_shape: float = 1.0,
-                 w_position: float = 1.0, use_purity: bool = True):
+    def __init__(
+        self,
+        *,
+        colors: dict[str, tuple[int, int, int]] | None = None,
+        background: Sequence[int] = BACKGROUND,
+        max_color_dist: float = 60.0,
+        min_area: int | None = None,
+        w_count: float = 1.0,
+        w_shape: float = 1.0,
+        w_position: float = 1.0,
+        use_purity: bool = True,
+    ):
         self.colors = dict(colors or COLORS)
         self.palette = palette_tensor(self.colors)
         self.background = tuple(int(v) for v in background)
@@ -345,8 +367,9 @@ class ShapesReward(Reward):
             out.append(m if m and m.get("objects") else parse_prompt(prompt))
         return out
 
-    def components(self, images: torch.Tensor, prompts: Sequence[str], meta: Sequence[dict] | None = None
-                   ) -> dict[str, torch.Tensor]:
+    def components(
+        self, images: torch.Tensor, prompts: Sequence[str], meta: Sequence[dict] | None = None
+    ) -> dict[str, torch.Tensor]:
         """All components [B] (count, shape, position, purity, objects, score) for logging."""
         prompts = list(prompts)
         meta = list(meta) if meta is not None else [{} for _ in prompts]

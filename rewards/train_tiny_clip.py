@@ -55,8 +55,10 @@ GOAL_WORDINGS = (
     ("the gripper is on the {color} disc", "the gripper is far from the {color} disc"),
     ("the gripper is at the {color} disc", "the gripper is away from the {color} disc"),
     ("the {color} disc and the gripper", "the {color} disc. the gripper"),
-    ("the {color} disc and the gripper are at the same place",
-     "the {color} disc and the gripper are at different places"),
+    (
+        "the {color} disc and the gripper are at the same place",
+        "the {color} disc and the gripper are at different places",
+    ),
 )
 #: reward windows tried on validation: quantile pairs of ``d = c_neg - c_pos`` over validation frames
 WINDOW_QUANTILES = ((0.05, 0.95), (0.2, 0.8), (0.05, 0.5), (0.5, 0.95))
@@ -80,8 +82,13 @@ def save_model(model, cfg: dict, out_dir: str | Path, info: dict) -> Path:
     """open_clip ``local-dir`` layout: load with ``open_clip.create_model("local-dir:" + out_dir)``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    preprocess = {"size": cfg["vision_cfg"]["image_size"], "mean": list(OPENAI_MEAN), "std": list(OPENAI_STD),
-                  "interpolation": "bicubic", "resize_mode": "shortest"}
+    preprocess = {
+        "size": cfg["vision_cfg"]["image_size"],
+        "mean": list(OPENAI_MEAN),
+        "std": list(OPENAI_STD),
+        "interpolation": "bicubic",
+        "resize_mode": "shortest",
+    }
     (out / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg, "preprocess_cfg": preprocess}, indent=2))
     torch.save(model.state_dict(), out / "open_clip_pytorch_model.bin")
     (out / "train_info.json").write_text(json.dumps(info, indent=2))
@@ -103,8 +110,10 @@ def tokenize_captions(captions: Sequence[Sequence[str]], tokenizer, context_leng
     flat = [c for caps in captions for c in caps]
     longest = max(len(tokenizer.encode(c)) + 2 for c in set(flat))  # + start / end tokens
     if longest > context_length:
-        raise ValueError(f"a caption has {longest} tokens but the text context is {context_length}: "
-                         "raise text_cfg.context_length or shorten the captions")
+        raise ValueError(
+            f"a caption has {longest} tokens but the text context is {context_length}: "
+            "raise text_cfg.context_length or shorten the captions"
+        )
     p = len(captions[0])
     if any(len(caps) != p for caps in captions):
         raise ValueError("every frame needs the same number of captions (one per phrasing)")
@@ -113,8 +122,10 @@ def tokenize_captions(captions: Sequence[Sequence[str]], tokenizer, context_leng
 
 def batch_indices(num_frames: int, num_phrasings: int, batch_size: int, gen: torch.Generator):
     """One training batch: frame indices ``[B]`` and, per frame, the phrasing of its caption ``[B]``."""
-    return (torch.randint(0, num_frames, (batch_size,), generator=gen),
-            torch.randint(0, num_phrasings, (batch_size,), generator=gen))
+    return (
+        torch.randint(0, num_frames, (batch_size,), generator=gen),
+        torch.randint(0, num_phrasings, (batch_size,), generator=gen),
+    )
 
 
 def clip_loss(image_emb: torch.Tensor, text_emb: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
@@ -153,11 +164,13 @@ def train_tiny_clip(
     pixels = clip_pixels(images, size, (size, size), OPENAI_MEAN, OPENAI_STD)  # preprocessed once
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embedding" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embedding" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                            lr=lr)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}], lr=lr
+    )
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
     gen = torch.Generator().manual_seed(seed)
     model.train()
     t0, step, losses, accs = time.time(), 0, [], []
@@ -176,16 +189,25 @@ def train_tiny_clip(
             accs.append((img @ txt.T).argmax(1).eq(torch.arange(batch_size)).float().mean().item())
         losses.append(loss.item())
         if log_every and step % log_every == 0:
-            print(f"[tiny clip] step {step} loss {sum(losses[-log_every:]) / log_every:.4f} in-batch image->text "
-                  f"accuracy {sum(accs[-log_every:]) / log_every:.3f} ({time.time() - t0:.0f} s)", flush=True)
+            print(
+                f"[tiny clip] step {step} loss {sum(losses[-log_every:]) / log_every:.4f} in-batch image->text "
+                f"accuracy {sum(accs[-log_every:]) / log_every:.3f} ({time.time() - t0:.0f} s)",
+                flush=True,
+            )
         if time.time() - t0 > time_limit_s:
             break
     model.eval()
     tail = min(50, len(losses))
-    info = {"steps": step, "wall_s": round(time.time() - t0, 1), "loss": round(sum(losses[-tail:]) / tail, 4),
-            "batch_accuracy": round(sum(accs[-tail:]) / tail, 4),
-            "logit_scale": round(model.logit_scale.exp().item(), 3), "samples": int(images.shape[0]),
-            "batch_size": batch_size, "seed": seed}
+    info = {
+        "steps": step,
+        "wall_s": round(time.time() - t0, 1),
+        "loss": round(sum(losses[-tail:]) / tail, 4),
+        "batch_accuracy": round(sum(accs[-tail:]) / tail, 4),
+        "logit_scale": round(model.logit_scale.exp().item(), 3),
+        "samples": int(images.shape[0]),
+        "batch_size": batch_size,
+        "seed": seed,
+    }
     if out_dir is not None:
         save_model(model, cfg, out_dir, info)
     return model, info
@@ -206,15 +228,23 @@ def goal_meta(instructions: Sequence[str], wording: tuple[str, str] = GOAL_WORDI
 
 
 @torch.no_grad()
-def goal_contrast(model, tokenizer, images: torch.Tensor, instructions: Sequence[str],
-                  wording: tuple[str, str], batch_size: int = 1024) -> torch.Tensor:
+def goal_contrast(
+    model,
+    tokenizer,
+    images: torch.Tensor,
+    instructions: Sequence[str],
+    wording: tuple[str, str],
+    batch_size: int = 1024,
+) -> torch.Tensor:
     """``d = c_neg - c_pos`` ``[B]`` of frames under a wording: what `CLIPContrastGoal` windows."""
     from rewards.clip_goal import CLIPContrastGoal
 
     reward = CLIPContrastGoal(model=model, tokenizer=tokenizer, positive=None, negative=None, raw=True, device="cpu")
     meta = goal_meta(instructions, wording)
-    out = [reward(images[s:s + batch_size], list(instructions[s:s + batch_size]), meta[s:s + batch_size])
-           for s in range(0, images.shape[0], batch_size)]
+    out = [
+        reward(images[s : s + batch_size], list(instructions[s : s + batch_size]), meta[s : s + batch_size])
+        for s in range(0, images.shape[0], batch_size)
+    ]
     return -torch.cat(out).float()  # raw is c_pos - c_neg
 
 
@@ -224,8 +254,11 @@ def quantile_window(d: torch.Tensor, lo: float, hi: float) -> tuple[float, float
     return t_min, max(t_max, t_min + 1e-4)
 
 
-def select_goal_setting(d_by_wording: dict[int, torch.Tensor], success: torch.Tensor,
-                        quantiles: Sequence[tuple[float, float]] = WINDOW_QUANTILES) -> dict:
+def select_goal_setting(
+    d_by_wording: dict[int, torch.Tensor],
+    success: torch.Tensor,
+    quantiles: Sequence[tuple[float, float]] = WINDOW_QUANTILES,
+) -> dict:
     """The (wording, window) whose windowed CLG reward correlates best with ``success`` on validation
     frames. ``d_by_wording``: wording index -> ``d`` ``[B]``. Returns the choice and every candidate's score."""
     from rewards.clip_goal import contrast_goal_reward
@@ -235,8 +268,15 @@ def select_goal_setting(d_by_wording: dict[int, torch.Tensor], success: torch.Te
         for lo, hi in quantiles:
             t_min, t_max = quantile_window(d, lo, hi)
             r = contrast_goal_reward(-d, torch.zeros_like(d), t_min, t_max)  # sim_pos - sim_neg = -d
-            scores.append({"wording": w, "quantiles": [lo, hi], "t_min": t_min, "t_max": t_max,
-                           "corr_success": round(pearson(r, success.float()), 4)})
+            scores.append(
+                {
+                    "wording": w,
+                    "quantiles": [lo, hi],
+                    "t_min": t_min,
+                    "t_max": t_max,
+                    "corr_success": round(pearson(r, success.float()), 4),
+                }
+            )
     best = max(scores, key=lambda s: s["corr_success"])
     return {**best, "candidates": scores}
 
@@ -267,10 +307,14 @@ def reward_stats(reward: torch.Tensor, success: torch.Tensor, goal_distance: tor
     """How a reward ``[N]`` tracks ``success`` ``[N]``: Pearson correlation (and with minus the goal
     distance when given), ROC AUC, mean reward of success / failure, success share."""
     r, ok = reward.float(), success.bool()
-    out = {"corr_success": round(pearson(r, ok.float()), 4), "auc_success": round(auc(r, ok), 4),
-           "mean_success": round(r[ok].mean().item(), 4) if ok.any() else None,
-           "mean_failure": round(r[~ok].mean().item(), 4) if (~ok).any() else None,
-           "n": int(r.numel()), "success_share": round(ok.float().mean().item(), 4)}
+    out = {
+        "corr_success": round(pearson(r, ok.float()), 4),
+        "auc_success": round(auc(r, ok), 4),
+        "mean_success": round(r[ok].mean().item(), 4) if ok.any() else None,
+        "mean_failure": round(r[~ok].mean().item(), 4) if (~ok).any() else None,
+        "n": int(r.numel()),
+        "success_share": round(ok.float().mean().item(), 4),
+    }
     if goal_distance is not None:
         out["corr_neg_distance"] = round(pearson(r, -goal_distance.float().clamp(max=2.0)), 4)
     return out
@@ -281,8 +325,14 @@ def goal_reward_stats(reward, data: dict, meta: list[dict] | None = None, batch_
     on labelled `reach_clip` frames (``image``, ``instruction``, ``success``, ``goal_distance``)."""
     meta = goal_meta(data["instruction"]) if meta is None else meta
     with torch.no_grad():
-        r = torch.cat([reward(data["image"][s:s + batch_size], data["instruction"][s:s + batch_size],
-                              meta[s:s + batch_size]) for s in range(0, data["image"].shape[0], batch_size)])
+        r = torch.cat(
+            [
+                reward(
+                    data["image"][s : s + batch_size], data["instruction"][s : s + batch_size], meta[s : s + batch_size]
+                )
+                for s in range(0, data["image"].shape[0], batch_size)
+            ]
+        )
     return reward_stats(r, data["success"], data["goal_distance"])
 
 

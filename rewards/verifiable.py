@@ -45,7 +45,7 @@ def iter_boxed(text: str) -> Iterator[tuple[int, str]]:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:
-            yield m.start(), text[m.end(): i - 1]
+            yield m.start(), text[m.end() : i - 1]
 
 
 def last_boxed(text: str) -> str | None:
@@ -179,8 +179,10 @@ def extract_choice(text: str, choices: str = "ABCDE", options: Sequence[str] | N
     return choice_of(text, choices, options)
 
 
-NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-                "sixteen seventeen eighteen nineteen twenty").split()
+NUMBER_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty"
+).split()
 _COUNT_TOKEN = re.compile(rf"(?<![\w.])(-?\d+(?:\.\d+)?|{'|'.join(NUMBER_WORDS)})(?!\w)", re.IGNORECASE)
 
 
@@ -340,8 +342,9 @@ class _TextReward(Reward):
         return m[key]
 
     def score(self, completions, prompts, meta) -> torch.Tensor:
-        return torch.tensor([float(self.score_one(c, m, i)) for i, (c, m) in enumerate(zip(completions, meta))],
-                            dtype=torch.float32)
+        return torch.tensor(
+            [float(self.score_one(c, m, i)) for i, (c, m) in enumerate(zip(completions, meta))], dtype=torch.float32
+        )
 
     def score_one(self, completion: str, meta: dict, i: int) -> float:
         raise NotImplementedError
@@ -375,8 +378,10 @@ class MultipleChoice(_TextReward):
         options = meta.get("options") if isinstance(meta, dict) else None
         gold = choice_of(str(self.need(meta, "answer", i)), self.choices, options)
         if gold is None:
-            raise ValueError(f"reward '{self.name}': meta[{i}]['answer'] = {meta['answer']!r} is not one of the "
-                             f"choices {self.choices} (nor an option text)")
+            raise ValueError(
+                f"reward '{self.name}': meta[{i}]['answer'] = {meta['answer']!r} is not one of the "
+                f"choices {self.choices} (nor an option text)"
+            )
         return extract_choice(completion, self.choices, options) == gold
 
 
@@ -405,8 +410,10 @@ class ShortAnswer(_TextReward):
         gold = self.need(meta, "answer", i)
         golds = [normalize_short_answer(g) for g in (gold if isinstance(gold, (list, tuple)) else [gold])]
         if not all(golds):
-            raise ValueError(f"reward '{self.name}': meta[{i}]['answer'] = {gold!r} is empty once normalised "
-                             "(an answer must keep a word or number after dropping articles and punctuation)")
+            raise ValueError(
+                f"reward '{self.name}': meta[{i}]['answer'] = {gold!r} is empty once normalised "
+                "(an answer must keep a word or number after dropping articles and punctuation)"
+            )
         return normalize_short_answer(completion) in golds
 
 
@@ -459,8 +466,9 @@ class OverlongPenalty(_TextReward):
 
     name = "overlong_penalty"
 
-    def __init__(self, *, max_length: int = 1024, cache_length: int = 256, tokenizer: Any = None,
-                 chars_per_token: float = 4.0):
+    def __init__(
+        self, *, max_length: int = 1024, cache_length: int = 256, tokenizer: Any = None, chars_per_token: float = 4.0
+    ):
         if not 0 < cache_length <= max_length:
             raise ValueError(f"need 0 < cache_length <= max_length, got {cache_length}, {max_length}")
         if chars_per_token <= 0:
@@ -490,18 +498,40 @@ class OverlongPenalty(_TextReward):
 class MathWithFormat(WeightedSum):
     """(1 - format_weight) * math_answer + format_weight * format, each part reported."""
 
-    def __init__(self, *, format_weight: float = 0.1, rel_tol: float = 1e-6, think_tag: str = "think",
-                 answer_tag: str = "answer"):
+    def __init__(
+        self, *, format_weight: float = 0.1, rel_tol: float = 1e-6, think_tag: str = "think", answer_tag: str = "answer"
+    ):
         if not 0.0 <= format_weight <= 1.0:
             raise ValueError(f"format_weight must be in [0, 1], got {format_weight}")
-        parts = {"math_answer": MathAnswer(rel_tol=rel_tol),
-                 "format": FormatReward(think_tag=think_tag, answer_tag=answer_tag)}
+        parts = {
+            "math_answer": MathAnswer(rel_tol=rel_tol),
+            "format": FormatReward(think_tag=think_tag, answer_tag=answer_tag),
+        }
         super().__init__(parts, [1.0 - format_weight, format_weight], name="math_with_format")
 
 
 __all__ = [
-    "MathAnswer", "MultipleChoice", "Counting", "ShortAnswer", "GroundingIoU", "FormatReward", "OverlongPenalty",
-    "MathWithFormat", "extract_final_answer", "normalize_answer", "to_fraction", "answers_match", "extract_choice",
-    "choice_of", "parse_count", "extract_count", "normalize_short_answer", "canonical_number", "parse_box", "box_iou",
-    "rescale_box", "format_ok", "soft_overlong_penalty",
+    "MathAnswer",
+    "MultipleChoice",
+    "Counting",
+    "ShortAnswer",
+    "GroundingIoU",
+    "FormatReward",
+    "OverlongPenalty",
+    "MathWithFormat",
+    "extract_final_answer",
+    "normalize_answer",
+    "to_fraction",
+    "answers_match",
+    "extract_choice",
+    "choice_of",
+    "parse_count",
+    "extract_count",
+    "normalize_short_answer",
+    "canonical_number",
+    "parse_box",
+    "box_iou",
+    "rescale_box",
+    "format_ok",
+    "soft_overlong_penalty",
 ]

@@ -41,14 +41,15 @@ import torch
 from mmrl.reward import Reward, RewardError
 
 YES_NO_TEMPLATE = "Task: {instruction}. Has the task been completed in this image? Answer yes or no."
-SCORE_TEMPLATE = ("Task: {instruction}. Rate from 0 to 10 how well the task has been completed in this image. "
-                  "Answer with a single number.")
+SCORE_TEMPLATE = (
+    "Task: {instruction}. Rate from 0 to 10 how well the task has been completed in this image. "
+    "Answer with a single number."
+)
 MODES = ("yes_no", "score")
 
 _YES = {"yes", "yeah", "yep", "true", "correct"}
 _NO = {"no", "nope", "false", "incorrect"}
-_NUMBER_WORDS = {w: float(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten".split())}
+_NUMBER_WORDS = {w: float(i) for i, w in enumerate("zero one two three four five six seven eight nine ten".split())}
 _NUM = r"[-+]?\d+(?:\.\d+)?"
 _LEAD = re.compile(r"^\s*(?:final\s+answer|answer|response|a|output|verdict|assistant)\s*[:\-]\s*", re.I)
 
@@ -123,9 +124,18 @@ def png_data_url(image) -> str:
 class OpenAIChatBackend:
     """``generate_fn`` for an OpenAI-compatible ``/chat/completions`` server (standard library only)."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 60.0,
-                 max_tokens: int = 16, temperature: float = 0.0, concurrency: int = 8,
-                 extra_body: dict | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        concurrency: int = 8,
+        extra_body: dict | None = None,
+    ):
         if not base_url or not model:
             raise ValueError("the HTTP VLM judge needs base_url (e.g. 'http://127.0.0.1:8000/v1') and model")
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -134,10 +144,14 @@ class OpenAIChatBackend:
         self.concurrency, self.extra_body = max(1, int(concurrency)), dict(extra_body or {})
 
     def body(self, image, question: str) -> dict:
-        content = [{"type": "image_url", "image_url": {"url": png_data_url(image)}},
-                   {"type": "text", "text": question}]
-        return {"model": self.model, "messages": [{"role": "user", "content": content}],
-                "max_tokens": self.max_tokens, "temperature": self.temperature, **self.extra_body}
+        content = [{"type": "image_url", "image_url": {"url": png_data_url(image)}}, {"type": "text", "text": question}]
+        return {
+            "model": self.model,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            **self.extra_body,
+        }
 
     def ask(self, image, question: str) -> str:
         headers = {"Content-Type": "application/json"}
@@ -153,15 +167,17 @@ class OpenAIChatBackend:
             raise VLMJudgeError(f"VLM judge server {self.url} answered HTTP {exc.code}: {detail}") from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise VLMJudgeError(f"could not reach the VLM judge server {self.url} "
-                                f"(timeout {self.timeout:g}s): {reason}") from exc
+            raise VLMJudgeError(
+                f"could not reach the VLM judge server {self.url} (timeout {self.timeout:g}s): {reason}"
+            ) from exc
         except json.JSONDecodeError as exc:
             raise VLMJudgeError(f"VLM judge server {self.url} did not return JSON: {exc}") from exc
         try:
             content = payload["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as exc:
-            raise VLMJudgeError(f"VLM judge server {self.url} returned no choices[0].message.content: "
-                                f"{str(payload)[:300]}") from exc
+            raise VLMJudgeError(
+                f"VLM judge server {self.url} returned no choices[0].message.content: {str(payload)[:300]}"
+            ) from exc
         if isinstance(content, list):  # some servers return content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         return str(content or "")
@@ -180,19 +196,33 @@ class VLMJudge(Reward):
     name = "vlm_judge"
     kind = "image"
 
-    def __init__(self, *, generate_fn: Callable[[list, list[str]], Sequence[str]] | None = None,
-                 base_url: str | None = None, model: str | None = None, mode: str = "yes_no",
-                 template: str | None = None, max_score: float = 10.0, fallback: float = 0.0,
-                 batch_size: int | None = None, api_key: str | None = None, timeout: float = 60.0,
-                 max_tokens: int = 16, concurrency: int = 8):
+    def __init__(
+        self,
+        *,
+        generate_fn: Callable[[list, list[str]], Sequence[str]] | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+        mode: str = "yes_no",
+        template: str | None = None,
+        max_score: float = 10.0,
+        fallback: float = 0.0,
+        batch_size: int | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_tokens: int = 16,
+        concurrency: int = 8,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
         if (generate_fn is None) == (base_url is None):
-            raise ValueError("VLMJudge needs exactly one backend: generate_fn=callable(images, questions) "
-                             "or base_url=... with model=... (an OpenAI-compatible server)")
+            raise ValueError(
+                "VLMJudge needs exactly one backend: generate_fn=callable(images, questions) "
+                "or base_url=... with model=... (an OpenAI-compatible server)"
+            )
         if generate_fn is None:
-            generate_fn = OpenAIChatBackend(base_url, model, api_key=api_key, timeout=timeout,
-                                            max_tokens=max_tokens, concurrency=concurrency)
+            generate_fn = OpenAIChatBackend(
+                base_url, model, api_key=api_key, timeout=timeout, max_tokens=max_tokens, concurrency=concurrency
+            )
         elif not callable(generate_fn):
             raise ValueError(f"generate_fn must be callable, got {type(generate_fn).__name__}")
         template = template if template is not None else (YES_NO_TEMPLATE if mode == "yes_no" else SCORE_TEMPLATE)
@@ -220,10 +250,12 @@ class VLMJudge(Reward):
         step = self.batch_size or len(images)
         answers: list[str] = []
         for i in range(0, len(images), step):
-            out = list(self.generate_fn(images[i: i + step], questions[i: i + step]))
-            if len(out) != len(images[i: i + step]) or not all(isinstance(a, str) for a in out):
-                raise VLMJudgeError(f"the VLM judge backend must return {len(images[i: i + step])} strings, "
-                                    f"got {type(out).__name__} of {len(out)}")
+            out = list(self.generate_fn(images[i : i + step], questions[i : i + step]))
+            if len(out) != len(images[i : i + step]) or not all(isinstance(a, str) for a in out):
+                raise VLMJudgeError(
+                    f"the VLM judge backend must return {len(images[i : i + step])} strings, "
+                    f"got {type(out).__name__} of {len(out)}"
+                )
             answers += out
         return answers
 
@@ -243,5 +275,13 @@ class VLMJudge(Reward):
         return torch.tensor(scores, dtype=torch.float32)
 
 
-__all__ = ["VLMJudge", "VLMJudgeError", "OpenAIChatBackend", "parse_yes_no", "parse_score", "png_data_url",
-           "YES_NO_TEMPLATE", "SCORE_TEMPLATE"]
+__all__ = [
+    "VLMJudge",
+    "VLMJudgeError",
+    "OpenAIChatBackend",
+    "parse_yes_no",
+    "parse_score",
+    "png_data_url",
+    "YES_NO_TEMPLATE",
+    "SCORE_TEMPLATE",
+]

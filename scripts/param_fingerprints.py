@@ -26,8 +26,15 @@ import sys
 import time
 from pathlib import Path
 
-COMMON = ["run.threads=1", "trainer.iterations=2", "trainer.eval_every=0", "trainer.eval_episodes=4",
-          "trainer.video_episodes=0", "trainer.checkpoint_every=1", "trainer.resume=false"]
+COMMON = [
+    "run.threads=1",
+    "trainer.iterations=2",
+    "trainer.eval_every=0",
+    "trainer.eval_episodes=4",
+    "trainer.video_episodes=0",
+    "trainer.checkpoint_every=1",
+    "trainer.resume=false",
+]
 REACH = ["sim.num_envs=16", "sim.eval_num_envs=4", "warm_start.num_episodes=16", "warm_start.steps=20"]
 #: per config: the overrides that make it short (on top of COMMON)
 SHORT = {
@@ -35,34 +42,96 @@ SHORT = {
     "quickstart_flow_noise": REACH,
     "quickstart_grpo": REACH,
     "quickstart_clip_reward": REACH,
-    "quickstart_token_vla": ["sim.num_envs=8", "sim.eval_num_envs=4", "warm_start.num_episodes=4",
-                             "warm_start.steps=5", "algorithm.minibatch_size=8"],
-    "diffusion_shapes_flow_grpo": ["sim.num_envs=8", "sim.eval_num_envs=6", "warm_start.steps=10",
-                                   "trainer.eval_episodes=6", "algorithm.minibatch_size=8"],
-    "diffusion_shapes_awm": ["sim.num_envs=8", "sim.eval_num_envs=6", "warm_start.steps=10",
-                             "trainer.eval_episodes=6", "algorithm.minibatch_size=8"],
-    "vlm_quickstart": ["sim.num_envs=8", "sim.eval_num_envs=4", "warm_start.steps=5", "warm_start.num_episodes=16",
-                       "algorithm.minibatch_size=8"],
-    "gym_pendulum": ["sim.num_envs=4", "sim.eval_num_envs=2", "trainer.rollout_steps=16", "trainer.env_steps=256",
-                     "algorithm.minibatch_size=32", "trainer.eval_episodes=2"],
-    "gym_inverted_pendulum": ["sim.num_envs=4", "sim.eval_num_envs=2", "trainer.rollout_steps=16",
-                              "trainer.env_steps=256", "algorithm.minibatch_size=32", "trainer.eval_episodes=2"],
-    "maniskill_pickcube_flow_noise": ["run.device=cpu", "sim.num_envs=2", "sim.eval_num_envs=2",
-                                      "sim.kwargs.max_episode_steps=8", "trainer.eval_episodes=2",
-                                      "algorithm.minibatch_size=8", "warm_start.dataset=null"],
-    "libero_spatial_token_vla_grpo": ["run.device=cpu", "sim.num_envs=8", "sim.eval_num_envs=2", "sim.eval_tasks=null",
-                                      "sim.kwargs.max_episode_steps=8", "sim.kwargs.num_noop_steps=1",
-                                      "sim.kwargs.image_size=32", "trainer.eval_episodes=2",
-                                      "algorithm.minibatch_size=8", "warm_start.dataset=null", "policy.image_size=32"],
+    "quickstart_token_vla": [
+        "sim.num_envs=8",
+        "sim.eval_num_envs=4",
+        "warm_start.num_episodes=4",
+        "warm_start.steps=5",
+        "algorithm.minibatch_size=8",
+    ],
+    "diffusion_shapes_flow_grpo": [
+        "sim.num_envs=8",
+        "sim.eval_num_envs=6",
+        "warm_start.steps=10",
+        "trainer.eval_episodes=6",
+        "algorithm.minibatch_size=8",
+    ],
+    "diffusion_shapes_awm": [
+        "sim.num_envs=8",
+        "sim.eval_num_envs=6",
+        "warm_start.steps=10",
+        "trainer.eval_episodes=6",
+        "algorithm.minibatch_size=8",
+    ],
+    "vlm_quickstart": [
+        "sim.num_envs=8",
+        "sim.eval_num_envs=4",
+        "warm_start.steps=5",
+        "warm_start.num_episodes=16",
+        "algorithm.minibatch_size=8",
+    ],
+    "gym_pendulum": [
+        "sim.num_envs=4",
+        "sim.eval_num_envs=2",
+        "trainer.rollout_steps=16",
+        "trainer.env_steps=256",
+        "algorithm.minibatch_size=32",
+        "trainer.eval_episodes=2",
+    ],
+    "gym_inverted_pendulum": [
+        "sim.num_envs=4",
+        "sim.eval_num_envs=2",
+        "trainer.rollout_steps=16",
+        "trainer.env_steps=256",
+        "algorithm.minibatch_size=32",
+        "trainer.eval_episodes=2",
+    ],
+    "maniskill_pickcube_flow_noise": [
+        "run.device=cpu",
+        "sim.num_envs=2",
+        "sim.eval_num_envs=2",
+        "sim.kwargs.max_episode_steps=8",
+        "trainer.eval_episodes=2",
+        "algorithm.minibatch_size=8",
+        "warm_start.dataset=null",
+    ],
+    "libero_spatial_token_vla_grpo": [
+        "run.device=cpu",
+        "sim.num_envs=8",
+        "sim.eval_num_envs=2",
+        "sim.eval_tasks=null",
+        "sim.kwargs.max_episode_steps=8",
+        "sim.kwargs.num_noop_steps=1",
+        "sim.kwargs.image_size=32",
+        "trainer.eval_episodes=2",
+        "algorithm.minibatch_size=8",
+        "warm_start.dataset=null",
+        "policy.image_size=32",
+    ],
     "reach_smolvla_flow_noise": [*REACH, "warm_start.warmup_steps=0"],
-    "libero_spatial_smolvla_flow_noise": ["sim.num_envs=2", "sim.eval_num_envs=2", "sim.eval_tasks=null",
-                                          "sim.kwargs.image_size=32", "sim.kwargs.max_episode_steps=20",
-                                          "sim.kwargs.num_noop_steps=1", "trainer.eval_episodes=2",
-                                          "algorithm.minibatch_size=8", "run.device=cpu"],
-    "libero_pi05_flow_sde": ["sim.num_envs=2", "sim.eval_num_envs=2", "sim.eval_tasks=null",
-                             "sim.kwargs.image_size=32", "sim.kwargs.max_episode_steps=20",
-                             "sim.kwargs.num_noop_steps=1", "trainer.eval_episodes=2", "algorithm.minibatch_size=8",
-                             "algorithm.group_size=2", "run.device=cpu"],
+    "libero_spatial_smolvla_flow_noise": [
+        "sim.num_envs=2",
+        "sim.eval_num_envs=2",
+        "sim.eval_tasks=null",
+        "sim.kwargs.image_size=32",
+        "sim.kwargs.max_episode_steps=20",
+        "sim.kwargs.num_noop_steps=1",
+        "trainer.eval_episodes=2",
+        "algorithm.minibatch_size=8",
+        "run.device=cpu",
+    ],
+    "libero_pi05_flow_sde": [
+        "sim.num_envs=2",
+        "sim.eval_num_envs=2",
+        "sim.eval_tasks=null",
+        "sim.kwargs.image_size=32",
+        "sim.kwargs.max_episode_steps=20",
+        "sim.kwargs.num_noop_steps=1",
+        "trainer.eval_episodes=2",
+        "algorithm.minibatch_size=8",
+        "algorithm.group_size=2",
+        "run.device=cpu",
+    ],
 }
 LEROBOT = ("reach_smolvla_flow_noise", "libero_spatial_smolvla_flow_noise", "libero_pi05_flow_sde")
 FAKE_LIBERO = "tests/simulators/test_libero.py:FakeLiberoEnv"  # LIBERO's stand-in envs (no scene assets)
@@ -77,8 +146,13 @@ def stand_ins(name: str, root: Path, work: Path) -> list[str]:
             from mmrl.data import load_dataset
             from rewards.train_tiny_clip import train_tiny_clip
 
-            train_tiny_clip(load_dataset("reach_clip", num_samples=256, seed=0), work / "runs" / "reach_clip",
-                            steps=5, batch_size=32, log_every=0)
+            train_tiny_clip(
+                load_dataset("reach_clip", num_samples=256, seed=0),
+                work / "runs" / "reach_clip",
+                steps=5,
+                batch_size=32,
+                log_every=0,
+            )
     if name in ("quickstart_token_vla", "libero_spatial_token_vla_grpo"):
         folder = work / "runs" / "tiny_smolvlm"
         if not (folder / "config.json").exists():
@@ -126,17 +200,23 @@ def run_one(name: str, root: Path, work: Path) -> dict:
         ctx = tiny_lerobot.TinyPiVariants(tiny_lerobot.tiny_gemma_tokenizer_folder(work / "tok"))
     with ctx:
         overrides = stand_ins(name, root, work)
-        cfg = load_experiment(root / "configs" / f"{name}.yaml",
-                              [f"run.output_dir={work / 'runs' / 'fingerprints'}", f"run.name={name}", *COMMON,
-                               *SHORT[name], *overrides])
+        cfg = load_experiment(
+            root / "configs" / f"{name}.yaml",
+            [f"run.output_dir={work / 'runs' / 'fingerprints'}", f"run.name={name}", *COMMON, *SHORT[name], *overrides],
+        )
         trainer = build_trainer(cfg)
         trainer.run()
     import mmrl
 
-    return {"config": name, "fingerprint": fingerprint(trainer.policy.state_dict()), "mmrl": mmrl.__file__,
-            "iterations": trainer.state.iteration, "env_steps": trainer.state.env_steps,
-            "final": {k: trainer.state.results["final"].get(k) for k in ("success_rate", "return")},
-            "seconds": round(time.time() - t0, 1)}
+    return {
+        "config": name,
+        "fingerprint": fingerprint(trainer.policy.state_dict()),
+        "mmrl": mmrl.__file__,
+        "iterations": trainer.state.iteration,
+        "env_steps": trainer.state.env_steps,
+        "final": {k: trainer.state.results["final"].get(k) for k in ("success_rate", "return")},
+        "seconds": round(time.time() - t0, 1),
+    }
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ SIMULATORS.register(
     "libero",
     "simulators.libero:LiberoSim",
     description="LIBERO manipulation suites (robosuite/MuJoCo; spatial, object, goal, 10, 90); "
-                "scene assets via MMRL_LIBERO_ASSETS",
+    "scene assets via MMRL_LIBERO_ASSETS",
     extra="libero",
 )
 

@@ -178,8 +178,12 @@ class ContractEnv(gym.Wrapper):
                     base.set_state(base.init_qpos, base.init_qvel)
                 frame = self._frame()
             except Exception as exc:  # any failure here means: this env cannot render here
-                gl = (f" MuJoCo renders through OpenGL (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): set "
-                      "MUJOCO_GL=egl (needs libEGL) or MUJOCO_GL=osmesa (needs libOSMesa), or" if mujoco_env else "")
+                gl = (
+                    f" MuJoCo renders through OpenGL (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): set "
+                    "MUJOCO_GL=egl (needs libEGL) or MUJOCO_GL=osmesa (needs libOSMesa), or"
+                    if mujoco_env
+                    else ""
+                )
                 raise RuntimeError(
                     f"GymSim: {env_id} could not render a frame ({type(exc).__name__}: {exc}).{gl} pass "
                     "render_images=False for zero images"
@@ -368,9 +372,7 @@ class GymSim(Simulator):
         steps = max_episode_steps if max_episode_steps is not None else getattr(spec, "max_episode_steps", None)
         if not steps:
             self.close()
-            raise ValueError(
-                f"GymSim: {env_id} has no time limit in its spec; pass max_episode_steps=<int>"
-            )
+            raise ValueError(f"GymSim: {env_id} has no time limit in its spec; pass max_episode_steps=<int>")
         self.max_episode_steps = int(steps)
         self.action_dim = int(self._vec.single_action_space.shape[0])
         self.state_dim = int(self._vec.single_observation_space["state"].shape[0])
@@ -498,9 +500,11 @@ class GymSim(Simulator):
 
 # `**unknown` exists only for `unknown_arguments_message`: the declared signature, which `mmrl check`
 # and the config validation read to list the valid arguments, leaves it out
-GymSim.__signature__ = inspect.signature(GymSim.__init__).replace(parameters=[
-    p for name, p in inspect.signature(GymSim.__init__).parameters.items() if name not in ("self", "unknown")
-])
+GymSim.__signature__ = inspect.signature(GymSim.__init__).replace(
+    parameters=[
+        p for name, p in inspect.signature(GymSim.__init__).parameters.items() if name not in ("self", "unknown")
+    ]
+)
 
 
 def unknown_arguments_message(unknown: dict, env_kwargs: dict | None = None) -> str:
@@ -509,9 +513,11 @@ def unknown_arguments_message(unknown: dict, env_kwargs: dict | None = None) -> 
     names = ", ".join(map(repr, unknown))
     verb = "is not an argument" if len(unknown) == 1 else "are not arguments"
     valid = ", ".join(sorted(inspect.signature(GymSim).parameters))
-    return (f"{names} {verb} of simulator 'gym'; arguments of the gymnasium env go under env_kwargs: "
-            f"env_kwargs={ {**(env_kwargs or {}), **unknown} !r} (in a config: sim.kwargs.env_kwargs). "
-            f"Valid: {valid}")
+    return (
+        f"{names} {verb} of simulator 'gym'; arguments of the gymnasium env go under env_kwargs: "
+        f"env_kwargs={ {**(env_kwargs or {}), **unknown}!r} (in a config: sim.kwargs.env_kwargs). "
+        f"Valid: {valid}"
+    )
 
 
 def _success(info: dict, i: int, key: str) -> bool:

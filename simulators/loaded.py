@@ -75,8 +75,9 @@ def burn(work: int, rows: int, w: torch.Tensor, x: torch.Tensor) -> float:
     return check
 
 
-def loaded_reach(num_envs: int, seed: int = 0, device: str = "cpu", work: int = 0, delay_s: float = 0.0,
-                 **kwargs) -> LoadedSim:
+def loaded_reach(
+    num_envs: int, seed: int = 0, device: str = "cpu", work: int = 0, delay_s: float = 0.0, **kwargs
+) -> LoadedSim:
     """A `LoadedSim` around `simulators.reach.ReachSim` (a picklable worker factory target)."""
     from simulators.reach import ReachSim  # (an adapter may import another adapter)
 

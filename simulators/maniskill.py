@@ -509,9 +509,17 @@ class ManiSkillSim(Simulator):
         self.image_size = int(image_size)
         render = obs_mode == "rgb" or bool(render_images)
         self.cfg = dict(
-            task=task, obs_mode=obs_mode, control_mode=control_mode, reward_mode=reward_mode,
-            sim_backend=backend, max_episode_steps=max_episode_steps, image_size=self.image_size,
-            camera=camera, render=render, make_kwargs=make_kwargs, num_envs=self.num_envs,
+            task=task,
+            obs_mode=obs_mode,
+            control_mode=control_mode,
+            reward_mode=reward_mode,
+            sim_backend=backend,
+            max_episode_steps=max_episode_steps,
+            image_size=self.image_size,
+            camera=camera,
+            render=render,
+            make_kwargs=make_kwargs,
+            num_envs=self.num_envs,
         )
         if instruction is None:
             instruction = INSTRUCTIONS.get(task, f"solve the ManiSkill task {task.rsplit('-v', 1)[0]}")

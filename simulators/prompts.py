@@ -44,9 +44,17 @@ class PromptSim(Simulator):
     eval_kwargs = {"split": "eval", "deal": "cycle"}  # every held-out prompt equally often
     DEALS = ("random", "cycle")
 
-    def __init__(self, num_envs: int = 8, dataset: str = "shapes_prompts", dataset_kwargs: dict | None = None,
-                 image_size: int = 16, split: str = "train", deal: str = "random",
-                 device: str | torch.device = "cpu", seed: int = 0):
+    def __init__(
+        self,
+        num_envs: int = 8,
+        dataset: str = "shapes_prompts",
+        dataset_kwargs: dict | None = None,
+        image_size: int = 16,
+        split: str = "train",
+        deal: str = "random",
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ):
         from mmrl.data import load_dataset
 
         if num_envs < 1 or image_size < 1:
@@ -56,8 +64,9 @@ class PromptSim(Simulator):
         kwargs = {**(dataset_kwargs or {}), "split": split}  # prompt datasets take split=train|eval
         data = load_dataset(dataset, **kwargs)
         if not isinstance(data, dict) or not data.get("prompt"):
-            raise ValueError(f"prompt dataset '{dataset}' must return {{'prompt': [...], 'meta': [...]}} "
-                             "with at least one prompt")
+            raise ValueError(
+                f"prompt dataset '{dataset}' must return {{'prompt': [...], 'meta': [...]}} with at least one prompt"
+            )
         self.prompts: list[str] = list(data["prompt"])
         self.meta: list[dict] = list(data.get("meta") or [{} for _ in self.prompts])
         self.num_envs, self.split, self.deal = int(num_envs), split, deal
@@ -81,12 +90,16 @@ class PromptSim(Simulator):
         raises ValueError unless that is the same whole number k >= 1 for every prompt."""
         p = len(self.prompts)
         if self.deal != "cycle":
-            raise ValueError(f"PromptSim deals prompts at random (deal={self.deal!r}): only deal='cycle' "
-                             "evaluates every prompt equally often")
+            raise ValueError(
+                f"PromptSim deals prompts at random (deal={self.deal!r}): only deal='cycle' "
+                "evaluates every prompt equally often"
+            )
         if num_episodes < p or num_episodes % p:
             k = max(1, round(num_episodes / p))
-            raise ValueError(f"{num_episodes} evaluation episodes deal the {p} held-out prompts unequally: "
-                             f"set trainer.eval_episodes to a multiple of {p} (e.g. {k * p}, {k} per prompt)")
+            raise ValueError(
+                f"{num_episodes} evaluation episodes deal the {p} held-out prompts unequally: "
+                f"set trainer.eval_episodes to a multiple of {p} (e.g. {k * p}, {k} per prompt)"
+            )
         return num_episodes // p
 
     def _obs(self) -> Observation:
@@ -104,10 +117,15 @@ class PromptSim(Simulator):
         reward stage scores the image)."""
         want = (self.num_envs, *self.image_shape)
         if not isinstance(actions, torch.Tensor) or actions.dtype != torch.uint8 or tuple(actions.shape) != want:
-            got = (f"{actions.dtype} {tuple(actions.shape)}" if isinstance(actions, torch.Tensor)
-                   else type(actions).__name__)
-            raise ValueError(f"PromptSim takes uint8 images {list(want)} (sim.kwargs.image_size = "
-                             f"{self.image_size}, the policy's image size), got {got}")
+            got = (
+                f"{actions.dtype} {tuple(actions.shape)}"
+                if isinstance(actions, torch.Tensor)
+                else type(actions).__name__
+            )
+            raise ValueError(
+                f"PromptSim takes uint8 images {list(want)} (sim.kwargs.image_size = "
+                f"{self.image_size}, the policy's image size), got {got}"
+            )
         n, dev = self.num_envs, self.device
         done = torch.ones(n, dtype=torch.bool, device=dev)
         final = self._obs()
@@ -115,8 +133,9 @@ class PromptSim(Simulator):
         self._idx = self.prompt_index([self._next_seed + i for i in range(n)])  # auto reset: next prompts
         self._next_seed += n
         info = {"num_steps": done.long()}
-        return StepResult(self._obs(), torch.zeros(n, device=dev), done, torch.zeros_like(done),
-                          torch.zeros_like(done), final, info)
+        return StepResult(
+            self._obs(), torch.zeros(n, device=dev), done, torch.zeros_like(done), torch.zeros_like(done), final, info
+        )
 
     def get_state(self) -> dict:
         return {"idx": self._idx.clone(), "next_seed": self._next_seed}

@@ -46,21 +46,33 @@ class QASim(Simulator):
     name_arg = "dataset"  # `mmrl check simulator qa:shapes_vqa`
     eval_kwargs = {"split": "eval"}
 
-    def __init__(self, num_envs: int = 8, dataset: str = "shapes_vqa", dataset_kwargs: dict | None = None,
-                 split: str = "train", thumb_size: int = 64, shuffle_seed: int = 0,
-                 device: str | torch.device = "cpu", seed: int = 0):
+    def __init__(
+        self,
+        num_envs: int = 8,
+        dataset: str = "shapes_vqa",
+        dataset_kwargs: dict | None = None,
+        split: str = "train",
+        thumb_size: int = 64,
+        shuffle_seed: int = 0,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ):
         from mmrl.data import load_dataset
 
         if num_envs < 1 or thumb_size < 1:
             raise ValueError("num_envs and thumb_size must be >= 1")
         if "split" in (dataset_kwargs or {}):  # the simulator picks the split (training vs evaluation)
-            raise ValueError(f"dataset_kwargs.split = {dataset_kwargs['split']!r}: the split is the simulator's own "
-                             "argument (sim.kwargs.split for training, sim.eval_kwargs.split for evaluation)")
+            raise ValueError(
+                f"dataset_kwargs.split = {dataset_kwargs['split']!r}: the split is the simulator's own "
+                "argument (sim.kwargs.split for training, sim.eval_kwargs.split for evaluation)"
+            )
         data = load_dataset(dataset, **{**(dataset_kwargs or {}), "split": split})
         missing = [k for k in ("prompt", "images", "meta") if k not in data]
         if missing or not data["prompt"]:
-            raise ValueError(f"VLM dataset '{dataset}' must return {{'prompt', 'images', 'meta'}} lists with at "
-                             f"least one question (missing: {missing or 'none; it is empty'})")
+            raise ValueError(
+                f"VLM dataset '{dataset}' must return {{'prompt', 'images', 'meta'}} lists with at "
+                f"least one question (missing: {missing or 'none; it is empty'})"
+            )
         self.dataset_name, self.split = dataset, split
         self.prompts: list[str] = list(data["prompt"])
         self.images: list[list[torch.Tensor]] = [list(x) for x in data["images"]]
@@ -92,16 +104,27 @@ class QASim(Simulator):
         rows = self._idx.tolist()
         for i in rows:
             if i not in self._thumbs:
-                self._thumbs[i] = thumbnail(self.images[i][0], self.thumb_size) if self.images[i] else \
-                    torch.zeros(self.image_shape, dtype=torch.uint8)
+                self._thumbs[i] = (
+                    thumbnail(self.images[i][0], self.thumb_size)
+                    if self.images[i]
+                    else torch.zeros(self.image_shape, dtype=torch.uint8)
+                )
         thumbs = torch.stack([self._thumbs[i] for i in rows])
-        return Observation(thumbs.to(self.device), [self.prompts[i] for i in rows],
-                           images=[self.images[i] for i in rows], meta=[self.meta[i] for i in rows])
+        return Observation(
+            thumbs.to(self.device),
+            [self.prompts[i] for i in rows],
+            images=[self.images[i] for i in rows],
+            meta=[self.meta[i] for i in rows],
+        )
 
     def record(self, i: int) -> dict:
         """Question ``i`` as a dict (prompt, images, meta, solution)."""
-        return {"prompt": self.prompts[i], "images": self.images[i], "meta": self.meta[i],
-                "solution": self.solutions[i]}
+        return {
+            "prompt": self.prompts[i],
+            "images": self.images[i],
+            "meta": self.meta[i],
+            "solution": self.solutions[i],
+        }
 
     # ------------------------------------------------------------------ contract
     def reset(self, seed: int | list[int] | None = None) -> Observation:
@@ -111,19 +134,25 @@ class QASim(Simulator):
 
     def step_chunk(self, actions: Completions) -> StepResult:
         """Each env's answer ends its episode; reward 0 (the reward stage scores the answer)."""
-        if not isinstance(actions, list) or len(actions) != self.num_envs \
-                or not all(isinstance(a, str) for a in actions):
-            raise ValueError(f"QASim takes {self.num_envs} answers (Completions, a list of str), got "
-                             f"{type(actions).__name__} of length "
-                             f"{len(actions) if hasattr(actions, '__len__') else '?'}")
+        if (
+            not isinstance(actions, list)
+            or len(actions) != self.num_envs
+            or not all(isinstance(a, str) for a in actions)
+        ):
+            raise ValueError(
+                f"QASim takes {self.num_envs} answers (Completions, a list of str), got "
+                f"{type(actions).__name__} of length "
+                f"{len(actions) if hasattr(actions, '__len__') else '?'}"
+            )
         n, dev = self.num_envs, self.device
         done = torch.ones(n, dtype=torch.bool, device=dev)
         final = self._obs()
         self._idx = self.question_index([self._next_seed + i for i in range(n)])  # auto reset: next questions
         self._next_seed += n
         info = {"num_steps": done.long(), "answers": list(actions)}
-        return StepResult(self._obs(), torch.zeros(n, device=dev), done, torch.zeros_like(done),
-                          torch.zeros_like(done), final, info)
+        return StepResult(
+            self._obs(), torch.zeros(n, device=dev), done, torch.zeros_like(done), torch.zeros_like(done), final, info
+        )
 
     def get_state(self) -> dict:
         return {"idx": self._idx.clone(), "next_seed": self._next_seed}

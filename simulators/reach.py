@@ -107,9 +107,7 @@ class ReachSim(Simulator):
         init_candidates: int = 16,
     ):
         if not 1 <= num_objects <= num_colors <= len(PALETTE):
-            raise ValueError(
-                f"need 1 <= num_objects ({num_objects}) <= num_colors ({num_colors}) <= {len(PALETTE)}"
-            )
+            raise ValueError(f"need 1 <= num_objects ({num_objects}) <= num_colors ({num_colors}) <= {len(PALETTE)}")
         if not 1 <= instruction_templates <= len(TEMPLATES):
             raise ValueError(f"instruction_templates must be in [1, {len(TEMPLATES)}]")
         if state_mode not in ("proprio", "full"):
@@ -138,9 +136,7 @@ class ReachSim(Simulator):
         self.state_dim = 2 if state_mode == "proprio" else 2 + 3 * k
 
         self.color_names = list(PALETTE)[: self.num_colors]
-        self._palette = torch.tensor(
-            [PALETTE[c] for c in self.color_names], dtype=torch.uint8, device=self.device
-        )
+        self._palette = torch.tensor([PALETTE[c] for c in self.color_names], dtype=torch.uint8, device=self.device)
         self._bg = torch.tensor(BACKGROUND, dtype=torch.uint8, device=self.device)
         self._grip_rgb = torch.tensor(GRIPPER, dtype=torch.uint8, device=self.device)
         self._instr_table = [
@@ -173,9 +169,7 @@ class ReachSim(Simulator):
         u = hash_uniform(seeds, p + 2 + (k + 1) * c * 2)
         colors = u[:, :p].argsort(dim=1)[:, :k]
         target = (u[:, p] * k).long().clamp(max=k - 1)
-        template = (u[:, p + 1] * self.instruction_templates).long().clamp(
-            max=self.instruction_templates - 1
-        )
+        template = (u[:, p + 1] * self.instruction_templates).long().clamp(max=self.instruction_templates - 1)
         ext = self.spawn_extent
         cand = (u[:, p + 2 :].view(n, k + 1, c, 2) * 2.0 - 1.0) * ext
         rows = torch.arange(n, device=seeds.device)
@@ -248,9 +242,7 @@ class ReachSim(Simulator):
 
     _arm, _thick = 0.13, 0.0  # gripper cross: half arm length, half thickness (0: one pixel)
 
-    def render(
-        self, gripper: torch.Tensor, objects: torch.Tensor, colors: torch.Tensor
-    ) -> torch.Tensor:
+    def render(self, gripper: torch.Tensor, objects: torch.Tensor, colors: torch.Tensor) -> torch.Tensor:
         """uint8 ``[n, H, W, 3]`` images of ``n`` scenes (gripper ``[n,2]``, discs ``[n,K,2]``,
         colour ids ``[n,K]``). Shapes are pixel stamps centred on the pixel holding their
         position (see `pixel_of`), painted disc by disc, then the gripper on top."""
@@ -358,9 +350,7 @@ class ReachSim(Simulator):
             image[rows] = self.render(self.gripper[rows], self.objects[rows], self.colors[rows])
             state = self._state()
         obs = Observation(image, list(self._instructions), state)
-        return StepResult(
-            obs, reward, terminated, truncated, success, final_obs, {"num_steps": executed}
-        )
+        return StepResult(obs, reward, terminated, truncated, success, final_obs, {"num_steps": executed})
 
     # ------------------------------------------------------------------ snapshot / restore
     def get_state(self) -> dict:
@@ -391,7 +381,11 @@ class ReachSim(Simulator):
 
     # ------------------------------------------------------------------ scripted expert
     def _expert_from(
-        self, g: torch.Tensor, goal: torch.Tensor, noise: float, generator: torch.Generator | None,
+        self,
+        g: torch.Tensor,
+        goal: torch.Tensor,
+        noise: float,
+        generator: torch.Generator | None,
         speed: float = 1.0,
     ) -> torch.Tensor:
         a = (goal - g) / (self.max_speed * speed)
@@ -409,7 +403,10 @@ class ReachSim(Simulator):
         return self._expert_from(self.gripper, self.goal_position(), noise, generator, speed)
 
     def expert_chunk(
-        self, chunk_size: int, noise: float = 0.0, generator: torch.Generator | None = None,
+        self,
+        chunk_size: int,
+        noise: float = 0.0,
+        generator: torch.Generator | None = None,
         speed: float = 1.0,
     ) -> torch.Tensor:
         """``[N, C, 2]`` expert chunk planned by rolling the controller forward; zeros after the

@@ -43,11 +43,18 @@ def installed(name: str):
 
 # benchmark -> (check, what is missing and how to get it); the check runs in this interpreter
 NEEDS = {
-    "pretrained_vla": (installed("lerobot"), ("LeRobot, which runs in its own venv: bash scripts/setup_lerobot.sh, "
-                                              "then .venv-lerobot/bin/python -m pytest -q "
-                                              "tests/test_benchmarks_smoke.py -k pretrained_vla")),
-    "libero_real": (lambda: installed("libero")() and libero_assets(),
-                    "LIBERO and its scene assets: bash scripts/setup.sh libero && bash scripts/setup_libero_assets.sh"),
+    "pretrained_vla": (
+        installed("lerobot"),
+        (
+            "LeRobot, which runs in its own venv: bash scripts/setup_lerobot.sh, "
+            "then .venv-lerobot/bin/python -m pytest -q "
+            "tests/test_benchmarks_smoke.py -k pretrained_vla"
+        ),
+    ),
+    "libero_real": (
+        lambda: installed("libero")() and libero_assets(),
+        "LIBERO and its scene assets: bash scripts/setup.sh libero && bash scripts/setup_libero_assets.sh",
+    ),
     "vs_sb3": (installed("stable_baselines3"), "Stable-Baselines3: pip install -e '.[bench]'"),
     "vs_trl": (installed("trl"), "TRL: pip install -e '.[vlm,bench]'"),
     "semantic_reward": (installed("open_clip"), "open_clip: pip install -e '.[clip]'"),
@@ -72,9 +79,15 @@ def test_benchmark_smoke(name):
     path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--smoke"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group: a timeout kills its workers too
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--smoke"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own process group: a timeout kills its workers too
     try:
         out, err = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def readme_test_command() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    after = text[text.index("Set up and run the tests"):]
+    after = text[text.index("Set up and run the tests") :]
     block = re.search(r"```bash\n(.*?)\n```", after, re.S)
     assert block, "no ```bash block after 'Set up and run the tests' in README.md"
     return [" ".join(shlex.split(part)) for part in block.group(1).strip().split(" && ")]
@@ -21,7 +21,7 @@ def readme_test_command() -> list[str]:
 
 def ci_steps() -> list[str]:
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    return [" ".join(shlex.split(ln[len("step "):])) for ln in lines if ln.startswith("step ")]
+    return [" ".join(shlex.split(ln[len("step ") :])) for ln in lines if ln.startswith("step ")]
 
 
 def test_ci_steps_are_the_readme_test_command():

@@ -124,11 +124,24 @@ def test_defaults_and_missing_sections():
 
 
 def test_overrides_of_each_type(yaml_path):
-    cfg = load_config(Experiment, yaml_path, [
-        "trainer.lr=3e-6", "trainer.epochs=3", "trainer.clip=1", "run.debug=true", "run.name=other",
-        "run.tags=[x, y, z]", "trainer.optim.betas=[0.8, 0.9]", "trainer.optim.schedule=constant",
-        "sim.num_envs=128", "sim.kwargs.robot=ur5", "sim.kwargs.new.deep=1", "algorithm.gamma=1",
-    ])
+    cfg = load_config(
+        Experiment,
+        yaml_path,
+        [
+            "trainer.lr=3e-6",
+            "trainer.epochs=3",
+            "trainer.clip=1",
+            "run.debug=true",
+            "run.name=other",
+            "run.tags=[x, y, z]",
+            "trainer.optim.betas=[0.8, 0.9]",
+            "trainer.optim.schedule=constant",
+            "sim.num_envs=128",
+            "sim.kwargs.robot=ur5",
+            "sim.kwargs.new.deep=1",
+            "algorithm.gamma=1",
+        ],
+    )
     assert cfg.trainer.lr == 3e-6 and cfg.trainer.epochs == 3
     assert cfg.trainer.clip == 1.0 and isinstance(cfg.trainer.clip, float)
     assert cfg.run == RunConfig(name="other", tags=["x", "y", "z"], debug=True)
@@ -145,8 +158,11 @@ def test_source_dict_is_not_mutated():
 
 
 def test_variant_by_override_keeps_given_keys(yaml_path):
-    cfg = load_config(Experiment, {"run": {"name": "x"}, "algorithm": {"gamma": 0.5}},
-                      ["algorithm.type=grpo", "algorithm.group_size=16"])
+    cfg = load_config(
+        Experiment,
+        {"run": {"name": "x"}, "algorithm": {"gamma": 0.5}},
+        ["algorithm.type=grpo", "algorithm.group_size=16"],
+    )
     assert type(cfg.algorithm) is GRPOConfig
     assert (cfg.algorithm.gamma, cfg.algorithm.group_size, cfg.algorithm.adv) == (0.5, 16, "grpo")
     # switching away from grpo: the given grpo-only key is now unknown, and the message says so
@@ -172,8 +188,10 @@ def test_unknown_variant_lists_registered_types():
 
 def test_unknown_key_names_path_choices_and_suggestion():
     msg = error(["trainer.lrr=1"])
-    assert msg == ("unknown config key 'trainer.lrr'. Valid keys under 'trainer': batch_size, clip, "
-                   "epochs, lr, optim (did you mean 'lr'?)")
+    assert msg == (
+        "unknown config key 'trainer.lrr'. Valid keys under 'trainer': batch_size, clip, "
+        "epochs, lr, optim (did you mean 'lr'?)"
+    )
     msg = error(data={"run": {"name": "x"}, "trainer": {"optim": {"shedule": "cosine"}}})
     assert "'trainer.optim.shedule'" in msg and "did you mean 'schedule'" in msg
     msg = error(["trainr.lr=1"])
@@ -282,18 +300,22 @@ def test_schema_deeper_than_three_levels_is_rejected():
 
 def test_variant_decorator_misuse():
     with pytest.raises(TypeError, match="@dataclass"):
+
         @AlgoConfig.variant("nope")
         class NotADataclass(AlgoConfig):
             pass
+
     with pytest.raises(TypeError, match="already registered"):
+
         @AlgoConfig.variant("grpo")
         @dataclass
         class Again(AlgoConfig):
             pass
 
 
-@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(Path(__file__).resolve().parents[1].glob("configs/*.yaml")), ids=lambda p: p.name
+)
 def test_every_shipped_config_loads(path):
     """Every file in configs/ validates (keys, registered names, simulator arguments) as shipped."""
     from mmrl.experiment import load_experiment
@@ -307,22 +329,25 @@ def test_every_shipped_config_loads(path):
 
 
 # values that cannot be right fail at load time, naming the key and the valid range (issue 18)
-@pytest.mark.parametrize("override, message", [
-    ("trainer.iterations=-3", "'iterations' = -3 must be >= 0"),
-    ("trainer.lr=-1", "'lr' = -1.0 must be > 0"),
-    ("trainer.checkpoint_every=0", "'checkpoint_every' = 0 must be >= 1"),
-    ("trainer.keep_checkpoints=0", "'keep_checkpoints' = 0 must be >= 1"),
-    ("trainer.eval_episodes=0", "'eval_episodes' = 0 must be >= 1"),
-    ("algorithm.gamma=2", "'gamma' = 2.0 must be between 0 and 1"),
-    ("algorithm.lam=-0.1", "'lam' = -0.1 must be between 0 and 1"),
-    ("algorithm.clip_low=-0.5", "'clip_low' = -0.5 must be > 0"),
-    ("algorithm.dual_clip=0.5", "'dual_clip' = 0.5 must be > 1"),
-    ("algorithm.minibatch_size=0", "'minibatch_size' = 0 must be >= 1"),
-    ("algorithm.epochs=0", "'epochs' = 0 must be >= 1"),
-    ("sim.num_envs=0", "'num_envs' = 0 must be >= 1"),
-    ("warm_start.lr=0", "'lr' = 0.0 must be > 0"),
-    ("run.device=gpu0", "'device' = 'gpu0' is not a device"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.iterations=-3", "'iterations' = -3 must be >= 0"),
+        ("trainer.lr=-1", "'lr' = -1.0 must be > 0"),
+        ("trainer.checkpoint_every=0", "'checkpoint_every' = 0 must be >= 1"),
+        ("trainer.keep_checkpoints=0", "'keep_checkpoints' = 0 must be >= 1"),
+        ("trainer.eval_episodes=0", "'eval_episodes' = 0 must be >= 1"),
+        ("algorithm.gamma=2", "'gamma' = 2.0 must be between 0 and 1"),
+        ("algorithm.lam=-0.1", "'lam' = -0.1 must be between 0 and 1"),
+        ("algorithm.clip_low=-0.5", "'clip_low' = -0.5 must be > 0"),
+        ("algorithm.dual_clip=0.5", "'dual_clip' = 0.5 must be > 1"),
+        ("algorithm.minibatch_size=0", "'minibatch_size' = 0 must be >= 1"),
+        ("algorithm.epochs=0", "'epochs' = 0 must be >= 1"),
+        ("sim.num_envs=0", "'num_envs' = 0 must be >= 1"),
+        ("warm_start.lr=0", "'lr' = 0.0 must be > 0"),
+        ("run.device=gpu0", "'device' = 'gpu0' is not a device"),
+    ],
+)
 def test_impossible_values_fail_at_load(override, message):
     from mmrl.experiment import load_experiment
 
@@ -333,24 +358,43 @@ def test_impossible_values_fail_at_load(override, message):
 def test_edge_values_that_are_right_still_load():
     from mmrl.experiment import load_experiment
 
-    cfg = load_experiment(None, ["trainer.iterations=0", "algorithm.gamma=1", "algorithm.lam=0",
-                                 "run.threads=-1", "run.device=cuda:1", "algorithm.clip_high=null"])
+    cfg = load_experiment(
+        None,
+        [
+            "trainer.iterations=0",
+            "algorithm.gamma=1",
+            "algorithm.lam=0",
+            "run.threads=-1",
+            "run.device=cuda:1",
+            "algorithm.clip_high=null",
+        ],
+    )
     assert cfg.trainer.iterations == 0 and cfg.algorithm.gamma == 1.0
 
 
 # what the algorithm asks of the policy is checked against its declared capabilities when the config
 # loads (mmrl.capabilities), naming the capability and the policy's own fix (issue 28)
-@pytest.mark.parametrize("overrides, message", [
-    (["policy={type: gaussian}", "sim.type=gym", "sim.kwargs={env_id: Pendulum-v1}", "algorithm.objective=awm"],
-     "'algorithm.objective' = 'awm' needs a likelihood-free loss .*, which policy 'gaussian' does not have as "
-     "configured: the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo"),
-    (["policy.critic=false", "algorithm.advantage=gae"],
-     "'algorithm.advantage' = 'gae' needs a critic .*, which policy 'flow_vla' does not have as configured: "
-     "set policy.critic=true"),
-    (["algorithm.kl_coef=0.1"], "'algorithm.kl_coef' > 0 needs a reference model, which policy 'flow_vla' does not "
-                                "provide as configured: the flow VLA keeps no reference model"),
-    (["algorithm.objective=trpo"], "'objective' = 'trpo' is not one of: awm, ppo"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["policy={type: gaussian}", "sim.type=gym", "sim.kwargs={env_id: Pendulum-v1}", "algorithm.objective=awm"],
+            "'algorithm.objective' = 'awm' needs a likelihood-free loss .*, which policy 'gaussian' does not have as "
+            "configured: the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo",
+        ),
+        (
+            ["policy.critic=false", "algorithm.advantage=gae"],
+            "'algorithm.advantage' = 'gae' needs a critic .*, which policy 'flow_vla' does not have as configured: "
+            "set policy.critic=true",
+        ),
+        (
+            ["algorithm.kl_coef=0.1"],
+            "'algorithm.kl_coef' > 0 needs a reference model, which policy 'flow_vla' does not "
+            "provide as configured: the flow VLA keeps no reference model",
+        ),
+        (["algorithm.objective=trpo"], "'objective' = 'trpo' is not one of: awm, ppo"),
+    ],
+)
 def test_what_a_policy_cannot_do_fails_at_load(overrides, message):
     from mmrl.experiment import load_experiment
 

@@ -36,8 +36,11 @@ def expert_or_random(sim, rng: np.random.Generator) -> np.ndarray:
 
 
 def obs_equal(view_obs: dict, image: torch.Tensor, state: torch.Tensor, instruction) -> bool:
-    return (np.array_equal(view_obs["image"], image.numpy()) and np.array_equal(view_obs["state"], state.numpy())
-            and list(np.atleast_1d(view_obs["instruction"])) == list(np.atleast_1d(instruction)))
+    return (
+        np.array_equal(view_obs["image"], image.numpy())
+        and np.array_equal(view_obs["state"], state.numpy())
+        and list(np.atleast_1d(view_obs["instruction"])) == list(np.atleast_1d(instruction))
+    )
 
 
 # ----------------------------------------------------------------------------- gymnasium's checker
@@ -46,12 +49,15 @@ def obs_equal(view_obs: dict, image: torch.Tensor, state: torch.Tensor, instruct
 EXPECTED_WARNINGS = ("minimum value is -infinity", "maximum value is infinity", "not having a spec")
 
 
-@pytest.mark.parametrize("kwargs", [
-    {},
-    {"chunk_size": 4, "render_mode": "rgb_array"},
-    {"keys": {"image": "pixels", "state": "agent_pos"}},
-    {"keys": ("image", "instruction"), "sim": {"state_mode": "full", "max_episode_steps": 3}},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"chunk_size": 4, "render_mode": "rgb_array"},
+        {"keys": {"image": "pixels", "state": "agent_pos"}},
+        {"keys": ("image", "instruction"), "sim": {"state_mode": "full", "max_episode_steps": 3}},
+    ],
+)
 def test_check_env_passes_on_the_single_env_view(kwargs):
     kwargs = dict(kwargs)
     env = SimulatorEnv(reach(**kwargs.pop("sim", {})), **kwargs)
@@ -191,8 +197,14 @@ class BufferSim(Simulator):
         if final is not None:
             final = Observation(final.image.clone(), list(final.instruction), final.state.clone())
             self.t = 0
-        return StepResult(self._observe(), torch.ones(1), torch.zeros(1, dtype=torch.bool), done,
-                          torch.zeros(1, dtype=torch.bool), final)
+        return StepResult(
+            self._observe(),
+            torch.ones(1),
+            torch.zeros(1, dtype=torch.bool),
+            done,
+            torch.zeros(1, dtype=torch.bool),
+            final,
+        )
 
 
 def test_observations_are_copies_of_reused_simulator_buffers():
@@ -271,8 +283,9 @@ def test_vector_view_infos_equal_gymnasium_sync_vector_env_of_single_views():
     returns the same observations, rewards, flags and infos, final_obs / final_info included."""
     n = 4
     ours = SimulatorVectorEnv(reach(n, max_episode_steps=9))
-    oracle = SyncVectorEnv([lambda: SimulatorEnv(reach(1, max_episode_steps=9))] * n,
-                           autoreset_mode=AutoresetMode.SAME_STEP)
+    oracle = SyncVectorEnv(
+        [lambda: SimulatorEnv(reach(1, max_episode_steps=9))] * n, autoreset_mode=AutoresetMode.SAME_STEP
+    )
     obs_a, info_a = ours.reset(seed=40)
     obs_b, info_b = oracle.reset(seed=40)
     assert gym.utils.env_checker.data_equivalence(obs_a, obs_b, exact=True) and info_a == info_b == {}
@@ -351,8 +364,10 @@ def test_vector_render_gives_one_frame_per_env_with_final_frames():
 
 
 # ----------------------------------------------------------------------------- Stable-Baselines3
-@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
-                    reason='Stable-Baselines3 is not installed (pip install "mmrl[bench]")')
+@pytest.mark.skipif(
+    importlib.util.find_spec("stable_baselines3") is None,
+    reason='Stable-Baselines3 is not installed (pip install "mmrl[bench]")',
+)
 def test_stable_baselines3_checks_and_trains_on_the_view():
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
@@ -386,8 +401,9 @@ def test_gymnasium_make_builds_the_view_of_a_registered_simulator():
             break
         assert np.array_equal(obs["state"], res.obs.state[0].numpy())
     assert term or trunc  # the simulator's own time limit ends it
-    vec = gym.make_vec("mmrl/reach-v0", num_envs=4, vectorization_mode="vector_entry_point", seed=5,
-                       keys=("image", "state"))
+    vec = gym.make_vec(
+        "mmrl/reach-v0", num_envs=4, vectorization_mode="vector_entry_point", seed=5, keys=("image", "state")
+    )
     assert isinstance(vec, SimulatorVectorEnv) and vec.num_envs == 4
     vobs, _ = vec.reset(seed=3)
     assert np.array_equal(vobs["image"][0], raw_obs.image[0].numpy())  # env i gets seed 3 + i
@@ -400,20 +416,23 @@ def test_a_fresh_process_makes_the_view_by_module_qualified_id():
     import subprocess
     import sys
 
-    code = ("import gymnasium as gym; env = gym.make('mmrl.gym_view:mmrl/reach-v0', keys=('image',)); "
-            "print(env.reset(seed=0)[0]['image'].shape)")
+    code = (
+        "import gymnasium as gym; env = gym.make('mmrl.gym_view:mmrl/reach-v0', keys=('image',)); "
+        "print(env.reset(seed=0)[0]['image'].shape)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "(32, 32, 3)", out.stderr[-2000:]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None,
-                    reason="stable-baselines3 is not installed (pip install 'mmrl[bench]'; CI installs it)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("stable_baselines3") is None,
+    reason="stable-baselines3 is not installed (pip install 'mmrl[bench]'; CI installs it)",
+)
 def test_stable_baselines3_trains_on_the_registered_id():
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    envs = make_vec_env("mmrl/reach-v0", n_envs=2, seed=0,
-                        env_kwargs={"keys": ("image", "state"), "image_size": 36})
+    envs = make_vec_env("mmrl/reach-v0", n_envs=2, seed=0, env_kwargs={"keys": ("image", "state"), "image_size": 36})
     model = PPO("MultiInputPolicy", envs, n_steps=16, batch_size=32, n_epochs=1, seed=0, device="cpu")
     model.learn(32)
     assert model.num_timesteps >= 32

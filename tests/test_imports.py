@@ -78,8 +78,12 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_core_imports_no_adapter_and_no_test_helper():
-    bad = sorted((m, t) for m, targets in graph().items() for t in targets
-                 if t.split(".")[0] in ADAPTERS or t.startswith("mmrl.testing"))
+    bad = sorted(
+        (m, t)
+        for m, targets in graph().items()
+        for t in targets
+        if t.split(".")[0] in ADAPTERS or t.startswith("mmrl.testing")
+    )
     assert not bad, f"core modules importing adapters / test helpers: {bad}"
 
 
@@ -87,8 +91,12 @@ def test_no_simulator_adapter_imports_a_reward_adapter():
     """Reward models live in the trainer's reward stage only: no module under simulators/ builds or
     imports one (a robot simulator's frames are scored by the stage, `mmrl.trainer.reward_stage`)."""
     known = core_modules()
-    bad = sorted((path.name, t) for path in sorted((ROOT / "simulators").rglob("*.py"))
-                 for t in imports_of(f"simulators.{path.stem}", path, known) if t.split(".")[0] == "rewards")
+    bad = sorted(
+        (path.name, t)
+        for path in sorted((ROOT / "simulators").rglob("*.py"))
+        for t in imports_of(f"simulators.{path.stem}", path, known)
+        if t.split(".")[0] == "rewards"
+    )
     assert not bad, f"simulator adapters importing reward adapters: {bad}"
 
 

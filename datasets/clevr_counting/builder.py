@@ -35,9 +35,19 @@ def answer_from_solution(solution: str) -> str | None:
     return nums[-1] if nums else None
 
 
-def build(split: str = "train", num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
-          min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28,
-          data_files=None, path=None, eval_size: int = 500, hub_id: str = HUB_ID) -> dict:
+def build(
+    split: str = "train",
+    num_samples: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    factor: int = 28,
+    data_files=None,
+    path=None,
+    eval_size: int = 500,
+    hub_id: str = HUB_ID,
+) -> dict:
     """CLEVR counting rows as VLM records: prompt = ``problem``, images = ``[image]``, meta =
     ``{"answer": "N", "source", "split", "row"}``, solution = the hub's ``solution`` text as given
     (``<answer> N </answer>``, R1-V's target format)."""
@@ -59,8 +69,9 @@ def build(split: str = "train", num_samples: int | None = None, shuffle: bool = 
         answer = answer_from_solution(row["solution"])
         if answer is None:
             raise ValueError(f"{where}: no number in solution {row['solution']!r}; expected <answer> N </answer>")
-        rec = vr.parse_record({"prompt": row["problem"], "images": [row["image"]], "answer": answer,
-                               "solution": row["solution"]}, where)
+        rec = vr.parse_record(
+            {"prompt": row["problem"], "images": [row["image"]], "answer": answer, "solution": row["solution"]}, where
+        )
         out["prompt"].append(rec["prompt"])
         out["images"].append(vr.prepare_images(rec["images"], where, None, min_pixels, max_pixels, factor))
         out["meta"].append({"answer": answer, "source": hub_id, "split": split, "row": i})

@@ -55,8 +55,9 @@ def _check(rec: dict, where: str) -> None:
                 raise ValueError(f"{where}: each {key!r} entry needs a 'class' string and an int 'count', got {o!r}")
 
 
-def build(path, split: str = "test", tags=None, num_prompts: int | None = None, shuffle: bool = False,
-          seed: int = 0) -> dict:
+def build(
+    path, split: str = "test", tags=None, num_prompts: int | None = None, shuffle: bool = False, seed: int = 0
+) -> dict:
     """GenEval prompts from ``path`` -> ``{"prompt", "meta"}``; meta is the record without
     ``prompt``: ``tag``, ``include`` (each ``class``, ``count``, optional ``color`` and
     ``position`` = [relation, index of the reference object in include]) and ``exclude`` when

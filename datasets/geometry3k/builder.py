@@ -23,9 +23,18 @@ def _records():
     return builder_module("vlm_records")
 
 
-def build(split: str = "train", num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
-          min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28,
-          data_files=None, path=None, hub_id: str = HUB_ID) -> dict:
+def build(
+    split: str = "train",
+    num_samples: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    factor: int = 28,
+    data_files=None,
+    path=None,
+    hub_id: str = HUB_ID,
+) -> dict:
     """Geometry3K rows as VLM records: prompt = ``problem`` without its ``<image>`` placeholder,
     images = the row's ``images``, meta = ``{"answer", "source", "split", "row"}``, solution = the
     answer."""

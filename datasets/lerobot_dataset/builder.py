@@ -32,8 +32,9 @@ except ImportError:  # run as a script from outside the repository root
     from mmrl.policies.processing import resize_images
     from mmrl.registry import MissingDependencyError
 
-SETUP = ("bash scripts/setup_lerobot.sh, then run mmrl from .venv-lerobot "
-         "(.venv-lerobot/bin/mmrl, .venv-lerobot/bin/python)")
+SETUP = (
+    "bash scripts/setup_lerobot.sh, then run mmrl from .venv-lerobot (.venv-lerobot/bin/mmrl, .venv-lerobot/bin/python)"
+)
 _DATASET_EXTRA = ".venv-lerobot/bin/pip install -c .ci/constraints-lerobot.txt 'lerobot[dataset]==0.6.1'"
 
 
@@ -41,12 +42,14 @@ def lerobot_dataset_class():
     """LeRobot's ``LeRobotDataset``; `MissingDependencyError` (one line) naming the fix without it."""
     if importlib.util.find_spec("lerobot") is None:
         raise MissingDependencyError(
-            f"dataset 'lerobot_dataset' reads with LeRobot, which is not installed here: {SETUP}")
+            f"dataset 'lerobot_dataset' reads with LeRobot, which is not installed here: {SETUP}"
+        )
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
     except ImportError as exc:  # lerobot without its `dataset` extra (Hugging Face datasets, pandas, av)
-        raise MissingDependencyError(f"dataset 'lerobot_dataset' needs LeRobot's dataset extra ({exc}). "
-                                     f"Fix: {_DATASET_EXTRA}") from exc
+        raise MissingDependencyError(
+            f"dataset 'lerobot_dataset' needs LeRobot's dataset extra ({exc}). Fix: {_DATASET_EXTRA}"
+        ) from exc
     return LeRobotDataset
 
 
@@ -95,23 +98,31 @@ def _check_keys(meta, image_keys, state_key: str | None, action_key: str) -> lis
     if image_keys is None:
         cameras = rgb
         if not cameras:
-            raise ConfigError(f"LeRobot dataset {meta.repo_id!r} has no camera (image or video) column; columns: "
-                              f"{_columns(meta)}. mmrl's warm start needs images")
+            raise ConfigError(
+                f"LeRobot dataset {meta.repo_id!r} has no camera (image or video) column; columns: "
+                f"{_columns(meta)}. mmrl's warm start needs images"
+            )
     else:
         cameras = [image_keys] if isinstance(image_keys, str) else list(image_keys)
         if not cameras or len(set(cameras)) != len(cameras):
-            raise ConfigError(f"image_keys must name one or more distinct cameras, got {image_keys!r}; "
-                              f"cameras found: {', '.join(rgb)}")
+            raise ConfigError(
+                f"image_keys must name one or more distinct cameras, got {image_keys!r}; "
+                f"cameras found: {', '.join(rgb)}"
+            )
         for key in cameras:
             if key not in rgb:
-                raise ConfigError(f"image_keys names {key!r}, which LeRobot dataset {meta.repo_id!r} has not as an RGB "
-                                  f"camera; cameras found: {', '.join(rgb) or 'none'} (columns: {_columns(meta)}). "
-                                  "Fix: image_keys")
+                raise ConfigError(
+                    f"image_keys names {key!r}, which LeRobot dataset {meta.repo_id!r} has not as an RGB "
+                    f"camera; cameras found: {', '.join(rgb) or 'none'} (columns: {_columns(meta)}). "
+                    "Fix: image_keys"
+                )
     for arg, key in (("state_key", state_key), ("action_key", action_key)):
         if key is not None and key not in features:
             null = " or null for no state" if arg == "state_key" else ""
-            raise ConfigError(f"LeRobot dataset {meta.repo_id!r} has no column {key!r}; columns: {_columns(meta)}. "
-                              f"Fix: {arg} (one of the columns{null})")
+            raise ConfigError(
+                f"LeRobot dataset {meta.repo_id!r} has no column {key!r}; columns: {_columns(meta)}. "
+                f"Fix: {arg} (one of the columns{null})"
+            )
     return cameras
 
 
@@ -148,13 +159,17 @@ def build(
     if image_size is not None and int(image_size) < 1:
         raise ConfigError(f"image_size must be >= 1 (or null for the dataset's own size), got {image_size}")
     if repo_id is None and root is None:
-        raise ConfigError("dataset 'lerobot_dataset' needs repo_id (a hub id, <user>/<dataset>) "
-                          "or root (a local LeRobotDataset folder)")
+        raise ConfigError(
+            "dataset 'lerobot_dataset' needs repo_id (a hub id, <user>/<dataset>) "
+            "or root (a local LeRobotDataset folder)"
+        )
     if root is not None:
         root = Path(root).expanduser().resolve()
         if not (root / "meta" / "info.json").is_file():
-            raise ConfigError(f"root {str(root)!r} holds no LeRobot dataset (no meta/info.json there). Fix: root (the "
-                              "folder with meta/, data/), or leave it null to read repo_id from the hub")
+            raise ConfigError(
+                f"root {str(root)!r} holds no LeRobot dataset (no meta/info.json there). Fix: root (the "
+                "folder with meta/, data/), or leave it null to read repo_id from the hub"
+            )
         repo_id = repo_id or f"local/{root.name}"
     LeRobotDataset = lerobot_dataset_class()
     from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
@@ -165,8 +180,10 @@ def build(
     pool = list(range(total)) if episodes is None else sorted({int(e) for e in episodes})
     bad = [e for e in pool if not 0 <= e < total]
     if bad or not pool:
-        raise ConfigError(f"episodes {list(episodes)!r} must be episode indices in [0, {total}) of LeRobot dataset "
-                          f"{repo_id!r}. Fix: episodes")
+        raise ConfigError(
+            f"episodes {list(episodes)!r} must be episode indices in [0, {total}) of LeRobot dataset "
+            f"{repo_id!r}. Fix: episodes"
+        )
     chosen = choose_episodes(pool, None if num_episodes is None else int(num_episodes), seed)
     ds = LeRobotDataset(repo_id, root=root, episodes=chosen, video_backend=video_backend())
 
@@ -181,15 +198,23 @@ def build(
         if image is None:
             sizes = {key: tuple(v.shape[:2]) for key, v in zip(cameras, views)}
             if len(set(sizes.values())) > 1:
-                raise ConfigError(f"the cameras of LeRobot dataset {repo_id!r} differ in size "
-                                  f"({', '.join(f'{k}: {h}x{w}' for k, (h, w) in sizes.items())}). "
-                                  "Fix: image_size (one square size for all)")
+                raise ConfigError(
+                    f"the cameras of LeRobot dataset {repo_id!r} differ in size "
+                    f"({', '.join(f'{k}: {h}x{w}' for k, (h, w) in sizes.items())}). "
+                    "Fix: image_size (one square size for all)"
+                )
             image = torch.empty((m, len(cameras), *views[0].shape), dtype=torch.uint8)
         image[i] = torch.stack(views)
-        rows.append({"episode_index": int(item["episode_index"]), "frame_index": int(item["frame_index"]),
-                     "task_index": int(item["task_index"]), "task": item["task"],
-                     "action": item[action_key].float().reshape(-1),
-                     "state": None if state_key is None else item[state_key].float().reshape(-1)})
+        rows.append(
+            {
+                "episode_index": int(item["episode_index"]),
+                "frame_index": int(item["frame_index"]),
+                "task_index": int(item["task_index"]),
+                "task": item["task"],
+                "action": item[action_key].float().reshape(-1),
+                "state": None if state_key is None else item[state_key].float().reshape(-1),
+            }
+        )
     if not m:
         raise ConfigError(f"LeRobot dataset {repo_id!r} has no frames in episodes {chosen}. Fix: episodes")
 
@@ -247,9 +272,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--image-size", type=int, default=None)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    data = build(args.episodes, args.seed, args.chunk_size, repo_id=args.repo_id, root=args.root,
-                 image_keys=args.image_keys, state_key=args.state_key or None, action_key=args.action_key,
-                 image_size=args.image_size)
+    data = build(
+        args.episodes,
+        args.seed,
+        args.chunk_size,
+        repo_id=args.repo_id,
+        root=args.root,
+        image_keys=args.image_keys,
+        state_key=args.state_key or None,
+        action_key=args.action_key,
+        image_size=args.image_size,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, args.out)
     print(f"{len(data['instruction'])} frames of {len(data['meta']['episodes'])} episodes -> {args.out}")

@@ -35,8 +35,13 @@ CAMERAS = DEMO_CAMERAS  # (simulator camera name, key under data/demo_<i>/obs), 
 ACTION_DIM = 7
 STATE_DIM = 8
 #: the download script's ``--datasets`` value for each suite (libero_10 and libero_90 come together)
-DOWNLOAD_NAME = {"libero_spatial": "libero_spatial", "libero_object": "libero_object",
-                 "libero_goal": "libero_goal", "libero_10": "libero_100", "libero_90": "libero_100"}
+DOWNLOAD_NAME = {
+    "libero_spatial": "libero_spatial",
+    "libero_object": "libero_object",
+    "libero_goal": "libero_goal",
+    "libero_10": "libero_100",
+    "libero_90": "libero_100",
+}
 _FRAMES_PER_BATCH = 256  # frames flipped/resized at once: bounds the float32 working memory
 
 
@@ -76,9 +81,11 @@ def task_files(suite: str, root: Path, tasks: Sequence[TaskInfo], origin: str = 
     files = [folder / f"{t.name}_demo.hdf5" for t in tasks]
     missing = [f for f in files if not f.is_file()]
     if missing:
-        what = ("that folder does not exist" if not folder.is_dir()
-                else f"{len(missing)} of the {len(files)} task files asked for are missing from it, "
-                     f"e.g. {missing[0].name}")
+        what = (
+            "that folder does not exist"
+            if not folder.is_dir()
+            else f"{len(missing)} of the {len(files)} task files asked for are missing from it, e.g. {missing[0].name}"
+        )
         raise FileNotFoundError(
             f"LIBERO demonstrations for suite {suite!r} not found: looked in {folder} (root {root} from "
             f"{origin}); {what}.\n" + download_help(suite, root)
@@ -164,8 +171,9 @@ def build(
     if num_episodes is not None and int(num_episodes) < 1:
         raise ValueError(f"num_episodes must be >= 1 (or None for all demos), got {num_episodes}")
     if chunk_size < 1 or stride < 1 or image_size < 8:
-        raise ValueError(f"need chunk_size >= 1, stride >= 1 and image_size >= 8, "
-                         f"got {chunk_size}, {stride}, {image_size}")
+        raise ValueError(
+            f"need chunk_size >= 1, stride >= 1 and image_size >= 8, got {chunk_size}, {stride}, {image_size}"
+        )
     if image_flip not in IMAGE_FLIPS:
         raise ValueError(f"image_flip must be one of {IMAGE_FLIPS}, got {image_flip!r}")
     if suite not in SUITES:
@@ -196,8 +204,9 @@ def build(
             if not keys:
                 raise ValueError(f"{path} holds no data/demo_<i> groups")
             if num_episodes is not None and int(num_episodes) > len(keys):
-                warnings.warn(f"{path.name}: asked for {num_episodes} demos, the file has {len(keys)}; using all",
-                              stacklevel=2)
+                warnings.warn(
+                    f"{path.name}: asked for {num_episodes} demos, the file has {len(keys)}; using all", stacklevel=2
+                )
             chosen = [keys[j] for j in choose_demos(len(keys), num_episodes, seed, task.task_id)]
             plan.append((task, path, [(k, int(k[5:]), int(f["data"][k]["actions"].shape[0])) for k in chosen]))
     m = sum(len(range(0, n, stride)) for _, _, demos in plan for _, _, n in demos)
@@ -221,8 +230,11 @@ def build(
             data = f["data"]
             convention = _attr_str(data.attrs.get("macros_image_convention", "opengl"))
             problem = json.loads(_attr_str(data.attrs.get("problem_info", "{}")) or "{}")
-            file_info[task.task_id] = {"file": str(path), "image_convention": convention,
-                                       "file_language": problem.get("language_instruction")}
+            file_info[task.task_id] = {
+                "file": str(path),
+                "image_convention": convention,
+                "file_language": problem.get("language_instruction"),
+            }
             for key, demo_idx, n in demos:
                 g = data[key]
                 t = np.arange(0, n, stride)
@@ -239,11 +251,12 @@ def build(
                 for v, (_, obs_key) in enumerate(CAMERAS):
                     frames = obs[obs_key]
                     for b in range(0, k, _FRAMES_PER_BATCH):
-                        tb = t[b:b + _FRAMES_PER_BATCH]
-                        raw = frames[int(tb[0]):int(tb[-1]) + 1:stride]  # h5py reads only these frames
-                        x = apply_flip(_to_raw_opengl(torch.from_numpy(np.asarray(raw, dtype=np.uint8)), convention),
-                                       image_flip)
-                        out["image"][row + b:row + b + len(tb), v] = resize_images(x, image_size)
+                        tb = t[b : b + _FRAMES_PER_BATCH]
+                        raw = frames[int(tb[0]) : int(tb[-1]) + 1 : stride]  # h5py reads only these frames
+                        x = apply_flip(
+                            _to_raw_opengl(torch.from_numpy(np.asarray(raw, dtype=np.uint8)), convention), image_flip
+                        )
+                        out["image"][row + b : row + b + len(tb), v] = resize_images(x, image_size)
                 out["episode"][sl] = episode
                 out["step"][sl] = torch.from_numpy(t)
                 out["task_id"][sl] = task.task_id
@@ -295,14 +308,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--stride", type=int, default=1)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    data = build(args.episodes, args.seed, args.chunk_size, root=args.root, suite=args.suite,
-                 task_ids=args.task_ids, image_size=args.image_size, image_flip=args.image_flip,
-                 stride=args.stride)
+    data = build(
+        args.episodes,
+        args.seed,
+        args.chunk_size,
+        root=args.root,
+        suite=args.suite,
+        task_ids=args.task_ids,
+        image_size=args.image_size,
+        image_flip=args.image_flip,
+        stride=args.stride,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, args.out)
     m = len(data["instruction"])
-    print(f"{m} records from {len(data['meta']['episodes'])} demos of {len(data['meta']['task_ids'])} "
-          f"{args.suite} tasks ({m * data['meta']['bytes_per_record'] / 2**30:.2f} GiB) -> {args.out}")
+    print(
+        f"{m} records from {len(data['meta']['episodes'])} demos of {len(data['meta']['task_ids'])} "
+        f"{args.suite} tasks ({m * data['meta']['bytes_per_record'] / 2**30:.2f} GiB) -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -94,9 +94,11 @@ except ImportError:  # run as a script from outside the repository root
     )
 
 CAMERAS = DEMO_CAMERAS  # (simulator camera name, key under data/demo_<i>/obs), in image order
-SUPPORTED = ("a goal that is a single (On <object> <target>) predicate, optionally inside (And ...), "
-             "with both names declared under (:objects ...) of the BDDL file (a movable object placed "
-             "on another object, e.g. libero_spatial's (On akita_black_bowl_1 plate_1))")
+SUPPORTED = (
+    "a goal that is a single (On <object> <target>) predicate, optionally inside (And ...), "
+    "with both names declared under (:objects ...) of the BDDL file (a movable object placed "
+    "on another object, e.g. libero_spatial's (On akita_black_bowl_1 plate_1))"
+)
 PHASES = ("approach", "descend", "grasp", "lift", "carry", "lower", "release", "retreat")
 GRIPPER_OPEN, GRIPPER_CLOSE = -1.0, 1.0
 
@@ -154,14 +156,20 @@ def pick_place_goal(bddl_text: str, task: str = "the task") -> PickPlace:
     body = goal[1:] if goal else []
     if len(body) == 1 and isinstance(body[0], list) and body[0] and str(body[0][0]).lower() == "and":
         body = body[0][1:]
-    ok = (len(body) == 1 and isinstance(body[0], list) and len(body[0]) == 3
-          and all(isinstance(x, str) for x in body[0]) and body[0][0].lower() == "on")
+    ok = (
+        len(body) == 1
+        and isinstance(body[0], list)
+        and len(body[0]) == 3
+        and all(isinstance(x, str) for x in body[0])
+        and body[0][0].lower() == "on"
+    )
     objects = _objects(_section(tree, ":objects"))
     if ok and body[0][1] in objects and body[0][2] in objects:
         return PickPlace(body[0][1], body[0][2])
     shown = " ".join(_unparse(x) for x in body) if goal else "no (:goal ...) section"
-    raise UnsupportedTaskError(f"{task}: goal {shown} is not supported by the scripted controller; "
-                               f"supported: {SUPPORTED}")
+    raise UnsupportedTaskError(
+        f"{task}: goal {shown} is not supported by the scripted controller; supported: {SUPPORTED}"
+    )
 
 
 def _objects(section: list | None) -> set[str]:
@@ -207,11 +215,17 @@ class ControllerParams:
     close_steps: int = 15
     open_steps: int = 10
     #: per phase, the steps after which it stops waiting for its goal (blocked descents, slow settling)
-    phase_steps: tuple[tuple[str, int], ...] = (("approach", 60), ("descend", 30), ("lift", 40), ("carry", 60),
-                                                ("lower", 40))
+    phase_steps: tuple[tuple[str, int], ...] = (
+        ("approach", 60),
+        ("descend", 30),
+        ("lift", 40),
+        ("carry", 60),
+        ("lower", 40),
+    )
     stall_steps: int = 8  # a phase also ends once its error has not improved by 1 mm for this many steps
     slip: float = 0.04  # the grasp failed once the object is this much further from the eef than at closing
     max_grasps: int = 3  # grasp attempts before giving up (the episode then runs out of steps)
+
 
 #: measured per-task changes to the defaults: in libero_spatial task 4 the bowl sits in an open
 #: drawer whose front wall blocks the fingers at the rim's +y side, so it is grasped at +x
@@ -230,8 +244,9 @@ def grasp_point(obj_pos: np.ndarray, p: ControllerParams) -> np.ndarray:
     return np.asarray(obj_pos, dtype=np.float64) + np.array([p.grasp_offset[0], p.grasp_offset[1], p.grasp_height])
 
 
-def phase_goal(phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarray, memo: dict,
-               p: ControllerParams) -> tuple[np.ndarray, float]:
+def phase_goal(
+    phase: str, eef: np.ndarray, obj: np.ndarray, target: np.ndarray, memo: dict, p: ControllerParams
+) -> tuple[np.ndarray, float]:
     """(end-effector goal position, gripper command) of ``phase``.
 
     ``memo`` holds ``grasp`` (grasp point, fixed when the grasp phase starts) and ``carry_z`` (the
@@ -304,7 +319,8 @@ class PickPlaceController:
             raise UnsupportedTaskError(
                 f"LIBERO's observation has no {', '.join(missing)} (objects observed: "
                 f"{sorted(k[:-4] for k in raw if k.endswith('_pos') and not k.startswith('robot'))}); "
-                f"supported: {SUPPORTED}")
+                f"supported: {SUPPORTED}"
+            )
         return tuple(np.asarray(raw[k], dtype=np.float64) for k in keys)
 
     def act(self, raw: dict) -> np.ndarray:
@@ -312,8 +328,11 @@ class PickPlaceController:
         p = self.p
         if self.phase == "lift" and "held" not in self.memo:  # the first step after closing
             self.memo["held"] = float(np.linalg.norm(obj - eef))
-        if self.phase in ("lift", "carry", "lower") and grasp_lost(eef, obj, self.memo["held"], p) \
-                and self.grasps < p.max_grasps:
+        if (
+            self.phase in ("lift", "carry", "lower")
+            and grasp_lost(eef, obj, self.memo["held"], p)
+            and self.grasps < p.max_grasps
+        ):
             self.phase, self.steps_in_phase, self.memo = "approach", 0, {}  # try again from above
             self.best = (np.inf, 0)
         if self.phase == "grasp" and "grasp" not in self.memo:
@@ -359,15 +378,27 @@ class Episode:
 class GenerationEnv:
     """An in-process LIBERO env started exactly like a `LiberoSim` worker, stepped without rendering."""
 
-    def __init__(self, task: TaskInfo, image_size: int = 128,
-                 camera_names: Sequence[str] = tuple(c for c, _ in CAMERAS),
-                 num_noop_steps: int = 10, render_backend: str = "auto"):
+    def __init__(
+        self,
+        task: TaskInfo,
+        image_size: int = 128,
+        camera_names: Sequence[str] = tuple(c for c, _ in CAMERAS),
+        num_noop_steps: int = 10,
+        render_backend: str = "auto",
+    ):
         assets = check_assets()
         self.task = task
         # the reset's one observation is rendered at 8 px from one camera: rendering never changes the physics
-        self.spec = _EnvSpec(offscreen_env_kwargs(task, image_size, camera_names), (camera_names[0],), 8,
-                             int(num_noop_steps), resolve_render_backend(render_backend), "none",
-                             str(ensure_libero_config().parent), str(assets))
+        self.spec = _EnvSpec(
+            offscreen_env_kwargs(task, image_size, camera_names),
+            (camera_names[0],),
+            8,
+            int(num_noop_steps),
+            resolve_render_backend(render_backend),
+            "none",
+            str(ensure_libero_config().parent),
+            str(assets),
+        )
         self.env = _build_env(self.spec)
         self.runner = _EnvRunner(self.env, self.spec)
         self.init_states = load_init_states(task.suite, task.task_id)
@@ -392,9 +423,15 @@ class GenerationEnv:
             if done:  # LIBERO: the goal predicates hold
                 success = True
                 break
-        return Episode(int(index), np.array(actions, dtype=np.float64).reshape(-1, 7), success,
-                       np.array(states, dtype=np.float32).reshape(-1, 8), np.array(sims), np.array(joints),
-                       list(controller.phase_log))
+        return Episode(
+            int(index),
+            np.array(actions, dtype=np.float64).reshape(-1, 7),
+            success,
+            np.array(states, dtype=np.float32).reshape(-1, 8),
+            np.array(sims),
+            np.array(joints),
+            list(controller.phase_log),
+        )
 
     def close(self) -> None:
         try:
@@ -403,8 +440,9 @@ class GenerationEnv:
             pass
 
 
-def run_controller(gen: GenerationEnv, goal: PickPlace, index: int, max_steps: int,
-                   params: ControllerParams | None = None) -> Episode:
+def run_controller(
+    gen: GenerationEnv, goal: PickPlace, index: int, max_steps: int, params: ControllerParams | None = None
+) -> Episode:
     """One scripted episode from initial state ``index`` (stops at success or ``max_steps``)."""
     return gen.run(index, PickPlaceController(goal, params), max_steps)
 
@@ -420,12 +458,26 @@ class Replay:
     states: np.ndarray  # float32 [T, 8] before each action
 
 
-def make_replay_sim(suite: str, task_id: int, image_size: int, num_noop_steps: int = 10,
-                    max_episode_steps: int | None = None, render_backend: str = "auto") -> LiberoSim:
-    return LiberoSim(num_envs=1, suite=suite, task_id=task_id, split="all", image_flip="none",
-                     image_size=image_size, camera_names=tuple(c for c, _ in CAMERAS),
-                     num_noop_steps=num_noop_steps, max_episode_steps=max_episode_steps,
-                     render_backend=render_backend)
+def make_replay_sim(
+    suite: str,
+    task_id: int,
+    image_size: int,
+    num_noop_steps: int = 10,
+    max_episode_steps: int | None = None,
+    render_backend: str = "auto",
+) -> LiberoSim:
+    return LiberoSim(
+        num_envs=1,
+        suite=suite,
+        task_id=task_id,
+        split="all",
+        image_flip="none",
+        image_size=image_size,
+        camera_names=tuple(c for c, _ in CAMERAS),
+        num_noop_steps=num_noop_steps,
+        max_episode_steps=max_episode_steps,
+        render_backend=render_backend,
+    )
 
 
 def replay(sim: LiberoSim, index: int, actions: np.ndarray) -> Replay:
@@ -445,8 +497,12 @@ def replay(sim: LiberoSim, index: int, actions: np.ndarray) -> Replay:
         if bool(res.done[0]):
             break
         obs = res.obs
-    return Replay(False, None, np.stack(images) if images else np.zeros((0,), np.uint8),
-                  np.stack(states) if states else np.zeros((0, 8), np.float32))
+    return Replay(
+        False,
+        None,
+        np.stack(images) if images else np.zeros((0,), np.uint8),
+        np.stack(states) if states else np.zeros((0, 8), np.float32),
+    )
 
 
 # ---------------------------------------------------------------------------------- writing
@@ -468,8 +524,9 @@ def task_path(root: str | Path, task: TaskInfo) -> Path:
     return Path(root) / task.suite / f"{task.name}_demo.hdf5"
 
 
-def write_task_file(path: str | Path, task: TaskInfo, demos: Sequence[Demo], env_args: dict,
-                    meta: dict | None = None) -> Path:
+def write_task_file(
+    path: str | Path, task: TaskInfo, demos: Sequence[Demo], env_args: dict, meta: dict | None = None
+) -> Path:
     """Write ``demos`` into ``path`` (official LIBERO layout), keeping demos already in the file
     under other keys; atomic: a temporary file in the same folder, then ``os.replace``."""
     import shutil
@@ -486,15 +543,20 @@ def write_task_file(path: str | Path, task: TaskInfo, demos: Sequence[Demo], env
             data = f.require_group("data")
             bddl = Path(task.bddl_file)
             data.attrs["env_name"] = "Libero_Tabletop_Manipulation"
-            data.attrs["problem_info"] = json.dumps({"problem_name": "libero_tabletop_manipulation",
-                                                     "domain_name": "robosuite",
-                                                     "language_instruction": task.language})
+            data.attrs["problem_info"] = json.dumps(
+                {
+                    "problem_name": "libero_tabletop_manipulation",
+                    "domain_name": "robosuite",
+                    "language_instruction": task.language,
+                }
+            )
             data.attrs["macros_image_convention"] = "opengl"
             data.attrs["bddl_file_name"] = str(bddl)
             data.attrs["bddl_file_content"] = bddl.read_text()
             data.attrs["env_args"] = json.dumps(env_args)
-            data.attrs["mmrl_generator"] = json.dumps({"source": "datasets/libero_demos/scripted.py",
-                                                       "obs_before_action": True, **(meta or {})})
+            data.attrs["mmrl_generator"] = json.dumps(
+                {"source": "datasets/libero_demos/scripted.py", "obs_before_action": True, **(meta or {})}
+            )
             for d in demos:
                 key = f"demo_{d.index}"
                 if key in data:
@@ -509,12 +571,22 @@ def write_task_file(path: str | Path, task: TaskInfo, demos: Sequence[Demo], env
                 obs.create_dataset("gripper_states", data=np.asarray(d.states[:, 6:8], dtype=np.float64))
                 obs.create_dataset("joint_states", data=np.asarray(d.joint_states, dtype=np.float64))
                 for v, (_, name) in enumerate(CAMERAS):
-                    obs.create_dataset(name, data=np.ascontiguousarray(d.images[:, v]), dtype=np.uint8,
-                                       compression="gzip", compression_opts=4, chunks=(1, *d.images.shape[2:]))
+                    obs.create_dataset(
+                        name,
+                        data=np.ascontiguousarray(d.images[:, v]),
+                        dtype=np.uint8,
+                        compression="gzip",
+                        compression_opts=4,
+                        chunks=(1, *d.images.shape[2:]),
+                    )
                 ep.create_dataset("actions", data=np.asarray(d.actions, dtype=np.float64))
                 ep.create_dataset("states", data=np.asarray(d.sim_states, dtype=np.float64))
-                ep.create_dataset("robot_states", data=np.concatenate(
-                    [np.asarray(d.states[:, 6:8], np.float64), np.asarray(d.states[:, :3], np.float64)], axis=1))
+                ep.create_dataset(
+                    "robot_states",
+                    data=np.concatenate(
+                        [np.asarray(d.states[:, 6:8], np.float64), np.asarray(d.states[:, :3], np.float64)], axis=1
+                    ),
+                )
                 rewards, dones = np.zeros(n, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
                 rewards[-1] = dones[-1] = 1
                 ep.create_dataset("rewards", data=rewards)
@@ -541,10 +613,20 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="demo", disable=not enabled, file=sys.stderr)
 
 
-def generate(suite: str, task_ids: Sequence[int] | None, episodes: int, root: str | Path, image_size: int = 128,
-             start: int = 0, num_noop_steps: int = 10, max_episode_steps: int | None = None,
-             params: ControllerParams | None = None, render_backend: str = "auto", progress: bool = True,
-             log=None) -> dict:
+def generate(
+    suite: str,
+    task_ids: Sequence[int] | None,
+    episodes: int,
+    root: str | Path,
+    image_size: int = 128,
+    start: int = 0,
+    num_noop_steps: int = 10,
+    max_episode_steps: int | None = None,
+    params: ControllerParams | None = None,
+    render_backend: str = "auto",
+    progress: bool = True,
+    log=None,
+) -> dict:
     """Scripted, verified demos of ``episodes`` initial states (``start`` .. ``start+episodes-1``)
     per task, written to ``<root>/<suite>/<task name>_demo.hdf5``.
 
@@ -564,8 +646,10 @@ def generate(suite: str, task_ids: Sequence[int] | None, episodes: int, root: st
     goals = {i: task_goal(tasks[i]) for i in ids}  # fail before running anything
     n_states = len(load_init_states(suite, ids[0]))
     if episodes < 1 or start < 0 or start + episodes > n_states:
-        raise ValueError(f"need episodes >= 1 and start + episodes <= {n_states} initial states, "
-                         f"got start={start}, episodes={episodes}")
+        raise ValueError(
+            f"need episodes >= 1 and start + episodes <= {n_states} initial states, "
+            f"got start={start}, episodes={episodes}"
+        )
     max_steps = int(max_episode_steps or MAX_EPISODE_STEPS[suite])
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     bar = _progress(len(ids) * episodes * 2, progress)
@@ -595,8 +679,17 @@ def generate(suite: str, task_ids: Sequence[int] | None, episodes: int, root: st
                         t = rep.success_step + 1
                         mismatch += int(t != r.steps)
                         diffs.append(float(np.abs(rep.states - r.states[:t]).max()))
-                        demos.append(Demo(r.index, r.actions[:t], rep.images, rep.states, r.sim_states[:t],
-                                          r.joint_states[:t], gen.init_states[r.index]))
+                        demos.append(
+                            Demo(
+                                r.index,
+                                r.actions[:t],
+                                rep.images,
+                                rep.states,
+                                r.sim_states[:t],
+                                r.joint_states[:t],
+                                gen.init_states[r.index],
+                            )
+                        )
                     if bar is not None:
                         bar.set_postfix_str(f"task {i} replay {r.index}: {'ok' if rep.success else 'FAILED'}")
                         bar.update(1)
@@ -604,14 +697,28 @@ def generate(suite: str, task_ids: Sequence[int] | None, episodes: int, root: st
                 sim.close()
         path = None
         if demos:
-            args = {"type": 1, "env_name": "Libero_Tabletop_Manipulation",
-                    "problem_name": "libero_tabletop_manipulation", "bddl_file": str(task.bddl_file),
-                    "env_kwargs": {**offscreen_env_kwargs(task, image_size, [c for c, _ in CAMERAS]),
-                                   "controller": "OSC_POSE", "num_noop_steps": num_noop_steps,
-                                   "max_episode_steps": max_steps}}
-            path = write_task_file(task_path(root, task), task, demos, args,
-                                   {"controller_params": dataclasses.asdict(task_params(task, params)),
-                                    "goal": [goals[i].obj, goals[i].target]})
+            args = {
+                "type": 1,
+                "env_name": "Libero_Tabletop_Manipulation",
+                "problem_name": "libero_tabletop_manipulation",
+                "bddl_file": str(task.bddl_file),
+                "env_kwargs": {
+                    **offscreen_env_kwargs(task, image_size, [c for c, _ in CAMERAS]),
+                    "controller": "OSC_POSE",
+                    "num_noop_steps": num_noop_steps,
+                    "max_episode_steps": max_steps,
+                },
+            }
+            path = write_task_file(
+                task_path(root, task),
+                task,
+                demos,
+                args,
+                {
+                    "controller_params": dataclasses.asdict(task_params(task, params)),
+                    "goal": [goals[i].obj, goals[i].target],
+                },
+            )
         seconds = time.perf_counter() - t0
         stats[i] = {
             "task": task.name,
@@ -626,8 +733,10 @@ def generate(suite: str, task_ids: Sequence[int] | None, episodes: int, root: st
             "seconds_per_demo": round(seconds / len(demos), 1) if demos else None,
             "file": None if path is None else str(path),
         }
-        log(f"{suite} task {i}: attempted {len(runs)}, controller successes {len(ok)}, verified demos "
-            f"{len(demos)} ({seconds:.0f} s){'' if path is None else ' -> ' + str(path)}")
+        log(
+            f"{suite} task {i}: attempted {len(runs)}, controller successes {len(ok)}, verified demos "
+            f"{len(demos)} ({seconds:.0f} s){'' if path is None else ' -> ' + str(path)}"
+        )
     if bar is not None:
         bar.close()
     return stats
@@ -647,14 +756,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     try:
-        stats = generate(args.suite, args.tasks, args.episodes, args.out, image_size=args.image_size,
-                         start=args.start, num_noop_steps=args.num_noop_steps, max_episode_steps=args.max_steps,
-                         render_backend=args.render_backend, progress=not args.no_progress)
+        stats = generate(
+            args.suite,
+            args.tasks,
+            args.episodes,
+            args.out,
+            image_size=args.image_size,
+            start=args.start,
+            num_noop_steps=args.num_noop_steps,
+            max_episode_steps=args.max_steps,
+            render_backend=args.render_backend,
+            progress=not args.no_progress,
+        )
     except (FileNotFoundError, UnsupportedTaskError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"suite": args.suite, "image_size": args.image_size,
-                      "tasks": {str(k): v for k, v in stats.items()}}))
+    print(
+        json.dumps({"suite": args.suite, "image_size": args.image_size, "tasks": {str(k): v for k, v in stats.items()}})
+    )
     return 0
 
 

@@ -36,8 +36,14 @@ def target_text(prompt: str) -> str | None:
     return text if text.strip() else None
 
 
-def build(path, split: str = "train", num_prompts: int | None = None, shuffle: bool = False, seed: int = 0,
-          on_missing: str = "error") -> dict:
+def build(
+    path,
+    split: str = "train",
+    num_prompts: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    on_missing: str = "error",
+) -> dict:
     """OCR prompts from ``path`` -> ``{"prompt", "meta"}`` with meta ``{"text": target}``.
 
     ``path``: a folder holding ``{split}.txt`` (Flow-GRPO layout: "train" or "test"), or one text
@@ -66,8 +72,10 @@ def build(path, split: str = "train", num_prompts: int | None = None, shuffle: b
         if text is None:
             if on_missing == "skip":
                 continue
-            raise ValueError(f"{p}, line {line}: no text in double quotes in {prompt!r} "
-                             "(the OCR target must be quoted; on_missing='skip' drops such lines)")
+            raise ValueError(
+                f"{p}, line {line}: no text in double quotes in {prompt!r} "
+                "(the OCR target must be quoted; on_missing='skip' drops such lines)"
+            )
         prompts.append(prompt)
         metas.append({"text": text, **extra})
     if not prompts:

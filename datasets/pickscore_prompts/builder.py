@@ -36,8 +36,15 @@ def _parquet_captions(files: list[Path]) -> list[str]:
     return out
 
 
-def build(path, split: str = "train", num_prompts: int | None = None, shuffle: bool = False, seed: int = 0,
-          dedupe: bool = True, min_words: int = 0) -> dict:
+def build(
+    path,
+    split: str = "train",
+    num_prompts: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    dedupe: bool = True,
+    min_words: int = 0,
+) -> dict:
     """Pick-a-Pic captions from ``path`` -> ``{"prompt", "meta"}`` (meta ``{"source": "pickapic"}``).
 
     ``path``: a folder holding ``{split}.txt`` (Flow-GRPO layout: "train" or "test"), or parquet

@@ -68,8 +68,14 @@ def read_jsonl(path, key: str | tuple[str, ...] = "prompt", hint: str = "") -> l
     return out
 
 
-def select(prompts: list[str], metas: list[dict], num_prompts: int | None = None, shuffle: bool = False,
-           seed: int = 0, dedupe: bool = False) -> dict:
+def select(
+    prompts: list[str],
+    metas: list[dict],
+    num_prompts: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    dedupe: bool = False,
+) -> dict:
     """Optionally drop repeated prompts (first kept), shuffle (``random.Random(seed)``) and keep the
     first ``num_prompts``; returns ``{"prompt", "meta"}``."""
     rows = list(zip(prompts, metas))
@@ -89,9 +95,17 @@ def detect_format(path) -> str:
     return "jsonl" if Path(path).suffix.lower() in JSONL_SUFFIXES else "text"
 
 
-def build(path, format: str = "auto", num_prompts: int | None = None, shuffle: bool = False,
-          seed: int = 0, dedupe: bool = False, comments: bool = True, split: str = "train",
-          eval_path=None) -> dict:
+def build(
+    path,
+    format: str = "auto",
+    num_prompts: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    dedupe: bool = False,
+    comments: bool = True,
+    split: str = "train",
+    eval_path=None,
+) -> dict:
     """Prompts from ``path``: ``format`` "text", "jsonl" or "auto" (".jsonl"/".ndjson" -> JSONL,
     anything else text). Text meta is ``{}``; JSONL meta is the record's other keys. ``dedupe``
     keeps the first of repeated prompts, ``shuffle`` shuffles with ``seed``, ``num_prompts`` keeps

@@ -63,8 +63,9 @@ def _at(cell: str) -> str:
     return "in the center" if cell == "center" else f"at the {cell}"
 
 
-def captions_of(disc_cells: list[int], disc_colors: list[str], gripper_cell: int, order: list[int],
-                grid: int = 3) -> list[str]:
+def captions_of(
+    disc_cells: list[int], disc_colors: list[str], gripper_cell: int, order: list[int], grid: int = 3
+) -> list[str]:
     """The captions (one per phrasing of `PHRASINGS`) of one frame from its discs' cells and colours
     and the gripper's cell; ``order`` is the order the discs are named in (a permutation)."""
     names = cell_names(grid)
@@ -123,8 +124,14 @@ def build_pairs(num_samples: int, seed: int, sim_kwargs: dict, grid: int, batch_
             captions.append(captions_of(dc[i].tolist(), names, int(gc[i]), order[i].tolist(), grid))
         gripper_cells.append(gc)
         disc_cells.append(dc)
-    return {"image": torch.cat(images), "captions": captions, "gripper_cell": torch.cat(gripper_cells),
-            "disc_cell": torch.cat(disc_cells), "phrasings": list(PHRASINGS), "cells": cell_names(grid)}
+    return {
+        "image": torch.cat(images),
+        "captions": captions,
+        "gripper_cell": torch.cat(gripper_cells),
+        "disc_cell": torch.cat(disc_cells),
+        "phrasings": list(PHRASINGS),
+        "cells": cell_names(grid),
+    }
 
 
 # ----------------------------------------------------------------------------- labelled evaluation frames
@@ -181,8 +188,13 @@ def build(
         out = build_labelled(num_samples, seed, sim_kwargs, batch_size)
     else:
         out = build_pairs(num_samples, seed, sim_kwargs, grid, batch_size)
-    out["meta"] = {"num_samples": num_samples, "seed": seed, "labelled": labelled, "grid": grid,
-                   "sim_kwargs": sim_kwargs}
+    out["meta"] = {
+        "num_samples": num_samples,
+        "seed": seed,
+        "labelled": labelled,
+        "grid": grid,
+        "sim_kwargs": sim_kwargs,
+    }
     return out
 
 

@@ -113,8 +113,10 @@ def main(argv: list[str] | None = None) -> None:
     data = build(args.episodes, args.seed, args.chunk_size, expert_noise=args.noise)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, args.out)
-    print(f"{len(data['instruction'])} decisions from {args.episodes} episodes, "
-          f"success rate {data['success_rate']:.3f} -> {args.out}")
+    print(
+        f"{len(data['instruction'])} decisions from {args.episodes} episodes, "
+        f"success rate {data['success_rate']:.3f} -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

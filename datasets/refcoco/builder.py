@@ -75,9 +75,11 @@ def _schema(columns: list[str], name: str) -> str:
         return "embedded"
     if "bbox" in columns and ("image_path" in columns or "raw_image_info" in columns):
         return "coco_path"
-    raise ValueError(f"{name}: unknown RefCOCO schema (columns: {columns}); expected lmms-lab/RefCOCO "
-                     f"(image, answer, bbox [x, y, w, h]) or jxu124/refcoco (image_path, captions, "
-                     f"bbox [x1, y1, x2, y2])")
+    raise ValueError(
+        f"{name}: unknown RefCOCO schema (columns: {columns}); expected lmms-lab/RefCOCO "
+        f"(image, answer, bbox [x, y, w, h]) or jxu124/refcoco (image_path, captions, "
+        f"bbox [x1, y1, x2, y2])"
+    )
 
 
 def _coco_image(row: dict, image_root, where: str):
@@ -88,15 +90,19 @@ def _coco_image(row: dict, image_root, where: str):
     if rel is None:
         raise ValueError(f"{where}: no image_path / raw_image_info to find the COCO image")
     if image_root is None:
-        raise ValueError(f"{where}: this RefCOCO schema carries no pixels; pass image_root=<folder holding "
-                         f"train2014/COCO_train2014_*.jpg> (http://images.cocodataset.org/zips/train2014.zip)")
+        raise ValueError(
+            f"{where}: this RefCOCO schema carries no pixels; pass image_root=<folder holding "
+            f"train2014/COCO_train2014_*.jpg> (http://images.cocodataset.org/zips/train2014.zip)"
+        )
     root, rel = Path(image_root).expanduser(), Path(rel)
     tail = Path(*rel.parts[1:]) if len(rel.parts) > 1 else rel
     for cand in (root / rel, root / tail, root / "train2014" / rel.name, root / rel.name):
         if cand.is_file():
             return str(cand)
-    raise FileNotFoundError(f"{where}: image file not found: {rel} under image_root={root} (tried {root / rel}, "
-                            f"{root / tail}, {root / 'train2014' / rel.name}); fix image_root")
+    raise FileNotFoundError(
+        f"{where}: image file not found: {rel} under image_root={root} (tried {root / rel}, "
+        f"{root / tail}, {root / 'train2014' / rel.name}); fix image_root"
+    )
 
 
 def _check_box(box: list[float], size: tuple[int, int], fmt: str, where: str) -> None:
@@ -104,14 +110,28 @@ def _check_box(box: list[float], size: tuple[int, int], fmt: str, where: str) ->
     x1, y1, x2, y2 = box
     other = "xywh" if fmt == "xyxy" else "xyxy"
     if not (x2 > x1 and y2 > y1) or x1 < -1 or y1 < -1 or x2 > w + 1 or y2 > h + 1:
-        raise ValueError(f"{where}: box {box} (read as {fmt}) is not a box inside the {w}x{h} image; "
-                         f"if the column holds {other} boxes pass box_format={other!r}")
+        raise ValueError(
+            f"{where}: box {box} (read as {fmt}) is not a box inside the {w}x{h} image; "
+            f"if the column holds {other} boxes pass box_format={other!r}"
+        )
 
 
-def build(split: str | None = None, num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
-          min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28,
-          data_files=None, path=None, hub_id: str = DEFAULT_HUB_ID, image_root=None,
-          box_format: str | None = None, all_expressions: bool = False, question: str = QUESTION) -> dict:
+def build(
+    split: str | None = None,
+    num_samples: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    factor: int = 28,
+    data_files=None,
+    path=None,
+    hub_id: str = DEFAULT_HUB_ID,
+    image_root=None,
+    box_format: str | None = None,
+    all_expressions: bool = False,
+    question: str = QUESTION,
+) -> dict:
     """RefCOCO rows as VLM records. prompt = ``question.format(expression=...)`` (the first
     expression of a row, or one sample per expression with ``all_expressions=True``), images =
     ``[image]`` (resized by the pixel budget when given), meta = ``{"answer": box, "box": box,
@@ -143,12 +163,26 @@ def build(split: str | None = None, num_samples: int | None = None, shuffle: boo
         new_size = (int(img.shape[1]), int(img.shape[0]))
         sx, sy = new_size[0] / size[0], new_size[1] / size[1]
         box = [round(v, 2) for v in (orig[0] * sx, orig[1] * sy, orig[2] * sx, orig[3] * sy)]
-        box_1000 = [round(orig[0] / size[0] * 1000), round(orig[1] / size[1] * 1000),
-                    round(orig[2] / size[0] * 1000), round(orig[3] / size[1] * 1000)]
+        box_1000 = [
+            round(orig[0] / size[0] * 1000),
+            round(orig[1] / size[1] * 1000),
+            round(orig[2] / size[0] * 1000),
+            round(orig[3] / size[1] * 1000),
+        ]
         extra = {k: row[k] for k in ("question_id", "file_name", "ref_id", "ann_id", "image_id") if k in row}
         for expr in exprs if all_expressions else exprs[:1]:
-            meta = {"answer": list(box), "box": list(box), "image_size": list(new_size), "box_1000": box_1000,
-                    "box_format": "xyxy", "expression": expr, "source": hub_id, "split": split, "row": i, **extra}
+            meta = {
+                "answer": list(box),
+                "box": list(box),
+                "image_size": list(new_size),
+                "box_1000": box_1000,
+                "box_format": "xyxy",
+                "expression": expr,
+                "source": hub_id,
+                "split": split,
+                "row": i,
+                **extra,
+            }
             if new_size != size:
                 meta["orig_box"] = [round(v, 2) for v in orig]
                 meta["orig_image_size"] = list(size)

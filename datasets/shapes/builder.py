@@ -111,8 +111,7 @@ def _draw_specs(n: int, g: torch.Generator, pool: dict[str, list], weights: dict
     return out
 
 
-def build_prompts(num_prompts: int, seed: int = 0, split: str = "train", tags=None,
-                  eval_fraction: float = 0.2) -> dict:
+def build_prompts(num_prompts: int, seed: int = 0, split: str = "train", tags=None, eval_fraction: float = 0.2) -> dict:
     """Prompts only (for RL rollouts), from the ``split`` pool ("train", "eval" or "all").
 
     Returns ``prompt`` (list of str) and ``meta`` (list of dicts: ``tag``, ``objects`` [each
@@ -147,8 +146,15 @@ def object_sizes(image_size: int) -> list[int]:
     return sizes or [hi if hi % 2 else hi - 1]
 
 
-def render(color: torch.Tensor, shape: torch.Tensor, box: torch.Tensor, valid: torch.Tensor,
-           image_size: int, background=BACKGROUND, colors=None) -> torch.Tensor:
+def render(
+    color: torch.Tensor,
+    shape: torch.Tensor,
+    box: torch.Tensor,
+    valid: torch.Tensor,
+    image_size: int,
+    background=BACKGROUND,
+    colors=None,
+) -> torch.Tensor:
     """Draw instances [B, K] (palette ``color`` index or an explicit rgb [B, K, 3], ``shape`` index
     in SHAPES, ``box`` [B, K, 3] = x0, y0, side in pixels) -> uint8 [B, H, W, 3]. Pixel (x, y)
     belongs to a shape when its centre, in box units u, v in (0, 1), satisfies: square: always;
@@ -181,8 +187,12 @@ def _layout(specs, g: torch.Generator, image_size: int, color_jitter: int):
     jitter = torch.randint(-color_jitter, color_jitter + 1, (CHUNK, 3, 3), generator=g)
     n = len(specs)
     regions = {  # x, y, width, height of the box the whole object must lie in
-        None: (0, 0, w, w), "left": (0, 0, half, w), "right": (half, 0, half, w),
-        "top": (0, 0, w, half), "bottom": (0, half, w, half), "center": (w // 4, w // 4, half, half),
+        None: (0, 0, w, w),
+        "left": (0, 0, half, w),
+        "right": (half, 0, half, w),
+        "top": (0, 0, w, half),
+        "bottom": (0, half, w, half),
+        "center": (w // 4, w // 4, half, half),
     }
     color = torch.zeros(n, 3, dtype=torch.long)
     shape = torch.zeros(n, 3, dtype=torch.long)
@@ -217,15 +227,25 @@ def draw(objects: list[list[dict]], seed: int = 0, image_size: int = 16) -> torc
         raise ValueError("draw needs at least one object list")
     parts = []
     for c in range(0, len(objects), CHUNK):
-        specs = [(None, 0, objs) for objs in objects[c:c + CHUNK]]
+        specs = [(None, 0, objs) for objs in objects[c : c + CHUNK]]
         _, rgb, shape, box, valid = _layout(specs, _generator(seed, c // CHUNK), image_size, 0)
         parts.append(render(rgb, shape, box, valid, image_size))
     return torch.cat(parts)
 
 
-def build(num_samples: int | None = None, seed: int = 0, image_size: int = 16, split: str = "train", tags=None,
-          caption_noise: float = 0.0, color_jitter: int = 0, eval_fraction: float = 0.2,
-          prompts_only: bool = False, num_episodes: int | None = None, chunk_size: int | None = None) -> dict:
+def build(
+    num_samples: int | None = None,
+    seed: int = 0,
+    image_size: int = 16,
+    split: str = "train",
+    tags=None,
+    caption_noise: float = 0.0,
+    color_jitter: int = 0,
+    eval_fraction: float = 0.2,
+    prompts_only: bool = False,
+    num_episodes: int | None = None,
+    chunk_size: int | None = None,
+) -> dict:
     """Images with describing prompts (see CARD.md). ``num_episodes`` is an alias of
     ``num_samples`` (what the trainer's warm start passes); ``chunk_size`` is ignored.
 
@@ -270,7 +290,8 @@ def build(num_samples: int | None = None, seed: int = 0, image_size: int = 16, s
             meta = make_meta(caption, tag)
             meta["instances"] = [
                 {"color": names[int(color[i, j])], "shape": SHAPES[int(shape[i, j])], "box": corners[i][j]}
-                for j in range(3) if bool(valid[i, j])
+                for j in range(3)
+                if bool(valid[i, j])
             ]
             meta["noisy"] = caption is not objs
             if meta["noisy"]:
@@ -303,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         grid = torch.zeros(rows * (s + 1), cols * (s + 1), 3, dtype=torch.uint8) + 128
         for i in range(n):
             r, c = divmod(i, cols)
-            grid[r * (s + 1):r * (s + 1) + s, c * (s + 1):c * (s + 1) + s] = imgs[i]
+            grid[r * (s + 1) : r * (s + 1) + s, c * (s + 1) : c * (s + 1) + s] = imgs[i]
         Image.fromarray(grid.numpy()).resize((grid.shape[1] * 4, grid.shape[0] * 4), Image.NEAREST).save(args.preview)
     print(f"{args.num} samples ({args.image_size} px, split {args.split}) -> {args.out}")
 

@@ -86,8 +86,7 @@ def draw_question(rng: random.Random, task: str) -> tuple[str, str, list[tuple[s
         rest = [c for c in COLOR_NAMES if c not in (a_color, b_color)]
         extra = rng.randint(0, MAX_OBJECTS - a - b)
         specs = [(a_color, None)] * a + [(b_color, None)] * b + [(rng.choice(rest), None) for _ in range(extra)]
-        return (f"Are there more {a_color} shapes than {b_color} shapes?", "yes" if yes else "no",
-                _objects(rng, specs))
+        return (f"Are there more {a_color} shapes than {b_color} shapes?", "yes" if yes else "no", _objects(rng, specs))
     raise ValueError(f"unknown task {task!r}; tasks: {TASKS}")
 
 
@@ -106,9 +105,10 @@ def place(rng: random.Random, objects: list[tuple[str, str]], image_size: int, s
     return out
 
 
-def scene_split(objects: list[dict], image_size: int, eval_fraction: float = EVAL_FRACTION,
-                val_fraction: float = VAL_FRACTION) -> str:
-    """"eval", "val" or "train" for a scene, from the SHA-256 of its canonical description (image
+def scene_split(
+    objects: list[dict], image_size: int, eval_fraction: float = EVAL_FRACTION, val_fraction: float = VAL_FRACTION
+) -> str:
+    """ "eval", "val" or "train" for a scene, from the SHA-256 of its canonical description (image
     size and the sorted (colour, shape, box) of its objects, which fix the pixels): the first 8
     bytes as a fraction f; f < ``eval_fraction`` -> "eval", else f < ``eval_fraction +
     val_fraction`` -> "val", else "train". Fixed, seed-independent: no image is on two sides, for
@@ -126,14 +126,23 @@ def _task_weights(tasks) -> tuple[list[str], list[float]]:
     weights = {k: float(v) for k, v in tasks.items()} if isinstance(tasks, dict) else {t: 1.0 for t in tasks}
     bad = sorted(set(weights) - set(TASKS))
     if bad or not weights or any(v < 0 for v in weights.values()) or sum(weights.values()) <= 0:
-        raise ValueError(f"tasks must name some of {list(TASKS)} (a list, or a dict of non-negative weights), "
-                         f"got {tasks!r}")
+        raise ValueError(
+            f"tasks must name some of {list(TASKS)} (a list, or a dict of non-negative weights), got {tasks!r}"
+        )
     names = [t for t in TASKS if weights.get(t, 0) > 0]
     return names, [weights[t] for t in names]
 
 
-def draw_sample(seed: int, split: str, i: int, image_size: int, tasks=None, eval_fraction: float = EVAL_FRACTION,
-                sizes: list[int] | None = None, val_fraction: float = VAL_FRACTION) -> dict:
+def draw_sample(
+    seed: int,
+    split: str,
+    i: int,
+    image_size: int,
+    tasks=None,
+    eval_fraction: float = EVAL_FRACTION,
+    sizes: list[int] | None = None,
+    val_fraction: float = VAL_FRACTION,
+) -> dict:
     """Sample i of (seed, split): its own ``random.Random("shapes_vqa|split|seed|i")`` (so the
     splits' streams never share a generator) draws a task, a question with its answer and a scene,
     again until `scene_split` puts the scene on ``split``'s side."""
@@ -146,8 +155,9 @@ def draw_sample(seed: int, split: str, i: int, image_size: int, tasks=None, eval
         scene = place(rng, objs, image_size, sizes)
         if scene_split(scene, image_size, eval_fraction, val_fraction) == split:
             return {"question": question, "answer": answer, "task": task, "objects": scene}
-    raise RuntimeError(f"no {split} scene in {MAX_TRIES} draws (eval_fraction={eval_fraction}, "
-                       f"val_fraction={val_fraction})")
+    raise RuntimeError(
+        f"no {split} scene in {MAX_TRIES} draws (eval_fraction={eval_fraction}, val_fraction={val_fraction})"
+    )
 
 
 def render_scenes(scenes: list[list[dict]], image_size: int) -> torch.Tensor:
@@ -164,15 +174,33 @@ def render_scenes(scenes: list[list[dict]], image_size: int) -> torch.Tensor:
             color[i, j], shape[i, j] = COLOR_NAMES.index(o["color"]), SHAPES.index(o["shape"])
             box[i, j] = torch.tensor([x0, y0, x1 - x0])
             valid[i, j] = True
-    parts = [shapes.render(color[s:s + RENDER_BATCH], shape[s:s + RENDER_BATCH], box[s:s + RENDER_BATCH],
-                           valid[s:s + RENDER_BATCH], image_size) for s in range(0, m, RENDER_BATCH)]
+    parts = [
+        shapes.render(
+            color[s : s + RENDER_BATCH],
+            shape[s : s + RENDER_BATCH],
+            box[s : s + RENDER_BATCH],
+            valid[s : s + RENDER_BATCH],
+            image_size,
+        )
+        for s in range(0, m, RENDER_BATCH)
+    ]
     return torch.cat(parts) if parts else torch.zeros(0, image_size, image_size, 3, dtype=torch.uint8)
 
 
-def build(num_samples: int | None = 256, split: str = "train", seed: int = 0, image_size: int = 32, tasks=None,
-          eval_fraction: float = EVAL_FRACTION, suffix: str = "", min_pixels: int | None = None,
-          max_pixels: int | None = None, factor: int = 28, num_prompts: int | None = None,
-          val_fraction: float = VAL_FRACTION) -> dict:
+def build(
+    num_samples: int | None = 256,
+    split: str = "train",
+    seed: int = 0,
+    image_size: int = 32,
+    tasks=None,
+    eval_fraction: float = EVAL_FRACTION,
+    suffix: str = "",
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    factor: int = 28,
+    num_prompts: int | None = None,
+    val_fraction: float = VAL_FRACTION,
+) -> dict:
     """``num_samples`` questions of ``split`` ("train" / "val" / "eval"), one ``image_size`` px image
     each (even, 16-128). ``eval_fraction`` / ``val_fraction``: the shares of scenes held out for
     eval and val (`scene_split`; keep them equal across the splits of one experiment). ``tasks``: a
@@ -189,14 +217,17 @@ def build(num_samples: int | None = 256, split: str = "train", seed: int = 0, im
     if image_size % 2 or not 16 <= image_size <= 128:
         raise ValueError(f"image_size must be even and in [16, 128], got {image_size}")
     if not 0.0 < eval_fraction < 1.0 or not 0.0 <= val_fraction or eval_fraction + val_fraction >= 1.0:
-        raise ValueError(f"need 0 < eval_fraction < 1, val_fraction >= 0 and eval_fraction + val_fraction < 1, "
-                         f"got {eval_fraction} and {val_fraction}")
+        raise ValueError(
+            f"need 0 < eval_fraction < 1, val_fraction >= 0 and eval_fraction + val_fraction < 1, "
+            f"got {eval_fraction} and {val_fraction}"
+        )
     if split == "val" and val_fraction == 0.0:
         raise ValueError("split 'val' needs val_fraction > 0 (the share of scenes kept for validation, e.g. 0.1)")
     _task_weights(tasks)
     sizes = _shapes().object_sizes(image_size)
-    samples = [draw_sample(seed, split, i, image_size, tasks, eval_fraction, sizes, val_fraction)
-               for i in range(num_samples)]
+    samples = [
+        draw_sample(seed, split, i, image_size, tasks, eval_fraction, sizes, val_fraction) for i in range(num_samples)
+    ]
     images = render_scenes([s["objects"] for s in samples], image_size)
     if min_pixels is not None or max_pixels is not None:
         from mmrl.data import builder_module
@@ -208,8 +239,10 @@ def build(num_samples: int | None = 256, split: str = "train", seed: int = 0, im
     return {
         "prompt": [s["question"] + suffix for s in samples],
         "images": per_sample,
-        "meta": [{"answer": s["answer"], "task": s["task"], "objects": s["objects"], "split": split, "index": i}
-                 for i, s in enumerate(samples)],
+        "meta": [
+            {"answer": s["answer"], "task": s["task"], "objects": s["objects"], "split": split, "index": i}
+            for i, s in enumerate(samples)
+        ],
         "solution": [s["answer"] for s in samples],
     }
 
@@ -235,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         grid = torch.full((rows * (s + 1), cols * (s + 1), 3), 128, dtype=torch.uint8)
         for i, img in enumerate(imgs):
             r, c = divmod(i, cols)
-            grid[r * (s + 1):r * (s + 1) + s, c * (s + 1):c * (s + 1) + s] = img
+            grid[r * (s + 1) : r * (s + 1) + s, c * (s + 1) : c * (s + 1) + s] = img
         args.preview.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(grid.numpy()).resize((grid.shape[1] * 4, grid.shape[0] * 4), Image.NEAREST).save(args.preview)
         print(f"preview of {len(imgs)} images (row-major, questions above) -> {args.preview}")

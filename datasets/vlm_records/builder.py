@@ -69,8 +69,9 @@ _PLACEHOLDER_RE = re.compile(r"[ \t]*<image>[ \t]*\n?")
 # ---------------------------------------------------------------------------------------------
 
 
-def fit_pixels(h: int, w: int, min_pixels: int | None = None, max_pixels: int | None = None,
-               factor: int = 28) -> tuple[int, int]:
+def fit_pixels(
+    h: int, w: int, min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28
+) -> tuple[int, int]:
     """Target (height, width) of an h x w image under a pixel budget, by Qwen2-VL's ``smart_resize``:
 
     1. each side is rounded to the nearest multiple of ``factor`` (Python ``round``, halves to even),
@@ -89,8 +90,10 @@ def fit_pixels(h: int, w: int, min_pixels: int | None = None, max_pixels: int | 
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor}")
     if max(h, w) / min(h, w) > MAX_RATIO:
-        raise ValueError(f"absolute aspect ratio must be at most {MAX_RATIO}, got {max(h, w) / min(h, w):.1f} "
-                         f"({h}x{w}); crop or pad the image first")
+        raise ValueError(
+            f"absolute aspect ratio must be at most {MAX_RATIO}, got {max(h, w) / min(h, w):.1f} "
+            f"({h}x{w}); crop or pad the image first"
+        )
     lo = 0 if min_pixels is None else min_pixels
     hi = math.inf if max_pixels is None else max_pixels
     if lo > hi:
@@ -116,8 +119,9 @@ def _pil():
     return Image
 
 
-def resize_image(img: torch.Tensor, min_pixels: int | None = None, max_pixels: int | None = None,
-                 factor: int = 28) -> torch.Tensor:
+def resize_image(
+    img: torch.Tensor, min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28
+) -> torch.Tensor:
     """uint8 [H, W, 3] -> uint8 [H2, W2, 3] with (H2, W2) = `fit_pixels` (PIL bicubic); returned
     unchanged when the size already fits."""
     h, w = int(img.shape[0]), int(img.shape[1])
@@ -146,8 +150,9 @@ def _decode_bytes(data: bytes, where: str) -> torch.Tensor:
         with Image.open(io.BytesIO(data)) as im:
             return torch.from_numpy(_np_copy(im.convert("RGB")))
     except Exception as exc:  # PIL raises several types for bad data
-        raise ValueError(f"{where}: not a decodable image ({type(exc).__name__}: {exc}); store a PNG / JPEG / "
-                         f"WebP file or its bytes") from None
+        raise ValueError(
+            f"{where}: not a decodable image ({type(exc).__name__}: {exc}); store a PNG / JPEG / WebP file or its bytes"
+        ) from None
 
 
 def _read_path(p, base_dir, where: str) -> torch.Tensor:
@@ -183,22 +188,26 @@ def load_image(item: Any, where: str = "image", base_dir=None) -> torch.Tensor:
                 try:
                     data = base64.b64decode(data.split(",", 1)[1] if data.startswith("data:") else data, validate=True)
                 except (binascii.Error, ValueError):
-                    raise ValueError(f"{where}: \"bytes\" is a string but not valid base64; in JSONL store "
-                                     f"base64.b64encode(png_bytes).decode()") from None
+                    raise ValueError(
+                        f'{where}: "bytes" is a string but not valid base64; in JSONL store '
+                        f"base64.b64encode(png_bytes).decode()"
+                    ) from None
             return _decode_bytes(bytes(data), where)
         if item.get("path"):
             return _read_path(item["path"], base_dir, where)
-        raise ValueError(f"{where}: an image dict needs \"bytes\" or \"path\" (keys: {sorted(item)})")
+        raise ValueError(f'{where}: an image dict needs "bytes" or "path" (keys: {sorted(item)})')
     if isinstance(item, str) and item.startswith("data:"):
         return load_image({"bytes": item}, where, base_dir)
     if isinstance(item, (str, Path)):
         return _read_path(item, base_dir, where)
-    raise ValueError(f"{where}: cannot read an image from {type(item).__name__}; use a path, "
-                     f"{{\"bytes\": ...}} or {{\"path\": ...}}")
+    raise ValueError(
+        f'{where}: cannot read an image from {type(item).__name__}; use a path, {{"bytes": ...}} or {{"path": ...}}'
+    )
 
 
-def prepare_images(items: Sequence, where: str, base_dir=None, min_pixels=None, max_pixels=None,
-                   factor: int = 28) -> list[torch.Tensor]:
+def prepare_images(
+    items: Sequence, where: str, base_dir=None, min_pixels=None, max_pixels=None, factor: int = 28
+) -> list[torch.Tensor]:
     """`load_image` each item, then `resize_image` when a pixel budget is given."""
     out = []
     for k, item in enumerate(items):
@@ -228,10 +237,18 @@ def answer_text(answer: Any) -> str:
     return str(answer)
 
 
-
 # guesses for the error naming a missing column: the column a user most likely means
-_PROMPT_GUESSES = ("question", "problem", "query", "instruction", "input", "text", "prompt", "messages",
-                   "conversations")
+_PROMPT_GUESSES = (
+    "question",
+    "problem",
+    "query",
+    "instruction",
+    "input",
+    "text",
+    "prompt",
+    "messages",
+    "conversations",
+)
 _ANSWER_GUESSES = ("answer", "solution", "ground_truth", "gt", "label", "target", "final_answer", "output")
 _IMAGE_GUESSES = ("images", "image", "image_path", "image_paths", "img", "picture", "figure")
 
@@ -246,13 +263,17 @@ def _columns_hint(rec: dict, key_arg: str, role: str, guesses: Sequence[str], ex
 
 def _check_answer(rec: dict, where: str, answer_key: str = "answer", exclude: Sequence[str] = ()) -> Any:
     if answer_key not in rec:
-        raise ValueError(f"{where}: no '{answer_key}' column "
-                         f"{_columns_hint(rec, 'answer_key', 'ground-truth', _ANSWER_GUESSES, exclude)}, or "
-                         f"answer_key: null for data without one")
+        raise ValueError(
+            f"{where}: no '{answer_key}' column "
+            f"{_columns_hint(rec, 'answer_key', 'ground-truth', _ANSWER_GUESSES, exclude)}, or "
+            f"answer_key: null for data without one"
+        )
     ans = rec[answer_key]
     if ans is None:
-        raise ValueError(f"{where}: '{answer_key}' is null; every record needs its ground truth (a string or a "
-                         f"number), or set answer_key: null for data without one")
+        raise ValueError(
+            f"{where}: '{answer_key}' is null; every record needs its ground truth (a string or a "
+            f"number), or set answer_key: null for data without one"
+        )
     if isinstance(ans, str) and not ans.strip():
         raise ValueError(f"{where}: '{answer_key}' is an empty string; give the ground truth")
     if not isinstance(ans, (str, int, float, list, tuple, dict)):
@@ -264,11 +285,11 @@ def _messages_prompt(messages, where: str) -> tuple[str, int, list]:
     """(text of the last user message, number of image placeholders in all messages, image items
     carried by the image parts themselves)."""
     if not isinstance(messages, list) or not messages:
-        raise ValueError(f"{where}: 'messages' must be a non-empty list of {{\"role\", \"content\"}} objects")
+        raise ValueError(f'{where}: \'messages\' must be a non-empty list of {{"role", "content"}} objects')
     count, carried, last_user = 0, [], None
     for j, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
-            raise ValueError(f"{where}: message {j} must be an object with \"role\" and \"content\"")
+            raise ValueError(f'{where}: message {j} must be an object with "role" and "content"')
         content = m["content"]
         if isinstance(content, str):
             count += content.count(IMAGE_PLACEHOLDER)
@@ -288,8 +309,10 @@ def _messages_prompt(messages, where: str) -> tuple[str, int, list]:
                     elif part.get("path") is not None:
                         carried.append({"path": part["path"]})
                 else:
-                    raise ValueError(f"{where}: message {j} has a content part that is not "
-                                     f"{{\"type\": \"text\", \"text\": ...}} or {{\"type\": \"image\"}}: {part!r}")
+                    raise ValueError(
+                        f"{where}: message {j} has a content part that is not "
+                        f'{{"type": "text", "text": ...}} or {{"type": "image"}}: {part!r}'
+                    )
             text = "\n".join(strip_placeholders(t) for t in texts if strip_placeholders(t))
         else:
             raise ValueError(f"{where}: message {j} content must be a string or a list of parts")
@@ -300,7 +323,6 @@ def _messages_prompt(messages, where: str) -> tuple[str, int, list]:
     if not last_user:
         raise ValueError(f"{where}: the last user message has no text")
     return last_user, count, carried
-
 
 
 _DROP = object()  # a value with no JSON form (bytes, an image): left out of meta
@@ -334,16 +356,22 @@ def _plain_messages(messages: list) -> Any:
     out = []
     for m in messages:
         if isinstance(m, dict) and isinstance(m.get("content"), list):
-            parts = [{"type": "image"} if isinstance(p, dict) and p.get("type") == "image"
-                     else {k: v for k, v in p.items() if v is not None} if isinstance(p, dict) else p
-                     for p in m["content"]]
+            parts = [
+                {"type": "image"}
+                if isinstance(p, dict) and p.get("type") == "image"
+                else {k: v for k, v in p.items() if v is not None}
+                if isinstance(p, dict)
+                else p
+                for p in m["content"]
+            ]
             m = {**m, "content": parts}
         out.append(m)
     return _jsonable(out)
 
 
-def parse_record(rec: Any, where: str, prompt_key: str = "prompt", answer_key: str | None = "answer",
-                 image_key: str | None = None) -> dict:
+def parse_record(
+    rec: Any, where: str, prompt_key: str = "prompt", answer_key: str | None = "answer", image_key: str | None = None
+) -> dict:
     """Check one record (a row) and split it into ``prompt``, ``images`` (raw items, not decoded yet),
     ``meta`` and ``solution``. Errors name ``where`` (file and line / row) and the fix.
 
@@ -366,8 +394,9 @@ def parse_record(rec: Any, where: str, prompt_key: str = "prompt", answer_key: s
         used.add("messages")
     elif prompt_key not in rec:
         more = " (or chat 'messages')" if prompt_key == "prompt" else ""
-        raise ValueError(f"{where}: no '{prompt_key}' column{more} "
-                         f"{_columns_hint(rec, 'prompt_key', 'question', _PROMPT_GUESSES)}")
+        raise ValueError(
+            f"{where}: no '{prompt_key}' column{more} {_columns_hint(rec, 'prompt_key', 'question', _PROMPT_GUESSES)}"
+        )
     elif isinstance(value, list):
         messages, value = value, None  # conversational: [{"role": "user", "content": ...}, ...]
     used.add(prompt_key)
@@ -379,9 +408,11 @@ def parse_record(rec: Any, where: str, prompt_key: str = "prompt", answer_key: s
             images = rec.get("image")
     else:
         if image_key not in rec:
-            raise ValueError(f"{where}: no '{image_key}' column "
-                             f"{_columns_hint(rec, 'image_key', 'image', _IMAGE_GUESSES)}, or leave image_key "
-                             f"unset for data without images")
+            raise ValueError(
+                f"{where}: no '{image_key}' column "
+                f"{_columns_hint(rec, 'image_key', 'image', _IMAGE_GUESSES)}, or leave image_key "
+                f"unset for data without images"
+            )
         used.add(image_key)
         images = rec[image_key]
     if images is None:
@@ -390,8 +421,10 @@ def parse_record(rec: Any, where: str, prompt_key: str = "prompt", answer_key: s
         images = [images]
     elif not isinstance(images, (list, tuple)):
         col = image_key or "images"
-        raise ValueError(f"{where}: '{col}' must be an image or a list of images (paths, {{\"bytes\": ...}} or "
-                         f"{{\"path\": ...}}), got {type(images).__name__}")
+        raise ValueError(
+            f"{where}: '{col}' must be an image or a list of images (paths, {{\"bytes\": ...}} or "
+            f'{{"path": ...}}), got {type(images).__name__}'
+        )
     images = list(images)
     # -- prompt text and image placeholders ---------------------------------------------------
     if messages is not None:
@@ -399,16 +432,20 @@ def parse_record(rec: Any, where: str, prompt_key: str = "prompt", answer_key: s
         if not images and carried:
             images = carried
         if n_slots != len(images):
-            raise ValueError(f"{where}: the messages have {n_slots} image placeholder(s) but the record has "
-                             f"{len(images)} image(s); give one {{\"type\": \"image\"}} part (or \"<image>\" in a "
-                             f"string content) per image, in order")
+            raise ValueError(
+                f"{where}: the messages have {n_slots} image placeholder(s) but the record has "
+                f'{len(images)} image(s); give one {{"type": "image"}} part (or "<image>" in a '
+                f"string content) per image, in order"
+            )
     else:
         if not isinstance(value, str) or not strip_placeholders(value):
             raise ValueError(f"{where}: '{prompt_key}' must be a non-empty string or chat messages, got {value!r}")
         n_slots = value.count(IMAGE_PLACEHOLDER)
         if n_slots and n_slots != len(images):
-            raise ValueError(f"{where}: the prompt has {n_slots} \"<image>\" placeholder(s) but the record has "
-                             f"{len(images)} image(s); use one placeholder per image (or none: images go first)")
+            raise ValueError(
+                f'{where}: the prompt has {n_slots} "<image>" placeholder(s) but the record has '
+                f"{len(images)} image(s); use one placeholder per image (or none: images go first)"
+            )
         prompt = strip_placeholders(value)
     # -- ground truth, meta, SFT target -------------------------------------------------------
     answer = None if answer_key is None else _check_answer(rec, where, answer_key, exclude=tuple(used))
@@ -432,8 +469,7 @@ def parse_record(rec: Any, where: str, prompt_key: str = "prompt", answer_key: s
         solution = answer_text(solution)
     elif not isinstance(solution, str):
         raise ValueError(f"{where}: 'solution' must be a string (the full target completion)")
-    return {"prompt": prompt, "images": images, "meta": meta, "solution": solution, "where": where,
-            "dropped": dropped}
+    return {"prompt": prompt, "images": images, "meta": meta, "solution": solution, "where": where, "dropped": dropped}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,8 +527,9 @@ def read_csv_records(path: Path) -> list[tuple[str, dict]]:
     try:
         table = pcsv.read_csv(path, parse_options=pcsv.ParseOptions(delimiter=delimiter))
     except Exception as exc:  # pyarrow.lib.ArrowInvalid and friends
-        raise ValueError(f"{path}: not a readable {path.suffix.lower()[1:]} file with a header line "
-                         f"({str(exc).splitlines()[0]})") from None
+        raise ValueError(
+            f"{path}: not a readable {path.suffix.lower()[1:]} file with a header line ({str(exc).splitlines()[0]})"
+        ) from None
     return [(f"{path}, line {i + 2}", row) for i, row in enumerate(table.to_pylist())]
 
 
@@ -536,8 +573,13 @@ def _split_of(rel: Path, want: str | None) -> str | None:
 def _folder_splits(folder: Path, want: str | None) -> tuple[dict[str, list[Path]], bool]:
     """(split -> data files of ``folder``, whether the split names came from the file names); files
     that name no split form "train" when none does."""
-    files = sorted(f for f in folder.rglob("*") if f.suffix.lower() in RECORD_SUFFIXES and f.is_file()
-                   and not any(p.startswith(".") for p in f.relative_to(folder).parts))
+    files = sorted(
+        f
+        for f in folder.rglob("*")
+        if f.suffix.lower() in RECORD_SUFFIXES
+        and f.is_file()
+        and not any(p.startswith(".") for p in f.relative_to(folder).parts)
+    )
     splits: dict[str, list[Path]] = defaultdict(list)
     for f in files:
         name = _split_of(f.relative_to(folder), want)
@@ -573,8 +615,12 @@ def _expand_files(data_files, base: Path | None = None) -> list[Path]:
 
 def _looks_local(path: str) -> bool:
     """Whether ``path`` names a local file or folder rather than a hub id ("name" or "owner/name")."""
-    return (path.startswith((".", "/", "~")) or "\\" in path or path.count("/") > 1
-            or Path(path).suffix.lower() in RECORD_SUFFIXES)
+    return (
+        path.startswith((".", "/", "~"))
+        or "\\" in path
+        or path.count("/") > 1
+        or Path(path).suffix.lower() in RECORD_SUFFIXES
+    )
 
 
 class _Part:
@@ -599,8 +645,10 @@ def _local_parts(path, data_files, split: str | None) -> tuple[str, dict[str, Ca
     if path is not None:
         base = Path(path).expanduser()
         if data_files is not None and not base.is_dir():
-            raise ValueError(f"data_files is given, so path= must be the folder they are relative to (or unset); "
-                             f"{base} is not a folder")
+            raise ValueError(
+                f"data_files is given, so path= must be the folder they are relative to (or unset); "
+                f"{base} is not a folder"
+            )
     if data_files is not None:
         if isinstance(data_files, dict):
             files = {str(k): _expand_files(v, base) for k, v in data_files.items()}
@@ -613,8 +661,10 @@ def _local_parts(path, data_files, split: str | None) -> tuple[str, dict[str, Ca
     elif base.is_dir():
         (files, named), what = _folder_splits(base, split), str(base)
     else:
-        raise FileNotFoundError(f"VLM record file not found: {base} (a {' / '.join(RECORD_SUFFIXES)} file, a folder "
-                                f"of them, or a hub dataset id)")
+        raise FileNotFoundError(
+            f"VLM record file not found: {base} (a {' / '.join(RECORD_SUFFIXES)} file, a folder "
+            f"of them, or a hub dataset id)"
+        )
     if named:
         return what, {k: (lambda fs=fs, k=k: _Part(f"{what} [{k}]", read_rows(fs))) for k, fs in files.items()}
     rows = read_rows(files["train"])
@@ -635,16 +685,19 @@ def _hub_parts(path: str, subset: str | None, data_files) -> tuple[str, dict[str
     try:
         hf = _hf_datasets()
     except ImportError:
-        raise ImportError(f"{path!r} is not a local file or folder; read as a Hugging Face dataset id it needs "
-                          f"pip install datasets") from None
+        raise ImportError(
+            f"{path!r} is not a local file or folder; read as a Hugging Face dataset id it needs pip install datasets"
+        ) from None
     what = path + ("" if subset is None else f" ({subset})")
     what += "" if data_files is None else f" data_files={data_files}"
     try:
         names = hf.get_dataset_split_names(path, subset, data_files=data_files)
     except Exception as exc:  # the hub client raises many types (not found, offline, gated, ...)
         first = (str(exc).strip().splitlines() or [""])[0]
-        raise ValueError(f"{path!r} is not a local file or folder and could not be opened as a Hugging Face dataset "
-                         f"({type(exc).__name__}: {first}); check the path or the hub id") from exc
+        raise ValueError(
+            f"{path!r} is not a local file or folder and could not be opened as a Hugging Face dataset "
+            f"({type(exc).__name__}: {first}); check the path or the hub id"
+        ) from exc
 
     def part(name: str) -> _Part:
         return _Part(f"{what} [{name}]", hf=hf.load_dataset(path, subset, split=name, data_files=data_files))
@@ -664,8 +717,10 @@ def choose_split(names: Sequence[str], split: str | None, eval_fraction: float, 
     names = list(names)
     evals = [s for s in EVAL_SPLITS if s in names]
     if eval_fraction and evals:
-        raise ValueError(f"eval_fraction={eval_fraction} holds rows out for evaluation, but {what} has its own "
-                         f"evaluation split '{evals[0]}'; drop eval_fraction")
+        raise ValueError(
+            f"eval_fraction={eval_fraction} holds rows out for evaluation, but {what} has its own "
+            f"evaluation split '{evals[0]}'; drop eval_fraction"
+        )
     train = "train" if "train" in names else (names[0] if len(names) == 1 else None)
     if split is None:
         if train is None:
@@ -678,12 +733,17 @@ def choose_split(names: Sequence[str], split: str | None, eval_fraction: float, 
     if split.lower() in EVAL_SPLITS and train is not None:
         if eval_fraction:
             return train, "eval"
-        warnings.warn(f"{what} has no evaluation split, so evaluation (split '{split}') uses its training rows and "
-                      f"reports training scores; to hold data out give data_files: {{train: ..., eval: ...}}, a "
-                      f"'split' column, or eval_fraction: 0.1", stacklevel=3)
+        warnings.warn(
+            f"{what} has no evaluation split, so evaluation (split '{split}') uses its training rows and "
+            f"reports training scores; to hold data out give data_files: {{train: ..., eval: ...}}, a "
+            f"'split' column, or eval_fraction: 0.1",
+            stacklevel=3,
+        )
         return train, None
-    raise ValueError(f"{what} has no split '{split}' (its splits: {', '.join(names)}); use one of them, or give "
-                     f"data_files: {{{split}: <files>}}")
+    raise ValueError(
+        f"{what} has no split '{split}' (its splits: {', '.join(names)}); use one of them, or give "
+        f"data_files: {{{split}: <files>}}"
+    )
 
 
 def held_out(n: int, fraction: float, what: str) -> set[int]:
@@ -698,8 +758,9 @@ def held_out(n: int, fraction: float, what: str) -> set[int]:
     return set(order[:k])
 
 
-def pick(n: int, num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
-         indices: Sequence[int] | None = None) -> list[int]:
+def pick(
+    n: int, num_samples: int | None = None, shuffle: bool = False, seed: int = 0, indices: Sequence[int] | None = None
+) -> list[int]:
     """Row indices to keep: ``indices`` (default all n), shuffled by ``random.Random(seed)`` when
     ``shuffle``, the first ``num_samples``."""
     idx = list(range(n) if indices is None else indices)
@@ -716,10 +777,22 @@ def empty_result() -> dict:
     return {"prompt": [], "images": [], "meta": [], "solution": []}
 
 
-def build(path=None, split: str | None = None, data_files=None, subset: str | None = None,
-          prompt_key: str = "prompt", answer_key: str | None = "answer", image_key: str | None = None,
-          eval_fraction: float = 0.0, num_samples: int | None = None, shuffle: bool = False, seed: int = 0,
-          min_pixels: int | None = None, max_pixels: int | None = None, factor: int = 28) -> dict:
+def build(
+    path=None,
+    split: str | None = None,
+    data_files=None,
+    subset: str | None = None,
+    prompt_key: str = "prompt",
+    answer_key: str | None = "answer",
+    image_key: str | None = None,
+    eval_fraction: float = 0.0,
+    num_samples: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    factor: int = 28,
+) -> dict:
     """Your VLM data -> ``{"prompt", "images", "meta", "solution"}`` (see the module docstring and CARD.md).
 
     ``path``: a ``.jsonl`` / ``.json`` / ``.parquet`` / ``.csv`` / ``.tsv`` file, a folder of them (splits by
@@ -737,15 +810,23 @@ def build(path=None, split: str | None = None, data_files=None, subset: str | No
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError(f"{arg} must be a column name, got {key!r}")
     if path is None and data_files is None:
-        raise ValueError("vlm_records needs path= (a .jsonl / .json / .parquet / .csv file, a folder, or a hub "
-                         "dataset id) or data_files=")
-    if path is not None and not isinstance(path, Path) and not Path(str(path)).expanduser().exists() \
-            and not _looks_local(str(path)):
+        raise ValueError(
+            "vlm_records needs path= (a .jsonl / .json / .parquet / .csv file, a folder, or a hub "
+            "dataset id) or data_files="
+        )
+    if (
+        path is not None
+        and not isinstance(path, Path)
+        and not Path(str(path)).expanduser().exists()
+        and not _looks_local(str(path))
+    ):
         what, parts = _hub_parts(str(path), subset, data_files)
     else:
         if subset is not None:
-            raise ValueError(f"subset={subset!r} names a configuration of a hub dataset, but {path or data_files} "
-                             f"is local; drop subset")
+            raise ValueError(
+                f"subset={subset!r} names a configuration of a hub dataset, but {path or data_files} "
+                f"is local; drop subset"
+            )
         what, parts = _local_parts(path, data_files, split)
     name, hold = choose_split(list(parts), split, eval_fraction, what)
     part = parts[name]()
@@ -771,8 +852,11 @@ def build(path=None, split: str | None = None, data_files=None, subset: str | No
         out["solution"].append(rec["solution"])
         dropped.update(rec["dropped"])
     if dropped:
-        warnings.warn(f"{what}: column(s) {', '.join(sorted(dropped))} hold bytes or images, not JSON values, and are "
-                      f"left out of meta (image_key names the image column)", stacklevel=2)
+        warnings.warn(
+            f"{what}: column(s) {', '.join(sorted(dropped))} hold bytes or images, not JSON values, and are "
+            f"left out of meta (image_key names the image column)",
+            stacklevel=2,
+        )
     return out
 
 
@@ -797,19 +881,26 @@ class RowSource:
     def require(self, columns: Sequence[str], schema_hint: str) -> None:
         missing = [c for c in columns if c not in self.columns]
         if missing:
-            raise ValueError(f"{self.name}: missing column(s) {missing} (columns: {self.columns}); expected "
-                             f"{schema_hint}")
+            raise ValueError(
+                f"{self.name}: missing column(s) {missing} (columns: {self.columns}); expected {schema_hint}"
+            )
 
 
 def _split_files(folder: Path, split: str, hub_id: str) -> list[Path]:
     """Parquet files of ``split`` in a local snapshot of a hub dataset repository (``<split>-*.parquet``
     or ``<split>.parquet`` anywhere below, or any parquet in a folder named after the split)."""
-    found = sorted({f for f in folder.rglob("*.parquet")
-                    if f.name.startswith(f"{split}-") or f.stem == split or f.parent.name == split})
+    found = sorted(
+        {
+            f
+            for f in folder.rglob("*.parquet")
+            if f.name.startswith(f"{split}-") or f.stem == split or f.parent.name == split
+        }
+    )
     if not found:
         raise FileNotFoundError(
             f"no {split}-*.parquet under {folder}; download the set with `huggingface-cli download {hub_id} "
-            f"--repo-type dataset --local-dir {folder}` or pass data_files=[...]")
+            f"--repo-type dataset --local-dir {folder}` or pass data_files=[...]"
+        )
     return found
 
 
@@ -850,8 +941,10 @@ def _hf_datasets():
         # forget it again so a later `import datasets` is not fooled
         if hf is not None and not had:
             sys.modules.pop("datasets", None)
-        raise ImportError("loading from the hub needs Hugging Face datasets: pip install datasets "
-                          "(or pass path=<local snapshot folder> / data_files=<parquet files> in the hub schema)")
+        raise ImportError(
+            "loading from the hub needs Hugging Face datasets: pip install datasets "
+            "(or pass path=<local snapshot folder> / data_files=<parquet files> in the hub schema)"
+        )
     return hf
 
 

@@ -135,9 +135,7 @@ def _group_stats(rewards: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor
 # --------------------------------------------------------------------------------------------------
 
 
-def grpo_advantages(
-    rewards: Tensor, group: Tensor, scale: str = "std", eps: float = 1e-6
-) -> Tensor:
+def grpo_advantages(rewards: Tensor, group: Tensor, scale: str = "std", eps: float = 1e-6) -> Tensor:
     """GRPO group-relative advantage. rewards ``[M]``, group ``[M]`` long -> ``[M]``.
 
     ``A_i = (r_i - mean_g) / (s + eps)`` with
@@ -179,9 +177,7 @@ def rloo_advantages(rewards: Tensor, group: Tensor) -> Tensor:
     return torch.where(count > 1, r - loo_mean, torch.zeros_like(r))
 
 
-def ngrpo_advantages(
-    rewards: Tensor, group: Tensor, r_max: float = 1.0, eps: float = 1e-6
-) -> Tensor:
+def ngrpo_advantages(rewards: Tensor, group: Tensor, r_max: float = 1.0, eps: float = 1e-6) -> Tensor:
     """NGRPO advantage calibration (Nan et al. 2025, arXiv:2509.18851). ``[M] -> [M]``.
 
     A virtual sample with the maximum reward ``r_max`` joins every group when computing its
@@ -221,9 +217,7 @@ def reinforce_pp_baseline_advantages(rewards: Tensor, group: Tensor, eps: float 
 # --------------------------------------------------------------------------------------------------
 
 
-def reinforce_pp_advantages(
-    token_rewards: Tensor, mask: Tensor, gamma: float = 1.0, eps: float = 1e-8
-) -> Tensor:
+def reinforce_pp_advantages(token_rewards: Tensor, mask: Tensor, gamma: float = 1.0, eps: float = 1e-8) -> Tensor:
     """REINFORCE++ advantage: discounted return-to-go, whitened over the batch's valid tokens.
 
     Shapes: token_rewards ``[B, T]`` (usually the outcome reward on the last token, minus any
@@ -308,12 +302,18 @@ def outcome_estimate(outcome: Callable[[Tensor, Tensor], Tensor]) -> Callable:
 
 for _name, _fn, _doc in (
     ("grpo", grpo_advantages, "GRPO: (r - group mean) / group std (unbiased)"),
-    ("grpo_global_std", functools.partial(grpo_advantages, scale="batch_std"),
-     "Flow-GRPO: (r - group mean) / std of the whole batch"),
+    (
+        "grpo_global_std",
+        functools.partial(grpo_advantages, scale="batch_std"),
+        "Flow-GRPO: (r - group mean) / std of the whole batch",
+    ),
     ("dr_grpo", dr_grpo_advantages, "Dr.GRPO: r - group mean (no std division)"),
     ("rloo", rloo_advantages, "RLOO: r - mean of the other samples of the group"),
-    ("reinforce_pp_baseline", reinforce_pp_baseline_advantages,
-     "REINFORCE++-baseline: r - group mean, divided by the batch std"),
+    (
+        "reinforce_pp_baseline",
+        reinforce_pp_baseline_advantages,
+        "REINFORCE++-baseline: r - group mean, divided by the batch std",
+    ),
     ("ngrpo", ngrpo_advantages, "NGRPO: GRPO with a virtual max-reward sample in each group's mean and std"),
 ):
     component(ADVANTAGES, _name, needs=("groups",), description=_doc)(outcome_estimate(_fn))

@@ -102,9 +102,7 @@ class DynamicSamplingBuffer:
         ``partial``: fewer groups are fine (all that are buffered, at least one) -- for a rollout
         budget that ran out before the batch was full."""
         if not self._groups or not (self.ready or partial):
-            raise RuntimeError(
-                f"only {len(self._groups)} of {self.target_groups} groups collected; add more"
-            )
+            raise RuntimeError(f"only {len(self._groups)} of {self.target_groups} groups collected; add more")
         taken, self._groups = self._groups[: self.target_groups], self._groups[self.target_groups :]
         out = {k: torch.cat([g[k] for g in taken]) for k in taken[0] if k != self.group_key}
         sizes = torch.tensor([g[self.reward_key].shape[0] for g in taken])

@@ -119,13 +119,11 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
     raise ValueError(f"unknown KL estimator '{kind}'; valid: {', '.join(KL_KINDS)}")
 
 
-def value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, clip: float | None = None
-) -> Tensor:
+def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip: float | None = None) -> Tensor:
     """Critic loss, elementwise (any shape)::
 
-        no clip:  0.5 * (V - R)^2
-        clip c:   0.5 * max((V - R)^2, (V_old + clamp(V - V_old, -c, c) - R)^2)   (PPO value clip)
+    no clip:  0.5 * (V - R)^2
+    clip c:   0.5 * max((V - R)^2, (V_old + clamp(V - V_old, -c, c) - R)^2)   (PPO value clip)
     """
     err = (values - returns).square()
     if clip is None:
@@ -134,9 +132,7 @@ def value_loss(
     return 0.5 * torch.maximum(err, (v_clipped - returns).square())
 
 
-def aggregate_loss(
-    loss: Tensor, mask: Tensor, mode: str = "token-mean", norm_len: float | None = None
-) -> Tensor:
+def aggregate_loss(loss: Tensor, mask: Tensor, mode: str = "token-mean", norm_len: float | None = None) -> Tensor:
     """Reduce an elementwise loss ``[B, T]`` (or ``[B]``, read as T=1) under ``mask`` to a scalar.
 
     - ``token-mean``: sum over all valid tokens / number of valid tokens in the batch (DAPO);

@@ -16,8 +16,9 @@ import torch
 from torch import Tensor, nn
 
 
-def merge_moments(mean: Tensor, var: Tensor, count: Tensor, batch_mean: Tensor, batch_var: Tensor,
-                  batch_count: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def merge_moments(
+    mean: Tensor, var: Tensor, count: Tensor, batch_mean: Tensor, batch_var: Tensor, batch_count: int | Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """Mean, (population) variance and count of two samples merged (Chan et al. 1979).
 
     ``mean``/``var`` ``[*D]`` over ``count`` elements, ``batch_*`` over ``batch_count`` elements::
@@ -71,8 +72,9 @@ class RunningMeanStd(nn.Module):
         return ((x - mean) / std).clamp(-self.clip, self.clip)
 
 
-def discounted_returns(rewards: Tensor, dones: Tensor, gamma: float, start: Tensor | None = None
-                       ) -> tuple[Tensor, Tensor]:
+def discounted_returns(
+    rewards: Tensor, dones: Tensor, gamma: float, start: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Running discounted returns ``G [T, N]`` of a time-major rollout and the carry ``[N]``.
 
     ``G_t = gamma * G_{t-1} * (1 - done_{t-1}) + r_t`` with ``G_{-1} = start`` (0 by default); the

@@ -140,8 +140,11 @@ class RewardSynthesis:
         """The terms this synthesis reads (besides the model's score)."""
         if self.mode == "weighted":
             return [k for k in self.weights if k != MODEL]
-        return list(self.factors) + ([self.gate] if self.mode == "gated" and self.gate else []) \
+        return (
+            list(self.factors)
+            + ([self.gate] if self.mode == "gated" and self.gate else [])
             + ([self.speed] if self.mode == "hierarchical" else [])
+        )
 
     def __call__(self, score, terms: Mapping[str, object] | None = None, failure_mask=None) -> torch.Tensor:
         terms = dict(terms or {})
@@ -161,12 +164,22 @@ class RewardSynthesis:
         return out
 
 
-def synthesize(cfg: Mapping | RewardSynthesis, score, terms: Mapping[str, object] | None = None,
-               failure_mask=None) -> torch.Tensor:
+def synthesize(
+    cfg: Mapping | RewardSynthesis, score, terms: Mapping[str, object] | None = None, failure_mask=None
+) -> torch.Tensor:
     """Apply the synthesis declared by ``cfg`` (a dict of `RewardSynthesis` fields, or one)."""
     synth = cfg if isinstance(cfg, RewardSynthesis) else RewardSynthesis.from_dict(cfg)
     return synth(score, terms, failure_mask)
 
 
-__all__ = ["MODEL", "weighted", "gated", "speed_target", "hierarchical", "terminal_override", "RewardSynthesis",
-           "synthesize", "MODES"]
+__all__ = [
+    "MODEL",
+    "weighted",
+    "gated",
+    "speed_target",
+    "hierarchical",
+    "terminal_override",
+    "RewardSynthesis",
+    "synthesize",
+    "MODES",
+]

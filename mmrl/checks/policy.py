@@ -90,15 +90,32 @@ QA = {"dataset": "shapes_vqa", "dataset_kwargs": {"num_samples": 16, "tasks": ["
 TINY: dict[str, TinySetup] = {
     "flow_vla": TinySetup({"dim": 32, "expert_dim": 32, "expert_layers": 1}),  # eval: ODE from sampled noise
     "gaussian": TinySetup({"hidden": 16, "chunk_size": 2}, eval_ignores_seed=True),  # eval: the mean
-    "token_vla": TinySetup({"model": tiny_smolvlm_folder, "num_bins": 32, "image_size": 32, "chunk_size": 2,
-                            "action_tokens": "new", "max_instruction_tokens": 32}, eval_ignores_seed=True),
-    "vlm": TinySetup({"model": "tiny", "max_new_tokens": 6, "max_prompt_tokens": 64}, "qa", QA,
-                     eval_ignores_seed=True),  # eval_temperature 0: greedy
-    "diffusion": TinySetup({"num_steps": 4, "eval_num_steps": 4, "width": 16, "image_size": 16}, "prompts",
-                           {"image_size": 16}),  # eval: ODE from sampled noise
+    "token_vla": TinySetup(
+        {
+            "model": tiny_smolvlm_folder,
+            "num_bins": 32,
+            "image_size": 32,
+            "chunk_size": 2,
+            "action_tokens": "new",
+            "max_instruction_tokens": 32,
+        },
+        eval_ignores_seed=True,
+    ),
+    "vlm": TinySetup(
+        {"model": "tiny", "max_new_tokens": 6, "max_prompt_tokens": 64}, "qa", QA, eval_ignores_seed=True
+    ),  # eval_temperature 0: greedy
+    "diffusion": TinySetup(
+        {"num_steps": 4, "eval_num_steps": 4, "width": 16, "image_size": 16}, "prompts", {"image_size": 16}
+    ),  # eval: ODE from sampled noise
     # a tiny random-initialised LeRobot SmolVLA (model=tiny:pi0 / tiny:pi05 for the others); eval: ODE
-    "lerobot": TinySetup({"model": "tiny:smolvla", "chunk_size": 2, "finetune": "full",
-                          "tiny": {"image_size": 32, "patch_size": 8, "hidden": 32, "layers": 2, "horizon": 4}}),
+    "lerobot": TinySetup(
+        {
+            "model": "tiny:smolvla",
+            "chunk_size": 2,
+            "finetune": "full",
+            "tiny": {"image_size": 32, "patch_size": 8, "hidden": 32, "layers": 2, "horizon": 4},
+        }
+    ),
 }
 
 
@@ -184,8 +201,19 @@ class _Checker:
     obs: Observation
     actions: Any  # the last rollout's environment actions
 
-    def __init__(self, cls: type[Policy], setup: TinySetup, cfg_source: dict, cfg_overrides: Sequence[str],
-                 sim_name: str, sim_kwargs: dict, device: str, seed: int, num_envs: int, verbose: bool):
+    def __init__(
+        self,
+        cls: type[Policy],
+        setup: TinySetup,
+        cfg_source: dict,
+        cfg_overrides: Sequence[str],
+        sim_name: str,
+        sim_kwargs: dict,
+        device: str,
+        seed: int,
+        num_envs: int,
+        verbose: bool,
+    ):
         self.cls, self.setup, self.device, self.seed, self.verbose = cls, setup, device, seed, verbose
         self.cfg_source, self.cfg_overrides = cfg_source, list(cfg_overrides)
         self.sim_name, self.sim_kwargs, self.num_envs = sim_name, sim_kwargs, num_envs
@@ -250,8 +278,10 @@ class _Checker:
         policy = policy or self.policy
         policy.eval()  # as the trainer collects
         out = policy.rollout(self.obs, self.gen(offset), mode=mode)
-        ensure(isinstance(out, tuple) and len(out) == 2, f"rollout must return a Decision (batch, actions), got "
-                                                          f"{type(out).__name__}")
+        ensure(
+            isinstance(out, tuple) and len(out) == 2,
+            f"rollout must return a Decision (batch, actions), got {type(out).__name__}",
+        )
         return Decision(*out)
 
     def rollout_batch(self, policy: Policy | None = None, offset: int = 0, mode: str = "train") -> Batch:
@@ -262,18 +292,23 @@ class _Checker:
         p, b, kind, sim = self.policy, self.num_envs, self.policy.caps.action_type, self.sim
         assert sim is not None, "build made the simulator"
         if kind == "text":
-            ensure(isinstance(actions, Completions) and len(actions) == b,
-                   f"text actions must be Completions of {b} answers, got {type(actions).__name__}")
+            ensure(
+                isinstance(actions, Completions) and len(actions) == b,
+                f"text actions must be Completions of {b} answers, got {type(actions).__name__}",
+            )
             return f"{b} answers"
         ensure(isinstance(actions, torch.Tensor), f"actions must be a tensor, got {type(actions).__name__}")
         if kind == "image":
             want = (b, *sim.image_shape)
-            ensure(actions.dtype == torch.uint8 and tuple(actions.shape) == want,
-                   f"image actions must be uint8 {want}, got {actions.dtype} {tuple(actions.shape)}")
+            ensure(
+                actions.dtype == torch.uint8 and tuple(actions.shape) == want,
+                f"image actions must be uint8 {want}, got {actions.dtype} {tuple(actions.shape)}",
+            )
         else:
             want = (b, p.chunk_size, sim.action_dim)
-            ensure(tuple(actions.shape) == want,
-                   f"actions {tuple(actions.shape)} != [B, chunk_size, action_dim] {want}")
+            ensure(
+                tuple(actions.shape) == want, f"actions {tuple(actions.shape)} != [B, chunk_size, action_dim] {want}"
+            )
             ensure(torch.isfinite(actions).all(), "actions have NaN/inf")
         return f"actions {want}"
 
@@ -296,26 +331,37 @@ class _Checker:
         ensure(not rows, f"every value needs {b} rows (the trainer indexes them): {rows}")
         shown = self.check_actions(actions)
         caps = p.caps
-        ensure(tuple(batch["old_logp"].shape) == (b, *p.logp_shape),
-               f"old_logp {tuple(batch['old_logp'].shape)} != [B, *logp_shape] {(b, *p.logp_shape)}")
+        ensure(
+            tuple(batch["old_logp"].shape) == (b, *p.logp_shape),
+            f"old_logp {tuple(batch['old_logp'].shape)} != [B, *logp_shape] {(b, *p.logp_shape)}",
+        )
         rank = {"decision": 0, "element": 2, "token": 1, "step": 1}[caps.logp]
-        ensure(len(p.logp_shape) == rank, f"logp_shape {p.logp_shape} has rank {len(p.logp_shape)}, but the declared "
-                                          f"log-prob level {caps.logp!r} has rank {rank}")
+        ensure(
+            len(p.logp_shape) == rank,
+            f"logp_shape {p.logp_shape} has rank {len(p.logp_shape)}, but the declared "
+            f"log-prob level {caps.logp!r} has rank {rank}",
+        )
         ensure(torch.isfinite(batch["old_logp"]).all(), "old_logp has NaN/inf")
-        ensure(("old_values" in batch) == caps.critic, f"old_values {'missing' if caps.critic else 'present'} "
-                                                       f"with capabilities critic={caps.critic}")
+        ensure(
+            ("old_values" in batch) == caps.critic,
+            f"old_values {'missing' if caps.critic else 'present'} with capabilities critic={caps.critic}",
+        )
         if caps.critic:
             ensure(tuple(batch["old_values"].shape) == (b,), f"old_values {tuple(batch['old_values'].shape)} != [B]")
-        ensure(("ref_logp" in batch) == (caps.kl_reference == "logp"),
-               f"ref_logp {'present' if 'ref_logp' in batch else 'missing'} with capabilities kl_reference="
-               f"{caps.kl_reference!r}")
+        ensure(
+            ("ref_logp" in batch) == (caps.kl_reference == "logp"),
+            f"ref_logp {'present' if 'ref_logp' in batch else 'missing'} with capabilities kl_reference="
+            f"{caps.kl_reference!r}",
+        )
         self.batch, self.actions = batch, actions
         return f"{shown}, old_logp {tuple(batch['old_logp'].shape)}, keys {', '.join(sorted(batch))}"
 
     def ratio(self, batch: Batch) -> tuple[float, str]:
         out = self.evaluate(batch)
-        ensure(out.logp.shape == batch["old_logp"].shape,
-               f"logp {tuple(out.logp.shape)} != old_logp {tuple(batch['old_logp'].shape)}")
+        ensure(
+            out.logp.shape == batch["old_logp"].shape,
+            f"logp {tuple(out.logp.shape)} != old_logp {tuple(batch['old_logp'].shape)}",
+        )
         d = max_diff(out.logp, batch["old_logp"], out.logp_mask)
         text = f"max |logp - old_logp| = {d:.3g}"
         if out.logp_mask is not None:
@@ -336,12 +382,16 @@ class _Checker:
         want = (b, *p.logp_shape)
         ensure(tuple(e1.logp.shape) == want, f"logp {tuple(e1.logp.shape)} != [B, *logp_shape] {want}")
         if e1.logp_mask is not None:
-            ensure(e1.logp_mask.dtype == torch.bool and e1.logp_mask.shape == e1.logp.shape,
-                   f"logp_mask must be bool like logp, got {e1.logp_mask.dtype} {tuple(e1.logp_mask.shape)}")
+            ensure(
+                e1.logp_mask.dtype == torch.bool and e1.logp_mask.shape == e1.logp.shape,
+                f"logp_mask must be bool like logp, got {e1.logp_mask.dtype} {tuple(e1.logp_mask.shape)}",
+            )
         ent = torch.as_tensor(e1.entropy)
         ensure(ent.dim() == 0 and torch.isfinite(ent), f"entropy must be a finite scalar, got {ent}")
-        ensure((e1.values is not None) == p.caps.critic, f"values {'missing' if p.caps.critic else 'present'} with "
-                                                         f"capabilities critic={p.caps.critic}")
+        ensure(
+            (e1.values is not None) == p.caps.critic,
+            f"values {'missing' if p.caps.critic else 'present'} with capabilities critic={p.caps.critic}",
+        )
         if e1.values is not None:
             ensure(tuple(e1.values.shape) == (b,), f"values {tuple(e1.values.shape)} != [B] ({b},)")
         twice = max_diff(e1.logp, e2.logp)
@@ -350,8 +400,11 @@ class _Checker:
         sub = self.evaluate(batch.index(idx))
         mask = None if e1.logp_mask is None else e1.logp_mask[idx.to(e1.logp_mask.device)]
         d = max_diff(sub.logp, e1.logp[idx.to(e1.logp.device)], mask)
-        ensure(d <= LOGP_TOL, f"a minibatch (rows {idx.tolist()}) gets other log-probs than the full batch: "
-                              f"max |diff| {d:.3g} > {LOGP_TOL}")
+        ensure(
+            d <= LOGP_TOL,
+            f"a minibatch (rows {idx.tolist()}) gets other log-probs than the full batch: "
+            f"max |diff| {d:.3g} > {LOGP_TOL}",
+        )
         return f"logp {want} identical twice; minibatch rows {idx.tolist()} max |diff| {d:.3g}"
 
     def eval_deterministic(self) -> str:
@@ -426,8 +479,11 @@ class _Checker:
                 bad.append(f"{n} (all zero)")
         p.zero_grad(set_to_none=True)
         ensure(trainable, "no parameter requires grad")
-        ensure(not bad, f"{len(bad)} of {len(trainable)} trainable parameters get no usable gradient from "
-                        f"{' + '.join(parts)}: {', '.join(bad[:8])}{' ...' if len(bad) > 8 else ''}")
+        ensure(
+            not bad,
+            f"{len(bad)} of {len(trainable)} trainable parameters get no usable gradient from "
+            f"{' + '.join(parts)}: {', '.join(bad[:8])}{' ...' if len(bad) > 8 else ''}",
+        )
         return f"all {len(trainable)} trainable parameters get finite non-zero gradients from {' + '.join(parts)}"
 
     def save_load(self) -> str:

@@ -44,8 +44,9 @@ TEXT_META = [{"answer": "42"}, {"answer": "7"}, {"answer": "red"}]
 
 
 class _Checker:
-    def __init__(self, reward: Any, kind: str, prompts: Sequence[str] | None, meta: Sequence[dict] | None,
-                 verbose: bool):
+    def __init__(
+        self, reward: Any, kind: str, prompts: Sequence[str] | None, meta: Sequence[dict] | None, verbose: bool
+    ):
         self.reward, self.kind, self.verbose = reward, kind, verbose
         self.passed: list[str] = []
         self.check = "setup"

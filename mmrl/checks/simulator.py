@@ -220,8 +220,10 @@ class _Checker:
     def single_turn_episodes(self) -> None:
         sim, n = self.sim, self.sim.num_envs
         self.check = "single_turn"
-        self.ensure(sim.max_episode_steps == 1, f"a {sim.action_type} simulator is single-turn: "
-                    f"max_episode_steps must be 1, got {sim.max_episode_steps}")
+        self.ensure(
+            sim.max_episode_steps == 1,
+            f"a {sim.action_type} simulator is single-turn: max_episode_steps must be 1, got {sim.max_episode_steps}",
+        )
         sim.reset(self.seed + 3)
         for _ in range(2):
             res = sim.step_chunk(self.actions(n))
@@ -239,16 +241,18 @@ class _Checker:
         self.ensure(kind in ACTION_TYPES, f"action_type must be one of {list(ACTION_TYPES)}, got {kind!r}")
         for name in ("num_envs", "max_episode_steps") + (() if self.single_turn else ("action_dim",)):
             v = getattr(sim, name)
-            self.ensure(isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                        f"{name} must be a positive int, got {v!r}")
+            self.ensure(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0, f"{name} must be a positive int, got {v!r}"
+            )
         shape = tuple(sim.image_shape)
         self.ensure(
             len(shape) in (3, 4) and shape[-1] == 3 and all(isinstance(s, int) and s > 0 for s in shape),
             f"image_shape must be (H, W, 3) or (V, H, W, 3), got {sim.image_shape!r}",
         )
         sd = getattr(sim, "state_dim", None)
-        self.ensure(sd is None or (isinstance(sd, int) and sd > 0),
-                    f"state_dim must be None or a positive int, got {sd!r}")
+        self.ensure(
+            sd is None or (isinstance(sd, int) and sd > 0), f"state_dim must be None or a positive int, got {sd!r}"
+        )
         try:
             torch.device(sim.device)
         except (TypeError, RuntimeError) as exc:
@@ -306,8 +310,10 @@ class _Checker:
             return
         self.check = "step_trace"
         if not self.traces:
-            self.note("step_chunk takes no trace=: an image reward on this simulator's frames (the reward "
-                      "stage's frame kind) cannot score it (mmrl.simulator.TRACE_KEYS)")
+            self.note(
+                "step_chunk takes no trace=: an image reward on this simulator's frames (the reward "
+                "stage's frame kind) cannot score it (mmrl.simulator.TRACE_KEYS)"
+            )
             return
         for _ in range(2):
             x = self.actions(n, max(self.chunk_size, 3))
@@ -380,9 +386,11 @@ class _Checker:
                     ended = r.terminated | r.truncated
                     want[ended] = r.final_obs.image[ended]
                 ran = traced.info["trace"]["active"][:, i]
-                self.ensure(torch.equal(frames[:, i][ran], want[ran]),
-                            f"the trace's frame of step {i} differs from the one-step replay's (envs "
-                            f"{_rows(ran & (frames[:, i] != want).flatten(1).any(1))})")
+                self.ensure(
+                    torch.equal(frames[:, i][ran], want[ran]),
+                    f"the trace's frame of step {i} differs from the one-step replay's (envs "
+                    f"{_rows(ran & (frames[:, i] != want).flatten(1).any(1))})",
+                )
             sim.set_state(after)
             self.passed()
 
@@ -432,34 +440,47 @@ class _Checker:
         n = self.sim.num_envs
         tr = res.info.get("trace")
         if not isinstance(tr, dict):
-            self.fail("step_chunk(trace=True) must put a dict in info['trace'] "
-                      "(mmrl.simulator.TRACE_KEYS); a step_chunk override must take trace=")
+            self.fail(
+                "step_chunk(trace=True) must put a dict in info['trace'] "
+                "(mmrl.simulator.TRACE_KEYS); a step_chunk override must take trace="
+            )
         missing = [k for k in TRACE_KEYS if k not in tr]
         self.ensure(not missing, f"info['trace'] lacks {missing}")
         k = tr["active"].shape[1] if tr["active"].dim() == 2 else -1
-        self.ensure(tr["active"].dtype == torch.bool and tuple(tr["active"].shape) == (n, k) and 1 <= k <= c,
-                    f"trace active must be bool [N, K] with 1 <= K <= {c}, got {tr['active'].dtype} "
-                    f"{tuple(tr['active'].shape)}")
-        self.ensure(tuple(tr["image"].shape) == (n, k, *self.sim.image_shape) and tr["image"].dtype == torch.uint8,
-                    f"trace image must be uint8 [N, K, *image_shape], got {tr['image'].dtype} "
-                    f"{tuple(tr['image'].shape)}")
+        self.ensure(
+            tr["active"].dtype == torch.bool and tuple(tr["active"].shape) == (n, k) and 1 <= k <= c,
+            f"trace active must be bool [N, K] with 1 <= K <= {c}, got {tr['active'].dtype} "
+            f"{tuple(tr['active'].shape)}",
+        )
+        self.ensure(
+            tuple(tr["image"].shape) == (n, k, *self.sim.image_shape) and tr["image"].dtype == torch.uint8,
+            f"trace image must be uint8 [N, K, *image_shape], got {tr['image'].dtype} {tuple(tr['image'].shape)}",
+        )
         ran = tr["active"]
-        self.ensure(torch.equal(ran.sum(1).to(res.info["num_steps"]), res.info["num_steps"]),
-                    f"trace active steps {ran.sum(1).tolist()} != info['num_steps'] {res.info['num_steps'].tolist()}")
+        self.ensure(
+            torch.equal(ran.sum(1).to(res.info["num_steps"]), res.info["num_steps"]),
+            f"trace active steps {ran.sum(1).tolist()} != info['num_steps'] {res.info['num_steps'].tolist()}",
+        )
         reward = torch.zeros_like(res.reward)
         for i in range(k):
             reward += torch.where(ran[:, i], tr["reward"][:, i], torch.zeros_like(reward))
-        self.ensure(torch.allclose(reward, res.reward, atol=1e-5, rtol=1e-5),
-                    f"trace rewards sum to {reward.tolist()}, the result's reward is {res.reward.tolist()}")
+        self.ensure(
+            torch.allclose(reward, res.reward, atol=1e-5, rtol=1e-5),
+            f"trace rewards sum to {reward.tolist()}, the result's reward is {res.reward.tolist()}",
+        )
         for name in ("success", "terminated", "truncated"):
-            self.ensure(torch.equal((tr[name] & ran).any(1), getattr(res, name)),
-                        f"trace {name} does not add up to the result's {name}")
+            self.ensure(
+                torch.equal((tr[name] & ran).any(1), getattr(res, name)),
+                f"trace {name} does not add up to the result's {name}",
+            )
         ended = ran & (tr["terminated"] | tr["truncated"])
         for row in _rows(ended.any(1)):
             assert res.final_obs is not None, "step_result checked it is there: the trace's flags are the result's"
             step = int(ended[row].nonzero()[0])
-            self.ensure(torch.equal(tr["image"][row, step], res.final_obs.image[row]),
-                        f"env {row} ended at step {step} but the trace's frame there is not its final_obs image")
+            self.ensure(
+                torch.equal(tr["image"][row, step], res.final_obs.image[row]),
+                f"env {row} ended at step {step} but the trace's frame there is not its final_obs image",
+            )
 
     def chunk_vs_replay(self, res: StepResult, replay: list[StepResult], c: int) -> None:
         n = self.sim.num_envs
@@ -576,8 +597,11 @@ def _obs_diff(a: Observation | None, b: Observation | None, rows: torch.Tensor |
         return "instructions differ"
     if (a.state is None) != (b.state is None):
         return "state present in one observation only"
-    if a.state is not None and b.state is not None and not torch.allclose(
-            a.state[rows], b.state[rows].to(a.state.device), atol=1e-5, rtol=1e-5):
+    if (
+        a.state is not None
+        and b.state is not None
+        and not torch.allclose(a.state[rows], b.state[rows].to(a.state.device), atol=1e-5, rtol=1e-5)
+    ):
         return "states differ"
     return None
 

@@ -37,13 +37,17 @@ class HFEngine(RolloutEngine):
         """Left-padded processor outputs for a batch of requests, on the model's device."""
         texts = [r.text for r in requests]
         if any(r.images for r in requests):
-            enc = self.processor(text=texts, images=[r.images for r in requests], return_tensors="pt",
-                                 padding=True, padding_side="left")
+            enc = self.processor(
+                text=texts, images=[r.images for r in requests], return_tensors="pt", padding=True, padding_side="left"
+            )
         else:
             enc = self.processor(text=texts, return_tensors="pt", padding=True, padding_side="left")
         dtype = next(self.model.parameters()).dtype
-        return {k: v.to(self.device, dtype=dtype if v.is_floating_point() else None)
-                for k, v in enc.items() if isinstance(v, torch.Tensor)}
+        return {
+            k: v.to(self.device, dtype=dtype if v.is_floating_point() else None)
+            for k, v in enc.items()
+            if isinstance(v, torch.Tensor)
+        }
 
     @torch.no_grad()
     def generate(self, requests: list[GenRequest], sampling: SamplingConfig) -> list[Generation]:
@@ -51,9 +55,15 @@ class HFEngine(RolloutEngine):
             return []
         enc = self.encode(requests)
         greedy = sampling.temperature == 0
-        kw = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.n,
-                  output_logits=True, return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
-                  eos_token_id=self.stop_ids, do_sample=not greedy)
+        kw = dict(
+            max_new_tokens=sampling.max_new_tokens,
+            num_return_sequences=sampling.n,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.stop_ids,
+            do_sample=not greedy,
+        )
         banned = list(sampling.banned_token_ids)
         if banned:
             kw["suppress_tokens"] = banned
@@ -82,8 +92,11 @@ class HFEngine(RolloutEngine):
             n_keep = len(ids) if end is None else end + 1
             ids = ids[:n_keep]
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            gens.append(Generation(row // sampling.n, ids, logp[row, :n_keep].tolist(), text,
-                                   "length" if end is None else "stop"))
+            gens.append(
+                Generation(
+                    row // sampling.n, ids, logp[row, :n_keep].tolist(), text, "length" if end is None else "stop"
+                )
+            )
         return gens
 
     def load_weights(self, named_tensors: Iterable) -> None:

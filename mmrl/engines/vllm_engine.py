@@ -129,8 +129,9 @@ class VLLMEngine(RolloutEngine):
         kwargs["worker_extension_cls"] = WORKER_EXTENSION  # adds `mmrl_reload_weights` to vLLM's workers
         kwargs.update(engine_kwargs)
         if kwargs.get("logprobs_mode") != "processed_logprobs":
-            raise ValueError("VLLMEngine returns temperature-scaled log-probs: "
-                             "logprobs_mode must be 'processed_logprobs'")
+            raise ValueError(
+                "VLLMEngine returns temperature-scaled log-probs: logprobs_mode must be 'processed_logprobs'"
+            )
         self.engine_kwargs = kwargs
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
@@ -172,8 +173,10 @@ class VLLMEngine(RolloutEngine):
             for comp in sorted(out.outputs, key=lambda c: c.index):
                 ids = list(comp.token_ids)
                 if comp.logprobs is None or len(comp.logprobs) != len(ids):
-                    raise RuntimeError(f"vLLM returned {0 if comp.logprobs is None else len(comp.logprobs)} "
-                                       f"log-probs for {len(ids)} tokens")
+                    raise RuntimeError(
+                        f"vLLM returned {0 if comp.logprobs is None else len(comp.logprobs)} "
+                        f"log-probs for {len(ids)} tokens"
+                    )
                 logps = [float(step[tok].logprob) for tok, step in zip(ids, comp.logprobs)]
                 finish = "stop" if comp.finish_reason == "stop" else "length"
                 gens.append(Generation(i, ids, logps, comp.text, finish))
@@ -197,8 +200,10 @@ class VLLMEngine(RolloutEngine):
         if not self.enable_lora:
             raise RuntimeError("VLLMEngine was started without enable_lora=True; restart it with LoRA enabled")
         if not isinstance(adapter, (str, os.PathLike)) or not Path(adapter).is_dir():
-            raise TypeError("load_lora takes a PEFT adapter folder (model.save_pretrained(folder) of a PeftModel); "
-                            f"got {type(adapter).__name__}")
+            raise TypeError(
+                "load_lora takes a PEFT adapter folder (model.save_pretrained(folder) of a PeftModel); "
+                f"got {type(adapter).__name__}"
+            )
         from vllm.lora.request import LoRARequest
 
         lora_id = next(self._lora_ids)

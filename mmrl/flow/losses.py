@@ -22,9 +22,15 @@ def _per_row(w: torch.Tensor, ndim: int) -> torch.Tensor:
     return w.reshape(-1, *([1] * (ndim - 1))) if w.ndim == 1 and ndim > 1 else w
 
 
-def sample_times(shape, generator: torch.Generator | None = None, device=None,
-                 dtype: torch.dtype = torch.float32, time_sampling: str = "uniform",
-                 logit_mean: float = 0.0, logit_std: float = 1.0) -> torch.Tensor:
+def sample_times(
+    shape,
+    generator: torch.Generator | None = None,
+    device=None,
+    dtype: torch.dtype = torch.float32,
+    time_sampling: str = "uniform",
+    logit_mean: float = 0.0,
+    logit_std: float = 1.0,
+) -> torch.Tensor:
     """Training times in (0, 1): ``"uniform"`` U(0, 1) or ``"logit_normal"`` sigmoid(N(m, s^2))
     (SD3's default density, more weight on mid-range t)."""
     if time_sampling == "uniform":
@@ -32,13 +38,12 @@ def sample_times(shape, generator: torch.Generator | None = None, device=None,
     if time_sampling == "logit_normal":
         u = torch.randn(shape, generator=generator, device=device, dtype=dtype)
         return torch.sigmoid(logit_mean + logit_std * u)
-    raise ValueError(f"unknown time_sampling {time_sampling!r}; "
-                     "allowed: ('uniform', 'logit_normal')")
+    raise ValueError(f"unknown time_sampling {time_sampling!r}; allowed: ('uniform', 'logit_normal')")
 
 
-def flow_matching_error(model_fn: ModelFn, x0: torch.Tensor, t: torch.Tensor,
-                        noise: torch.Tensor, weights: torch.Tensor | None = None
-                        ) -> torch.Tensor:
+def flow_matching_error(
+    model_fn: ModelFn, x0: torch.Tensor, t: torch.Tensor, noise: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-row conditional flow-matching error ``[N]``, one model call.
 
     ``x_t = t noise + (1 - t) x0``; ``err = mean_E( w * (v(x_t, t) - (noise - x0))^2 )``.
@@ -53,11 +58,15 @@ def flow_matching_error(model_fn: ModelFn, x0: torch.Tensor, t: torch.Tensor,
     return err.reshape(err.shape[0], -1).mean(1)
 
 
-def flow_matching_loss(model_fn: ModelFn, x0: torch.Tensor, t: torch.Tensor | None = None,
-                       noise: torch.Tensor | None = None,
-                       generator: torch.Generator | None = None,
-                       weights: torch.Tensor | None = None, time_sampling: str = "uniform"
-                       ) -> torch.Tensor:
+def flow_matching_loss(
+    model_fn: ModelFn,
+    x0: torch.Tensor,
+    t: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    weights: torch.Tensor | None = None,
+    time_sampling: str = "uniform",
+) -> torch.Tensor:
     """Supervised conditional flow-matching loss per sample ``[B]`` (SFT warm start).
 
     ``t ~ U(0, 1)`` (or ``time_sampling="logit_normal"``) and ``noise ~ N(0, I)`` are drawn with
@@ -74,11 +83,18 @@ def flow_matching_loss(model_fn: ModelFn, x0: torch.Tensor, t: torch.Tensor | No
     return flow_matching_error(model_fn, x0, t, noise, weights)
 
 
-def awm_loss(model_fn: ModelFn, x0: torch.Tensor, advantages: torch.Tensor,
-             num_timesteps: int = 1, weighting: str = "uniform",
-             generator: torch.Generator | None = None, huber_c: float | None = None,
-             t: torch.Tensor | None = None, noise: torch.Tensor | None = None,
-             t_range: tuple[float, float] = (0.0, 1.0)) -> torch.Tensor:
+def awm_loss(
+    model_fn: ModelFn,
+    x0: torch.Tensor,
+    advantages: torch.Tensor,
+    num_timesteps: int = 1,
+    weighting: str = "uniform",
+    generator: torch.Generator | None = None,
+    huber_c: float | None = None,
+    t: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    t_range: tuple[float, float] = (0.0, 1.0),
+) -> torch.Tensor:
     """Advantage-Weighted Matching loss per sample ``[B]`` (Xue et al. 2025, arXiv 2509.25050).
 
     AWM keeps the pretraining objective and reweights it by the advantage: for each generated
@@ -116,7 +132,7 @@ def awm_loss(model_fn: ModelFn, x0: torch.Tensor, advantages: torch.Tensor,
         t = lo + (hi - lo) * (j + u) / K
     if noise is None:
         noise = torch.randn((B, K, *E), generator=generator, device=x0.device, dtype=x0.dtype)
-    x0_rep = x0.detach().repeat_interleave(K, 0)                     # [B*K, *E]
+    x0_rep = x0.detach().repeat_interleave(K, 0)  # [B*K, *E]
     err = flow_matching_error(model_fn, x0_rep, t.reshape(-1), noise.reshape(B * K, *E))
     err = err.reshape(B, K)
     tt = t.to(err.dtype)

@@ -30,8 +30,15 @@ class FlowNoiseHead(nn.Module):
     forward(h ``[.., hidden_dim]``, t_emb ``[.., time_dim]`` or None) -> std ``[.., out_dim]``.
     """
 
-    def __init__(self, hidden_dim: int, out_dim: int, min_std: float = 0.05,
-                 max_std: float = 0.5, time_dim: int = 0, mlp_dim: int | None = None):
+    def __init__(
+        self,
+        hidden_dim: int,
+        out_dim: int,
+        min_std: float = 0.05,
+        max_std: float = 0.5,
+        time_dim: int = 0,
+        mlp_dim: int | None = None,
+    ):
         super().__init__()
         if not 0.0 < min_std < max_std:
             raise ValueError(f"need 0 < min_std < max_std, got {min_std}, {max_std}")

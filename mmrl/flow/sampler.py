@@ -25,8 +25,7 @@ ModelFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tenso
 MASK_MODES = ("all", "one", "window", "none")
 
 
-def time_grid(num_steps: int, shift: float = 1.0, dtype: torch.dtype = torch.float32,
-              device=None) -> torch.Tensor:
+def time_grid(num_steps: int, shift: float = 1.0, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
     """Decreasing grid ``[K+1]`` from 1 (noise) to 0 (data), ``K = num_steps``.
 
     Linear ``t_i = 1 - i/K``, then the SD3 time shift ``t' = shift t / (1 + (shift - 1) t)``
@@ -42,9 +41,14 @@ def time_grid(num_steps: int, shift: float = 1.0, dtype: torch.dtype = torch.flo
     return t.to(dtype=dtype, device=device)
 
 
-def stochastic_mask(batch: int, num_steps: int, mode: str,
-                    generator: torch.Generator | None = None,
-                    window: Sequence[int] | None = None, device=None) -> torch.Tensor:
+def stochastic_mask(
+    batch: int,
+    num_steps: int,
+    mode: str,
+    generator: torch.Generator | None = None,
+    window: Sequence[int] | None = None,
+    device=None,
+) -> torch.Tensor:
     """Which transitions of each sample are stochastic: bool ``[B, K]``.
 
     * ``"all"``: every transition.
@@ -123,8 +127,9 @@ def _elem_view(mask: torch.Tensor, ndim: int) -> torch.Tensor:
     return mask.reshape(-1, *([1] * (ndim - 1)))
 
 
-def _resolve_mask(stoch: torch.Tensor | None, B: int, grid: torch.Tensor, method: str,
-                  noise_level: float, device) -> torch.Tensor:
+def _resolve_mask(
+    stoch: torch.Tensor | None, B: int, grid: torch.Tensor, method: str, noise_level: float, device
+) -> torch.Tensor:
     K = grid.shape[0] - 1
     if stoch is None:
         stoch = torch.full((B, K), method != "ode", dtype=torch.bool, device=device)
@@ -134,9 +139,16 @@ def _resolve_mask(stoch: torch.Tensor | None, B: int, grid: torch.Tensor, method
     return stoch & noisy_steps(grid.to(device), method, noise_level)[None]
 
 
-def sample(model_fn: ModelFn, noise: torch.Tensor, grid: torch.Tensor, method: str,
-           noise_level: float = 0.0, stoch: torch.Tensor | None = None,
-           generator: torch.Generator | None = None, grad: bool = False) -> FlowSample:
+def sample(
+    model_fn: ModelFn,
+    noise: torch.Tensor,
+    grid: torch.Tensor,
+    method: str,
+    noise_level: float = 0.0,
+    stoch: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    grad: bool = False,
+) -> FlowSample:
     """Integrate from ``noise`` (t = 1) to data (t = 0) along ``grid``, recording log-probs.
 
     Transition k goes from ``grid[k]`` to ``grid[k+1]``; the model is called once per transition on
@@ -181,13 +193,18 @@ def sample(model_fn: ModelFn, noise: torch.Tensor, grid: torch.Tensor, method: s
             x = x_next
             chain.append(x)
             logps.append(logp)
-        return FlowSample(x0=x, chain=torch.stack(chain, 1), stoch=mask,
-                          logp=torch.stack(logps, 1))
+        return FlowSample(x0=x, chain=torch.stack(chain, 1), stoch=mask, logp=torch.stack(logps, 1))
 
 
-def chain_log_prob(model_fn: ModelFn, chain: torch.Tensor, grid: torch.Tensor,
-                   stoch: torch.Tensor, method: str, noise_level: float = 0.0,
-                   batch_steps: bool = True) -> torch.Tensor:
+def chain_log_prob(
+    model_fn: ModelFn,
+    chain: torch.Tensor,
+    grid: torch.Tensor,
+    stoch: torch.Tensor,
+    method: str,
+    noise_level: float = 0.0,
+    batch_steps: bool = True,
+) -> torch.Tensor:
     """Per-element log-probs ``[B, K, *E]`` of a stored chain under the current model.
 
     This is what a PPO update calls; gradients flow through ``model_fn``. Only the transitions
@@ -208,9 +225,11 @@ def chain_log_prob(model_fn: ModelFn, chain: torch.Tensor, grid: torch.Tensor,
     grid = grid.to(chain.device)
     stoch = stoch.to(device=chain.device, dtype=torch.bool)
     if grid.shape[0] != K + 1 or stoch.shape != (B, K):
-        raise ValueError(f"chain {tuple(chain.shape)}, grid {tuple(grid.shape)} and stoch "
-                         f"{tuple(stoch.shape)} disagree on B={B}, K={K}")
-    stoch = stoch & noisy_steps(grid, method, noise_level)[None]   # no density where std == 0
+        raise ValueError(
+            f"chain {tuple(chain.shape)}, grid {tuple(grid.shape)} and stoch "
+            f"{tuple(stoch.shape)} disagree on B={B}, K={K}"
+        )
+    stoch = stoch & noisy_steps(grid, method, noise_level)[None]  # no density where std == 0
     out = chain.new_zeros(B, K, *E, dtype=compute_dtype(chain.dtype))
     if method == "ode":
         return out
@@ -218,9 +237,9 @@ def chain_log_prob(model_fn: ModelFn, chain: torch.Tensor, grid: torch.Tensor,
     if steps.numel() == 0:
         return out
     Kp = steps.numel()
-    x, x_next = chain[:, steps], chain[:, steps + 1]          # [B, K', *E]
-    t, t_next = grid[steps], grid[steps + 1]                   # [K']
-    m = stoch[:, steps]                                        # [B, K']
+    x, x_next = chain[:, steps], chain[:, steps + 1]  # [B, K', *E]
+    t, t_next = grid[steps], grid[steps + 1]  # [K']
+    m = stoch[:, steps]  # [B, K']
     if batch_steps:
         xf = x.reshape(B * Kp, *E)
         tf = t[None].expand(B, Kp).reshape(-1)
@@ -239,8 +258,9 @@ def chain_log_prob(model_fn: ModelFn, chain: torch.Tensor, grid: torch.Tensor,
     return out.index_copy(1, steps, lp.to(out.dtype))
 
 
-def _masked_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
-                     row_mask: torch.Tensor) -> torch.Tensor:
+def _masked_log_prob(
+    x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, row_mask: torch.Tensor
+) -> torch.Tensor:
     """Per-element log-prob where ``row_mask [N]`` is True, 0 elsewhere (NaN-safe gradients)."""
     m = _elem_view(row_mask, x_next.ndim)
     std = torch.as_tensor(std, dtype=mean.dtype, device=mean.device)
@@ -249,9 +269,14 @@ def _masked_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
     return torch.where(m, lp, torch.zeros_like(lp))
 
 
-def reduce_log_prob(logp: torch.Tensor, stoch: torch.Tensor, elem_dims: int | None = None,
-                    elem_reduce: str = "sum", step_reduce: str = "sum", keep: int = 0
-                    ) -> torch.Tensor:
+def reduce_log_prob(
+    logp: torch.Tensor,
+    stoch: torch.Tensor,
+    elem_dims: int | None = None,
+    elem_reduce: str = "sum",
+    step_reduce: str = "sum",
+    keep: int = 0,
+) -> torch.Tensor:
     """Reduce per-element log-probs ``[B, K, *E]`` over elements and stochastic steps.
 
     Elements: ``elem_reduce`` ("sum" or "mean") over the first ``elem_dims - keep`` element dims;
@@ -272,12 +297,14 @@ def reduce_log_prob(logp: torch.Tensor, stoch: torch.Tensor, elem_dims: int | No
     if not 0 <= keep <= elem_dims:
         raise ValueError(f"keep must be in [0, elem_dims={elem_dims}], got {keep}")
     if elem_reduce not in ("sum", "mean") or step_reduce not in ("sum", "mean", "none"):
-        raise ValueError(f"elem_reduce in ('sum', 'mean') and step_reduce in ('sum', 'mean', "
-                         f"'none'), got {elem_reduce!r}, {step_reduce!r}")
+        raise ValueError(
+            f"elem_reduce in ('sum', 'mean') and step_reduce in ('sum', 'mean', "
+            f"'none'), got {elem_reduce!r}, {step_reduce!r}"
+        )
     dims = tuple(range(2, 2 + elem_dims - keep))
     x = logp
     if dims:
-        x = x.sum(dims) if elem_reduce == "sum" else x.mean(dims)     # [B, K, *kept]
+        x = x.sum(dims) if elem_reduce == "sum" else x.mean(dims)  # [B, K, *kept]
     m = stoch.to(device=x.device, dtype=torch.bool).reshape(*stoch.shape, *([1] * keep))
     x = torch.where(m, x, torch.zeros_like(x))
     if step_reduce == "none":
@@ -287,4 +314,3 @@ def reduce_log_prob(logp: torch.Tensor, stoch: torch.Tensor, elem_dims: int | No
         count = m.sum(1).clamp(min=1).to(total.dtype)
         total = total / count
     return total
-

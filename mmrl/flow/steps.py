@@ -32,8 +32,7 @@ def _as_time(t: TimeLike, x: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def ode_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def ode_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike) -> tuple[torch.Tensor, torch.Tensor]:
     """Euler ODE step: ``mean = x + (t_next - t) * v``, ``std = 0`` (0-dim tensor).
 
     Args: x, v ``[N, *E]``; t, t_next float / 0-dim / ``[N]``.
@@ -44,8 +43,9 @@ def ode_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike
     return mean, torch.zeros((), dtype=mean.dtype, device=mean.device)
 
 
-def sde_sigma(t: TimeLike, t_next: TimeLike, noise_level: float, x: torch.Tensor,
-              sigma_max: TimeLike | None = None) -> torch.Tensor:
+def sde_sigma(
+    t: TimeLike, t_next: TimeLike, noise_level: float, x: torch.Tensor, sigma_max: TimeLike | None = None
+) -> torch.Tensor:
     """Flow-SDE diffusion coefficient ``sigma_t = a * sqrt(t / (1 - t'))`` with ``a = noise_level``.
 
     ``t' = t`` except at the t = 1 edge, where ``1 - t`` is 0: there ``t'`` is ``sigma_max`` when
@@ -59,9 +59,14 @@ def sde_sigma(t: TimeLike, t_next: TimeLike, noise_level: float, x: torch.Tensor
     return noise_level * torch.sqrt(t / (1.0 - t_den))
 
 
-def sde_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-             noise_level: float, sigma_max: TimeLike | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def sde_step(
+    x: torch.Tensor,
+    v: torch.Tensor,
+    t: TimeLike,
+    t_next: TimeLike,
+    noise_level: float,
+    sigma_max: TimeLike | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Flow-SDE step (Flow-GRPO's ODE-to-SDE conversion, the same marginals as the ODE).
 
     With ``sigma_t`` from :func:`sde_sigma` and ``dt = t_next - t < 0``::
@@ -81,13 +86,14 @@ def sde_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
     sigma = sde_sigma(t, t_next, noise_level, x, sigma_max)
     t, t_next = _as_time(t, x), _as_time(t_next, x)
     dt = t_next - t
-    mean = x + (v + sigma ** 2 / (2.0 * t) * (x + (1.0 - t) * v)) * dt
+    mean = x + (v + sigma**2 / (2.0 * t) * (x + (1.0 - t) * v)) * dt
     std = sigma * torch.sqrt(-dt)
     return mean, std
 
 
-def cps_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-             noise_level: float) -> tuple[torch.Tensor, torch.Tensor]:
+def cps_step(
+    x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike, noise_level: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Coefficients-Preserving Sampling step (flow_grpo ``sde_type="cps"``).
 
     ::
@@ -114,13 +120,14 @@ def cps_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
     std = t_next * math.sin(noise_level * math.pi / 2.0)
     x0_hat = x - t * v
     noise_hat = x + (1.0 - t) * v
-    coef = torch.sqrt(torch.clamp(t_next ** 2 - std ** 2, min=0.0))
+    coef = torch.sqrt(torch.clamp(t_next**2 - std**2, min=0.0))
     mean = (1.0 - t_next) * x0_hat + coef * noise_hat
     return mean, std
 
 
-def noise_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-               std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def noise_step(
+    x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike, std: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Flow-Noise step (pi_RL): Euler mean ``x + (t_next - t) v`` with a learned ``std``.
 
     ``std`` (e.g. from :class:`mmrl.flow.noise_net.FlowNoiseHead`) is used as given: it must be
@@ -132,8 +139,7 @@ def noise_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
     return mean, std
 
 
-def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
-                      ) -> torch.Tensor:
+def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """Exact per-element Gaussian log-density of ``x_next`` under ``N(mean, std^2)``.
 
     ``log p = -(x_next - mean)^2 / (2 std^2) - log std - 0.5 log(2 pi)`` (the same as
@@ -141,7 +147,7 @@ def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tenso
     has the broadcast shape. ``std`` must be > 0 (callers mask deterministic steps first).
     """
     std = torch.as_tensor(std, dtype=mean.dtype, device=mean.device)
-    return -((x_next - mean) ** 2) / (2.0 * std ** 2) - torch.log(std) - _HALF_LOG_2PI
+    return -((x_next - mean) ** 2) / (2.0 * std**2) - torch.log(std) - _HALF_LOG_2PI
 
 
 STEP_METHODS = ("ode", "sde", "cps", "noise")
@@ -152,9 +158,15 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def transition(method: str, x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike,
-               noise_level: float = 0.0, std: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+def transition(
+    method: str,
+    x: torch.Tensor,
+    v: torch.Tensor,
+    t: TimeLike,
+    t_next: TimeLike,
+    noise_level: float = 0.0,
+    std: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Dispatch to the step function of ``method`` in ``{"ode", "sde", "cps", "noise"}``.
 
     ``std`` is the model's learned std, used only by ``"noise"``. Returns ``(mean, std)``.

@@ -19,7 +19,20 @@ from mmrl.placement.start import build_registered_sim, registered_sim, start_sim
 from mmrl.placement.worker import SimWorker, WorkerCrashed, WorkerError, close_workers
 
 __all__ = [
-    "BACKENDS", "LazySim", "MODES", "ROLES", "PlacementConfig", "RaySimWorker", "SimGroup", "SimWorker",
-    "WorkerCrashed", "WorkerError", "build_registered_sim", "close_workers", "collect",
-    "collect_pipelined", "registered_sim", "start_sim_workers",
+    "BACKENDS",
+    "LazySim",
+    "MODES",
+    "ROLES",
+    "PlacementConfig",
+    "RaySimWorker",
+    "SimGroup",
+    "SimWorker",
+    "WorkerCrashed",
+    "WorkerError",
+    "build_registered_sim",
+    "close_workers",
+    "collect",
+    "collect_pipelined",
+    "registered_sim",
+    "start_sim_workers",
 ]

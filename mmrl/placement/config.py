@@ -56,19 +56,23 @@ class PlacementConfig:
         if self.backend not in BACKENDS:
             raise ConfigError(f"placement.backend = {self.backend!r} is not one of: {', '.join(BACKENDS)}")
         if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1:
-            raise ConfigError(f"placement.stages = {self.stages!r} must be an int >= 1 "
-                              "(1 for collocated / disaggregated, >= 2 for hybrid)")
+            raise ConfigError(
+                f"placement.stages = {self.stages!r} must be an int >= 1 "
+                "(1 for collocated / disaggregated, >= 2 for hybrid)"
+            )
         if self.mode in ("collocated", "disaggregated") and self.stages != 1:
-            raise ConfigError(f"placement.stages = {self.stages} needs mode hybrid; valid for mode "
-                              f"{self.mode!r}: 1")
+            raise ConfigError(f"placement.stages = {self.stages} needs mode hybrid; valid for mode {self.mode!r}: 1")
         if self.mode == "hybrid" and self.stages < 2:
-            raise ConfigError("placement.stages = 1 with mode 'hybrid': valid stages are >= 2 "
-                              "(one stage without overlap is mode 'disaggregated')")
+            raise ConfigError(
+                "placement.stages = 1 with mode 'hybrid': valid stages are >= 2 "
+                "(one stage without overlap is mode 'disaggregated')"
+            )
         for role in ROLES:
             dev = getattr(self, f"{role}_device")
             if not _valid_device(dev):
-                raise ConfigError(f"placement.{role}_device = {dev!r} is not a device; valid: "
-                                  "cpu, cuda, cuda:<index>, mps")
+                raise ConfigError(
+                    f"placement.{role}_device = {dev!r} is not a device; valid: cpu, cuda, cuda:<index>, mps"
+                )
         if self.torch_threads < 0:
             raise ConfigError(f"placement.torch_threads = {self.torch_threads} must be >= 0")
         if self.max_restarts < 0:
@@ -76,16 +80,21 @@ class PlacementConfig:
         if self.step_timeout_s is not None and not self.step_timeout_s > 0:  # (NaN is not > 0)
             from mmrl.placement.worker import AUTO_TIMEOUT_FACTOR, AUTO_TIMEOUT_FLOOR_S
 
-            raise ConfigError(f"placement.step_timeout_s = {self.step_timeout_s} must be seconds > 0, "
-                              f".inf (wait forever) or null (automatic: max({AUTO_TIMEOUT_FLOOR_S:g} s, "
-                              f"{AUTO_TIMEOUT_FACTOR:g} x the slowest call so far))")
+            raise ConfigError(
+                f"placement.step_timeout_s = {self.step_timeout_s} must be seconds > 0, "
+                f".inf (wait forever) or null (automatic: max({AUTO_TIMEOUT_FLOOR_S:g} s, "
+                f"{AUTO_TIMEOUT_FACTOR:g} x the slowest call so far))"
+            )
         if self.ray_strategy not in RAY_STRATEGIES:
-            raise ConfigError(f"placement.ray_strategy = {self.ray_strategy!r} is not one of: "
-                              f"{', '.join(RAY_STRATEGIES)}")
+            raise ConfigError(
+                f"placement.ray_strategy = {self.ray_strategy!r} is not one of: {', '.join(RAY_STRATEGIES)}"
+            )
         gpu_index = self.render_device.startswith("cuda:") and self.render_device != "cuda:0"
         if self.backend == "ray" and gpu_index:
-            raise ConfigError(f"placement.render_device = {self.render_device!r} with backend 'ray': "
-                              "each sim actor sees only the GPU Ray assigns it; valid: cpu, cuda")
+            raise ConfigError(
+                f"placement.render_device = {self.render_device!r} with backend 'ray': "
+                "each sim actor sees only the GPU Ray assigns it; valid: cpu, cuda"
+            )
 
     @property
     def num_workers(self) -> int:
@@ -103,9 +112,11 @@ class PlacementConfig:
         """The contiguous env slice of every stage (all the envs for collocated / disaggregated)."""
         s = self.stages
         if num_envs % s:
-            raise ConfigError(f"placement.stages = {s} must divide the number of envs ({num_envs}); "
-                              f"valid stages for {num_envs} envs: "
-                              f"{', '.join(str(d) for d in range(1, num_envs + 1) if num_envs % d == 0)}")
+            raise ConfigError(
+                f"placement.stages = {s} must divide the number of envs ({num_envs}); "
+                f"valid stages for {num_envs} envs: "
+                f"{', '.join(str(d) for d in range(1, num_envs + 1) if num_envs % d == 0)}"
+            )
         n = num_envs // s
         return [slice(i * n, (i + 1) * n) for i in range(s)]
 

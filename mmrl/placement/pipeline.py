@@ -60,8 +60,14 @@ def stage_torch_seed(seeds: list[int]) -> int:
 
 
 @torch.no_grad()
-def collect_pipelined(policy, sim_workers: Sequence[WorkerBase], seeds: list[int],
-                      generator: torch.Generator | None, mode: str = "train", reward=None) -> tuple[Batch, dict]:
+def collect_pipelined(
+    policy,
+    sim_workers: Sequence[WorkerBase],
+    seeds: list[int],
+    generator: torch.Generator | None,
+    mode: str = "train",
+    reward=None,
+) -> tuple[Batch, dict]:
     """Run one episode per env over ``sim_workers`` (stage s = worker s's envs, in order).
 
     Returns what `mmrl.rollout.collect_episodes` returns, (Batch [T, N, ...], info with
@@ -86,12 +92,11 @@ def _collect(policy, workers: list[WorkerBase], seeds: list[int], generator, mod
     if len(seeds) != n:
         raise ValueError(f"got {len(seeds)} seeds for {n} envs ({len(workers)} workers of {sizes})")
     if len({w.max_episode_steps for w in workers}) != 1:
-        raise ValueError("sim workers disagree on max_episode_steps: "
-                         f"{[w.max_episode_steps for w in workers]}")
+        raise ValueError(f"sim workers disagree on max_episode_steps: {[w.max_episode_steps for w in workers]}")
     bounds = [0]
     for k in sizes:
         bounds.append(bounds[-1] + k)
-    stage_seeds = [[int(x) for x in seeds[bounds[s]:bounds[s + 1]]] for s in range(len(workers))]
+    stage_seeds = [[int(x) for x in seeds[bounds[s] : bounds[s + 1]]] for s in range(len(workers))]
     S = len(workers)
     horizon = math.ceil(workers[0].max_episode_steps / policy.chunk_size)
     timing = {"policy_s": 0.0, "sim_wait_s": 0.0, "sim_s": 0.0}
@@ -194,8 +199,9 @@ def _nothing_happened(obs) -> StepResult:
     """Stand-in result of a decision whose simulation was lost with its worker."""
     k = obs.image.shape[0]
     zeros = torch.zeros(k, dtype=torch.bool)
-    return StepResult(obs, torch.zeros(k), zeros, zeros.clone(), zeros.clone(), None,
-                      {"num_steps": torch.zeros(k, dtype=torch.long)})
+    return StepResult(
+        obs, torch.zeros(k), zeros, zeros.clone(), zeros.clone(), None, {"num_steps": torch.zeros(k, dtype=torch.long)}
+    )
 
 
 def _get_rng(generator: torch.Generator | None) -> tuple:
@@ -248,8 +254,9 @@ class LazySim:
             self._sim.close()
 
 
-def collect(policy, sim, seeds: list[int], generator: torch.Generator | None,
-            mode: str = "train", reward=None) -> tuple[Batch, dict]:
+def collect(
+    policy, sim, seeds: list[int], generator: torch.Generator | None, mode: str = "train", reward=None
+) -> tuple[Batch, dict]:
     """`collect_pipelined` when ``sim`` is a `SimGroup`, else `collect_episodes` in this process."""
     if isinstance(sim, SimGroup):
         return collect_pipelined(policy, sim.workers, seeds, generator, mode, reward)

@@ -56,8 +56,7 @@ def import_ray():
     try:
         import ray
     except ImportError as e:
-        raise ImportError("placement.backend = 'ray' needs Ray, which is not installed: "
-                          "pip install 'mmrl[ray]'") from e
+        raise ImportError("placement.backend = 'ray' needs Ray, which is not installed: pip install 'mmrl[ray]'") from e
     return ray
 
 
@@ -66,8 +65,7 @@ def init_ray():
     new local one."""
     ray = import_ray()
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
-                 include_dashboard=False)
+        ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, include_dashboard=False)
     return ray
 
 
@@ -113,9 +111,11 @@ class RayPlacement:
         self.pg = placement_group([dict(self.bundle) for _ in range(num_workers)], strategy=strategy)
         if not self.pg.wait(STARTUP_TIMEOUT_S):
             remove_placement_group(self.pg)
-            raise RuntimeError(f"Ray could not place {num_workers} sim workers ({self.bundle} each, "
-                               f"strategy {strategy}) within {STARTUP_TIMEOUT_S:g} s; available: "
-                               f"{ray.available_resources()}")
+            raise RuntimeError(
+                f"Ray could not place {num_workers} sim workers ({self.bundle} each, "
+                f"strategy {strategy}) within {STARTUP_TIMEOUT_S:g} s; available: "
+                f"{ray.available_resources()}"
+            )
         self.num_bundles, self.taken, self.users = num_workers, 0, 0
 
     def take(self) -> int:
@@ -135,9 +135,11 @@ class RayPlacement:
     def actor_options(self, bundle: int) -> dict:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        return {"num_cpus": self.bundle["CPU"], "num_gpus": self.bundle.get("GPU", 0),
-                "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                    self.pg, placement_group_bundle_index=bundle)}
+        return {
+            "num_cpus": self.bundle["CPU"],
+            "num_gpus": self.bundle.get("GPU", 0),
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
+        }
 
 
 class RaySimWorker(WorkerBase):
@@ -146,9 +148,17 @@ class RaySimWorker(WorkerBase):
     ``group``: the `RayPlacement` to take a bundle of (`start_sim_workers` passes one); without it
     the actor is scheduled anywhere with ``ACTOR_CPUS`` of a CPU."""
 
-    def __init__(self, factory: Callable, *, name: str = "sim", torch_threads: int = 1,
-                 max_restarts: int = 3, timeout_s: float | None = None, start: bool = True,
-                 group: RayPlacement | None = None):
+    def __init__(
+        self,
+        factory: Callable,
+        *,
+        name: str = "sim",
+        torch_threads: int = 1,
+        max_restarts: int = 3,
+        timeout_s: float | None = None,
+        start: bool = True,
+        group: RayPlacement | None = None,
+    ):
         import_ray()
         super().__init__(factory, name, torch_threads, max_restarts, timeout_s)
         self.actor: Any = None  # the Ray actor handle once started
@@ -242,8 +252,9 @@ class RaySimWorker(WorkerBase):
                 assert limit_s is not None  # ray.get times out only given a timeout
                 ray.kill(self.actor)
                 self._broken = True
-                raise self._crashed(self._silent(method, time.monotonic() - start, limit_s, why),
-                                    "was killed") from None
+                raise self._crashed(
+                    self._silent(method, time.monotonic() - start, limit_s, why), "was killed"
+                ) from None
             except ray.exceptions.RayError as e:  # the actor (or its node) died
                 self._broken = True
                 raise self._crashed(f"{type(e).__name__}: {e}") from None

@@ -33,24 +33,35 @@ def start_sim_workers(factory: Callable, num_envs: int, placement, seed: int = 0
     placement.validate()
     placement.check_backend()
     if placement.mode == "collocated":
-        raise ValueError("placement.mode = 'collocated' simulates in the main process: no workers "
-                         "to start (valid modes for workers: disaggregated, hybrid)")
+        raise ValueError(
+            "placement.mode = 'collocated' simulates in the main process: no workers "
+            "to start (valid modes for workers: disaggregated, hybrid)"
+        )
     slices = placement.stage_slices(num_envs)
     make: Callable[..., WorkerBase] = SimWorker
     if placement.backend == "ray":
         from mmrl.placement.ray_worker import RayPlacement, RaySimWorker
 
-        group = RayPlacement(placement.num_workers, placement.ray_strategy,
-                             gpu=placement.render_device.startswith("cuda"))
+        group = RayPlacement(
+            placement.num_workers, placement.ray_strategy, gpu=placement.render_device.startswith("cuda")
+        )
         make = functools.partial(RaySimWorker, group=group)  # each worker takes a bundle
     workers: list[WorkerBase] = []
     try:
         for s, part in enumerate(slices):
-            f = functools.partial(factory, num_envs=part.stop - part.start, seed=seed + s,
-                                  device=placement.render_device)
-            workers.append(make(f, name=f"sim{s}", torch_threads=placement.torch_threads,
-                                max_restarts=placement.max_restarts,
-                                timeout_s=placement.step_timeout_s, start=False))
+            f = functools.partial(
+                factory, num_envs=part.stop - part.start, seed=seed + s, device=placement.render_device
+            )
+            workers.append(
+                make(
+                    f,
+                    name=f"sim{s}",
+                    torch_threads=placement.torch_threads,
+                    max_restarts=placement.max_restarts,
+                    timeout_s=placement.step_timeout_s,
+                    start=False,
+                )
+            )
             workers[-1].start()
         for w in workers:
             w.wait_ready()

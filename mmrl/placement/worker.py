@@ -64,12 +64,12 @@ STARTUP_TIMEOUT_S = 120.0  # spawn + import torch + build the simulator
 AUTO_TIMEOUT_FLOOR_S = 120.0
 AUTO_TIMEOUT_FACTOR = 20.0
 READ_GRACE_S = 5.0  # an answer that started arriving gets at least this long to arrive whole
-SET_TIMEOUT_HINT = ("set placement.step_timeout_s=SECONDS for a fixed limit, or "
-                    "placement.step_timeout_s=.inf to wait forever")
+SET_TIMEOUT_HINT = (
+    "set placement.step_timeout_s=SECONDS for a fixed limit, or placement.step_timeout_s=.inf to wait forever"
+)
 
 
-def auto_timeout_s(slowest_s: float | None, floor_s: float | None = None,
-                   factor: float | None = None) -> float:
+def auto_timeout_s(slowest_s: float | None, floor_s: float | None = None, factor: float | None = None) -> float:
     """The automatic time limit of a call whose method's slowest answer so far took ``slowest_s``
     seconds (None: never answered): ``max(floor_s, factor * slowest_s)``, or ``floor_s`` alone.
     ``floor_s`` / ``factor`` default to ``AUTO_TIMEOUT_FLOOR_S`` / ``AUTO_TIMEOUT_FACTOR``."""
@@ -139,16 +139,30 @@ def _dumps(x: Any) -> bytes:
 
 # ---------------------------------------------------------------------------------- the process
 #: the simulator attributes a worker mirrors (`sim_meta`) and a `SimGroup` exposes
-SHAPE_KEYS = ("num_envs", "action_dim", "action_type", "max_episode_steps", "image_shape", "state_dim", "has_images",
-              "has_success")
+SHAPE_KEYS = (
+    "num_envs",
+    "action_dim",
+    "action_type",
+    "max_episode_steps",
+    "image_shape",
+    "state_dim",
+    "has_images",
+    "has_success",
+)
 
 
 def sim_meta(sim) -> dict:
     return {
-        "num_envs": int(sim.num_envs), "action_dim": int(sim.action_dim), "action_type": str(sim.action_type),
-        "max_episode_steps": int(sim.max_episode_steps), "image_shape": tuple(sim.image_shape),
-        "state_dim": sim.state_dim, "has_images": bool(sim.has_images), "has_success": bool(sim.has_success),
-        "device": str(sim.device), "pid": os.getpid(),
+        "num_envs": int(sim.num_envs),
+        "action_dim": int(sim.action_dim),
+        "action_type": str(sim.action_type),
+        "max_episode_steps": int(sim.max_episode_steps),
+        "image_shape": tuple(sim.image_shape),
+        "state_dim": sim.state_dim,
+        "has_images": bool(sim.has_images),
+        "has_success": bool(sim.has_success),
+        "device": str(sim.device),
+        "pid": os.getpid(),
     }
 
 
@@ -221,8 +235,7 @@ class WorkerBase:
     has_success: bool
     device: torch.device = torch.device("cpu")  # where results arrive (always CPU)
 
-    def __init__(self, factory: Callable, name: str, torch_threads: int, max_restarts: int,
-                 timeout_s: float | None):
+    def __init__(self, factory: Callable, name: str, torch_threads: int, max_restarts: int, timeout_s: float | None):
         self.factory, self.name = factory, name
         self.torch_threads, self.max_restarts, self.timeout_s = torch_threads, max_restarts, timeout_s
         self.restarts = 0
@@ -246,10 +259,11 @@ class WorkerBase:
         slowest = self.slowest_s.get(method)
         limit = auto_timeout_s(slowest)
         if slowest is None:
-            return limit, (f"automatic limit: the {AUTO_TIMEOUT_FLOOR_S:g} s floor, no {method!r} "
-                           "answered yet")
-        return limit, (f"automatic limit: {AUTO_TIMEOUT_FACTOR:g} x the slowest {method!r} so far, "
-                       f"{slowest:.3g} s, at least {AUTO_TIMEOUT_FLOOR_S:g} s")
+            return limit, (f"automatic limit: the {AUTO_TIMEOUT_FLOOR_S:g} s floor, no {method!r} answered yet")
+        return limit, (
+            f"automatic limit: {AUTO_TIMEOUT_FACTOR:g} x the slowest {method!r} so far, "
+            f"{slowest:.3g} s, at least {AUTO_TIMEOUT_FLOOR_S:g} s"
+        )
 
     def _measured(self, method: str, seconds: float | None) -> None:
         """Record that a ``method`` request was answered after ``seconds`` in the worker."""
@@ -278,10 +292,16 @@ class WorkerBase:
         why = self.last_crash or "it crashed"
         if self.restarts >= self.max_restarts:
             self.close()
-            raise WorkerCrashed(f"sim worker {self.name!r} crashed more than max_restarts="
-                                f"{self.max_restarts} times; giving up (last: {why})")
-        warnings.warn(f"restarting sim worker {self.name!r} (restart {self.restarts + 1} of "
-                      f"max_restarts={self.max_restarts}): {why}", RuntimeWarning, stacklevel=2)
+            raise WorkerCrashed(
+                f"sim worker {self.name!r} crashed more than max_restarts="
+                f"{self.max_restarts} times; giving up (last: {why})"
+            )
+        warnings.warn(
+            f"restarting sim worker {self.name!r} (restart {self.restarts + 1} of "
+            f"max_restarts={self.max_restarts}): {why}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         self._shutdown(kill=True)
         self.restarts += 1
         self.start()
@@ -353,8 +373,16 @@ class WorkerBase:
 class SimWorker(WorkerBase):
     """A simulator in its own process; mirrors the simulator's shape attributes once ready."""
 
-    def __init__(self, factory: Callable, *, name: str = "sim", torch_threads: int = 1,
-                 max_restarts: int = 3, timeout_s: float | None = None, start: bool = True):
+    def __init__(
+        self,
+        factory: Callable,
+        *,
+        name: str = "sim",
+        torch_threads: int = 1,
+        max_restarts: int = 3,
+        timeout_s: float | None = None,
+        start: bool = True,
+    ):
         super().__init__(factory, name, torch_threads, max_restarts, timeout_s)
         self._ctx = mp.get_context("spawn")
         self._proc: SpawnProcess | None = None  # both set while started
@@ -372,8 +400,9 @@ class SimWorker(WorkerBase):
         parent, child = self._ctx.Pipe(duplex=True)
         # not a daemon: a simulator may start processes of its own (ManiSkill on CPU, gym vector envs);
         # `_close_live_workers` stops every worker when the main process exits
-        self._proc = self._ctx.Process(target=_serve, args=(self.factory, child, self.torch_threads),
-                                       name=f"mmrl-{self.name}", daemon=False)
+        self._proc = self._ctx.Process(
+            target=_serve, args=(self.factory, child, self.torch_threads), name=f"mmrl-{self.name}", daemon=False
+        )
         self._proc.start()
         _LIVE.add(self)
         child.close()  # so that the worker's death reads as EOF here
@@ -488,8 +517,9 @@ class SimWorker(WorkerBase):
 
         def kill():
             waited = time.monotonic() - start
-            self._read_killed = self._silent(method, waited, limit_s,
-                                             f"{why}; it stopped halfway through sending its answer")
+            self._read_killed = self._silent(
+                method, waited, limit_s, f"{why}; it stopped halfway through sending its answer"
+            )
             proc.kill()
 
         timer = threading.Timer(max(limit_s - (time.monotonic() - start), READ_GRACE_S), kill)

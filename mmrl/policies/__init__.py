@@ -18,14 +18,14 @@ POLICIES.register(
     "diffusion",
     "mmrl.policies.diffusion:DiffusionPolicy",
     description="flow-matching text-to-image generator (built-in tiny pixel model or diffusers SD3 / FLUX with LoRA): "
-                "Flow-GRPO and AWM",
+    "Flow-GRPO and AWM",
 )
 
 POLICIES.register(
     "token_vla",
     "mmrl.policies.token_vla:TokenVLAPolicy",
     description="action-token VLA (OpenVLA / OpenVLA-OFT style): a transformers image-text LM emitting "
-                "action-bin tokens, autoregressive or parallel decoding",
+    "action-bin tokens, autoregressive or parallel decoding",
     extra="vlm",
 )
 
@@ -33,7 +33,7 @@ POLICIES.register(
     "vlm",
     "mmrl.policies.vlm:VLMPolicy",
     description="vision-language model answering questions (transformers image-text LM; HF generate or vLLM "
-                "rollouts; full or LoRA fine-tuning): GRPO / DAPO / GSPO / RLOO on verifiable rewards",
+    "rollouts; full or LoRA fine-tuning): GRPO / DAPO / GSPO / RLOO on verifiable rewards",
     extra="vlm",
 )
 
@@ -41,6 +41,6 @@ POLICIES.register(
     "lerobot",
     "mmrl.policies.lerobot.policy:LeRobotVLAPolicy",
     description="a pretrained LeRobot flow VLA (SmolVLA, PI0, PI05 checkpoints by hub id or folder) sampled by "
-                "mmrl's Flow-SDE / CPS / Flow-Noise with exact log-probs of the executed actions",
+    "mmrl's Flow-SDE / CPS / Flow-Noise with exact log-probs of the executed actions",
     fix="bash scripts/setup_lerobot.sh (LeRobot 0.6.1 needs Python >= 3.12; run mmrl from .venv-lerobot)",
 )

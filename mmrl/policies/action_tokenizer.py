@@ -26,8 +26,14 @@ import torch
 class ActionTokenizer:
     """Uniform per-dimension action bins and their vocabulary token ids; see the module docstring."""
 
-    def __init__(self, num_bins: int = 256, low: float = -1.0, high: float = 1.0,
-                 token_ids: list[int] | None = None, vocab_size: int | None = None):
+    def __init__(
+        self,
+        num_bins: int = 256,
+        low: float = -1.0,
+        high: float = 1.0,
+        token_ids: list[int] | None = None,
+        vocab_size: int | None = None,
+    ):
         if num_bins < 2:
             raise ValueError(f"num_bins must be >= 2, got {num_bins}")
         if not high > low:
@@ -101,8 +107,13 @@ class ActionTokenizer:
         return self.decode(self.tokens_to_bins(tokens))
 
     def __repr__(self) -> str:
-        where = (f"vocab_size={self.vocab_size}" if self.vocab_size is not None
-                 else "token_ids=[...]" if self._ids is not None else "no tokens")
+        where = (
+            f"vocab_size={self.vocab_size}"
+            if self.vocab_size is not None
+            else "token_ids=[...]"
+            if self._ids is not None
+            else "no tokens"
+        )
         return f"ActionTokenizer(num_bins={self.num_bins}, low={self.low}, high={self.high}, {where})"
 
 

@@ -170,10 +170,15 @@ class Policy(nn.Module, Generic[C]):
         ``actions`` and, where the policy reads a state, ``state``."""
         for key in ("image", "instruction", "actions"):
             if key not in data:
-                raise ValueError(f"{type(self).__name__}'s warm start needs demonstrations with '{key}'; "
-                                 f"the dataset has: {', '.join(data)}")
-        batch = Batch(image=data["image"], instruction=encode_text(data["instruction"], self.text_bytes),
-                      actions=data["actions"].float())
+                raise ValueError(
+                    f"{type(self).__name__}'s warm start needs demonstrations with '{key}'; "
+                    f"the dataset has: {', '.join(data)}"
+                )
+        batch = Batch(
+            image=data["image"],
+            instruction=encode_text(data["instruction"], self.text_bytes),
+            actions=data["actions"].float(),
+        )
         if self.state_dim and "state" in data:
             batch["state"] = data["state"].float()
         return batch
@@ -191,13 +196,17 @@ class Policy(nn.Module, Generic[C]):
 
         found: list[str] = []
         for name, sub in self.named_modules():
-            if (getattr(sub, "supports_gradient_checkpointing", False)  # the transformers API
-                    and not any(name.startswith(f"{outer}.") for outer in found)):
+            if (
+                getattr(sub, "supports_gradient_checkpointing", False)  # the transformers API
+                and not any(name.startswith(f"{outer}.") for outer in found)
+            ):
                 sub.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
                 found.append(name)
         if not found:
-            raise ConfigError(f"'gradient_checkpointing' = true but policy '{self.cfg.type}' has no model that "
-                              "supports it (only Hugging Face backbones do): set gradient_checkpointing: false")
+            raise ConfigError(
+                f"'gradient_checkpointing' = true but policy '{self.cfg.type}' has no model that "
+                "supports it (only Hugging Face backbones do): set gradient_checkpointing: false"
+            )
 
     def after_warm_start(self) -> None:
         """Called once the supervised warm start is done (e.g. to take a reference copy)."""
@@ -245,8 +254,10 @@ class Policy(nn.Module, Generic[C]):
         folder.mkdir(parents=True, exist_ok=True)
         others = save_weights(self.state_dict(), folder / "model.safetensors")  # tied weights once
         if others:
-            raise ValueError(f"{type(self).__name__}'s state dict holds non-tensor entries ({', '.join(others)}): "
-                             "override export_pretrained to write them")
+            raise ValueError(
+                f"{type(self).__name__}'s state dict holds non-tensor entries ({', '.join(others)}): "
+                "override export_pretrained to write them"
+            )
         (folder / "mmrl_policy.json").write_text(json.dumps(self.build_spec or {}, indent=2))
         return "mmrl (safetensors state dict + mmrl_policy.json)"
 

@@ -35,8 +35,16 @@ from mmrl.utils.compat import patch_torchvision
 
 #: the attention projections given LoRA: image and text streams of the joint (MMDiT) blocks, and
 #: the single-stream blocks' projections where they exist (FLUX's, which have no ``to_out``)
-LORA_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
-                "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
+LORA_TARGETS = [
+    "attn.to_q",
+    "attn.to_k",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_q_proj",
+    "attn.add_k_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+]
 
 
 class DiffusersGenerator(TextToImageGenerator):
@@ -44,8 +52,15 @@ class DiffusersGenerator(TextToImageGenerator):
 
     pipeline_class: str = ""  # the diffusers pipeline class `from_pretrained` loads
 
-    def __init__(self, pipe, image_size: int, finetune: str = "lora", lora_rank: int = 32, lora_alpha: int = 64,
-                 max_sequence_length: int = 128):
+    def __init__(
+        self,
+        pipe,
+        image_size: int,
+        finetune: str = "lora",
+        lora_rank: int = 32,
+        lora_alpha: int = 64,
+        max_sequence_length: int = 128,
+    ):
         super().__init__()
         factor = 2 ** (len(pipe.vae.config.block_out_channels) - 1)
         step = factor * self.latent_patch(pipe)
@@ -60,11 +75,16 @@ class DiffusersGenerator(TextToImageGenerator):
             from peft import LoraConfig
 
             self.transformer.requires_grad_(False)
-            targets = sorted({name.split("transformer_blocks.")[-1].split(".", 1)[-1]
-                              for name, _ in self.transformer.named_modules()
-                              if any(name.endswith(t) for t in LORA_TARGETS)})
-            self.transformer.add_adapter(LoraConfig(r=lora_rank, lora_alpha=lora_alpha, init_lora_weights="gaussian",
-                                                    target_modules=targets))
+            targets = sorted(
+                {
+                    name.split("transformer_blocks.")[-1].split(".", 1)[-1]
+                    for name, _ in self.transformer.named_modules()
+                    if any(name.endswith(t) for t in LORA_TARGETS)
+                }
+            )
+            self.transformer.add_adapter(
+                LoraConfig(r=lora_rank, lora_alpha=lora_alpha, init_lora_weights="gaussian", target_modules=targets)
+            )
         elif finetune == "full":
             self.transformer.requires_grad_(True)
         else:
@@ -81,8 +101,9 @@ class DiffusersGenerator(TextToImageGenerator):
         return pipe.transformer.config.patch_size
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, image_size: int = 512, dtype: torch.dtype | None = None,
-                        **kwargs) -> DiffusersGenerator:
+    def from_pretrained(
+        cls, name_or_path: str, image_size: int = 512, dtype: torch.dtype | None = None, **kwargs
+    ) -> DiffusersGenerator:
         patch_torchvision()
         try:
             import diffusers
@@ -91,8 +112,9 @@ class DiffusersGenerator(TextToImageGenerator):
         index = Path(name_or_path) / "model_index.json"
         absent = {}  # components a local folder saved as null (e.g. no T5) must be passed as None
         if index.exists():
-            absent = {k: None for k, v in json.loads(index.read_text()).items()
-                      if isinstance(v, list) and v == [None, None]}
+            absent = {
+                k: None for k, v in json.loads(index.read_text()).items() if isinstance(v, list) and v == [None, None]
+            }
         pipe = getattr(diffusers, cls.pipeline_class).from_pretrained(name_or_path, torch_dtype=dtype, **absent)
         return cls(pipe, image_size, **kwargs)
 
@@ -148,8 +170,10 @@ class DiffusersGenerator(TextToImageGenerator):
 
             layers = get_peft_model_state_dict(self.transformer)
             pipe_class.save_lora_weights(
-                str(folder), transformer_lora_layers={k: v.detach().cpu().contiguous() for k, v in layers.items()},
-                transformer_lora_adapter_metadata=self.transformer.peft_config["default"].to_dict())
+                str(folder),
+                transformer_lora_layers={k: v.detach().cpu().contiguous() for k, v in layers.items()},
+                transformer_lora_adapter_metadata=self.transformer.peft_config["default"].to_dict(),
+            )
             return "diffusers lora"
         transformer = self.transformer
         if self.finetune == "lora":  # fuse into a copy: the policy keeps its adapter

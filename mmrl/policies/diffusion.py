@@ -117,11 +117,17 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         """Generated images (uint8 [B, H, W, 3]), log-probs of the chain (per step or summed), AWM,
         Flow-GRPO's own KL with ``kl_reference``; no critic."""
         return Capabilities(
-            action_type="image", logp="step" if cfg.logp_level == "step" else "decision", critic=False,
-            likelihood_free=True, kl_reference="own" if cfg.kl_reference else None,
-            fixes={"critic": "the generator has no critic: use a group estimator (algorithm.advantage: "
-                             "grpo_global_std, grpo, ...) with group_size >= 2",
-                   "kl_reference": "set policy.kl_reference=true (Flow-GRPO's KL to the reference)"})
+            action_type="image",
+            logp="step" if cfg.logp_level == "step" else "decision",
+            critic=False,
+            likelihood_free=True,
+            kl_reference="own" if cfg.kl_reference else None,
+            fixes={
+                "critic": "the generator has no critic: use a group estimator (algorithm.advantage: "
+                "grpo_global_std, grpo, ...) with group_size >= 2",
+                "kl_reference": "set policy.kl_reference=true (Flow-GRPO's KL to the reference)",
+            },
+        )
 
     def warm_start_batch(self, data: dict) -> Batch:
         """Text-to-image pairs (``image``, ``prompt``) for the flow-matching warm start."""
@@ -130,8 +136,13 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
                 raise ValueError(f"the diffusion warm start needs (image, prompt) pairs; the dataset has no '{key}'")
         return Batch(image=data["image"], instruction=encode_text(data["prompt"], self.text_bytes))
 
-    def __init__(self, cfg: DiffusionConfig, action_dim: int, state_dim: int | None = None,
-                 generator: TextToImageGenerator | None = None):
+    def __init__(
+        self,
+        cfg: DiffusionConfig,
+        action_dim: int,
+        state_dim: int | None = None,
+        generator: TextToImageGenerator | None = None,
+    ):
         super().__init__()
         self.cfg = cfg
         self.text_bytes = cfg.prompt_bytes
@@ -155,12 +166,15 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         if which == "policy":
             return self.gen
         if which == "ema":  # the generator run with its EMA weights
-            return lambda x, t, cond: torch.func.functional_call(self.gen, self._ema_params(), (x, t, cond),
-                                                                 strict=False)
+            return lambda x, t, cond: torch.func.functional_call(
+                self.gen, self._ema_params(), (x, t, cond), strict=False
+            )
         if self.uses_adapter:
+
             def ref(x, t, cond):
                 with self.gen.disable_adapter():
                     return self.gen(x, t, cond)
+
             return ref
         assert self.ref is not None, "the reference is asked for only where __init__ made one (needs_ref)"
         return self.ref
@@ -195,10 +209,23 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         dev = grid.device
         noise = torch.randn(len(prompts), *self.gen.sample_shape, generator=generator, device=dev)
         k = grid.shape[0] - 1
-        stoch = stochastic_mask(len(prompts), k, "none" if method == "ode" else c.stochastic, generator=generator,
-                                window=tuple(c.window) if c.window else None, device=dev)
-        out = sample(self.model_fn(cond, null, guidance), noise, grid, method, noise_level=c.noise_level,
-                     stoch=stoch, generator=generator)
+        stoch = stochastic_mask(
+            len(prompts),
+            k,
+            "none" if method == "ode" else c.stochastic,
+            generator=generator,
+            window=tuple(c.window) if c.window else None,
+            device=dev,
+        )
+        out = sample(
+            self.model_fn(cond, null, guidance),
+            noise,
+            grid,
+            method,
+            noise_level=c.noise_level,
+            stoch=stoch,
+            generator=generator,
+        )
         images = to_uint8(self.gen.decode(out.x0))  # [B, H, W, 3]
         batch = Batch(instruction=encode_text(prompts, c.prompt_bytes).to(dev))
         if train:  # the replay inputs (evaluation rollouts are never trained on)
@@ -210,9 +237,11 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         size this policy generates."""
         want = (self.cfg.image_size, self.cfg.image_size, 3)
         if tuple(sim.image_shape) != want:
-            raise ValueError(f"the simulator shows {tuple(sim.image_shape)} images but policy.image_size = "
-                             f"{self.cfg.image_size} generates {want}: set sim.kwargs.image_size to "
-                             f"{self.cfg.image_size}")
+            raise ValueError(
+                f"the simulator shows {tuple(sim.image_shape)} images but policy.image_size = "
+                f"{self.cfg.image_size} generates {want}: set sim.kwargs.image_size to "
+                f"{self.cfg.image_size}"
+            )
 
     def _reduce(self, logp_elem: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor:
         step = "none" if self.cfg.logp_level == "step" else "sum"
@@ -223,12 +252,20 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         cond, null = self._conds(decode_text(batch["instruction"]), c.guidance_scale)
         chain, stoch = batch["flow_chain"], batch["flow_stoch"]
         seen: list = []  # the one batched model call of chain_log_prob, reused by the KL
-        logp_elem = chain_log_prob(_recording(self.model_fn(cond, null, c.guidance_scale), seen), chain,
-                                   self.grid, stoch, c.method, noise_level=c.noise_level)
-        return Evaluation(logp=self._reduce(logp_elem, stoch),
-                          entropy=-(logp_elem.mean((2, 3, 4)) * stoch).sum() / stoch.sum().clamp(min=1),
-                          logp_mask=stoch if c.logp_level == "step" else None,
-                          kl=self._kl(seen, stoch, cond, null) if c.kl_reference else None)
+        logp_elem = chain_log_prob(
+            _recording(self.model_fn(cond, null, c.guidance_scale), seen),
+            chain,
+            self.grid,
+            stoch,
+            c.method,
+            noise_level=c.noise_level,
+        )
+        return Evaluation(
+            logp=self._reduce(logp_elem, stoch),
+            entropy=-(logp_elem.mean((2, 3, 4)) * stoch).sum() / stoch.sum().clamp(min=1),
+            logp_mask=stoch if c.logp_level == "step" else None,
+            kl=self._kl(seen, stoch, cond, null) if c.kl_reference else None,
+        )
 
     def _kl(self, seen: list, stoch, cond, null) -> torch.Tensor:
         """Flow-GRPO's KL per sample: mean over stochastic steps of mean_E (mu - mu_ref)^2 / (2 std^2).
@@ -266,8 +303,14 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         c = self.cfg
         cond = self.gen.encode(decode_text(batch["instruction"]))
         seen: list = []
-        loss = awm_loss(_recording(self.model_fn(cond, None, 1.0), seen), batch["flow_chain"][:, -1], advantages,
-                        c.awm_timesteps, c.awm_weighting, huber_c=c.awm_huber_c)
+        loss = awm_loss(
+            _recording(self.model_fn(cond, None, 1.0), seen),
+            batch["flow_chain"][:, -1],
+            advantages,
+            c.awm_timesteps,
+            c.awm_weighting,
+            huber_c=c.awm_huber_c,
+        )
         x, t, v = seen[0]
         for coef, which in ((c.awm_ref_coef, "ref"), (c.awm_ema_coef, "ema")):
             if coef > 0:
@@ -331,8 +374,9 @@ def build_generator(cfg: DiffusionConfig) -> TextToImageGenerator:
         from mmrl.policies.tiny_generator import TinyTextToImage
 
         return TinyTextToImage(image_size=cfg.image_size, ch=cfg.width)
-    kwargs: dict[str, Any] = dict(image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank,
-                                  lora_alpha=cfg.lora_alpha)
+    kwargs: dict[str, Any] = dict(
+        image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha
+    )
     if diffusers_family(cfg.model) == "flux":  # both need mmrl[diffusion]
         from mmrl.policies.flux import FluxGenerator
 

@@ -158,10 +158,15 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         """Action chunks, exact log-probs of the denoising chain (per chunk or per element), AWM, a
         critic with ``critic``; no KL reference."""
         return Capabilities(
-            logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic, likelihood_free=True,
-            fixes={"critic": "set policy.critic=true, or use a group estimator "
-                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
-                   "kl_reference": "the flow VLA keeps no reference model: set algorithm.kl_coef=0"})
+            logp="decision" if cfg.logp_level == "chunk" else "element",
+            critic=cfg.critic,
+            likelihood_free=True,
+            fixes={
+                "critic": "set policy.critic=true, or use a group estimator "
+                "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+                "kl_reference": "the flow VLA keeps no reference model: set algorithm.kl_coef=0",
+            },
+        )
 
     @property
     def chunk_size(self) -> int:
@@ -177,8 +182,14 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             cfg = dataclasses.replace(cfg, backbone="tiny" if sim.has_images else "state")
         return cfg
 
-    def __init__(self, cfg: FlowVLAConfig, action_dim: int, state_dim: int | None = None,
-                 backbone: PrefixBackbone | None = None, normalizer: ActionNormalizer | None = None):
+    def __init__(
+        self,
+        cfg: FlowVLAConfig,
+        action_dim: int,
+        state_dim: int | None = None,
+        backbone: PrefixBackbone | None = None,
+        normalizer: ActionNormalizer | None = None,
+    ):
         super().__init__()
         self.state_dim = state_dim
         self.cfg, self.action_dim = cfg, action_dim
@@ -191,19 +202,22 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         self.state_proj = nn.Linear(state_dim, d) if state_dim and self.uses_images else None
         self.obs_norm = RunningMeanStd(state_dim) if state_dim and cfg.obs_norm else None
         mlp = cfg.expert == "mlp" or (cfg.expert == "auto" and not self.uses_images)
-        self.expert = (MLPExpert if mlp else ActionExpert)(action_dim, cfg.chunk_size, cfg.expert_dim, d,
-                                                          cfg.expert_layers)
+        self.expert = (MLPExpert if mlp else ActionExpert)(
+            action_dim, cfg.chunk_size, cfg.expert_dim, d, cfg.expert_layers
+        )
         self.noise_head = (
             FlowNoiseHead(cfg.expert_dim, action_dim, cfg.noise_min_std, cfg.noise_max_std)
-            if cfg.method == "noise" else None
+            if cfg.method == "noise"
+            else None
         )
         # the critic reads the pooled prefix (detached by default); without images it is its own MLP
         # on the normalised state, as in SB3 / CleanRL (actor and critic share no layers)
         self.value_head: nn.Sequential | None = None
         if cfg.critic and not self.uses_images:
             assert state_dim is not None, "a backbone without images encodes the state vector: there is one"
-            self.value_head = nn.Sequential(nn.Linear(state_dim, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
-                                            nn.Linear(64, 1))
+            self.value_head = nn.Sequential(
+                nn.Linear(state_dim, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)
+            )
         elif cfg.critic:
             self.value_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
         self.normalizer = normalizer or ActionNormalizer.from_config(cfg.action_low, cfg.action_high)
@@ -237,8 +251,9 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             return self.encode(None, [], batch["state"])
         return self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
 
-    def values(self, prefix: torch.Tensor | None, mask: torch.Tensor | None, state: torch.Tensor | None = None
-               ) -> torch.Tensor | None:
+    def values(
+        self, prefix: torch.Tensor | None, mask: torch.Tensor | None, state: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         """Critic value ``[B]`` from the prefix (image backbones) or the raw state (state backbone,
         which needs no prefix)."""
         if self.value_head is None:
@@ -270,8 +285,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
 
         def fn(x: torch.Tensor, t: torch.Tensor):
             reps = x.shape[0] // prefix.shape[0]
-            p, m = (prefix, mask) if reps == 1 else (
-                prefix.repeat_interleave(reps, 0), mask.repeat_interleave(reps, 0))
+            p, m = (prefix, mask) if reps == 1 else (prefix.repeat_interleave(reps, 0), mask.repeat_interleave(reps, 0))
             v, h = self.expert(x, t, p, m)
             std = self.noise_head(h) if (method == "noise" and self.noise_head is not None) else None
             return v, std
@@ -281,8 +295,9 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
     def _reduce(self, logp_elem: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor:
         c = self.cfg
         keep = 0 if c.logp_level == "chunk" else 2
-        return reduce_log_prob(logp_elem, stoch, elem_dims=2, elem_reduce=c.elem_reduce,
-                               step_reduce=c.step_reduce, keep=keep)
+        return reduce_log_prob(
+            logp_elem, stoch, elem_dims=2, elem_reduce=c.elem_reduce, step_reduce=c.step_reduce, keep=keep
+        )
 
     # ---- the policy contract ------------------------------------------------------------------
     @torch.no_grad()
@@ -292,11 +307,23 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         b, dev = prefix.shape[0], prefix.device
         method = c.method if mode == "train" else c.eval_method
         noise = torch.randn(b, c.chunk_size, self.action_dim, generator=generator, device=dev)
-        stoch = stochastic_mask(b, c.num_steps, "none" if method == "ode" else c.stochastic,
-                                generator=generator, window=tuple(c.window) if c.window else None,
-                                device=dev)
-        out = sample(self.model_fn(prefix, mask, method), noise, self.grid, method,
-                     noise_level=c.noise_level, stoch=stoch, generator=generator)
+        stoch = stochastic_mask(
+            b,
+            c.num_steps,
+            "none" if method == "ode" else c.stochastic,
+            generator=generator,
+            window=tuple(c.window) if c.window else None,
+            device=dev,
+        )
+        out = sample(
+            self.model_fn(prefix, mask, method),
+            noise,
+            self.grid,
+            method,
+            noise_level=c.noise_level,
+            stoch=stoch,
+            generator=generator,
+        )
         batch = Batch(
             actions=self.normalizer.unnormalize(out.x0),
             flow_chain=out.chain,
@@ -315,12 +342,21 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
     def evaluate(self, batch: Batch) -> Evaluation:
         c = self.cfg
         prefix, mask = self.encode_batch(batch)
-        logp_elem = chain_log_prob(self.model_fn(prefix, mask, c.method), batch["flow_chain"],
-                                   self.grid, batch["flow_stoch"], c.method, noise_level=c.noise_level)
+        logp_elem = chain_log_prob(
+            self.model_fn(prefix, mask, c.method),
+            batch["flow_chain"],
+            self.grid,
+            batch["flow_stoch"],
+            c.method,
+            noise_level=c.noise_level,
+        )
         stoch_elems = batch["flow_stoch"][..., None, None].expand_as(logp_elem)
         entropy = -(logp_elem * stoch_elems).sum() / stoch_elems.sum().clamp(min=1)
-        return Evaluation(logp=self._reduce(logp_elem, batch["flow_stoch"]), entropy=entropy,
-                          values=self.values(prefix, mask, batch.get("state")))
+        return Evaluation(
+            logp=self._reduce(logp_elem, batch["flow_stoch"]),
+            entropy=entropy,
+            values=self.values(prefix, mask, batch.get("state")),
+        )
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
         """Conditional flow matching on demonstration chunks ``actions`` [B, C, A] (env units)."""

@@ -86,15 +86,21 @@ class FluxGenerator(DiffusersGenerator):
             return float(sc.get("shift", 1.0))
         from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
-        mu = calculate_shift((self.latent_size // 2) ** 2, sc.get("base_image_seq_len", 256),  # packed tokens
-                             sc.get("max_image_seq_len", 4096), sc.get("base_shift", 0.5), sc.get("max_shift", 1.15))
+        mu = calculate_shift(
+            (self.latent_size // 2) ** 2,
+            sc.get("base_image_seq_len", 256),  # packed tokens
+            sc.get("max_image_seq_len", 4096),
+            sc.get("base_shift", 0.5),
+            sc.get("max_shift", 1.15),
+        )
         return math.exp(mu)
 
     @torch.no_grad()
     def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompts -> (T5 embeds [B, L, D], CLIP pooled [B, P]) from the frozen text encoders."""
-        embeds, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=prompts, device=self.device,
-                                                    max_sequence_length=self.max_sequence_length)
+        embeds, pooled, _ = self.pipe.encode_prompt(
+            prompt=prompts, prompt_2=prompts, device=self.device, max_sequence_length=self.max_sequence_length
+        )
         return embeds, pooled
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond) -> torch.Tensor:
@@ -102,8 +108,14 @@ class FluxGenerator(DiffusersGenerator):
         b, _, h, w = x.shape
         dtype = self.transformer.dtype
         guidance = None if self.guidance is None else torch.full((b,), self.guidance, device=x.device, dtype=dtype)
-        out = self.transformer(hidden_states=pack_latents(x.to(dtype)), timestep=t.to(dtype), guidance=guidance,
-                               encoder_hidden_states=embeds.to(dtype), pooled_projections=pooled.to(dtype),
-                               txt_ids=torch.zeros(embeds.shape[1], 3, device=x.device, dtype=dtype),
-                               img_ids=latent_image_ids(h // 2, w // 2, x.device, dtype), return_dict=False)[0]
+        out = self.transformer(
+            hidden_states=pack_latents(x.to(dtype)),
+            timestep=t.to(dtype),
+            guidance=guidance,
+            encoder_hidden_states=embeds.to(dtype),
+            pooled_projections=pooled.to(dtype),
+            txt_ids=torch.zeros(embeds.shape[1], 3, device=x.device, dtype=dtype),
+            img_ids=latent_image_ids(h // 2, w // 2, x.device, dtype),
+            return_dict=False,
+        )[0]
         return unpack_latents(out, h, w).to(x.dtype)

@@ -65,11 +65,15 @@ class GaussianPolicy(Policy[GaussianConfig]):
     def capabilities(cls, cfg: GaussianConfig) -> Capabilities:
         """Action chunks, exact Gaussian log-probs (per chunk or per element), a critic with ``critic``."""
         return Capabilities(
-            logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic,
-            fixes={"critic": "set policy.critic=true, or use a group estimator "
-                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
-                   "likelihood_free": "the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo",
-                   "kl_reference": "the Gaussian policy keeps no reference model: set algorithm.kl_coef=0"})
+            logp="decision" if cfg.logp_level == "chunk" else "element",
+            critic=cfg.critic,
+            fixes={
+                "critic": "set policy.critic=true, or use a group estimator "
+                "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+                "likelihood_free": "the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo",
+                "kl_reference": "the Gaussian policy keeps no reference model: set algorithm.kl_coef=0",
+            },
+        )
 
     @property
     def chunk_size(self) -> int:
@@ -81,8 +85,10 @@ class GaussianPolicy(Policy[GaussianConfig]):
         super().__init__()
         self.state_dim = state_dim
         if not state_dim:
-            raise ValueError("policy 'gaussian' reads the state vector, and this simulator has none "
-                             "(state_dim = 0): use policy.type=flow_vla, whose image encoder reads images")
+            raise ValueError(
+                "policy 'gaussian' reads the state vector, and this simulator has none "
+                "(state_dim = 0): use policy.type=flow_vla, whose image encoder reads images"
+            )
         self.cfg, self.action_dim = cfg, action_dim
         width = cfg.chunk_size * action_dim
         self.actor = mlp(state_dim, cfg.hidden, cfg.layers, width)
@@ -118,8 +124,9 @@ class GaussianPolicy(Policy[GaussianConfig]):
             actions = dist.mean + dist.stddev * noise
         else:
             actions = dist.mean
-        batch = Batch(actions=actions, old_logp=self._logp(dist, actions),
-                      state=obs.state.to(self.log_std.device).float())
+        batch = Batch(
+            actions=actions, old_logp=self._logp(dist, actions), state=obs.state.to(self.log_std.device).float()
+        )
         values = self._values(obs.state)
         if values is not None:
             batch["old_values"] = values
@@ -127,8 +134,11 @@ class GaussianPolicy(Policy[GaussianConfig]):
 
     def evaluate(self, batch: Batch) -> Evaluation:
         dist = self._dist(batch["state"])
-        return Evaluation(logp=self._logp(dist, batch["actions"]), entropy=dist.entropy().sum((1, 2)).mean(),
-                          values=self._values(batch["state"]))
+        return Evaluation(
+            logp=self._logp(dist, batch["actions"]),
+            entropy=dist.entropy().sum((1, 2)).mean(),
+            values=self._values(batch["state"]),
+        )
 
     @torch.no_grad()
     def value(self, obs) -> torch.Tensor | None:

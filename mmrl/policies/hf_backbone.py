@@ -40,8 +40,10 @@ _SHARED_LOAD_KWARGS = ("revision", "trust_remote_code", "cache_dir", "local_file
 def images_to_pil(images: torch.Tensor) -> list[list[Image.Image]]:
     """uint8 [B, H, W, 3] or [B, V, H, W, 3] -> per sample, a list of V RGB PIL images."""
     if images.dtype != torch.uint8:
-        raise TypeError(f"images must be uint8 [B, (V,) H, W, 3], got dtype {images.dtype}. "
-                        "Fix: pass raw camera frames (0-255); the processor normalises them")
+        raise TypeError(
+            f"images must be uint8 [B, (V,) H, W, 3], got dtype {images.dtype}. "
+            "Fix: pass raw camera frames (0-255); the processor normalises them"
+        )
     if images.dim() == 4:
         images = images.unsqueeze(1)
     if images.dim() != 5 or images.shape[-1] != 3:
@@ -55,8 +57,16 @@ class HFImageTextBackbone(nn.Module):
 
     uses_images = True
 
-    def __init__(self, model: HFModel, processor, *, freeze: bool = False, max_length: int = 64,
-                 use_last_hidden: bool = True, add_generation_prompt: bool = True):
+    def __init__(
+        self,
+        model: HFModel,
+        processor,
+        *,
+        freeze: bool = False,
+        max_length: int = 64,
+        use_last_hidden: bool = True,
+        add_generation_prompt: bool = True,
+    ):
         super().__init__()
         self.model = model
         self.processor = processor
@@ -76,10 +86,17 @@ class HFImageTextBackbone(nn.Module):
             head.requires_grad_(False)  # never run (`forward` reads hidden states): nothing to train
 
     @classmethod
-    def from_pretrained(cls, model_id_or_path: str | Path, torch_dtype: torch.dtype | str | None = None,
-                        freeze: bool = False, max_length: int = 64, use_last_hidden: bool = True,
-                        processor_kwargs: dict | None = None, add_generation_prompt: bool = True,
-                        **kw) -> HFImageTextBackbone:
+    def from_pretrained(
+        cls,
+        model_id_or_path: str | Path,
+        torch_dtype: torch.dtype | str | None = None,
+        freeze: bool = False,
+        max_length: int = 64,
+        use_last_hidden: bool = True,
+        processor_kwargs: dict | None = None,
+        add_generation_prompt: bool = True,
+        **kw,
+    ) -> HFImageTextBackbone:
         """Load model + processor by hub id (``"HuggingFaceTB/SmolVLM-256M-Instruct"``) or local path.
 
         ``torch_dtype`` (e.g. ``torch.bfloat16`` or ``"auto"``) sets the weights' dtype; other ``kw``
@@ -96,8 +113,14 @@ class HFImageTextBackbone(nn.Module):
             kw["dtype"] = torch_dtype
         model = AutoModelForImageTextToText.from_pretrained(path, **kw)
         processor = AutoProcessor.from_pretrained(path, **proc_kw)
-        return cls(model, processor, freeze=freeze, max_length=max_length, use_last_hidden=use_last_hidden,
-                   add_generation_prompt=add_generation_prompt)
+        return cls(
+            model,
+            processor,
+            freeze=freeze,
+            max_length=max_length,
+            use_last_hidden=use_last_hidden,
+            add_generation_prompt=add_generation_prompt,
+        )
 
     # -- modes -----------------------------------------------------------------------------------
     def train(self, mode: bool = True) -> HFImageTextBackbone:
@@ -129,7 +152,8 @@ class HFImageTextBackbone(nn.Module):
         if getattr(self.processor, "chat_template", None):
             content = [{"type": "image"} for _ in range(num_images)] + [{"type": "text", "text": instruction}]
             return self.processor.apply_chat_template(
-                [{"role": "user", "content": content}], add_generation_prompt=self.add_generation_prompt,
+                [{"role": "user", "content": content}],
+                add_generation_prompt=self.add_generation_prompt,
                 tokenize=False,
             )
         token = getattr(self.processor, "image_token", None) or "<image>"
@@ -151,8 +175,9 @@ class HFImageTextBackbone(nn.Module):
         return out
 
     # -- forward ---------------------------------------------------------------------------------
-    def forward(self, images: torch.Tensor, instructions: list[str],
-                state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, images: torch.Tensor, instructions: list[str], state: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """images uint8 [B, H, W, 3] / [B, V, H, W, 3] -> (prefix [B, L, out_dim] f32, mask [B, L] bool).
 
         ``state`` (proprioception) is not used here: the policy embeds it itself.

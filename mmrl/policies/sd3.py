@@ -32,14 +32,23 @@ class SD3Generator(DiffusersGenerator):
     def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompts -> (prompt_embeds [B, L, D], pooled [B, P]) from the frozen text encoders."""
         embeds, _, pooled, _ = self.pipe.encode_prompt(
-            prompt=prompts, prompt_2=prompts, prompt_3=prompts, device=self.device,
-            do_classifier_free_guidance=False, max_sequence_length=self.max_sequence_length)
+            prompt=prompts,
+            prompt_2=prompts,
+            prompt_3=prompts,
+            device=self.device,
+            do_classifier_free_guidance=False,
+            max_sequence_length=self.max_sequence_length,
+        )
         return embeds, pooled
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond) -> torch.Tensor:
         embeds, pooled = self._per_sample(cond, x.shape[0])
         dtype = self.transformer.dtype
-        out = self.transformer(hidden_states=x.to(dtype), timestep=(t * 1000).to(dtype),
-                               encoder_hidden_states=embeds.to(dtype), pooled_projections=pooled.to(dtype),
-                               return_dict=False)[0]
+        out = self.transformer(
+            hidden_states=x.to(dtype),
+            timestep=(t * 1000).to(dtype),
+            encoder_hidden_states=embeds.to(dtype),
+            pooled_projections=pooled.to(dtype),
+            return_dict=False,
+        )[0]
         return out.to(x.dtype)

@@ -20,11 +20,18 @@ class StateBackbone(nn.Module):
     def __init__(self, state_dim: int, dim: int = 64, hidden: int = 64, tokens: int = 1):
         super().__init__()
         if not state_dim:
-            raise ValueError("the state backbone needs a simulator with a state vector (state_dim > 0); "
-                             "this one has none: use policy.backbone=tiny (images)")
+            raise ValueError(
+                "the state backbone needs a simulator with a state vector (state_dim > 0); "
+                "this one has none: use policy.backbone=tiny (images)"
+            )
         self.out_dim, self.tokens = dim, tokens
-        self.net = nn.Sequential(nn.Linear(state_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, dim * tokens))
+        self.net = nn.Sequential(
+            nn.Linear(state_dim, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, dim * tokens),
+        )
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -39,9 +39,18 @@ class TinyBackbone(nn.Module):
 
     uses_images = True
 
-    def __init__(self, image_size: int = 32, dim: int = 64, channels: int = 32, layers: int = 1,
-                 buckets: int = 4096, max_words: int = 16, num_views: int = 1, keypoints: int = 16,
-                 keypoint_temperature: float = 10.0):
+    def __init__(
+        self,
+        image_size: int = 32,
+        dim: int = 64,
+        channels: int = 32,
+        layers: int = 1,
+        buckets: int = 4096,
+        max_words: int = 16,
+        num_views: int = 1,
+        keypoints: int = 16,
+        keypoint_temperature: float = 10.0,
+    ):
         super().__init__()
         self.out_dim, self.buckets, self.max_words = dim, buckets, max_words
         self.words = nn.Embedding(buckets, dim, padding_idx=0)
@@ -68,8 +77,10 @@ class TinyBackbone(nn.Module):
     def forward(self, images: torch.Tensor, instructions: list[str], state: torch.Tensor | None = None):
         views = images.shape[1] if images.dim() == 5 else 1
         if views * 3 != self.conv1.in_channels:
-            raise ValueError(f"the backbone was built for {self.conv1.in_channels // 3} camera view(s), "
-                             f"got images {tuple(images.shape)} with {views}: set policy.num_views={views}")
+            raise ValueError(
+                f"the backbone was built for {self.conv1.in_channels // 3} camera view(s), "
+                f"got images {tuple(images.shape)} with {views}: set policy.num_views={views}"
+            )
         if images.dim() == 5:  # [B, V, H, W, 3] -> views stacked on channels
             images = images.permute(0, 2, 3, 1, 4).flatten(3)
         x = images.permute(0, 3, 1, 2).float().div(127.5).sub(1.0)

@@ -42,8 +42,7 @@ class ResBlock(nn.Module):
 class TinyTextToImage(TextToImageGenerator):
     """Pixel-space conditional velocity model ``v(x_t, t, prompt)``."""
 
-    def __init__(self, image_size: int = 16, ch: int = 64, dim: int = 128, buckets: int = 4096,
-                 max_words: int = 16):
+    def __init__(self, image_size: int = 16, ch: int = 64, dim: int = 128, buckets: int = 4096, max_words: int = 16):
         super().__init__()
         if image_size % 2:
             raise ValueError(f"image_size must be even, got {image_size}")
@@ -99,8 +98,9 @@ class TinyTextToImage(TextToImageGenerator):
         b, ch, hh, ww = h.shape
         q = self.q(h.flatten(2).transpose(1, 2))  # [B, hw, D]
         k, v = self.kv(tok).chunk(2, -1)
-        att = torch.nn.functional.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None],
-                                                               attn_mask=mask[:, None, None])[:, 0]
+        att = torch.nn.functional.scaled_dot_product_attention(
+            q[:, None], k[:, None], v[:, None], attn_mask=mask[:, None, None]
+        )[:, 0]
         h = h + self.attn_out(att).transpose(1, 2).reshape(b, ch, hh, ww)
         h = self.mid2(h, c)
         h = self.up(torch.nn.functional.interpolate(h, scale_factor=2, mode="nearest"))

@@ -123,18 +123,29 @@ class TokenVLAPolicy(Policy[TokenVLAConfig]):
     def capabilities(cls, cfg: TokenVLAConfig) -> Capabilities:
         """Action chunks as bin tokens, one log-prob per token, a critic with ``critic``."""
         return Capabilities(
-            logp="token", critic=cfg.critic,
-            fixes={"critic": "set policy.critic=true, or use a group estimator "
-                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
-                   "likelihood_free": "the token VLA has no flow-matching loss: use algorithm.objective=ppo",
-                   "kl_reference": "the token VLA keeps no reference model: set algorithm.kl_coef=0"})
+            logp="token",
+            critic=cfg.critic,
+            fixes={
+                "critic": "set policy.critic=true, or use a group estimator "
+                "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+                "likelihood_free": "the token VLA has no flow-matching loss: use algorithm.objective=ppo",
+                "kl_reference": "the token VLA keeps no reference model: set algorithm.kl_coef=0",
+            },
+        )
 
     @property
     def chunk_size(self) -> int:
         return self.cfg.chunk_size
 
-    def __init__(self, cfg: TokenVLAConfig, action_dim: int, state_dim: int | None = None,
-                 model: HFModel | None = None, processor=None, normalizer: ActionNormalizer | None = None):
+    def __init__(
+        self,
+        cfg: TokenVLAConfig,
+        action_dim: int,
+        state_dim: int | None = None,
+        model: HFModel | None = None,
+        processor=None,
+        normalizer: ActionNormalizer | None = None,
+    ):
         super().__init__()
         if (model is None) != (processor is None):
             raise ValueError("pass both model and processor, or neither (then cfg.model is loaded)")
@@ -170,8 +181,10 @@ class TokenVLAPolicy(Policy[TokenVLAConfig]):
         if name is None:
             return add_tokens(self.model, self.tokenizer, [PLACEHOLDER])[0]
         if name not in self.tokenizer.get_vocab():
-            raise ValueError(f"placeholder token {name!r} is not in the tokenizer. "
-                             "Fix: set policy.placeholder_token to an existing token, or null")
+            raise ValueError(
+                f"placeholder token {name!r} is not in the tokenizer. "
+                "Fix: set policy.placeholder_token to an existing token, or null"
+            )
         return int(self.tokenizer.convert_tokens_to_ids(name))
 
     def build_prompt(self, instruction: str, num_images: int) -> str:
@@ -183,7 +196,8 @@ class TokenVLAPolicy(Policy[TokenVLAConfig]):
         if getattr(self.processor, "chat_template", None):
             content = [{"type": "image"} for _ in range(num_images)] + [{"type": "text", "text": text}]
             return self.processor.apply_chat_template(
-                [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+                [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+            )
         token = getattr(self.processor, "image_token", None) or "<image>"
         return token * num_images + text
 
@@ -198,8 +212,11 @@ class TokenVLAPolicy(Policy[TokenVLAConfig]):
         prompts = [self.build_prompt(t, len(views)) for t, views in zip(instructions, pil)]
         enc = self.processor(text=prompts, images=pil, return_tensors="pt", padding=True, padding_side="left")
         dtype = next(self.model.parameters()).dtype
-        return {k: v.to(self.device, dtype=dtype if v.is_floating_point() else None)
-                for k, v in enc.items() if isinstance(v, torch.Tensor)}
+        return {
+            k: v.to(self.device, dtype=dtype if v.is_floating_point() else None)
+            for k, v in enc.items()
+            if isinstance(v, torch.Tensor)
+        }
 
     def _run(self, enc: dict, extra: torch.Tensor | None = None, past=None, use_cache: bool = False):
         """Forward the base model on [prompt, extra tokens] (or only ``extra`` given a KV cache)."""
@@ -213,14 +230,15 @@ class TokenVLAPolicy(Policy[TokenVLAConfig]):
                 kw["position_ids"] = positions
             else:
                 assert extra is not None, "with a KV cache only the new tokens run"
-                kw["position_ids"] = positions[:, -extra.shape[1]:]
+                kw["position_ids"] = positions[:, -extra.shape[1] :]
         if past is None:
             ids = enc["input_ids"] if extra is None else torch.cat([enc["input_ids"], extra], 1)
             kw.update({k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask")})
         else:
             ids = extra
-        return self._base()(input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=use_cache,
-                            return_dict=True, **kw)
+        return self._base()(
+            input_ids=ids, attention_mask=mask, past_key_values=past, use_cache=use_cache, return_dict=True, **kw
+        )
 
     def bin_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states [.., D] -> float32 logits over the action bins [.., num_bins] (the LM head's
@@ -252,7 +270,7 @@ class TokenVLAPolicy(Policy[TokenVLAConfig]):
         n, plen = tokens.shape[1], enc["input_ids"].shape[1]
         if self.cfg.decoding == "autoregressive":
             hidden = self._run(enc, tokens[:, :-1]).last_hidden_state
-            pred = hidden[:, plen - 1:]
+            pred = hidden[:, plen - 1 :]
         else:
             hidden = self._run(enc, self._placeholders(tokens.shape[0])).last_hidden_state
             pred = hidden[:, plen:]
@@ -347,8 +365,7 @@ def load_model(cfg: TokenVLAConfig):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     dtype = cfg.dtype if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
-    model = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype,
-                                                        trust_remote_code=cfg.trust_remote_code)
+    model = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     processor = AutoProcessor.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
     return model, processor
 
@@ -360,15 +377,19 @@ def setup_action_vocab(model: HFModel, tokenizer, num_bins: int, mode: str) -> l
         vocab = int(tokenizer.vocab_size)
         ids = [vocab - 1 - b for b in range(num_bins)]
         if num_bins > vocab or vocab > rows:
-            raise ValueError(f"cannot use the last {num_bins} of the tokenizer's {vocab} ids as action bins "
-                             f"(model output rows: {rows}). Fix: lower policy.num_bins or set "
-                             "policy.action_tokens=new")
+            raise ValueError(
+                f"cannot use the last {num_bins} of the tokenizer's {vocab} ids as action bins "
+                f"(model output rows: {rows}). Fix: lower policy.num_bins or set "
+                "policy.action_tokens=new"
+            )
         reserved = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
         clash = sorted(set(ids) & reserved)
         if clash:
-            raise ValueError(f"the last {num_bins} vocabulary ids include special / added tokens "
-                             f"{tokenizer.convert_ids_to_tokens(clash[:5])}. Fix: set policy.action_tokens=new "
-                             "(adds dedicated action tokens) or lower policy.num_bins")
+            raise ValueError(
+                f"the last {num_bins} vocabulary ids include special / added tokens "
+                f"{tokenizer.convert_ids_to_tokens(clash[:5])}. Fix: set policy.action_tokens=new "
+                "(adds dedicated action tokens) or lower policy.num_bins"
+            )
         return ids
     if mode != "new":
         raise ValueError(f"action_tokens must be 'last' or 'new', got {mode!r}")
@@ -409,8 +430,7 @@ def freeze_vision_tower(model: nn.Module) -> list[str]:
     found = [name for name, _ in model.named_modules() if name.split(".")[-1] in VISION_TOWER_NAMES]
     found = [n for n in found if not any(n != o and n.startswith(o + ".") for o in found)]
     if not found:
-        raise ValueError(f"freeze_vision: no vision tower ({', '.join(VISION_TOWER_NAMES)}) in "
-                         f"{type(model).__name__}")
+        raise ValueError(f"freeze_vision: no vision tower ({', '.join(VISION_TOWER_NAMES)}) in {type(model).__name__}")
     for name in found:
         model.get_submodule(name).requires_grad_(False)
     return found

@@ -110,17 +110,29 @@ class VLMPolicy(Policy[VLMConfig]):
         """Answers (`Completions`), one log-prob per token, a KL reference with ``reference``; no
         critic, no background rollout (its engine belongs to the trained model)."""
         return Capabilities(
-            action_type="text", logp="token", critic=False, kl_reference="logp" if cfg.reference != "none" else None,
+            action_type="text",
+            logp="token",
+            critic=False,
+            kl_reference="logp" if cfg.reference != "none" else None,
             asynchronous=False,
-            fixes={"critic": "the VLM policy has no critic: use a group estimator (algorithm.advantage: grpo, "
-                             "dr_grpo, rloo, ...) with group_size >= 2",
-                   "likelihood_free": "the VLM policy has no likelihood-free loss: use algorithm.objective=ppo",
-                   "kl_reference": "set policy.reference=adapter (LoRA) or copy",
-                   "asynchronous": "its rollout engine (HF or vLLM) and the per-iteration processor cache belong "
-                                   "to the trained policy, not to a background copy: set trainer.async_staleness=0"})
+            fixes={
+                "critic": "the VLM policy has no critic: use a group estimator (algorithm.advantage: grpo, "
+                "dr_grpo, rloo, ...) with group_size >= 2",
+                "likelihood_free": "the VLM policy has no likelihood-free loss: use algorithm.objective=ppo",
+                "kl_reference": "set policy.reference=adapter (LoRA) or copy",
+                "asynchronous": "its rollout engine (HF or vLLM) and the per-iteration processor cache belong "
+                "to the trained policy, not to a background copy: set trainer.async_staleness=0",
+            },
+        )
 
-    def __init__(self, cfg: VLMConfig, action_dim: int, state_dim: int | None = None,
-                 model: HFModel | None = None, processor=None):
+    def __init__(
+        self,
+        cfg: VLMConfig,
+        action_dim: int,
+        state_dim: int | None = None,
+        model: HFModel | None = None,
+        processor=None,
+    ):
         super().__init__()
         if (model is None) != (processor is None):
             raise ValueError("pass both model and processor, or neither (then cfg.model is loaded)")
@@ -227,8 +239,10 @@ class VLMPolicy(Policy[VLMConfig]):
     def requests(self, questions: list[str], images: list[list[torch.Tensor]]) -> list[GenRequest]:
         from PIL import Image
 
-        return [GenRequest(self.question_text(q, len(imgs)), [Image.fromarray(im.cpu().numpy()) for im in imgs])
-                for q, imgs in zip(questions, images)]
+        return [
+            GenRequest(self.question_text(q, len(imgs)), [Image.fromarray(im.cpu().numpy()) for im in imgs])
+            for q, imgs in zip(questions, images)
+        ]
 
     def encode_one(self, req: GenRequest) -> dict:
         """Processor outputs of one request: ``prompt_ids`` [Lp] and the pixel tensors."""
@@ -257,8 +271,14 @@ class VLMPolicy(Policy[VLMConfig]):
         return [list(img[i]) if img.dim() == 5 else [img[i]] for i in range(img.shape[0])]
 
     # ---- forward over [prompt, completion] ----------------------------------------------------
-    def _forward_logp(self, entries: list[dict], completion: torch.Tensor, mask: torch.Tensor,
-                      model: HFModel | None = None, entropy: bool = False):
+    def _forward_logp(
+        self,
+        entries: list[dict],
+        completion: torch.Tensor,
+        mask: torch.Tensor,
+        model: HFModel | None = None,
+        entropy: bool = False,
+    ):
         """Teacher-forced ``log_softmax(logits / T)`` of ``completion`` [B, L] -> ([B, L], entropy)."""
         lm = self._lm(model)
         dev = self.device
@@ -268,7 +288,7 @@ class VLMPolicy(Policy[VLMConfig]):
         pmask = torch.zeros(len(entries), plen, dtype=torch.long)
         for i, e in enumerate(entries):  # left padding
             n = e["prompt_ids"].shape[0]
-            prompt[i, plen - n:], pmask[i, plen - n:] = e["prompt_ids"], 1
+            prompt[i, plen - n :], pmask[i, plen - n :] = e["prompt_ids"], 1
         ids = torch.cat([prompt, completion.cpu()], 1).to(dev)
         attn = torch.cat([pmask, mask.cpu().long()], 1).to(dev)
         kw = collate_pixels(entries, dev, next(lm.parameters()).dtype)
@@ -276,7 +296,7 @@ class VLMPolicy(Policy[VLMConfig]):
         if not hasattr(base, "get_rope_index"):  # 1-D rotary positions: count real tokens only
             kw["position_ids"] = (attn.cumsum(-1) - 1).clamp(min=0)
         hidden = base(input_ids=ids, attention_mask=attn, return_dict=True, **kw).last_hidden_state
-        pred = hidden[:, plen - 1: plen - 1 + completion.shape[1]]
+        pred = hidden[:, plen - 1 : plen - 1 + completion.shape[1]]
         logits = lm.get_output_embeddings()(pred).float() / self.cfg.temperature
         if self.banned_ids:  # the sampling distribution: image placeholders are never sampled
             logits[..., self.banned_ids] = float("-inf")
@@ -296,12 +316,20 @@ class VLMPolicy(Policy[VLMConfig]):
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         train = mode == "train"
         reqs = self.requests(list(obs.instruction), self._obs_images(obs))
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device)) \
-            if generator is not None else None
-        sampling = SamplingConfig(n=1, temperature=self.cfg.temperature if train else self.cfg.eval_temperature,
-                                  top_p=self.cfg.top_p, top_k=self.cfg.top_k,
-                                  max_new_tokens=self.cfg.max_new_tokens, seed=seed,
-                                  banned_token_ids=tuple(self.banned_ids))
+        seed = (
+            int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
+            if generator is not None
+            else None
+        )
+        sampling = SamplingConfig(
+            n=1,
+            temperature=self.cfg.temperature if train else self.cfg.eval_temperature,
+            top_p=self.cfg.top_p,
+            top_k=self.cfg.top_k,
+            max_new_tokens=self.cfg.max_new_tokens,
+            seed=seed,
+            banned_token_ids=tuple(self.banned_ids),
+        )
         gens = sorted(self.engine().generate(reqs, sampling), key=lambda g: g.request_index)  # one per request
         b, width = len(reqs), self.cfg.max_new_tokens
         completion, mask = pad_right([g.token_ids for g in gens], width, self.tokenizer.pad_token_id or 0)
@@ -319,8 +347,10 @@ class VLMPolicy(Policy[VLMConfig]):
             old, _ = self._forward_logp(entries, completion, mask)
             old = old.cpu() * mask
             diff = (old - engine_logp).abs()[mask]
-            self._stats = {"logp_mismatch_mean": float(diff.mean()) if diff.numel() else 0.0,
-                           "logp_mismatch_max": float(diff.max()) if diff.numel() else 0.0}
+            self._stats = {
+                "logp_mismatch_mean": float(diff.mean()) if diff.numel() else 0.0,
+                "logp_mismatch_max": float(diff.max()) if diff.numel() else 0.0,
+            }
             batch["engine_logp"], batch["old_logp"] = engine_logp, old
             if self.cfg.tis_cap is not None:
                 batch["is_weight"] = torch.exp(old - engine_logp).clamp(max=self.cfg.tis_cap) * mask
@@ -338,8 +368,10 @@ class VLMPolicy(Policy[VLMConfig]):
         uids = batch["uid"].tolist()
         missing = [u for u in uids if u not in self._cache]
         if missing:
-            raise RuntimeError(f"VLM rollout cache has no entry for uids {missing[:4]}: evaluate() must run on "
-                               "the current iteration's rollouts (the cache is cleared by sync_rollout)")
+            raise RuntimeError(
+                f"VLM rollout cache has no entry for uids {missing[:4]}: evaluate() must run on "
+                "the current iteration's rollouts (the cache is cleared by sync_rollout)"
+            )
         mask = batch["completion_mask"].to(self.device)
         logp, ent = self._forward_logp([self._cache[u] for u in uids], batch["completion"], mask, entropy=True)
         return Evaluation(logp=logp, entropy=ent, logp_mask=mask)
@@ -376,8 +408,9 @@ class VLMPolicy(Policy[VLMConfig]):
         d = self._sft
         assert d is not None, "warm_start_batch keeps the dataset whose rows supervised_loss takes"
         reqs = self.requests([d["prompt"][i] for i in rows], [d["images"][i] for i in rows])
-        targets = [self.tokenizer(d["solution"][i], add_special_tokens=False)["input_ids"] + [self.stop_id]
-                   for i in rows]
+        targets = [
+            self.tokenizer(d["solution"][i], add_special_tokens=False)["input_ids"] + [self.stop_id] for i in rows
+        ]
         completion, mask = pad_right(targets, max(len(t) for t in targets), self.tokenizer.pad_token_id or 0)
         logp, _ = self._forward_logp(self.encode_unique(reqs), completion, mask)
         m = mask.to(logp.device).float()
@@ -399,7 +432,8 @@ class VLMPolicy(Policy[VLMConfig]):
                     f"question {i} of '{sim.dataset_name}' ({sim.split}) needs {ids.shape[0]} prompt tokens "
                     f"({n_img} of them image tokens) > policy.max_prompt_tokens={limit}; truncating it would cut "
                     f"image tokens. Fix: raise policy.max_prompt_tokens or lower the dataset's max_pixels "
-                    f"(question: {rec['prompt'][:60]!r})")
+                    f"(question: {rec['prompt'][:60]!r})"
+                )
 
 
 # ---- loading, LoRA, weights -----------------------------------------------------------------
@@ -451,8 +485,12 @@ def lora_targets(model: nn.Module, vision: bool = False) -> list[str]:
 def add_lora(model: HFModel, cfg: VLMConfig) -> HFModel:
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                        target_modules=lora_targets(model, cfg.lora_vision))
+    config = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=lora_targets(model, cfg.lora_vision),
+    )
     return get_peft_model(model, config)
 
 
@@ -465,14 +503,15 @@ def merged_state_dict(model: HFModel) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in merged.state_dict().items()}
 
 
-def pad_right(rows: list[list], width: int, fill=0, dtype: torch.dtype = torch.long
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_right(
+    rows: list[list], width: int, fill=0, dtype: torch.dtype = torch.long
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ragged rows -> (``[B, width]``, each row followed by ``fill``; bool mask of the real entries)."""
     out = torch.full((len(rows), width), fill, dtype=dtype)
     mask = torch.zeros(len(rows), width, dtype=torch.bool)
     for i, row in enumerate(rows):
-        out[i, :len(row)] = torch.tensor(row, dtype=dtype)
-        mask[i, :len(row)] = True
+        out[i, : len(row)] = torch.tensor(row, dtype=dtype)
+        mask[i, : len(row)] = True
     return out, mask
 
 

@@ -67,22 +67,57 @@ def tiny_sd3_pipeline(folder: str | Path, seed: int = 0, sample_size: int = 16) 
     folder = Path(folder)
     torch.manual_seed(seed)
     transformer = SD3Transformer2DModel(
-        sample_size=sample_size, patch_size=1, in_channels=4, num_layers=1, attention_head_dim=8,
-        num_attention_heads=4, caption_projection_dim=32, joint_attention_dim=32, pooled_projection_dim=64,
-        out_channels=4)
+        sample_size=sample_size,
+        patch_size=1,
+        in_channels=4,
+        num_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=4,
+        caption_projection_dim=32,
+        joint_attention_dim=32,
+        pooled_projection_dim=64,
+        out_channels=4,
+    )
     tok = tiny_clip_tokenizer(folder / "_tokenizer")
-    clip = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, hidden_size=32, intermediate_size=37,
-                layer_norm_eps=1e-5, num_attention_heads=4, num_hidden_layers=2, pad_token_id=tok.pad_token_id,
-                vocab_size=len(tok), hidden_act="gelu", projection_dim=32)
+    clip = dict(
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        hidden_size=32,
+        intermediate_size=37,
+        layer_norm_eps=1e-5,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_act="gelu",
+        projection_dim=32,
+    )
     text_encoder = CLIPTextModelWithProjection(CLIPTextConfig(**clip))
     text_encoder_2 = CLIPTextModelWithProjection(CLIPTextConfig(**clip))
-    vae = AutoencoderKL(sample_size=sample_size, in_channels=3, out_channels=3, block_out_channels=(4,),
-                        layers_per_block=1, latent_channels=4, norm_num_groups=1, use_quant_conv=False,
-                        use_post_quant_conv=False, shift_factor=0.0609, scaling_factor=1.5035)
+    vae = AutoencoderKL(
+        sample_size=sample_size,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=(4,),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=1,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.0609,
+        scaling_factor=1.5035,
+    )
     pipe = StableDiffusion3Pipeline(
-        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae,
-        text_encoder=text_encoder, tokenizer=tok, text_encoder_2=text_encoder_2, tokenizer_2=tok,
-        text_encoder_3=None, tokenizer_3=None)
+        transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tok,
+        text_encoder_2=text_encoder_2,
+        tokenizer_2=tok,
+        text_encoder_3=None,
+        tokenizer_3=None,
+    )
     pipe.save_pretrained(folder)
     return folder
 
@@ -109,26 +144,79 @@ def tiny_flux_pipeline(folder: str | Path, seed: int = 0, sample_size: int = 16,
     folder = Path(folder)
     torch.manual_seed(seed)
     transformer = FluxTransformer2DModel(
-        patch_size=1, in_channels=64, num_layers=1, num_single_layers=1, attention_head_dim=16, num_attention_heads=2,
-        joint_attention_dim=32, pooled_projection_dim=32, guidance_embeds=guidance_embeds, axes_dims_rope=(4, 4, 8))
+        patch_size=1,
+        in_channels=64,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+        guidance_embeds=guidance_embeds,
+        axes_dims_rope=(4, 4, 8),
+    )
     tok = tiny_clip_tokenizer(folder / "_tokenizer")
-    clip = CLIPTextModel(CLIPTextConfig(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, hidden_size=32, intermediate_size=37,
-        layer_norm_eps=1e-5, num_attention_heads=4, num_hidden_layers=2, pad_token_id=tok.pad_token_id,
-        vocab_size=len(tok), hidden_act="gelu", projection_dim=32))
+    clip = CLIPTextModel(
+        CLIPTextConfig(
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            hidden_size=32,
+            intermediate_size=37,
+            layer_norm_eps=1e-5,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            pad_token_id=tok.pad_token_id,
+            vocab_size=len(tok),
+            hidden_act="gelu",
+            projection_dim=32,
+        )
+    )
     tok_2 = tiny_t5_tokenizer(folder / "_tokenizer_2")
-    t5 = T5EncoderModel(T5Config(vocab_size=len(tok_2), d_model=32, d_kv=8, d_ff=37, num_layers=1, num_heads=4,
-                                 relative_attention_num_buckets=8, pad_token_id=tok_2.pad_token_id,
-                                 eos_token_id=tok_2.eos_token_id,
-                                 # a config's extra keys go through its __post_init__(**kwargs), unseen by mypy
-                                 decoder_start_token_id=tok_2.pad_token_id))  # type: ignore[call-arg]
-    vae = AutoencoderKL(sample_size=sample_size, in_channels=3, out_channels=3, block_out_channels=(4, 4),
-                        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
-                        layers_per_block=1, latent_channels=16, norm_num_groups=1, use_quant_conv=False,
-                        use_post_quant_conv=False, shift_factor=0.1159, scaling_factor=0.3611)
-    scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=guidance_embeds, base_shift=0.5, max_shift=1.15,
-                                                base_image_seq_len=256, max_image_seq_len=4096)
-    pipe = FluxPipeline(transformer=transformer, scheduler=scheduler, vae=vae, text_encoder=clip, tokenizer=tok,
-                        text_encoder_2=t5, tokenizer_2=tok_2)
+    t5 = T5EncoderModel(
+        T5Config(
+            vocab_size=len(tok_2),
+            d_model=32,
+            d_kv=8,
+            d_ff=37,
+            num_layers=1,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            pad_token_id=tok_2.pad_token_id,
+            eos_token_id=tok_2.eos_token_id,
+            # a config's extra keys go through its __post_init__(**kwargs), unseen by mypy
+            decoder_start_token_id=tok_2.pad_token_id,  # type: ignore[call-arg]
+        )
+    )
+    vae = AutoencoderKL(
+        sample_size=sample_size,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=(4, 4),
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        layers_per_block=1,
+        latent_channels=16,
+        norm_num_groups=1,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.1159,
+        scaling_factor=0.3611,
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        use_dynamic_shifting=guidance_embeds,
+        base_shift=0.5,
+        max_shift=1.15,
+        base_image_seq_len=256,
+        max_image_seq_len=4096,
+    )
+    pipe = FluxPipeline(
+        transformer=transformer,
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=clip,
+        tokenizer=tok,
+        text_encoder_2=t5,
+        tokenizer_2=tok_2,
+    )
     pipe.save_pretrained(folder)
     return folder

@@ -75,7 +75,10 @@ def tiny_tokenizer():
 
     return PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(_tokenizer_json()),
-        bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=PAD,
         additional_special_tokens=IMAGE_TOKENS,
         chat_template=CHAT_TEMPLATE,
         model_max_length=512,
@@ -100,19 +103,28 @@ def tiny_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0):
         size={"longest_edge": IMAGE_SIZE},
         max_image_size={"longest_edge": IMAGE_SIZE},
     )
-    processor = Idefics3Processor(
-        image_processor, tokenizer, image_seq_len=IMAGE_SEQ_LEN, chat_template=CHAT_TEMPLATE
-    )
+    processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=IMAGE_SEQ_LEN, chat_template=CHAT_TEMPLATE)
     pad_id = tokenizer.pad_token_id
     config = Idefics3Config(
         vision_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            image_size=IMAGE_SIZE, patch_size=PATCH_SIZE,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=IMAGE_SIZE,
+            patch_size=PATCH_SIZE,
         ),
         text_config=dict(
-            model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, vocab_size=len(tokenizer),
-            max_position_embeddings=512, pad_token_id=pad_id, bos_token_id=tokenizer.bos_token_id,
+            model_type="llama",
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=len(tokenizer),
+            max_position_embeddings=512,
+            pad_token_id=pad_id,
+            bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
         ),
         scale_factor=SCALE_FACTOR,
@@ -207,13 +219,27 @@ def tiny_clip_model(tmp_dir: str | Path | None = None, seed: int = 0):
     tokenizer = tiny_clip_tokenizer()
     image_processor = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     processor = CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
-    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-               pad_token_id=tokenizer.pad_token_id)
+    ids = dict(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     config = CLIPConfig(
-        text_config=dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=77, **ids),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            **ids,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
         projection_dim=32,
     )
     with torch.random.fork_rng(devices=[]):

@@ -103,8 +103,7 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
             "state": asdict(state),
             "extra": extra or {},
             "log_bytes": log_size(out_dir),  # metrics.jsonl up to here is this checkpoint's past
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                    "python": random.getstate()},
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
         },
         tmp / STATE,
     )
@@ -115,8 +114,10 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     for f in (WEIGHTS, STATE, "config.yaml"):
         fsync_path(tmp / f)
     fault_point("ckpt.after_fsync", tmp)
-    marker = {"files": {f: {"sha256": _sha256(tmp / f), "bytes": (tmp / f).stat().st_size} for f in (WEIGHTS, STATE)},
-              "iteration": state.iteration}
+    marker = {
+        "files": {f: {"sha256": _sha256(tmp / f), "bytes": (tmp / f).stat().st_size} for f in (WEIGHTS, STATE)},
+        "iteration": state.iteration,
+    }
     (tmp / MARKER).write_text(json.dumps(marker))
     fault_point("ckpt.mid_marker", tmp / MARKER)
     fsync_path(tmp / MARKER)
@@ -263,7 +264,8 @@ def load_into(policy, weights: dict, source: dict | None = None, where: str = "t
                 f"{where} was trained on base weights that the policy built now does not have: "
                 f"{len(keys)} of the {len(source)} weights it left to the policy's source differ "
                 f"({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}). Fix: build the policy from the same "
-                "pretrained files (policy.model / policy.pretrained, revision and dtype) it was trained from")
+                "pretrained files (policy.model / policy.pretrained, revision and dtype) it was trained from"
+            )
         missing, unexpected = policy.load_state_dict(weights, strict=False)  # the source's keys keep theirs
         if set(missing) != set(source) - set(weights) or unexpected:  # as strict loading would have said
             policy.load_state_dict({**{k: own[k] for k in source}, **weights})
@@ -276,8 +278,15 @@ def mark_source(policy) -> None:
     (no gradient), by identity and in-place version. Called once the policy is built and on its
     device (`mmrl.experiment.build_policy`); `save` then leaves those still untouched out. Only
     for a policy that rebuilds them exactly (`Policy.rebuilds_frozen_weights`)."""
-    marks = {name: (p.data_ptr(), p._version, p.device) for name, p in policy.named_parameters(remove_duplicate=False)
-             if not p.requires_grad} if policy.rebuilds_frozen_weights() else {}
+    marks = (
+        {
+            name: (p.data_ptr(), p._version, p.device)
+            for name, p in policy.named_parameters(remove_duplicate=False)
+            if not p.requires_grad
+        }
+        if policy.rebuilds_frozen_weights()
+        else {}
+    )
     policy.frozen_source = {"marks": marks, "fingerprints": {}}
 
 
@@ -291,8 +300,12 @@ def unchanged_source(policy) -> dict:
     keys = set(policy.state_dict(keep_vars=True))
     out = {}
     for name, p in policy.named_parameters(remove_duplicate=False):
-        if name in marked and name in keys and not p.requires_grad \
-                and marked[name] == (p.data_ptr(), p._version, p.device):
+        if (
+            name in marked
+            and name in keys
+            and not p.requires_grad
+            and marked[name] == (p.data_ptr(), p._version, p.device)
+        ):
             if name not in cache:
                 cache[name] = fingerprint(p)
             out[name] = cache[name]
@@ -307,8 +320,9 @@ def load_policy(path: Path, policy) -> dict:
     return data
 
 
-def load_latest(out_dir: Path, policy, optimizer, log=print, verified: Path | None = None
-                ) -> tuple[dict, dict, Path] | None:
+def load_latest(
+    out_dir: Path, policy, optimizer, log=print, verified: Path | None = None
+) -> tuple[dict, dict, Path] | None:
     """Restore the newest checkpoint that verifies and loads: weights, then the optimizer
     (``optimizer`` may be a callable returning it, so that an engine that copies the weights when
     built is built after they load). A corrupt or incomplete one is skipped with a warning naming
@@ -335,8 +349,11 @@ def load_latest(out_dir: Path, policy, optimizer, log=print, verified: Path | No
         cut_log(out_dir, data.get("log_bytes"))  # rows logged after this save are redone
         return data["state"], data.get("extra", {}), path
     if found:
-        raise CheckpointError(f"no checkpoint in {Path(out_dir) / 'checkpoints'} could be loaded: "
-                              + "; ".join(problems) + ". Fix: remove the folder to start over, or set a new run.name")
+        raise CheckpointError(
+            f"no checkpoint in {Path(out_dir) / 'checkpoints'} could be loaded: "
+            + "; ".join(problems)
+            + ". Fix: remove the folder to start over, or set a new run.name"
+        )
     return None
 
 

@@ -142,8 +142,11 @@ class EpisodeCollector(Collector):
         if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
             batch, info = drop_lost(batch, info)
         batch, info = drop_nonfinite(batch, info)
-        info.update(env_steps=int((batch["env_steps"] * batch["valid"]).sum()),
-                    episodes=batch["valid"].shape[1], lost_episodes=info.get("lost_episodes", 0))
+        info.update(
+            env_steps=int((batch["env_steps"] * batch["valid"]).sum()),
+            episodes=batch["valid"].shape[1],
+            lost_episodes=info.get("lost_episodes", 0),
+        )
         return batch, info
 
 
@@ -245,14 +248,22 @@ class AsyncCollector:
     in the collecting thread (autocast is thread-local).
     """
 
-    def __init__(self, inner: Collector, policy, staleness: int,
-                 generator: Callable[[int], torch.Generator], context: Callable[[], AbstractContextManager]):
+    def __init__(
+        self,
+        inner: Collector,
+        policy,
+        staleness: int,
+        generator: Callable[[int], torch.Generator],
+        context: Callable[[], AbstractContextManager],
+    ):
         import copy
         from concurrent.futures import ThreadPoolExecutor
 
         if not policy.caps.asynchronous:  # the config check says so first (mmrl.experiment)
-            raise ValueError(f"trainer.async_staleness = {staleness} is not supported by policy '{policy.cfg.type}': "
-                             + policy.caps.fix("asynchronous", "set trainer.async_staleness=0"))
+            raise ValueError(
+                f"trainer.async_staleness = {staleness} is not supported by policy '{policy.cfg.type}': "
+                + policy.caps.fix("asynchronous", "set trainer.async_staleness=0")
+            )
         self.inner, self.policy, self.staleness = inner, policy, staleness
         self.generator, self.context = generator, context
         self.behaviour = copy.deepcopy(policy).eval()

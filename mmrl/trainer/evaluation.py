@@ -24,9 +24,18 @@ def task_slug(task: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(task)) or "task"
 
 
-def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, episodes: int, seed: int,
-                   generator: torch.Generator | None = None, video_dir: Path | None = None,
-                   video_envs: int = 8, max_envs: int = 64, reward=None) -> dict:
+def evaluate_suite(
+    policy,
+    make_sim: Callable[[Any, int], Any],
+    tasks: list,
+    episodes: int,
+    seed: int,
+    generator: torch.Generator | None = None,
+    video_dir: Path | None = None,
+    video_envs: int = 8,
+    max_envs: int = 64,
+    reward=None,
+) -> dict:
     """Evaluate ``policy`` on every task in ``tasks``; ``make_sim(task, num_envs)`` builds one
     task's simulator; ``reward`` is the experiment's reward stage
     (`mmrl.trainer.reward_stage.RewardStage`) or None. Returns the report: overall ``success_rate`` /
@@ -60,8 +69,13 @@ def evaluate_suite(policy, make_sim: Callable[[Any, int], Any], tasks: list, epi
     def mean(key: str) -> float:
         return sum(r[key] * r["episodes"] for r in rows) / total
 
-    report = {"success_rate": mean("success_rate"), "return": mean("return"), "length": mean("length"),
-              "episodes": total, "tasks": rows}
+    report = {
+        "success_rate": mean("success_rate"),
+        "return": mean("return"),
+        "length": mean("length"),
+        "episodes": total,
+        "tasks": rows,
+    }
     if all("suite" in r for r in rows):  # e.g. LIBERO: success per suite, episode-weighted over its tasks
         report["suites"] = weighted_rates((r["suite"], r["success_rate"], r["episodes"]) for r in rows)
     return report
@@ -83,15 +97,20 @@ def resolve_checkpoint(given: str | None, run_dir: Path) -> Path:
         if good is not None:
             return good
         if not problems:
-            raise UserError(f"no checkpoint in {path}: pass checkpoint=PATH (a run folder, or a checkpoint folder "
-                            "holding state.pt)" if given else
-                            f"no checkpoint in {path} (the configured run has not saved one): pass checkpoint=PATH")
+            raise UserError(
+                f"no checkpoint in {path}: pass checkpoint=PATH (a run folder, or a checkpoint folder holding state.pt)"
+                if given
+                else f"no checkpoint in {path} (the configured run has not saved one): pass checkpoint=PATH"
+            )
         raise UserError(f"no complete checkpoint in {root}: " + "; ".join(problems))
     if not path.exists():
-        raise UserError(f"checkpoint {path} does not exist: pass checkpoint=PATH (a run folder, or a checkpoint "
-                        "folder holding state.pt)" if given else
-                        f"nothing was trained in {path} (the configured run folder) yet: train it with the same "
-                        "config and overrides first, or pass checkpoint=PATH")
+        raise UserError(
+            f"checkpoint {path} does not exist: pass checkpoint=PATH (a run folder, or a checkpoint "
+            "folder holding state.pt)"
+            if given
+            else f"nothing was trained in {path} (the configured run folder) yet: train it with the same "
+            "config and overrides first, or pass checkpoint=PATH"
+        )
     why = ckpt.verify(path)
     if why is not None:
         raise UserError(f"checkpoint {path} is not usable: {why}")
@@ -116,9 +135,11 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
     except Exception as exc:  # any unreadable file is the same problem for the user
         if isinstance(exc, ckpt.UnreadableFile):
             file, exc = exc.file, exc.cause
-        raise UserError(f"{file} cannot be read as an mmrl checkpoint ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0][:160] if str(exc) else 'no detail'}): it is damaged or "
-                        "was not written by mmrl; pass another checkpoint=PATH") from None
+        raise UserError(
+            f"{file} cannot be read as an mmrl checkpoint ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:160] if str(exc) else 'no detail'}): it is damaged or "
+            "was not written by mmrl; pass another checkpoint=PATH"
+        ) from None
     try:
         ckpt.load_into(policy, weights, data.get("source"), where=f"checkpoint {path}")
     except ckpt.CheckpointError as exc:  # trained on other base weights: its own line
@@ -128,11 +149,15 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
         hint = ""
         if saved.exists():
             old = {"policy": (yaml.safe_load(saved.read_text()) or {}).get("policy", {})}
-            diff = [f"{k} {a!r} (checkpoint) vs {b!r}"
-                    for k, a, b in config_changes(old, {"policy": to_dict(cfg.policy)})]
-            hint = (f" ({', '.join(diff[:6])})" if diff else "") + \
-                f". Evaluate it with the config it was trained with: mmrl eval {saved} checkpoint={path}"
+            diff = [
+                f"{k} {a!r} (checkpoint) vs {b!r}" for k, a, b in config_changes(old, {"policy": to_dict(cfg.policy)})
+            ]
+            hint = (
+                f" ({', '.join(diff[:6])})" if diff else ""
+            ) + f". Evaluate it with the config it was trained with: mmrl eval {saved} checkpoint={path}"
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        raise UserError(f"checkpoint {path} holds weights of another policy config: {len(lines) - 1} "
-                        f"mismatches, first: {lines[1] if len(lines) > 1 else lines[0]}{hint}") from None
+        raise UserError(
+            f"checkpoint {path} holds weights of another policy config: {len(lines) - 1} "
+            f"mismatches, first: {lines[1] if len(lines) > 1 else lines[0]}{hint}"
+        ) from None
     return data

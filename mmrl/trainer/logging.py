@@ -13,8 +13,14 @@ from mmrl.utils.faults import fault_point
 
 
 class RunLogger:
-    def __init__(self, out_dir: Path, use_wandb: bool = False, wandb_project: str = "mmrl",
-                 config: dict | None = None, name: str | None = None):
+    def __init__(
+        self,
+        out_dir: Path,
+        use_wandb: bool = False,
+        wandb_project: str = "mmrl",
+        config: dict | None = None,
+        name: str | None = None,
+    ):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.jsonl = open(out_dir / "metrics.jsonl", "a", buffering=1)
@@ -29,8 +35,7 @@ class RunLogger:
                 import wandb
             except ImportError as exc:
                 raise ImportError("run.wandb=true needs wandb: pip install 'mmrl[wandb]'") from exc
-            self.wandb = wandb.init(project=wandb_project, dir=str(out_dir), config=config, name=name,
-                                    resume="allow")
+            self.wandb = wandb.init(project=wandb_project, dir=str(out_dir), config=config, name=name, resume="allow")
 
     def _writer(self, purge_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
@@ -76,8 +81,13 @@ class RunLogger:
         if self.wandb is not None:
             import wandb
 
-            self.wandb.log({k: wandb.Table(columns=list(v[0]), data=[list(r.values()) for r in v])
-                            if _is_table(v) else v for k, v in clean.items()}, step=step)
+            self.wandb.log(
+                {
+                    k: wandb.Table(columns=list(v[0]), data=[list(r.values()) for r in v]) if _is_table(v) else v
+                    for k, v in clean.items()
+                },
+                step=step,
+            )
 
     def _to_tensorboard(self, step: int, clean: dict, tables: bool = True) -> None:
         for k, v in clean.items():
@@ -97,8 +107,13 @@ class RunLogger:
         if self.wandb is not None:
             import wandb
 
-            self.wandb.log({f"{key}/video": wandb.Video(str(video), format="mp4"),
-                            **({f"{key}/grid": wandb.Image(str(still))} if still.exists() else {})}, step=step)
+            self.wandb.log(
+                {
+                    f"{key}/video": wandb.Video(str(video), format="mp4"),
+                    **({f"{key}/grid": wandb.Image(str(still))} if still.exists() else {}),
+                },
+                step=step,
+            )
 
     def close(self) -> None:
         self.jsonl.close()
@@ -153,5 +168,10 @@ def _is_table(v) -> bool:
 def _markdown(rows: list[dict]) -> str:
     cols = list(rows[0])
     cell = lambda x: str(x).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols),
-                      *("| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows)])
+    return "\n".join(
+        [
+            "| " + " | ".join(cols) + " |",
+            "|" + "---|" * len(cols),
+            *("| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows),
+        ]
+    )

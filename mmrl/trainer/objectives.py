@@ -58,8 +58,11 @@ def ppo_loss(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     out = policy.evaluate(mb)
     logp, old = out.logp, mb["old_logp"]
     mask = out.logp_mask  # e.g. the real tokens of a completion, the stochastic denoising steps
-    flat_mask = torch.ones(logp.shape[0], logp[0].numel(), dtype=torch.bool, device=logp.device) if mask is None \
+    flat_mask = (
+        torch.ones(logp.shape[0], logp[0].numel(), dtype=torch.bool, device=logp.device)
+        if mask is None
         else mask.reshape(logp.shape[0], -1).bool()
+    )
     surrogate = logp
     if algo.ratio == "sequence":  # GSPO-token: every token carries its sequence's ratio, gradient per token
         ratio = gspo_token_ratio(logp.reshape(flat_mask.shape), old.reshape(flat_mask.shape), flat_mask)
@@ -102,4 +105,3 @@ def awm_objective(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     per_sample = policy.likelihood_free_loss(mb, mb["advantages"])
     loss = per_sample.mean()
     return loss, {"awm_loss": loss.detach()}
-

@@ -82,8 +82,10 @@ class FrameScoring:
             try:
                 out.append({k: t.format(**fields) for k, t in self.goal_meta.items()})
             except KeyError as exc:
-                raise ValueError(f"goal_meta template needs field {exc} (fields: {sorted(fields)}); "
-                                 "name it as a group of instruction_pattern") from exc
+                raise ValueError(
+                    f"goal_meta template needs field {exc} (fields: {sorted(fields)}); "
+                    "name it as a group of instruction_pattern"
+                ) from exc
         return out
 
 
@@ -108,21 +110,33 @@ class RewardStage:
 
     SAMPLE_ROWS = 8  # completions kept for the log's table per drain
 
-    def __init__(self, model: Reward, kind: str, success_threshold: float | None = None, name: str | None = None,
-                 combine: RewardSynthesis | None = None, failure_term: str | None = None,
-                 frames: FrameScoring | None = None):
+    def __init__(
+        self,
+        model: Reward,
+        kind: str,
+        success_threshold: float | None = None,
+        name: str | None = None,
+        combine: RewardSynthesis | None = None,
+        failure_term: str | None = None,
+        frames: FrameScoring | None = None,
+    ):
         if kind not in MODEL_KIND:
             raise ValueError(f"a reward stage scores {sorted(MODEL_KIND)}, not {kind!r}")
         self.name = name or model.name
         if model.kind != MODEL_KIND[kind]:
-            raise ValueError(f"reward '{self.name}' scores {model.kind}, but the simulator's {SCORED[kind]}: use a "
-                             f"reward of kind {MODEL_KIND[kind]!r}")
+            raise ValueError(
+                f"reward '{self.name}' scores {model.kind}, but the simulator's {SCORED[kind]}: use a "
+                f"reward of kind {MODEL_KIND[kind]!r}"
+            )
         if kind == "frame" and success_threshold is not None:
-            raise ValueError("success_threshold applies to single-turn rewards (answers, images); a robot "
-                             "simulator's success is its own: remove reward.success_threshold")
+            raise ValueError(
+                "success_threshold applies to single-turn rewards (answers, images); a robot "
+                "simulator's success is its own: remove reward.success_threshold"
+            )
         if kind != "frame" and frames is not None:
-            raise ValueError(f"frames options apply to robot simulators' frames, not to a {kind} reward: "
-                             "remove reward.frames")
+            raise ValueError(
+                f"frames options apply to robot simulators' frames, not to a {kind} reward: remove reward.frames"
+            )
         self.model, self.kind, self.threshold = model, kind, success_threshold
         self.combine = combine or RewardSynthesis(weights={"model": 1.0, "task": 1.0})
         unknown = sorted(set(self.combine.named_terms() + ([failure_term] if failure_term else [])) - set(TERMS))
@@ -155,26 +169,35 @@ class RewardStage:
     def check_simulator(self, sim) -> None:
         """Raise ValueError naming the fix unless this stage scores what ``sim``'s actions are."""
         if KINDS.get(sim.action_type) != self.kind:
-            raise ValueError(f"reward '{self.name}' scores {SCORED[self.kind].split(' are ')[0]}, but the simulator's "
-                             f"actions are {sim.action_type!r}")
+            raise ValueError(
+                f"reward '{self.name}' scores {SCORED[self.kind].split(' are ')[0]}, but the simulator's "
+                f"actions are {sim.action_type!r}"
+            )
         if self.kind == "frame":
             from mmrl.checks.simulator import supports_trace
 
             assert self.frames is not None  # every frame stage has its FrameScoring
             if not supports_trace(sim):
-                raise ValueError(f"reward '{self.name}' scores the frames of each step, but {type(sim).__name__}."
-                                 "step_chunk takes no trace= (mmrl.simulator.TRACE_KEYS): keep Simulator's own "
-                                 "step_chunk, or take trace= and pass it on")
+                raise ValueError(
+                    f"reward '{self.name}' scores the frames of each step, but {type(sim).__name__}."
+                    "step_chunk takes no trace= (mmrl.simulator.TRACE_KEYS): keep Simulator's own "
+                    "step_chunk, or take trace= and pass it on"
+                )
             views = sim.image_shape[0] if len(sim.image_shape) == 4 else 1
             if not sim.has_images:
-                raise ValueError(f"reward '{self.name}' scores rendered frames, but the simulator renders none "
-                                 "(has_images is false): enable its images or remove the reward section")
+                raise ValueError(
+                    f"reward '{self.name}' scores rendered frames, but the simulator renders none "
+                    "(has_images is false): enable its images or remove the reward section"
+                )
             if not 0 <= self.frames.view < views:
-                raise ValueError(f"reward.frames.view = {self.frames.view} but the simulator renders {views} "
-                                 f"camera(s): use 0..{views - 1}")
+                raise ValueError(
+                    f"reward.frames.view = {self.frames.view} but the simulator renders {views} "
+                    f"camera(s): use 0..{views - 1}"
+                )
 
-    def __call__(self, res: StepResult, obs: Observation, actions, alive: torch.Tensor,
-                 episodes: EpisodeScores | None = None) -> StepResult:
+    def __call__(
+        self, res: StepResult, obs: Observation, actions, alive: torch.Tensor, episodes: EpisodeScores | None = None
+    ) -> StepResult:
         """``res`` of the decision ``actions`` taken on ``obs`` in the envs ``alive`` (bool [N]: whose
         episode the collector is still recording), its reward replaced by the combination of the
         model's score and the simulator's terms (and ``success`` set by the threshold). ``episodes``:
@@ -196,15 +219,22 @@ class RewardStage:
                 score = self.model(samples, prompts, meta)
                 parts = {self.name: score}
         except Exception as exc:
-            raise RewardError(f"reward '{self.name}' failed on {len(prompts)} samples (first prompt {prompts[0]!r}): "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise RewardError(
+                f"reward '{self.name}' failed on {len(prompts)} samples (first prompt {prompts[0]!r}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         self._record(parts)
         return score.float().cpu(), parts
 
     def _combined(self, score: torch.Tensor, task, success, terminated, truncated, ran: torch.Tensor) -> torch.Tensor:
         """`combine` of one step's score [B] and terms [B] (CPU float), 0 where the step did not run."""
-        terms = {"task": task.float().cpu(), "success": success.float().cpu(), "terminated": terminated.float().cpu(),
-                 "truncated": truncated.float().cpu(), "step_cost": -ran.float().cpu()}
+        terms = {
+            "task": task.float().cpu(),
+            "success": success.float().cpu(),
+            "terminated": terminated.float().cpu(),
+            "truncated": truncated.float().cpu(),
+            "step_cost": -ran.float().cpu(),
+        }
         ran = ran.cpu()
         failure = terms[self.failure_term].bool() & ran if self.failure_term else None
         out = self.combine(score, terms, failure)
@@ -229,8 +259,9 @@ class RewardStage:
         idx = torch.tensor(rows, device=res.reward.device)
         reward = res.reward.clone()
         ran = torch.ones(len(rows), dtype=torch.bool)
-        reward[idx] = self._combined(score, res.reward[idx], res.success[idx], res.terminated[idx],
-                                     res.truncated[idx], ran).to(reward.device, reward.dtype)
+        reward[idx] = self._combined(
+            score, res.reward[idx], res.success[idx], res.terminated[idx], res.truncated[idx], ran
+        ).to(reward.device, reward.dtype)
         res.reward = reward
         if self.threshold is not None:
             success = res.success.clone()
@@ -238,15 +269,18 @@ class RewardStage:
             res.success = success
         return res
 
-    def _frames(self, res: StepResult, obs: Observation, alive: torch.Tensor,
-                episodes: EpisodeScores | None) -> StepResult:
+    def _frames(
+        self, res: StepResult, obs: Observation, alive: torch.Tensor, episodes: EpisodeScores | None
+    ) -> StepResult:
         """Score the frames of the decision's steps (see `FrameScoring`); the reward becomes the sum
         over its steps of `_combined`, success stays the simulator's."""
         trace = res.info.get("trace")
         if trace is None:
-            raise RewardError(f"reward '{self.name}' scores the frames of each step, but the simulator returned no "
-                              "step trace: its step_chunk must take trace=True (mmrl.simulator.TRACE_KEYS; "
-                              "`mmrl check simulator NAME` checks it)")
+            raise RewardError(
+                f"reward '{self.name}' scores the frames of each step, but the simulator returned no "
+                "step trace: its step_chunk must take trace=True (mmrl.simulator.TRACE_KEYS; "
+                "`mmrl check simulator NAME` checks it)"
+            )
         fs = self.frames
         assert fs is not None  # every frame stage has its FrameScoring
         frames = trace["image"]
@@ -283,8 +317,14 @@ class RewardStage:
                 score[rows, k] = s
         reward = torch.zeros(n)
         for k in range(k_steps):  # summed step by step, as the simulator sums its own reward
-            reward += self._combined(score[:, k], trace["reward"][:, k], trace["success"][:, k],
-                                     trace["terminated"][:, k], trace["truncated"][:, k], ran[:, k])
+            reward += self._combined(
+                score[:, k],
+                trace["reward"][:, k],
+                trace["success"][:, k],
+                trace["terminated"][:, k],
+                trace["truncated"][:, k],
+                ran[:, k],
+            )
         res.reward = reward.to(res.reward.device)
         return res
 
@@ -317,9 +357,13 @@ class RewardStage:
         with self._lock:
             out: dict = {f"rewards/{k}/mean": total / n for k, (total, n) in self._sums.items() if n}
             if self._lengths:
-                out.update({"completions/mean_length": sum(self._lengths) / len(self._lengths),
-                            "completions/min_length": min(self._lengths),
-                            "completions/max_length": max(self._lengths)})
+                out.update(
+                    {
+                        "completions/mean_length": sum(self._lengths) / len(self._lengths),
+                        "completions/min_length": min(self._lengths),
+                        "completions/max_length": max(self._lengths),
+                    }
+                )
             if self._rows:
                 out["completions"] = list(self._rows)
             self._sums, self._lengths, self._rows = {}, [], []
@@ -358,9 +402,16 @@ def reward_model(name: str, kwargs: dict | None = None, kind: str = "image") -> 
     return model
 
 
-def build_reward_stage(type: str | None, kwargs: dict, weights: dict[str, float], action_type: str,
-                       success_threshold: float | None = None, combine: RewardSynthesis | None = None,
-                       failure_term: str | None = None, frames: FrameScoring | None = None) -> RewardStage:
+def build_reward_stage(
+    type: str | None,
+    kwargs: dict,
+    weights: dict[str, float],
+    action_type: str,
+    success_threshold: float | None = None,
+    combine: RewardSynthesis | None = None,
+    failure_term: str | None = None,
+    frames: FrameScoring | None = None,
+) -> RewardStage:
     """The stage of an experiment's ``reward:`` section (`mmrl.experiment.RewardConfig` holds the
     fields) for a simulator whose actions are ``action_type``: one model (``type``) or a weighted
     sum (``weights``, with per-part ``kwargs``), checked with its `Reward.preflight` before any work."""
@@ -379,8 +430,9 @@ def build_reward_stage(type: str | None, kwargs: dict, weights: dict[str, float]
         model.preflight()  # e.g. a reward server that does not answer: said before any work
     except RewardError as exc:
         raise UserError(f"reward '{name}' cannot score: {exc}") from None
-    return RewardStage(model, kind, success_threshold, name=name, combine=combine, failure_term=failure_term,
-                       frames=frames)
+    return RewardStage(
+        model, kind, success_threshold, name=name, combine=combine, failure_term=failure_term, frames=frames
+    )
 
 
 __all__ = ["RewardStage", "FrameScoring", "EpisodeScores", "build_reward_stage", "reward_model", "KINDS", "TERMS"]

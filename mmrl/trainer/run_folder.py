@@ -31,11 +31,25 @@ LOCK = ".lock"
 HISTORY = "config_history.jsonl"
 #: keys (or prefixes ending in '.') that a resume may change: they do not change what is trained
 RESUMABLE = (
-    "run.output_dir", "run.wandb", "run.wandb_project", "run.threads",
-    "trainer.eval_every", "trainer.eval_episodes", "trainer.eval_seed", "trainer.video_episodes",
-    "trainer.checkpoint_every", "trainer.keep_checkpoints", "trainer.resume", "trainer.accept_config_change",
-    "sim.eval_num_envs", "sim.eval_tasks", "sim.eval_kwargs.",
-    "placement.step_timeout_s", "placement.max_restarts", "placement.torch_threads", "placement.ray_strategy",
+    "run.output_dir",
+    "run.wandb",
+    "run.wandb_project",
+    "run.threads",
+    "trainer.eval_every",
+    "trainer.eval_episodes",
+    "trainer.eval_seed",
+    "trainer.video_episodes",
+    "trainer.checkpoint_every",
+    "trainer.keep_checkpoints",
+    "trainer.resume",
+    "trainer.accept_config_change",
+    "sim.eval_num_envs",
+    "sim.eval_tasks",
+    "sim.eval_kwargs.",
+    "placement.step_timeout_s",
+    "placement.max_restarts",
+    "placement.torch_threads",
+    "placement.ray_strategy",
 )
 #: the run's length may grow or shrink unless the learning rate decays over it
 LENGTH_KEYS = ("trainer.iterations", "trainer.env_steps")
@@ -68,8 +82,10 @@ def open_run_folder(out_dir: Path) -> RunFolder:
         out_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(out_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise UserError(f"cannot write the run folder {out_dir} ({exc.strerror or exc}): set run.output_dir "
-                        "to a folder you can write, or fix its permissions") from None
+        raise UserError(
+            f"cannot write the run folder {out_dir} ({exc.strerror or exc}): set run.output_dir "
+            "to a folder you can write, or fix its permissions"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -79,10 +95,18 @@ def open_run_folder(out_dir: Path) -> RunFolder:
         holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
         os.close(fd)
         who = _describe_holder(holder)
-        raise RunLockedError(f"run folder {out_dir} is in use by another process ({who}): wait for it to end "
-                             "or stop it, or give this run another run.name") from None
-    info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-                       "command": " ".join(sys.argv)})
+        raise RunLockedError(
+            f"run folder {out_dir} is in use by another process ({who}): wait for it to end "
+            "or stop it, or give this run another run.name"
+        ) from None
+    info = json.dumps(
+        {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(sys.argv),
+        }
+    )
     os.ftruncate(fd, 0)
     os.pwrite(fd, info.encode(), 0)
     _OPEN[key] = RunFolder(out_dir, fd)
@@ -114,8 +138,9 @@ def config_changes(saved: dict, current: dict) -> list[tuple[str, object, object
     `mmrl.config.to_dict` gives) whose value differs and that changes training. Keys only one side
     has (a newer mmrl's new keys) are not compared."""
     a, b = flatten(saved), flatten(current)
-    linear = (b.get("trainer.lr_schedule", "constant") != "constant"
-              or a.get("trainer.lr_schedule", "constant") != "constant")
+    linear = (
+        b.get("trainer.lr_schedule", "constant") != "constant" or a.get("trainer.lr_schedule", "constant") != "constant"
+    )
     out = []
     for key in sorted(a.keys() & b.keys()):
         if a[key] == b[key] or _normalised(a[key]) == _normalised(b[key]):
@@ -154,15 +179,19 @@ def check_resume_config(cfg, checkpoint: Path | None) -> list[tuple[str, object,
     raise ConfigChangedError(
         f"the config differs from the one checkpoint {Path(checkpoint).name} was trained with: {shown}{more}. "
         f"Start a new run (run.name=NEW_NAME), or resume under the new values with "
-        f"trainer.accept_config_change=true (recorded in {Path(checkpoint).parent.parent / HISTORY})")
+        f"trainer.accept_config_change=true (recorded in {Path(checkpoint).parent.parent / HISTORY})"
+    )
 
 
 def record_config_change(out_dir: Path, checkpoint: Path, changes) -> None:
     """Append an accepted change to ``OUT/config_history.jsonl`` (which checkpoint, what changed)."""
     from mmrl.utils.jsonio import dumps
 
-    row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "checkpoint": Path(checkpoint).name,
-           "changes": {k: {"from": v0, "to": v1} for k, v0, v1 in changes}}
+    row = {
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "checkpoint": Path(checkpoint).name,
+        "changes": {k: {"from": v0, "to": v1} for k, v0, v1 in changes},
+    }
     with open(Path(out_dir) / HISTORY, "a") as f:
         f.write(dumps(row, default=str) + "\n")
         f.flush()

@@ -79,8 +79,9 @@ class TrainEngineConfig:
                 if getattr(self, key):
                     raise ConfigError(f"'{key}' = true needs backend: deepspeed (backend is 'torch')")
             if self.precision == "fp16":
-                raise ConfigError("'precision' = 'fp16' needs backend: deepspeed (loss scaling); "
-                                  "with backend 'torch' use: fp32, bf16")
+                raise ConfigError(
+                    "'precision' = 'fp16' needs backend: deepspeed (loss scaling); with backend 'torch' use: fp32, bf16"
+                )
             return
         if self.offload_optimizer and self.zero_stage == 0:
             raise ConfigError("'offload_optimizer' = true needs zero_stage 1, 2 or 3 (zero_stage is 0)")
@@ -89,8 +90,7 @@ class TrainEngineConfig:
         if self.precision == "fp16" and device is not None and torch.device(device).type == "cpu":
             raise ConfigError("'precision' = 'fp16' needs a GPU (run.device is 'cpu'); on CPU use: fp32, bf16")
         if importlib.util.find_spec("deepspeed") is None:
-            raise ConfigError("'backend' = 'deepspeed' but DeepSpeed is not installed: "
-                              "pip install 'mmrl[deepspeed]'")
+            raise ConfigError("'backend' = 'deepspeed' but DeepSpeed is not installed: pip install 'mmrl[deepspeed]'")
 
 
 @dataclass
@@ -118,8 +118,13 @@ def param_groups(module: Policy, lr: float, value_lr: float | None) -> tuple[lis
     critic = {id(p) for p in module.critic_parameters() if p.requires_grad}
     if not critic:
         raise ConfigError(f"'trainer.value_lr' = {value_lr} but the policy has no trainable critic: remove value_lr")
-    return ([{"params": [p for p in params if id(p) not in critic], "lr": lr},
-             {"params": [p for p in params if id(p) in critic], "lr": value_lr}], [1.0, value_lr / lr])
+    return (
+        [
+            {"params": [p for p in params if id(p) not in critic], "lr": lr},
+            {"params": [p for p in params if id(p) in critic], "lr": value_lr},
+        ],
+        [1.0, value_lr / lr],
+    )
 
 
 def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
@@ -232,8 +237,10 @@ def deepspeed_config(cfg: TrainEngineConfig, lr: float) -> dict:
         "train_micro_batch_size_per_gpu": 1,  # the trainer makes the batches: one backward per step
         "gradient_accumulation_steps": 1,
         "gradient_clipping": 0.0,  # set from max_norm at every step
-        "optimizer": {"type": "Adam", "params": {"lr": lr, "eps": ADAM_EPS, "weight_decay": 0.0,
-                                                 "adam_w_mode": False, "torch_adam": True}},
+        "optimizer": {
+            "type": "Adam",
+            "params": {"lr": lr, "eps": ADAM_EPS, "weight_decay": 0.0, "adam_w_mode": False, "torch_adam": True},
+        },
         "zero_optimization": zero,
         "bf16": {"enabled": cfg.precision == "bf16", "check_grad_overflow": True},
         "fp16": {"enabled": cfg.precision == "fp16"},
@@ -249,7 +256,8 @@ class DeepSpeedTrainEngine(TrainEngine):
         self.ds = init_process_group(self.device)
         groups, self.lr_scales = param_groups(module, lr, value_lr)
         self.engine, self.optimizer, _, _ = self.ds.initialize(
-            model=module, model_parameters=groups, config=deepspeed_config(cfg, lr))
+            model=module, model_parameters=groups, config=deepspeed_config(cfg, lr)
+        )
         if cfg.zero_stage == 3:  # MultiheadAttention reads out_proj's weights in its own forward
             for m in module.modules():
                 if isinstance(m, nn.MultiheadAttention):
@@ -260,7 +268,7 @@ class DeepSpeedTrainEngine(TrainEngine):
         if not self.all_finite(loss):
             return StepResult(False, math.nan)
         for p in trainable(self.module):  # gradients left by a backward outside the engine (a warm
-            p.grad = None                 # start's) would be reduced into this step's
+            p.grad = None  # start's) would be reduced into this step's
         self.engine.backward(loss)
         if isinstance(self.optimizer, torch.optim.Optimizer):  # ZeRO-0 in fp32: plain Adam, grads in p.grad
             norm = float(torch.nn.utils.clip_grad_norm_(trainable(self.module), max_norm or float("inf")))
@@ -284,8 +292,10 @@ class DeepSpeedTrainEngine(TrainEngine):
 
     def state_dict(self) -> dict:
         """This rank's partition under ZeRO (its fp32 groups detached, so the dict can be copied)."""
-        return {k: [t.detach() for t in v] if k == "single_partition_of_fp32_groups" else v
-                for k, v in self.optimizer.state_dict().items()}
+        return {
+            k: [t.detach() for t in v] if k == "single_partition_of_fp32_groups" else v
+            for k, v in self.optimizer.state_dict().items()
+        }
 
     def load_state_dict(self, sd: dict) -> None:
         """The optimizer state, fp32 master weights included; the module gets those weights."""
@@ -307,8 +317,9 @@ class DeepSpeedTrainEngine(TrainEngine):
             self.optimizer.refresh_fp32_params()
 
 
-def build_train_engine(cfg: TrainEngineConfig, module: Policy, lr: float, device,
-                       value_lr: float | None = None) -> TrainEngine:
+def build_train_engine(
+    cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None
+) -> TrainEngine:
     """The engine ``cfg`` describes, optimizing ``module``'s trainable parameters at learning rate ``lr``
     (its critic at ``value_lr`` when given)."""
     cfg.validate(device)

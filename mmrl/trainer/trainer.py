@@ -75,8 +75,9 @@ def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) 
 
 
 class Trainer:
-    def __init__(self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None,
-                 reward=None, run_folder=None):
+    def __init__(
+        self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None, reward=None, run_folder=None
+    ):
         self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
         #: the reward stage (`mmrl.trainer.reward_stage.RewardStage`): the reward model scoring each
         #: decision, in training and evaluation rollouts alike; None = the task reward alone
@@ -91,8 +92,9 @@ class Trainer:
         self.log_line = tqdm.write  # one line for the user, above the progress bars
         from mmrl.config import to_dict
 
-        self.logger = logger or RunLogger(self.out_dir, cfg.run.wandb, cfg.run.wandb_project,
-                                          config=to_dict(cfg), name=cfg.run.name)
+        self.logger = logger or RunLogger(
+            self.out_dir, cfg.run.wandb, cfg.run.wandb_project, config=to_dict(cfg), name=cfg.run.name
+        )
         self.device = torch.device(cfg.run.device)
         self._engine: TrainEngine | None = None
         self.state = TrainState()
@@ -106,8 +108,13 @@ class Trainer:
         use, i.e. after the warm start or a checkpoint's weights are loaded: ZeRO copies (and with
         stage 3 partitions) the weights when it starts."""
         if self._engine is None:
-            self._engine = build_train_engine(self.cfg.trainer.engine, self.policy, self.cfg.trainer.lr,
-                                              self.device, value_lr=self.cfg.trainer.value_lr)
+            self._engine = build_train_engine(
+                self.cfg.trainer.engine,
+                self.policy,
+                self.cfg.trainer.lr,
+                self.device,
+                value_lr=self.cfg.trainer.value_lr,
+            )
         return self._engine
 
     def autocast(self):
@@ -148,8 +155,11 @@ class Trainer:
         total = self.planned_iterations()
         bar = tqdm(initial=self.state.iteration, total=total, desc="rl", dynamic_ncols=True)
         staleness = self.cfg.trainer.async_staleness
-        collector = AsyncCollector(self.collector, self.policy, staleness, lambda j: self.generator("rl", j),
-                                   self.autocast) if staleness else None
+        collector = (
+            AsyncCollector(self.collector, self.policy, staleness, lambda j: self.generator("rl", j), self.autocast)
+            if staleness
+            else None
+        )
         try:
             while not self.done():
                 self.iteration(self.state.iteration, collector, bar)
@@ -171,8 +181,11 @@ class Trainer:
         if t.env_steps is None:
             return t.iterations
         c = self.collector
-        per_iteration = c.num_envs * self.policy.chunk_size * (
-            t.rollout_steps or math.ceil(c.max_episode_steps / self.policy.chunk_size))
+        per_iteration = (
+            c.num_envs
+            * self.policy.chunk_size
+            * (t.rollout_steps or math.ceil(c.max_episode_steps / self.policy.chunk_size))
+        )
         return max(self.state.iteration, math.ceil(t.env_steps / per_iteration))
 
     def done(self) -> bool:
@@ -187,8 +200,10 @@ class Trainer:
         res = self.state.results
         label = "warm start" if self.cfg.warm_start.dataset else "before RL"
         before = f"{res['start'][key]:.3f} ({label}) -> " if self.state.iteration and "start" in res else ""
-        tqdm.write(f"held-out {name}: {before}{res['final'][key]:.3f} after {self.state.iteration} RL iterations, "
-                   f"{self.state.env_steps} env steps; run folder: {self.out_dir}")
+        tqdm.write(
+            f"held-out {name}: {before}{res['final'][key]:.3f} after {self.state.iteration} RL iterations, "
+            f"{self.state.env_steps} env steps; run folder: {self.out_dir}"
+        )
 
     def headline(self) -> tuple[str, str]:
         """(results key, name) of the metric this task is judged by: success where the task defines
@@ -216,13 +231,17 @@ class Trainer:
             if batch["valid"].any():
                 break
             # every episode lost (crashed sim workers): nothing to train on; collect the round again
-            self.log_line(f"warning: iteration {it + 1} lost every episode ({info['lost_episodes']} to crashed sim "
-                          f"workers, {info['nonfinite_episodes']} to non-finite rewards); collecting it again")
+            self.log_line(
+                f"warning: iteration {it + 1} lost every episode ({info['lost_episodes']} to crashed sim "
+                f"workers, {info['nonfinite_episodes']} to non-finite rewards); collecting it again"
+            )
         else:
-            raise TrainingError(f"iteration {it + 1} lost every episode {MAX_EMPTY_COLLECTIONS} times in a row "
-                                "(see the warnings above: crashed sim workers or non-finite rewards); nothing was "
-                                f"trained on them. Newest complete checkpoint: {self.newest_checkpoint()}; fix the "
-                                "simulator and run the same command to resume")
+            raise TrainingError(
+                f"iteration {it + 1} lost every episode {MAX_EMPTY_COLLECTIONS} times in a row "
+                "(see the warnings above: crashed sim workers or non-finite rewards); nothing was "
+                f"trained on them. Newest complete checkpoint: {self.newest_checkpoint()}; fix the "
+                "simulator and run the same command to resume"
+            )
         batch = self.scale_rewards(batch)
         batch = compute_advantages(batch, self.cfg.algorithm, info.get("last_values"))
         metrics = self.update(batch, gen)
@@ -255,8 +274,13 @@ class Trainer:
             # records in that simulator; warm_start.kwargs (checked strictly) wins
             same_sim = recorded_in(ws.dataset) == self.cfg.sim.type
             context = declared_kwargs(
-                ws.dataset, num_episodes=ws.num_episodes, num_samples=ws.num_episodes, seed=self.cfg.run.seed,
-                chunk_size=self.policy.chunk_size, **({"sim_kwargs": dict(self.cfg.sim.kwargs)} if same_sim else {}))
+                ws.dataset,
+                num_episodes=ws.num_episodes,
+                num_samples=ws.num_episodes,
+                seed=self.cfg.run.seed,
+                chunk_size=self.policy.chunk_size,
+                **({"sim_kwargs": dict(self.cfg.sim.kwargs)} if same_sim else {}),
+            )
             data = load_dataset(ws.dataset, **{**context, **ws.kwargs})
             self.supervised(data, ws)
         self.policy.after_warm_start()
@@ -268,7 +292,8 @@ class Trainer:
         self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps))
+            opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps)
+        )
         gen = self.generator("warm_start", 0)
         torch.manual_seed(self.cfg.run.seed)
         self.policy.train()
@@ -294,8 +319,9 @@ class Trainer:
         """The collected rewards (already scored: see the module docstring) scaled by the running
         std of the discounted return when ``algorithm.reward_norm`` is on."""
         if self.reward_scaler is not None:
-            batch["rewards"] = self.reward_scaler.scale(batch["rewards"], batch["dones"], batch["valid"],
-                                                        continuing=self.collector.continuing)
+            batch["rewards"] = self.reward_scaler.scale(
+                batch["rewards"], batch["dones"], batch["valid"], continuing=self.collector.continuing
+            )
         return batch
 
     def update(self, batch: Batch, gen: torch.Generator) -> dict:
@@ -358,7 +384,8 @@ class Trainer:
                 f"{self.state.skipped_in_a_row} optimizer steps in a row were skipped for a non-finite loss or "
                 f"gradient (trainer.max_skipped_steps = {limit}): the weights stopped training. Lower trainer.lr / "
                 f"warm_start.lr, check the rewards and inputs for NaN; newest complete checkpoint: "
-                f"{self.newest_checkpoint()}")
+                f"{self.newest_checkpoint()}"
+            )
         return False
 
     def check_rewards(self, it: int, info: dict) -> None:
@@ -369,17 +396,21 @@ class Trainer:
         if not n:
             return
         source = f"simulator '{self.cfg.sim.type}'" + (
-            f" or reward '{self.reward_stage.name}'" if self.reward_stage is not None else "")
+            f" or reward '{self.reward_stage.name}'" if self.reward_stage is not None else ""
+        )
         total = self.state.nonfinite_episodes
         seen = total + self.state.episodes
-        self.log_line(f"warning: iteration {it + 1}: {n} episode(s) with a NaN or infinite reward from the {source} "
-                      f"dropped (not trained on, not counted); {total} of {seen} so far")
+        self.log_line(
+            f"warning: iteration {it + 1}: {n} episode(s) with a NaN or infinite reward from the {source} "
+            f"dropped (not trained on, not counted); {total} of {seen} so far"
+        )
         limit = self.cfg.trainer.max_nonfinite_fraction
         if total / max(seen, 1) > limit:
             raise TrainingError(
                 f"{total} of {seen} episodes had a NaN or infinite reward from the {source}, more than "
                 f"trainer.max_nonfinite_fraction = {limit}: fix the reward (or raise the limit); newest complete "
-                f"checkpoint: {self.newest_checkpoint()}")
+                f"checkpoint: {self.newest_checkpoint()}"
+            )
 
     def sync(self) -> None:
         """Weight sync to the rollout engine and release of per-iteration caches (the policy's job)."""
@@ -389,13 +420,27 @@ class Trainer:
         t = self.cfg.trainer
         video = self.out_dir / "videos" / f"{name}.mp4" if t.video_episodes else None
         with self.autocast():
-            res = evaluate_policy(self.policy, self.eval_sim, t.eval_episodes, t.eval_seed,
-                                  self.generator("eval", 0), video, t.video_episodes, reward=self.reward_stage)
-        res.update(iteration=self.state.iteration, rl_seconds=self.state.rl_seconds,
-                   train_episodes=self.state.episodes, env_steps=self.state.env_steps)
+            res = evaluate_policy(
+                self.policy,
+                self.eval_sim,
+                t.eval_episodes,
+                t.eval_seed,
+                self.generator("eval", 0),
+                video,
+                t.video_episodes,
+                reward=self.reward_stage,
+            )
+        res.update(
+            iteration=self.state.iteration,
+            rl_seconds=self.state.rl_seconds,
+            train_episodes=self.state.episodes,
+            env_steps=self.state.env_steps,
+        )
         self.state.results[name] = res
-        self.logger.log(self.state.iteration, {**{f"eval/{k}": v for k, v in res.items() if k != "tasks"},
-                                               **task_logs("eval", res.get("tasks", {}))})
+        self.logger.log(
+            self.state.iteration,
+            {**{f"eval/{k}": v for k, v in res.items() if k != "tasks"}, **task_logs("eval", res.get("tasks", {}))},
+        )
         if video is not None and video.exists():
             self.logger.media(self.state.iteration, f"eval/{name}", video)
         key, metric = self.headline()
@@ -407,16 +452,37 @@ class Trainer:
         """What the iteration's rollout showed: episode statistics (of the episodes that ended in
         it; none of them for a fixed-length rollout in the middle of long episodes), counters."""
         ended = len(info["return"]) > 0
-        return {**{f"train/{k}": v for k, v in self.policy.rollout_stats().items()},
-            **({"train/return": info["return"].float().mean().item(),
-                "train/length": info["length"].float().mean().item()} if ended else {}),
+        return {
+            **{f"train/{k}": v for k, v in self.policy.rollout_stats().items()},
+            **(
+                {
+                    "train/return": info["return"].float().mean().item(),
+                    "train/length": info["length"].float().mean().item(),
+                }
+                if ended
+                else {}
+            ),
             **({"train/success": info["success"].float().mean().item()} if ended and self.has_success else {}),
-            **(task_logs("train", success_by_task(info["task"], info["success"]))
-               if ended and self.has_success and info.get("task") else {}),
+            **(
+                task_logs("train", success_by_task(info["task"], info["success"]))
+                if ended and self.has_success and info.get("task")
+                else {}
+            ),
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
-            **{f"train/{k}": info[k] for k in ("kept_groups", "sampling_rounds", "policy_s", "sim_wait_s",
-                                               "sim_s", "worker_restarts", "staleness") if k in info},
+            **{
+                f"train/{k}": info[k]
+                for k in (
+                    "kept_groups",
+                    "sampling_rounds",
+                    "policy_s",
+                    "sim_wait_s",
+                    "sim_s",
+                    "worker_restarts",
+                    "staleness",
+                )
+                if k in info
+            },
             **({"train/lost_episodes": self.state.lost_episodes} if self.collector.remote else {}),
             **({"train/nonfinite_episodes": self.state.nonfinite_episodes} if self.state.nonfinite_episodes else {}),
         }
@@ -435,14 +501,23 @@ class Trainer:
         if self.policy.build_spec:  # rebuilds the policy without a simulator
             extra["policy_spec"] = self.policy.build_spec
         try:
-            ckpt.save(self.out_dir, self.cfg, self.policy, self.optimizer, self.state,
-                      keep=self.cfg.trainer.keep_checkpoints, extra=extra)
+            ckpt.save(
+                self.out_dir,
+                self.cfg,
+                self.policy,
+                self.optimizer,
+                self.state,
+                keep=self.cfg.trainer.keep_checkpoints,
+                extra=extra,
+            )
         except (OSError, RuntimeError) as exc:
             if not disk_full(exc, self.out_dir):
                 raise
-            raise UserError(f"no space left on the device of {self.out_dir} while writing checkpoint iter_"
-                            f"{self.state.iteration:06d}: free some space and run the same command to resume "
-                            f"(newest complete checkpoint: {self.newest_checkpoint()})") from None
+            raise UserError(
+                f"no space left on the device of {self.out_dir} while writing checkpoint iter_"
+                f"{self.state.iteration:06d}: free some space and run the same command to resume "
+                f"(newest complete checkpoint: {self.newest_checkpoint()})"
+            ) from None
 
     def resume(self) -> None:
         """Restore the newest complete checkpoint of the run folder (``trainer.resume``), or start
@@ -454,8 +529,9 @@ class Trainer:
                 tqdm.write(f"trainer.resume=false: the previous run in {self.out_dir} moved to {moved}")
             self.logger.rewind(-(2**62))
             return
-        loaded = ckpt.load_latest(self.out_dir, self.policy, lambda: self.optimizer, log=tqdm.write,
-                                  verified=self.verified_checkpoint)
+        loaded = ckpt.load_latest(
+            self.out_dir, self.policy, lambda: self.optimizer, log=tqdm.write, verified=self.verified_checkpoint
+        )
         if loaded is None:  # nothing to resume (a kill during the warm start logged what is redone)
             self.logger.rewind(-(2**62))
             return

@@ -99,8 +99,11 @@ def patch_torchvision() -> str:
         else:
             _STATE = "patched" if patched else "ok"
             if patched:
-                logger.info("torchvision imported after defining op schemas %s (its compiled ops stay "
-                            "unavailable: CPU torch with a CUDA torchvision build)", sorted(_DEFINED))
+                logger.info(
+                    "torchvision imported after defining op schemas %s (its compiled ops stay "
+                    "unavailable: CPU torch with a CUDA torchvision build)",
+                    sorted(_DEFINED),
+                )
             return _STATE
     _STATE = "failed"
     return _STATE

@@ -50,12 +50,27 @@ import signal
 from pathlib import Path
 
 POINTS = (
-    "ckpt.after_tmp_mkdir", "ckpt.mid_weights", "ckpt.mid_state", "ckpt.after_state", "ckpt.after_config",
+    "ckpt.after_tmp_mkdir",
+    "ckpt.mid_weights",
+    "ckpt.mid_state",
+    "ckpt.after_state",
+    "ckpt.after_config",
     "ckpt.after_fsync",
-    "ckpt.mid_marker", "ckpt.after_marker", "ckpt.after_set_aside", "ckpt.after_rename",
-    "ckpt.after_drop_replaced", "ckpt.mid_latest", "ckpt.after_latest", "ckpt.before_rotate",
-    "ckpt.mid_rotate", "ckpt.after_rotate",
-    "log.after_cut", "log.mid_row", "log.after_row", "log.mid_rewind", "log.after_rewind",
+    "ckpt.mid_marker",
+    "ckpt.after_marker",
+    "ckpt.after_set_aside",
+    "ckpt.after_rename",
+    "ckpt.after_drop_replaced",
+    "ckpt.mid_latest",
+    "ckpt.after_latest",
+    "ckpt.before_rotate",
+    "ckpt.mid_rotate",
+    "ckpt.after_rotate",
+    "log.after_cut",
+    "log.mid_row",
+    "log.after_row",
+    "log.mid_rewind",
+    "log.after_rewind",
 )
 
 _active = False

@@ -40,8 +40,11 @@ def split_state_dict(state_dict: dict) -> tuple[dict[str, torch.Tensor], dict[st
             aliases[name] = views[view]
             continue
         storage = (value.device, value.untyped_storage().data_ptr())
-        whole = value.is_contiguous() and value.storage_offset() == 0 and \
-            value.untyped_storage().nbytes() == value.numel() * value.element_size()
+        whole = (
+            value.is_contiguous()
+            and value.storage_offset() == 0
+            and value.untyped_storage().nbytes() == value.numel() * value.element_size()
+        )
         out = value.cpu()
         if not whole or storage in storages:  # a partial view, or memory written already
             out = out.contiguous().clone()
@@ -98,5 +101,8 @@ def same_fingerprint(a: list[float], b: list[float], rtol: float = 1e-9) -> bool
     if a[0] != b[0]:
         return False
     scale = max(a[2], b[2], 1e-30)
-    return abs(a[1] - b[1]) <= rtol * scale and abs(a[2] - b[2]) <= rtol * scale and \
-        abs(a[3] - b[3]) <= rtol * max(a[3], b[3], 1e-30)
+    return (
+        abs(a[1] - b[1]) <= rtol * scale
+        and abs(a[2] - b[2]) <= rtol * scale
+        and abs(a[3] - b[3]) <= rtol * max(a[3], b[3], 1e-30)
+    )

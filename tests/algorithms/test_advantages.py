@@ -48,8 +48,14 @@ def test_gae_two_envs_one_done():
 
 def test_gae_lambda_one_gamma_one_is_return_minus_value():
     # gamma = lam = 1: A_t = sum_{k>=t} r_k + last_value - V_t = [6+4-1, 5+4-2, 3+4-3]
-    adv, ret = gae(t([[1.0], [2.0], [3.0]]), t([[1.0], [2.0], [3.0]]),
-                   torch.zeros(3, 1, dtype=torch.bool), t([4.0]), gamma=1.0, lam=1.0)
+    adv, ret = gae(
+        t([[1.0], [2.0], [3.0]]),
+        t([[1.0], [2.0], [3.0]]),
+        torch.zeros(3, 1, dtype=torch.bool),
+        t([4.0]),
+        gamma=1.0,
+        lam=1.0,
+    )
     assert_close(adv, t([[9.0], [7.0], [4.0]]))
     assert_close(ret, t([[10.0], [9.0], [7.0]]))
 
@@ -61,8 +67,7 @@ def test_gae_invalid_steps_are_zero_and_do_not_propagate(done_marked):
     #   A1 = 1 - 0.5 = 0.5;  A0 = (1 + 0.9*0.5 - 0.5) + 0.72*0.5 = 0.95 + 0.36 = 1.31
     dones = torch.tensor([[False], [done_marked], [False]])
     valid = torch.tensor([[True], [True], [False]])
-    adv, ret = gae(t([[1.0], [1.0], [5.0]]), t([[0.5], [0.5], [9.0]]), dones, t([7.0]),
-                   gamma=0.9, lam=0.8, valid=valid)
+    adv, ret = gae(t([[1.0], [1.0], [5.0]]), t([[0.5], [0.5], [9.0]]), dones, t([7.0]), gamma=0.9, lam=0.8, valid=valid)
     assert_close(adv, t([[1.31], [0.5], [0.0]]))
     assert_close(ret, t([[1.81], [1.0], [9.0]]))
 
@@ -145,8 +150,7 @@ def test_reinforce_pp_baseline():
     # group 0 [1,0,0,1] -> a = [.5,-.5,-.5,.5]; group 1 [2,2] -> a = [0, 0]
     # batch (unbiased) var of a over 6 samples = 1.0/5 = 0.2, std = 0.4472136
     # A = +-0.5/0.4472136 = +-1.1180340 (= sqrt(5)/2)
-    adv = reinforce_pp_baseline_advantages(t([1, 0, 0, 1, 2, 2.0]),
-                                           torch.tensor([0, 0, 0, 0, 1, 1]), eps=0.0)
+    adv = reinforce_pp_baseline_advantages(t([1, 0, 0, 1, 2, 2.0]), torch.tensor([0, 0, 0, 0, 1, 1]), eps=0.0)
     s = 1.118033988749895
     assert_close(adv, t([s, -s, -s, s, 0, 0]))
 
@@ -160,8 +164,15 @@ def test_reinforce_pp_token_level():
     rewards = t([[0, 0, 1], [0, 2, 9.0]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     adv = reinforce_pp_advantages(rewards, mask, gamma=0.5, eps=0.0)
-    assert_close(adv, t([[-1.0434983894999017, -0.6708203932499369, 0.07453559924999299],
-                         [0.07453559924999299, 1.5652475842498528, 0.0]]))
+    assert_close(
+        adv,
+        t(
+            [
+                [-1.0434983894999017, -0.6708203932499369, 0.07453559924999299],
+                [0.07453559924999299, 1.5652475842498528, 0.0],
+            ]
+        ),
+    )
 
 
 def test_psr_nsr_weights():
@@ -176,8 +187,16 @@ def test_registry_entries_share_one_signature_and_declare_their_needs():
 
     from mmrl.capabilities import Component
 
-    needs = {"grpo": {"groups"}, "grpo_global_std": {"groups"}, "dr_grpo": {"groups"}, "rloo": {"groups"},
-             "reinforce_pp_baseline": {"groups"}, "ngrpo": {"groups"}, "gae": {"critic"}, "reinforce_pp": set()}
+    needs = {
+        "grpo": {"groups"},
+        "grpo_global_std": {"groups"},
+        "dr_grpo": {"groups"},
+        "rloo": {"groups"},
+        "reinforce_pp_baseline": {"groups"},
+        "ngrpo": {"groups"},
+        "gae": {"critic"},
+        "reinforce_pp": set(),
+    }
     assert set(ADVANTAGES.names()) >= set(needs)
     for name, want in needs.items():
         entry = ADVANTAGES.get(name)
@@ -185,8 +204,11 @@ def test_registry_entries_share_one_signature_and_declare_their_needs():
     assert all(desc for _, desc in ADVANTAGES.describe())
     # estimate(batch, algo, last_values) -> (advantages [T, N], returns [T, N]): a group estimator scores
     # each episode's return within its group and gives it to every valid decision of the episode
-    batch = {"rewards": t([[1.0, 0.0, 2.0], [1.0, 5.0, 0.0]]), "valid": torch.tensor([[1, 1, 1], [1, 0, 1]]).bool(),
-             "group": torch.tensor([[3, 3, 4], [3, 3, 4]])}
+    batch = {
+        "rewards": t([[1.0, 0.0, 2.0], [1.0, 5.0, 0.0]]),
+        "valid": torch.tensor([[1, 1, 1], [1, 0, 1]]).bool(),
+        "group": torch.tensor([[3, 3, 4], [3, 3, 4]]),
+    }
     adv, ret = ADVANTAGES.get("dr_grpo")(batch, SimpleNamespace(), None)
     # returns [2, 0, 2]; groups {0, 1} -> mean 1 -> [1, -1], {2} alone -> 0
     assert_close(adv, t([[1.0, -1.0, 0.0], [1.0, 0.0, 0.0]]))

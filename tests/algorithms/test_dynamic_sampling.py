@@ -23,16 +23,21 @@ def test_nonconstant_group_mask_atol():
 def test_buffer_refills_across_three_batches():
     buf = DynamicSamplingBuffer(target_groups=3)
     # batch 1: group 10 [1, 0] kept, group 11 [1, 1] filtered
-    buf.add({"x": torch.tensor([0, 1, 2, 3]), "obs": torch.arange(8.0).reshape(4, 2)},
-            torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([10, 10, 11, 11]))
+    buf.add(
+        {"x": torch.tensor([0, 1, 2, 3]), "obs": torch.arange(8.0).reshape(4, 2)},
+        torch.tensor([1.0, 0.0, 1.0, 1.0]),
+        torch.tensor([10, 10, 11, 11]),
+    )
     assert (buf.num_groups, buf.ready, buf.num_filtered_groups) == (1, False, 1)
     # batch 2: both groups all-zero -> filtered
-    buf.add({"x": torch.tensor([50, 51, 52, 53]), "obs": torch.zeros(4, 2)},
-            torch.zeros(4), torch.tensor([0, 0, 1, 1]))
+    buf.add({"x": torch.tensor([50, 51, 52, 53]), "obs": torch.zeros(4, 2)}, torch.zeros(4), torch.tensor([0, 0, 1, 1]))
     assert (buf.num_groups, buf.ready, buf.num_filtered_groups) == (1, False, 3)
     # batch 3: groups 4, 7, 9 all mixed -> 4 kept groups in total, 3 needed
-    buf.add({"x": torch.tensor([100, 101, 102, 103, 104, 105]), "obs": torch.ones(6, 2)},
-            torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.0]), torch.tensor([4, 4, 7, 7, 9, 9]))
+    buf.add(
+        {"x": torch.tensor([100, 101, 102, 103, 104, 105]), "obs": torch.ones(6, 2)},
+        torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.0]),
+        torch.tensor([4, 4, 7, 7, 9, 9]),
+    )
     assert buf.ready and buf.num_batches == 3 and buf.num_kept_groups == 4
 
     out = buf.pop()
@@ -47,8 +52,11 @@ def test_buffer_refills_across_three_batches():
         buf.pop()
 
     # next step: a ragged batch fills up again; leftover comes first
-    buf.add({"x": torch.tensor([200, 201, 202, 203, 204]), "obs": torch.zeros(5, 2)},
-            torch.tensor([1.0, 0.0, 2.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1, 1]))
+    buf.add(
+        {"x": torch.tensor([200, 201, 202, 203, 204]), "obs": torch.zeros(5, 2)},
+        torch.tensor([1.0, 0.0, 2.0, 0.0, 0.0]),
+        torch.tensor([0, 0, 1, 1, 1]),
+    )
     out = buf.pop()
     assert out["x"].tolist() == [104, 105, 200, 201, 202, 203, 204]
     assert out["group"].tolist() == [0, 0, 1, 1, 2, 2, 2]

@@ -165,9 +165,7 @@ def test_aggregate_modes(mode, norm_len, expected):
     assert_close(aggregate_loss(loss3, mask3, mode, norm_len=norm_len), t(expected))
 
 
-@pytest.mark.parametrize(
-    "mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
-)
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
 def test_aggregate_1d_and_empty(mode):
     # [B] loss is read as T = 1: every mode is the mean over valid entries, (1 + 3) / 2 = 2
     assert_close(aggregate_loss(t([1.0, 2.0, 3.0]), torch.tensor([1, 0, 1]), mode), t(2.0))

@@ -16,8 +16,14 @@ from mmrl.algorithms.normalization import (
 
 def test_merge_moments_equals_the_statistics_of_the_union():
     a, b = torch.tensor([1.0, 2.0, 6.0]), torch.tensor([4.0, 8.0])
-    mean, var, count = merge_moments(a.mean().double(), a.var(unbiased=False).double(), torch.tensor(3.0).double(),
-                                     b.mean().double(), b.var(unbiased=False).double(), 2)
+    mean, var, count = merge_moments(
+        a.mean().double(),
+        a.var(unbiased=False).double(),
+        torch.tensor(3.0).double(),
+        b.mean().double(),
+        b.var(unbiased=False).double(),
+        2,
+    )
     # the union [1, 2, 6, 4, 8]: mean 4.2, population variance (10.24+4.84+3.24+0.04+14.44)/5 = 6.56
     assert count.item() == 5
     assert mean.item() == pytest.approx(4.2)

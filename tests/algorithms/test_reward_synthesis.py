@@ -38,8 +38,7 @@ def test_gated():
     assert close(gated(SEM, gate), [1.0, 0.5, 0.0, 0.8])
     centering, angle = [0.5, 1.0, 1.0, 0.25], [1.0, 0.5, 1.0, 0.5]
     # sem * gate * centering * angle
-    assert close(gated(SEM, [1.0, 0.5, 1.0, 1.0], {"centering": centering, "angle": angle}),
-                 [0.5, 0.125, 0.0, 0.1])
+    assert close(gated(SEM, [1.0, 0.5, 1.0, 1.0], {"centering": centering, "angle": angle}), [0.5, 0.125, 0.0, 0.1])
     assert close(gated(SEM, None, {"centering": centering}), [0.5, 0.5, 0.0, 0.2])
     with pytest.raises(ValueError, match=r"'angle' must lie in \[0, 1\]"):
         gated(SEM, None, {"angle": [1.0, 1.5, 0.0, 0.0]})
@@ -69,23 +68,43 @@ def test_terminal_override():
 
 def test_synthesize_modes_and_override():
     speed = [25.0, 12.5, 10.0, 30.0]
-    terms = {"speed": speed, "centering": [1.0, 0.5, 1.0, 0.5], "angle": [1.0, 1.0, 0.5, 1.0],
-             "stability": [0.5, 1.0, 1.0, 1.0], "in_lane": [1.0, 1.0, 0.0, 1.0], "progress": [1.0, 0.0, 0.0, 1.0]}
+    terms = {
+        "speed": speed,
+        "centering": [1.0, 0.5, 1.0, 0.5],
+        "angle": [1.0, 1.0, 0.5, 1.0],
+        "stability": [0.5, 1.0, 1.0, 1.0],
+        "in_lane": [1.0, 1.0, 0.0, 1.0],
+        "progress": [1.0, 0.0, 0.0, 1.0],
+    }
     fail = torch.tensor([False, False, False, True])
-    vlm_rl = {"mode": "hierarchical", "speed": "speed", "target_speed": 25.0,
-              "factors": ["centering", "angle", "stability"], "failure_penalty": -10.0}
+    vlm_rl = {
+        "mode": "hierarchical",
+        "speed": "speed",
+        "target_speed": 25.0,
+        "factors": ["centering", "angle", "stability"],
+        "failure_penalty": -10.0,
+    }
     assert close(synthesize(vlm_rl, SEM, terms, fail), [0.5, 0.5, 0.3, -10.0])
     assert close(synthesize(vlm_rl, SEM, terms), [0.5, 0.5, 0.3, 0.3])  # no mask: no override
-    assert close(synthesize({"mode": "gated", "gate": "in_lane", "factors": ["centering"]}, SEM, terms, fail),
-                 [1.0, 0.25, 0.0, -10.0])
-    assert close(synthesize({"mode": "weighted", "weights": {"model": 1.0, "progress": 0.5},
-                             "failure_penalty": -1.0}, SEM, terms, fail), [1.5, 0.5, 0.0, -1.0])
+    assert close(
+        synthesize({"mode": "gated", "gate": "in_lane", "factors": ["centering"]}, SEM, terms, fail),
+        [1.0, 0.25, 0.0, -10.0],
+    )
+    assert close(
+        synthesize(
+            {"mode": "weighted", "weights": {"model": 1.0, "progress": 0.5}, "failure_penalty": -1.0}, SEM, terms, fail
+        ),
+        [1.5, 0.5, 0.0, -1.0],
+    )
     assert close(RewardSynthesis()(SEM), SEM.tolist())  # default: the model's score alone
 
 
 def test_synthesize_bad_config_lists_the_valid_choices():
-    with pytest.raises(ValueError, match=r"unknown synthesis mode 'sum'; valid modes: \['weighted', 'gated', "
-                                         r"'hierarchical'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown synthesis mode 'sum'; valid modes: \['weighted', 'gated', "
+        r"'hierarchical'\]",
+    ):
         synthesize({"mode": "sum"}, SEM, {})
     with pytest.raises(ValueError, match=r"unknown reward synthesis key\(s\) \['wieghts'\]; valid keys: \['mode'"):
         synthesize({"wieghts": {}}, SEM, {})

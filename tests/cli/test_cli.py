@@ -15,8 +15,17 @@ from mmrl.registry import SIMULATORS
 def test_list_shows_every_registered_component(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    for name in ["reach", "flow_vla", "gae", "grpo", "dr_grpo", "rloo", "ngrpo", "reinforce_pp_baseline",
-                 "reach_demos"]:
+    for name in [
+        "reach",
+        "flow_vla",
+        "gae",
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "ngrpo",
+        "reinforce_pp_baseline",
+        "reach_demos",
+    ]:
         assert f"  {name} " in out, name
     for kind in ["policies:", "simulators:", "rewards:", "advantages:", "objectives:", "datasets:"]:
         assert kind in out
@@ -49,18 +58,21 @@ def test_every_registered_simulator_passes_the_contract_check(name, capsys):
     assert f"simulator '{name}' passed" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("override, needles", [
-    ("trainer.lrr=1", ["trainer.lrr", "lr", "iterations"]),
-    ("algorithm.loss_agg=mean", ["algorithm.loss_agg", "token-mean", "seq-mean-token-sum-norm"]),
-    ("algorithm.advantage=grpoo", ["grpoo", "grpo", "rloo", "gae"]),
-    ("policy.method=ddim", ["policy.method", "sde", "cps", "noise"]),
-    ("policy.type=nope", ["policy.type", "flow_vla"]),
-    ("sim.type=nope", ["nope", "reach"]),
-    ("sim.kwargs={colour: 1}", ["kwargs.colour", "image_size", "num_objects"]),
-    ("trainer.iterations=ten", ["trainer.iterations", "int"]),
-    ("algorithm.kl_coef=0.1", ["algorithm.kl_coef", "flow_vla", "kl_coef=0"]),
-    ("algorithm.group_size=3", ["sim.num_envs", "group_size"]),
-])
+@pytest.mark.parametrize(
+    "override, needles",
+    [
+        ("trainer.lrr=1", ["trainer.lrr", "lr", "iterations"]),
+        ("algorithm.loss_agg=mean", ["algorithm.loss_agg", "token-mean", "seq-mean-token-sum-norm"]),
+        ("algorithm.advantage=grpoo", ["grpoo", "grpo", "rloo", "gae"]),
+        ("policy.method=ddim", ["policy.method", "sde", "cps", "noise"]),
+        ("policy.type=nope", ["policy.type", "flow_vla"]),
+        ("sim.type=nope", ["nope", "reach"]),
+        ("sim.kwargs={colour: 1}", ["kwargs.colour", "image_size", "num_objects"]),
+        ("trainer.iterations=ten", ["trainer.iterations", "int"]),
+        ("algorithm.kl_coef=0.1", ["algorithm.kl_coef", "flow_vla", "kl_coef=0"]),
+        ("algorithm.group_size=3", ["sim.num_envs", "group_size"]),
+    ],
+)
 def test_bad_config_fails_naming_key_and_choices(override, needles):
     with pytest.raises(ConfigError) as err:
         load_experiment("configs/quickstart.yaml", [override])
@@ -81,15 +93,39 @@ def test_train_with_bad_key_exits_before_any_work(tmp_path, capsys):
 
 
 def test_eval_reports_success_of_a_checkpoint(tmp_path):
-    common = [f"run.output_dir={tmp_path}", "run.name=e", "sim.num_envs=4", "sim.eval_num_envs=4",
-              "policy.dim=16", "policy.expert_dim=16", "policy.expert_layers=1", "warm_start.steps=2",
-              "warm_start.num_episodes=2", "trainer.iterations=1", "trainer.eval_episodes=4",
-              "trainer.video_episodes=0", "algorithm.minibatch_size=32", "algorithm.epochs=1"]
+    common = [
+        f"run.output_dir={tmp_path}",
+        "run.name=e",
+        "sim.num_envs=4",
+        "sim.eval_num_envs=4",
+        "policy.dim=16",
+        "policy.expert_dim=16",
+        "policy.expert_layers=1",
+        "warm_start.steps=2",
+        "warm_start.num_episodes=2",
+        "trainer.iterations=1",
+        "trainer.eval_episodes=4",
+        "trainer.video_episodes=0",
+        "algorithm.minibatch_size=32",
+        "algorithm.epochs=1",
+    ]
     assert main(["train", "configs/quickstart.yaml", *common]) == 0
     ckpt = tmp_path / "e" / "checkpoints" / "iter_000001"
-    proc = subprocess.run([sys.executable, "-m", "mmrl.cli", "eval", "configs/quickstart.yaml", *common,
-                           "trainer.eval_episodes=6", f"checkpoint={ckpt}"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mmrl.cli",
+            "eval",
+            "configs/quickstart.yaml",
+            *common,
+            "trainer.eval_episodes=6",
+            f"checkpoint={ckpt}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["episodes"] == 6 and 0.0 <= report["success_rate"] <= 1.0
@@ -120,13 +156,15 @@ def test_version_config_show_and_keys(tmp_path, capsys):
     assert tomllib.loads(open("pyproject.toml").read())["project"]["version"] == mmrl.__version__
     assert main(["config", "show", "configs/quickstart.yaml", "trainer.lr=1e-4", "sim.num_envs=16"]) == 0
     (tmp_path / "resolved.yaml").write_text(capsys.readouterr().out)
-    assert load_experiment(tmp_path / "resolved.yaml") == \
-        load_experiment("configs/quickstart.yaml", ["trainer.lr=1e-4", "sim.num_envs=16"])
+    assert load_experiment(tmp_path / "resolved.yaml") == load_experiment(
+        "configs/quickstart.yaml", ["trainer.lr=1e-4", "sim.num_envs=16"]
+    )
     assert main(["config", "keys", "trainer.max_skipped"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "trainer.max_skipped_steps: int = 20",
         "      the run stops (newest checkpoint kept) when this many optimizer steps in a row were skipped "
-        "for a non-finite loss or gradient"]
+        "for a non-finite loss or gradient",
+    ]
     assert main(["config", "keys", "bogus"]) == 2
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -20,9 +20,18 @@ from tests.trainer.test_vlm_training import TINY as VLM_TINY
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("vlm")
-    cfg = load_experiment("configs/vlm_quickstart.yaml", [f"run.output_dir={out}", "run.name=v", *VLM_TINY,
-                                                          "trainer.iterations=1", "policy.finetune=lora",
-                                                          "policy.reference=adapter", "policy.lora_rank=4"])
+    cfg = load_experiment(
+        "configs/vlm_quickstart.yaml",
+        [
+            f"run.output_dir={out}",
+            "run.name=v",
+            *VLM_TINY,
+            "trainer.iterations=1",
+            "policy.finetune=lora",
+            "policy.reference=adapter",
+            "policy.lora_rank=4",
+        ],
+    )
     trainer = build_trainer(cfg)
     trainer.run()
     return out / "v", trainer.policy

@@ -36,10 +36,19 @@ def _run(tmp_path_factory, family: str, *extra: str):
 
     base = (tiny_sd3_pipeline if family == "sd3" else tiny_flux_pipeline)(tmp_path_factory.mktemp(family))
     out = tmp_path_factory.mktemp("run")
-    trainer = build_trainer(trainer_cfg(
-        out, f"policy.model={base}", "trainer.iterations=1", "trainer.video_episodes=0", "trainer.lr=1e-2",
-        # random weights draw nothing the shapes reward scores; JPEG size varies per image
-        "sim.kwargs={dataset: shapes_prompts, image_size: 16}", "reward={type: jpeg_compressibility}", *extra))
+    trainer = build_trainer(
+        trainer_cfg(
+            out,
+            f"policy.model={base}",
+            "trainer.iterations=1",
+            "trainer.video_episodes=0",
+            "trainer.lr=1e-2",
+            # random weights draw nothing the shapes reward scores; JPEG size varies per image
+            "sim.kwargs={dataset: shapes_prompts, image_size: 16}",
+            "reward={type: jpeg_compressibility}",
+            *extra,
+        )
+    )
     trainer.run()
     return base, out / "d", trainer.policy.eval()
 
@@ -79,8 +88,14 @@ def _images(family: str, policy, pipe):
     gen, steps = policy.gen, 4
     noise = torch.randn(2, *gen.sample_shape, generator=torch.Generator().manual_seed(0))
     grid = time_grid(steps, gen.default_shift if family == "flux" else pipe.scheduler.config.shift)
-    kw = dict(prompt=PROMPTS, num_inference_steps=steps, height=16, width=16, output_type="pt",
-              max_sequence_length=gen.max_sequence_length)
+    kw = dict(
+        prompt=PROMPTS,
+        num_inference_steps=steps,
+        height=16,
+        width=16,
+        output_type="pt",
+        max_sequence_length=gen.max_sequence_length,
+    )
     if family == "flux":  # its distilled guidance input (3.5); the pipeline shifts its own grid
         kw.update(latents=pack_latents(noise), guidance_scale=gen.guidance)
     else:  # SD3: guidance 1 is no CFG; the scheduler's default grid stops at 1e-3, so give mmrl's
@@ -117,8 +132,9 @@ def test_a_lora_run_exports_a_fused_pipeline_and_a_diffusers_lora(lora_run, tmp_
     assert files == ["README.md", "pytorch_lora_weights.safetensors"]  # the adapter alone, not the base
     with safe_open(str(tmp_path / "lora" / "pytorch_lora_weights.safetensors"), "pt") as f:
         keys = list(f.keys())
-    assert keys and all(k.startswith("transformer.") and (".lora_A.weight" in k or ".lora_B.weight" in k)
-                        for k in keys)  # diffusers' naming: prefixed, no peft adapter name
+    assert keys and all(
+        k.startswith("transformer.") and (".lora_A.weight" in k or ".lora_B.weight" in k) for k in keys
+    )  # diffusers' naming: prefixed, no peft adapter name
     adapted = _pipeline(family, base, lora=tmp_path / "lora")
     plain = _pipeline(family, base)
     with torch.no_grad():
@@ -146,7 +162,8 @@ def test_a_full_fine_tune_exports_the_pipeline(tmp_path_factory, tmp_path):
 
 
 def test_the_card_names_diffusers_and_a_hub_base_model():
-    card = model_card("r", "diffusion", "diffusers lora", "policy: {}\n", None,
-                      "stabilityai/stable-diffusion-3.5-medium")
+    card = model_card(
+        "r", "diffusion", "diffusers lora", "policy: {}\n", None, "stabilityai/stable-diffusion-3.5-medium"
+    )
     assert card.startswith("---\nlibrary_name: diffusers\n")
     assert "base_model: stabilityai/stable-diffusion-3.5-medium\n" in card and "- lora\n" in card

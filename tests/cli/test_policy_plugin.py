@@ -57,14 +57,14 @@ def make_plugin(root: Path) -> None:
     info = root / "mmrl_scaled_flow-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mmrl-scaled-flow\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[mmrl.policies]\nscaled_flow = mmrl_scaled_flow:ScaledFlowPolicy\n")
+    (info / "entry_points.txt").write_text("[mmrl.policies]\nscaled_flow = mmrl_scaled_flow:ScaledFlowPolicy\n")
 
 
 def run_mmrl(args: list[str], plugin_dir: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "mmrl", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mmrl", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_a_plugin_policy_trains_from_yaml(tmp_path):

@@ -25,8 +25,9 @@ BUILT_IN = sorted(p.parent.name for p in DATASETS_DIR.glob("*/builder.py"))
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_every_builder_declares_its_arguments(name):
     params = inspect.signature(builder_module(name).build).parameters.values()
-    assert not [p.name for p in params if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)], \
+    assert not [p.name for p in params if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)], (
         f"datasets/{name}/builder.py: build() must name every argument (no **kwargs / *args)"
+    )
     assert dataset_arguments(name) == {p.name for p in params}
 
 
@@ -54,8 +55,9 @@ def test_declared_arguments_pass():
 
 def test_context_is_offered_only_where_declared():
     offered = dict(num_episodes=3, num_samples=3, seed=7, chunk_size=4, sim_kwargs={"image_size": 16})
-    assert declared_kwargs("reach_demos", **offered) == {k: offered[k] for k in
-                                                         ("num_episodes", "seed", "chunk_size", "sim_kwargs")}
+    assert declared_kwargs("reach_demos", **offered) == {
+        k: offered[k] for k in ("num_episodes", "seed", "chunk_size", "sim_kwargs")
+    }
     assert declared_kwargs("shapes_vqa", **offered) == {"num_samples": 3, "seed": 7}
     assert declared_kwargs("shapes_prompts", **offered) == {}
 

@@ -38,10 +38,12 @@ def task_of(episode: int, frame: int) -> str:
 
 def frames_of(episode: int, n: int, h: int = H, w: int = W) -> dict:
     rng = np.random.default_rng(100 + episode)
-    return {CAMERAS[0]: rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8),
-            CAMERAS[1]: rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8),
-            "observation.state": rng.normal(size=(n, STATE)).astype(np.float32),
-            "action": rng.uniform(-1, 1, size=(n, ACTION)).astype(np.float32)}
+    return {
+        CAMERAS[0]: rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8),
+        CAMERAS[1]: rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8),
+        "observation.state": rng.normal(size=(n, STATE)).astype(np.float32),
+        "action": rng.uniform(-1, 1, size=(n, ACTION)).astype(np.float32),
+    }
 
 
 def write(root: Path, episodes: dict[int, dict], *, video: bool = False, sizes=None) -> Path:
@@ -50,8 +52,9 @@ def write(root: Path, episodes: dict[int, dict], *, video: bool = False, sizes=N
 
     sizes = sizes or {cam: (H, W) for cam in CAMERAS}
     dtype = "video" if video else "image"
-    features = {cam: {"dtype": dtype, "shape": (*sizes[cam], 3), "names": ["height", "width", "channels"]}
-                for cam in CAMERAS}
+    features = {
+        cam: {"dtype": dtype, "shape": (*sizes[cam], 3), "names": ["height", "width", "channels"]} for cam in CAMERAS
+    }
     features["observation.state"] = {"dtype": "float32", "shape": (STATE,), "names": None}
     features["action"] = {"dtype": "float32", "shape": (ACTION,), "names": None}
     ds = LeRobotDataset.create("mmrl/test_demos", fps=10, features=features, root=root, use_videos=video)
@@ -180,8 +183,11 @@ def test_missing_columns_are_one_line_errors_naming_columns_and_argument(written
     with pytest.raises(ConfigError) as exc:
         build(root=root, image_keys=["observation.images.front", "observation.images.top"])
     msg = one_line(exc)
-    assert "'observation.images.top'" in msg and "cameras found: observation.images.front, observation.images.wrist" \
-        in msg and "Fix: image_keys" in msg
+    assert (
+        "'observation.images.top'" in msg
+        and "cameras found: observation.images.front, observation.images.wrist" in msg
+        and "Fix: image_keys" in msg
+    )
     with pytest.raises(ConfigError) as exc:
         build(root=root, image_keys="observation.state")  # a column, but no camera
     assert "Fix: image_keys" in one_line(exc)
@@ -200,8 +206,9 @@ def test_where_the_data_is_errors(written, tmp_path, monkeypatch):
     assert not (tmp_path / "empty").exists()
     builder = builder_module("lerobot_dataset")
     real = builder.importlib.util.find_spec
-    monkeypatch.setattr(builder.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "lerobot" else real(name, *a))
+    monkeypatch.setattr(
+        builder.importlib.util, "find_spec", lambda name, *a: None if name == "lerobot" else real(name, *a)
+    )
     with pytest.raises(MissingDependencyError) as exc:
         build(root=written[0])
     assert "bash scripts/setup_lerobot.sh" in one_line(exc) and ".venv-lerobot/bin/" in str(exc.value)
@@ -266,14 +273,18 @@ def test_warm_start_trains_a_tiny_smolvla_from_it(tmp_path):
     rng = np.random.default_rng(7)
     episodes = {}
     for e, n in enumerate([6, 4]):
-        episodes[e] = {CAMERAS[0]: rng.integers(0, 256, (n, 40, 48, 3), dtype=np.uint8),
-                       "observation.state": rng.uniform(-1, 1, (n, 2)).astype(np.float32),
-                       "action": rng.uniform(-1, 1, (n, 2)).astype(np.float32)}
+        episodes[e] = {
+            CAMERAS[0]: rng.integers(0, 256, (n, 40, 48, 3), dtype=np.uint8),
+            "observation.state": rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+            "action": rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+        }
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    features = {CAMERAS[0]: {"dtype": "image", "shape": (40, 48, 3), "names": ["height", "width", "channels"]},
-                "observation.state": {"dtype": "float32", "shape": (2,), "names": None},
-                "action": {"dtype": "float32", "shape": (2,), "names": None}}
+    features = {
+        CAMERAS[0]: {"dtype": "image", "shape": (40, 48, 3), "names": ["height", "width", "channels"]},
+        "observation.state": {"dtype": "float32", "shape": (2,), "names": None},
+        "action": {"dtype": "float32", "shape": (2,), "names": None},
+    }
     ds = LeRobotDataset.create("mmrl/reach_demos", fps=10, features=features, root=tmp_path / "reach", use_videos=False)
     for arrays in episodes.values():
         for t in range(len(arrays["action"])):
@@ -282,22 +293,40 @@ def test_warm_start_trains_a_tiny_smolvla_from_it(tmp_path):
     ds.finalize()
 
     kwargs = f"{{root: {tmp_path / 'reach'}, image_size: 32}}"
-    cfg = load_experiment(ROOT / "configs/reach_smolvla_flow_noise.yaml", [
-        f"run.output_dir={tmp_path / 'runs'}", "run.threads=1", "sim.num_envs=2", "sim.eval_num_envs=2",
-        "warm_start.dataset=lerobot_dataset", f"warm_start.kwargs={kwargs}", "warm_start.num_episodes=2",
-        "warm_start.steps=3", "warm_start.warmup_steps=1", "warm_start.batch_size=4", "trainer.iterations=0",
-        "trainer.eval_episodes=2", "trainer.video_episodes=0"])
+    cfg = load_experiment(
+        ROOT / "configs/reach_smolvla_flow_noise.yaml",
+        [
+            f"run.output_dir={tmp_path / 'runs'}",
+            "run.threads=1",
+            "sim.num_envs=2",
+            "sim.eval_num_envs=2",
+            "warm_start.dataset=lerobot_dataset",
+            f"warm_start.kwargs={kwargs}",
+            "warm_start.num_episodes=2",
+            "warm_start.steps=3",
+            "warm_start.warmup_steps=1",
+            "warm_start.batch_size=4",
+            "trainer.iterations=0",
+            "trainer.eval_episodes=2",
+            "trainer.video_episodes=0",
+        ],
+    )
     trainer = build_trainer(cfg)
     trainer.run()
     metrics = (tmp_path / "runs" / cfg.run.name / "metrics.jsonl").read_text()
-    losses = [float(line.split('"warm_start/loss": ')[1].split(",")[0].rstrip("}"))
-              for line in metrics.splitlines() if '"warm_start/loss"' in line]
+    losses = [
+        float(line.split('"warm_start/loss": ')[1].split(",")[0].rstrip("}"))
+        for line in metrics.splitlines()
+        if '"warm_start/loss"' in line
+    ]
     assert losses and all(np.isfinite(losses))
     # the statistics the policy normalises with are those of these demonstrations (stats: demos)
-    demos = load_dataset("lerobot_dataset", root=str(tmp_path / "reach"), image_size=32,
-                         chunk_size=trainer.policy.chunk_size)
+    demos = load_dataset(
+        "lerobot_dataset", root=str(tmp_path / "reach"), image_size=32, chunk_size=trainer.policy.chunk_size
+    )
     assert demos["image"].shape == (10, 32, 32, 3)
     want = demo_stats(demos["state"], demos["actions"])
     got = trainer.policy.stats()
-    assert torch.allclose(got["action.mean"], want["action.mean"]) and torch.allclose(got["observation.state.std"],
-                                                                                      want["observation.state.std"])
+    assert torch.allclose(got["action.mean"], want["action.mean"]) and torch.allclose(
+        got["observation.state.std"], want["observation.state.std"]
+    )

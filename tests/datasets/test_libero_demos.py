@@ -49,9 +49,13 @@ def _write_file(path: Path, task, lengths: list[int], convention: str = "opengl"
     with h5py.File(path, "w") as f:
         grp = f.create_group("data")
         grp.attrs["env_name"] = "Libero_Tabletop_Manipulation"
-        grp.attrs["problem_info"] = json.dumps({"problem_name": "libero_tabletop_manipulation",
-                                                 "domain_name": "robosuite",
-                                                 "language_instruction": task.language})
+        grp.attrs["problem_info"] = json.dumps(
+            {
+                "problem_name": "libero_tabletop_manipulation",
+                "domain_name": "robosuite",
+                "language_instruction": task.language,
+            }
+        )
         grp.attrs["macros_image_convention"] = convention
         grp.attrs["bddl_file_name"] = str(task.bddl_file)
         grp.attrs["bddl_file_content"] = "(define (problem LIBERO_Tabletop_Manipulation))"
@@ -219,8 +223,10 @@ def test_missing_files_error_names_the_folder_and_the_commands(env, tmp_path):
     assert str(nowhere / SUITE) in msg
     assert "python benchmark_scripts/download_libero_datasets.py --datasets libero_spatial --use-huggingface" in msg
     assert f"--download-dir {nowhere}" in msg
-    assert ("hf download yifengzhu-hf/LIBERO-datasets --repo-type dataset --include 'libero_spatial/*' "
-            f"--local-dir {nowhere}") in msg
+    assert (
+        "hf download yifengzhu-hf/LIBERO-datasets --repo-type dataset --include 'libero_spatial/*' "
+        f"--local-dir {nowhere}"
+    ) in msg
     assert "MMRL_LIBERO_DATASETS" in msg
     with pytest.raises(FileNotFoundError, match="missing from it"):  # folder there, task 2's file is not
         b.build(1, root=env["root"], task_ids=[0, 2])
@@ -239,12 +245,14 @@ def test_missing_files_error_names_the_folder_and_the_commands(env, tmp_path):
 def test_load_dataset_by_name_and_cli(env, tmp_path):
     from mmrl.data import load_dataset
 
-    d = load_dataset("libero_demos", num_episodes=1, seed=0, chunk_size=3, root=str(env["root"]),
-                     task_ids=[0, 1], image_size=8)
+    d = load_dataset(
+        "libero_demos", num_episodes=1, seed=0, chunk_size=3, root=str(env["root"]), task_ids=[0, 1], image_size=8
+    )
     assert d["actions"].shape[1:] == (3, 7) and d["image"].shape[1:] == (2, 8, 8, 3)
     assert d["episode"].max().item() == 1 and d["meta"]["task_ids"] == [0, 1]
     out = tmp_path / "demos.pt"
-    env["b"].main(["--root", str(env["root"]), "--task-ids", "0", "--episodes", "1", "--image-size", "8",
-                   "--out", str(out)])
+    env["b"].main(
+        ["--root", str(env["root"]), "--task-ids", "0", "--episodes", "1", "--image-size", "8", "--out", str(out)]
+    )
     saved = torch.load(out, weights_only=False)
     assert saved["image"].shape[1:] == (2, 8, 8, 3) and saved["meta"]["task_ids"] == [0]

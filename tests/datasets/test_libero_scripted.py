@@ -55,20 +55,26 @@ BDDL = """(define (problem P) ; a comment (On x y)
   (:goal {goal}))"""
 
 
-@pytest.mark.parametrize("goal, expected", [
-    ("(And (On bowl_2 plate_1))", ("bowl_2", "plate_1")),
-    ("(on bowl_1 plate_1)", ("bowl_1", "plate_1")),  # no And, lower case
-])
+@pytest.mark.parametrize(
+    "goal, expected",
+    [
+        ("(And (On bowl_2 plate_1))", ("bowl_2", "plate_1")),
+        ("(on bowl_1 plate_1)", ("bowl_1", "plate_1")),  # no And, lower case
+    ],
+)
 def test_goal_parsing_by_hand(goal, expected):
     assert S.pick_place_goal(BDDL.format(goal=goal)) == S.PickPlace(*expected)
 
 
-@pytest.mark.parametrize("goal", [
-    "(And (On bowl_1 plate_1) (On bowl_2 plate_1))",  # two predicates
-    "(And (In bowl_1 plate_1))",  # not On
-    "(And (On bowl_1 table_1_plate_region))",  # a region target, not an object
-    "(And (Open table_1))",
-])
+@pytest.mark.parametrize(
+    "goal",
+    [
+        "(And (On bowl_1 plate_1) (On bowl_2 plate_1))",  # two predicates
+        "(And (In bowl_1 plate_1))",  # not On
+        "(And (On bowl_1 table_1_plate_region))",  # a region target, not an object
+        "(And (Open table_1))",
+    ],
+)
 def test_unsupported_goals_name_the_task_and_what_is_supported(goal):
     with pytest.raises(S.UnsupportedTaskError) as e:
         S.pick_place_goal(BDDL.format(goal=goal), "suite task 7 (my_task)")
@@ -78,8 +84,9 @@ def test_unsupported_goals_name_the_task_and_what_is_supported(goal):
 
 def test_cli_unsupported_task_is_one_error_line(tmp_path, capsys):
     """libero_goal task 0 (open a drawer) is refused before any scene runs: one line on stderr."""
-    code = S.main(["--suite", "libero_goal", "--tasks", "0", "--episodes", "1", "--out", str(tmp_path),
-                   "--no-progress"])
+    code = S.main(
+        ["--suite", "libero_goal", "--tasks", "0", "--episodes", "1", "--out", str(tmp_path), "--no-progress"]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("error: ")
     if L.assets_expected():
@@ -142,9 +149,15 @@ def test_task_params():
 # ---------------------------------------------------------------------------------- writer
 def _fake_demo(index: int, n: int, px: int = 8) -> S.Demo:
     rng = np.random.default_rng(index)
-    return S.Demo(index, rng.uniform(-1, 1, (n, 7)), rng.integers(0, 256, (n, 2, px, px, 3), dtype=np.uint8),
-                  rng.normal(size=(n, 8)).astype(np.float32), rng.normal(size=(n, 92)), rng.normal(size=(n, 7)),
-                  rng.normal(size=92))
+    return S.Demo(
+        index,
+        rng.uniform(-1, 1, (n, 7)),
+        rng.integers(0, 256, (n, 2, px, px, 3), dtype=np.uint8),
+        rng.normal(size=(n, 8)).astype(np.float32),
+        rng.normal(size=(n, 92)),
+        rng.normal(size=(n, 7)),
+        rng.normal(size=92),
+    )
 
 
 def test_writer_layout_merge_and_builder(tmp_path):

@@ -27,8 +27,11 @@ def _setuptools() -> dict:
 
 def test_every_package_folder_is_listed():
     st = _setuptools()
-    found = {".".join(p.parent.relative_to(ROOT).parts)
-             for top in ("mmrl", "simulators", "rewards") for p in (ROOT / top).rglob("__init__.py")}
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("mmrl", "simulators", "rewards")
+        for p in (ROOT / top).rglob("__init__.py")
+    }
     missing = sorted(found - set(st["packages"]))
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml (the wheel lacks them)"
     assert "datasets" not in st["packages"] and not (ROOT / "datasets" / "__init__.py").exists()
@@ -50,11 +53,14 @@ def test_recipes_found_in_a_wheel_layout(tmp_path):
     site = tmp_path / "site"
     shutil.copytree(ROOT / "mmrl", site / "mmrl", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "datasets", site / "mmrl_datasets", ignore=shutil.ignore_patterns("__pycache__"))
-    code = ("import mmrl.data as d; print(d.__file__); print(d.DATASETS_DIR); "
-            "print(len(d.load_dataset('shapes_prompts', split='eval')['prompt']))")
+    code = (
+        "import mmrl.data as d; print(d.__file__); print(d.DATASETS_DIR); "
+        "print(len(d.load_dataset('shapes_prompts', split='eval')['prompt']))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}  # ROOT: rewards, simulators
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     module, folder, count = out.stdout.split()
     assert Path(module).is_relative_to(site) and Path(folder) == site / "mmrl_datasets"

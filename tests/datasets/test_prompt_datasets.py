@@ -54,7 +54,11 @@ def test_shapes_fields_and_types(shapes):
         assert meta["tag"] in ("single", "position", "counting", "color_attr")
         first = meta["objects"][0]
         assert (meta["color"], meta["shape"], meta["count"], meta["position"]) == (
-            first["color"], first["shape"], first["count"], first["position"])
+            first["color"],
+            first["shape"],
+            first["count"],
+            first["position"],
+        )
         assert meta["noisy"] is False
         assert len(meta["instances"]) == sum(o["count"] for o in meta["objects"])
 
@@ -62,8 +66,14 @@ def test_shapes_fields_and_types(shapes):
 def test_shapes_instances_are_drawn_where_meta_says(shapes):
     d = shapes.build(64, seed=1)
     half = 8
-    regions = {"left": (0, 0, half, 16), "right": (half, 0, 16, 16), "top": (0, 0, 16, half),
-               "bottom": (0, half, 16, 16), "center": (4, 4, 12, 12), None: (0, 0, 16, 16)}
+    regions = {
+        "left": (0, 0, half, 16),
+        "right": (half, 0, 16, 16),
+        "top": (0, 0, 16, half),
+        "bottom": (0, half, 16, 16),
+        "center": (4, 4, 12, 12),
+        None: (0, 0, 16, 16),
+    }
     for img, meta in zip(d["image"], d["meta"]):
         painted = (img != 0).any(-1)
         covered = torch.zeros(16, 16, dtype=torch.bool)
@@ -114,8 +124,13 @@ def test_shapes_32px_and_options(shapes):
         assert n["noisy"] and n["drawn"] == c["objects"] and n["objects"] != c["objects"] and n["tag"] == c["tag"]
     jit = shapes.build(16, seed=0, color_jitter=10)
     assert (jit["image"].int() - clean["image"].int()).abs().max() <= 10
-    for bad in [dict(image_size=15), dict(image_size=8), dict(split="test"), dict(tags=["nope"]),
-                dict(caption_noise=2.0)]:
+    for bad in [
+        dict(image_size=15),
+        dict(image_size=8),
+        dict(split="test"),
+        dict(tags=["nope"]),
+        dict(caption_noise=2.0),
+    ]:
         with pytest.raises(ValueError):
             shapes.build(4, **bad)
 
@@ -128,9 +143,11 @@ def test_prompt_pools_hand_counted_and_disjoint(shapes):
     assert sizes["train"] == {"single": 12, "position": 60, "counting": 24, "color_attr": 72}
     train, eval_ = set(shapes.prompt_pool("train")), set(shapes.prompt_pool("eval"))
     assert not train & eval_ and train | eval_ == set(shapes.prompt_pool("all")) and len(train | eval_) == 210
+
     # sampled prompts, in either word order, stay on their side
     def canon(p):
         return tuple(sorted(json.dumps(o, sort_keys=True) for o in parse_prompt(p)["objects"]))
+
     tr = {canon(p) for p in shapes.build_prompts(400, seed=0, split="train")["prompt"]}
     ev = {canon(p) for p in shapes.build_prompts(400, seed=0, split="eval")["prompt"]}
     assert tr and ev and not tr & ev
@@ -209,16 +226,20 @@ def test_prompt_list_errors(tmp_path):
 def test_pickscore_flow_grpo_layout_and_jsonl(tmp_path):
     folder = tmp_path / "pickscore"
     folder.mkdir()
-    (folder / "train.txt").write_text("a majestic lion wearing a crown, digital art\n#1 best pizza ever made\n"
-                                      "a majestic lion wearing a crown, digital art\ncat\n")
+    (folder / "train.txt").write_text(
+        "a majestic lion wearing a crown, digital art\n#1 best pizza ever made\n"
+        "a majestic lion wearing a crown, digital art\ncat\n"
+    )
     (folder / "test.txt").write_text("an astronaut riding a horse on the moon\n")
     d = load_dataset("pickscore_prompts", path=str(folder))
     assert d["prompt"] == ["a majestic lion wearing a crown, digital art", "#1 best pizza ever made", "cat"]
     assert d["meta"] == [{"source": "pickapic"}] * 3
     assert load_dataset("pickscore_prompts", path=folder, split="test")["prompt"] == [
-        "an astronaut riding a horse on the moon"]
+        "an astronaut riding a horse on the moon"
+    ]
     assert load_dataset("pickscore_prompts", path=folder, min_words=6)["prompt"] == [
-        "a majestic lion wearing a crown, digital art"]
+        "a majestic lion wearing a crown, digital art"
+    ]
     assert len(load_dataset("pickscore_prompts", path=folder, dedupe=False)["prompt"]) == 4
     rows = tmp_path / "pickapic.jsonl"
     rows.write_text('{"caption": "a red fox in snow", "ranking_id": 1}\n{"caption": "a red fox in snow"}\n')
@@ -239,22 +260,38 @@ def test_pickscore_parquet_caption_column(tmp_path):
     pq.write_table(table, data / "test-00000-of-00001-abc.parquet")
     pq.write_table(pa.table({"caption": ["a bird"], "label_0": [1.0]}), data / "train-00000-of-00001-abc.parquet")
     assert load_dataset("pickscore_prompts", path=str(tmp_path / "pickapic_v1"), split="test")["prompt"] == [
-        "a cat", "a dog"]
+        "a cat",
+        "a dog",
+    ]
 
 
 GENEVAL_RECORDS = [  # the published GenEval record format, one per tag
     {"tag": "single_object", "include": [{"class": "bench", "count": 1}], "prompt": "a photo of a bench"},
-    {"tag": "two_object", "include": [{"class": "cat", "count": 1}, {"class": "tv remote", "count": 1}],
-     "prompt": "a photo of a cat and a tv remote"},
-    {"tag": "counting", "include": [{"class": "clock", "count": 2}], "exclude": [{"class": "clock", "count": 3}],
-     "prompt": "a photo of two clocks"},
+    {
+        "tag": "two_object",
+        "include": [{"class": "cat", "count": 1}, {"class": "tv remote", "count": 1}],
+        "prompt": "a photo of a cat and a tv remote",
+    },
+    {
+        "tag": "counting",
+        "include": [{"class": "clock", "count": 2}],
+        "exclude": [{"class": "clock", "count": 3}],
+        "prompt": "a photo of two clocks",
+    },
     {"tag": "colors", "include": [{"class": "car", "count": 1, "color": "pink"}], "prompt": "a photo of a pink car"},
-    {"tag": "position", "include": [{"class": "teddy bear", "count": 1},
-                                    {"class": "dog", "count": 1, "position": ["right of", 0]}],
-     "prompt": "a photo of a dog right of a teddy bear"},
-    {"tag": "color_attr", "include": [{"class": "giraffe", "count": 1, "color": "brown"},
-                                      {"class": "stop sign", "count": 1, "color": "white"}],
-     "prompt": "a photo of a brown giraffe and a white stop sign"},
+    {
+        "tag": "position",
+        "include": [{"class": "teddy bear", "count": 1}, {"class": "dog", "count": 1, "position": ["right of", 0]}],
+        "prompt": "a photo of a dog right of a teddy bear",
+    },
+    {
+        "tag": "color_attr",
+        "include": [
+            {"class": "giraffe", "count": 1, "color": "brown"},
+            {"class": "stop sign", "count": 1, "color": "white"},
+        ],
+        "prompt": "a photo of a brown giraffe and a white stop sign",
+    },
 ]
 
 
@@ -272,8 +309,9 @@ def test_geneval_formats(tmp_path):
     assert d["meta"] == [{k: v for k, v in r.items() if k != "prompt"} for r in GENEVAL_RECORDS]
     assert d["meta"][2]["exclude"] == [{"class": "clock", "count": 3}]
     assert d["meta"][4]["include"][1]["position"] == ["right of", 0]
-    assert load_dataset("geneval_prompts", path=str(bench / "evaluation_metadata.jsonl"),
-                        tags=["counting", "colors"])["prompt"] == ["a photo of two clocks", "a photo of a pink car"]
+    assert load_dataset("geneval_prompts", path=str(bench / "evaluation_metadata.jsonl"), tags=["counting", "colors"])[
+        "prompt"
+    ] == ["a photo of two clocks", "a photo of a pink car"]
     # Flow-GRPO layout: {split}_metadata.jsonl
     flow = tmp_path / "flow_geneval"
     flow.mkdir()
@@ -304,20 +342,22 @@ def test_ocr_prompts(tmp_path):
     folder.mkdir()
     (folder / "train.txt").write_text(
         'A bakery window with a sign that says "Fresh Bread Daily"\n'
-        '\n'
+        "\n"
         'A t-shirt printed with "Hello  World" and a "second" quote\n'
-        'A book cover titled \u201cThe Last Light\u201d\n')
+        "A book cover titled \u201cThe Last Light\u201d\n"
+    )
     (folder / "test.txt").write_text('A neon sign reading "OPEN"\n')
     d = load_dataset("ocr_prompts", path=str(folder))
     assert [m["text"] for m in d["meta"]] == ["Fresh Bread Daily", "Hello  World", "The Last Light"]
     assert d["prompt"][0] == 'A bakery window with a sign that says "Fresh Bread Daily"'
     assert load_dataset("ocr_prompts", path=str(folder), split="test")["meta"] == [{"text": "OPEN"}]
     (folder / "train.txt").write_text('a sign saying "ok"\na blank wall with no text\n')
-    with pytest.raises(ValueError, match='line 2: no text in double quotes'):
+    with pytest.raises(ValueError, match="line 2: no text in double quotes"):
         load_dataset("ocr_prompts", path=str(folder))
     assert load_dataset("ocr_prompts", path=str(folder), on_missing="skip")["prompt"] == ['a sign saying "ok"']
-    rows = _write_jsonl(tmp_path / "ocr.jsonl", [{"prompt": 'a mug that says "hi"', "id": 3},
-                                                 {"prompt": "a poster", "text": "SALE"}])
+    rows = _write_jsonl(
+        tmp_path / "ocr.jsonl", [{"prompt": 'a mug that says "hi"', "id": 3}, {"prompt": "a poster", "text": "SALE"}]
+    )
     assert load_dataset("ocr_prompts", path=str(rows))["meta"] == [{"text": "hi", "id": 3}, {"text": "SALE"}]
     with pytest.raises(FileNotFoundError, match="flow_grpo/main/dataset/ocr"):
         load_dataset("ocr_prompts", path=str(tmp_path / "nowhere"))

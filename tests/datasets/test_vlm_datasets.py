@@ -81,15 +81,38 @@ def test_jsonl_round_trip_paths_base64_messages(tmp_path):
     abs_c.write_bytes(_png(c))
     records = [
         {"prompt": "How many dots?", "images": ["imgs/a.png"], "answer": 3, "difficulty": "easy"},
-        {"prompt": "<image>\nWhat is x?", "images": [{"bytes": base64.b64encode(_png(b)).decode()}],
-         "answer": "12", "solution": "<think>2 * 6</think><answer>12</answer>"},
-        {"messages": [{"role": "system", "content": "Think first."},
-                      {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Compare"},
-                                                   {"type": "image"}, {"type": "text", "text": "the two."}]}],
-         "images": [{"path": "imgs/a.png"}, str(abs_c)], "answer": "left", "id": 7},
-        {"messages": [{"role": "user", "content": "<image> first"}, {"role": "assistant", "content": "ok"},
-                      {"role": "user", "content": "and now?"}],
-         "images": ["imgs/a.png"], "answer": 1.5},
+        {
+            "prompt": "<image>\nWhat is x?",
+            "images": [{"bytes": base64.b64encode(_png(b)).decode()}],
+            "answer": "12",
+            "solution": "<think>2 * 6</think><answer>12</answer>",
+        },
+        {
+            "messages": [
+                {"role": "system", "content": "Think first."},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image"},
+                        {"type": "text", "text": "Compare"},
+                        {"type": "image"},
+                        {"type": "text", "text": "the two."},
+                    ],
+                },
+            ],
+            "images": [{"path": "imgs/a.png"}, str(abs_c)],
+            "answer": "left",
+            "id": 7,
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "<image> first"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "and now?"},
+            ],
+            "images": ["imgs/a.png"],
+            "answer": 1.5,
+        },
     ]
     f = _write_jsonl(tmp_path / "data.jsonl", records)
     d = load_dataset("vlm_records", path=str(f))
@@ -106,10 +129,13 @@ def test_jsonl_round_trip_paths_base64_messages(tmp_path):
     # selection: num_samples, shuffle, split filter
     assert load_dataset("vlm_records", path=f, num_samples=2)["prompt"] == d["prompt"][:2]
     s = load_dataset("vlm_records", path=f, shuffle=True, seed=3)
-    assert sorted(s["prompt"]) == sorted(d["prompt"]) and s["prompt"] == load_dataset(
-        "vlm_records", path=f, shuffle=True, seed=3)["prompt"]
-    split_file = _write_jsonl(tmp_path / "split.jsonl", [dict(records[0], split="train"),
-                                                          dict(records[1], split="eval")])
+    assert (
+        sorted(s["prompt"]) == sorted(d["prompt"])
+        and s["prompt"] == load_dataset("vlm_records", path=f, shuffle=True, seed=3)["prompt"]
+    )
+    split_file = _write_jsonl(
+        tmp_path / "split.jsonl", [dict(records[0], split="train"), dict(records[1], split="eval")]
+    )
     assert load_dataset("vlm_records", path=split_file, split="eval")["prompt"] == ["What is x?"]
     with pytest.warns(UserWarning, match="no evaluation split, so evaluation .* uses its training rows"):
         assert load_dataset("vlm_records", path=f, split="eval")["prompt"] == d["prompt"]  # no split: all rows
@@ -125,13 +151,17 @@ def test_parquet_round_trip(tmp_path):
 
     a, b = _image(24, 18, 4), _image(8, 40, 5)
     (tmp_path / "b.png").write_bytes(_png(b))
-    table = pa.table({
-        "prompt": ["<image> Which is bigger?", "Name it."],
-        "images": [[{"bytes": _png(a), "path": None}, {"bytes": None, "path": "b.png"}],
-                   [{"bytes": _png(b), "path": "b.png"}]],
-        "answer": ["A", "B"],
-        "source": ["s1", "s2"],
-    })
+    table = pa.table(
+        {
+            "prompt": ["<image> Which is bigger?", "Name it."],
+            "images": [
+                [{"bytes": _png(a), "path": None}, {"bytes": None, "path": "b.png"}],
+                [{"bytes": _png(b), "path": "b.png"}],
+            ],
+            "answer": ["A", "B"],
+            "source": ["s1", "s2"],
+        }
+    )
     f = tmp_path / "train-00000-of-00001.parquet"
     pq.write_table(table, f)
     with pytest.raises(ValueError, match=r"row 0: the prompt has 1 \"<image>\" placeholder\(s\) but the record has 2"):
@@ -168,23 +198,37 @@ def test_record_errors(tmp_path):
     msg = fails([good, {"prompt": "q", "images": ["ok.png"]}], r"line 2: no 'answer' column")
     assert "(its columns: images, prompt)" in msg and "set answer_key: <the ground-truth column>" in msg
     assert "answer_key: null" in msg and "\n" not in msg
-    msg = fails([good, good, {"prompt": "q", "images": ["missing/x.png"], "answer": 1}],
-                r"line 3, image 0: image file not found: .*missing/x.png", FileNotFoundError)
+    msg = fails(
+        [good, good, {"prompt": "q", "images": ["missing/x.png"], "answer": 1}],
+        r"line 3, image 0: image file not found: .*missing/x.png",
+        FileNotFoundError,
+    )
     assert f"resolved against {tmp_path}" in msg
-    msg = fails([{"messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "q"}]}],
-                  "images": ["ok.png", "ok.png"], "answer": 1}],
-                r"line 1: the messages have 1 image placeholder\(s\) but the record has 2 image\(s\)")
+    msg = fails(
+        [
+            {
+                "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "q"}]}],
+                "images": ["ok.png", "ok.png"],
+                "answer": 1,
+            }
+        ],
+        r"line 1: the messages have 1 image placeholder\(s\) but the record has 2 image\(s\)",
+    )
     assert '{"type": "image"}' in msg
-    fails([{"messages": [{"role": "user", "content": "<image><image> q"}], "images": ["ok.png"], "answer": 1}],
-          r"line 1: the messages have 2 image placeholder")
+    fails(
+        [{"messages": [{"role": "user", "content": "<image><image> q"}], "images": ["ok.png"], "answer": 1}],
+        r"line 1: the messages have 2 image placeholder",
+    )
     (tmp_path / "junk.png").write_bytes(b"not an image at all")
     fails([{"prompt": "q", "images": ["junk.png"], "answer": 1}], r"line 1, image 0 .*not a decodable image")
-    fails([{"prompt": "q", "images": [{"bytes": "%%%not base64"}], "answer": 1}],
-          r"line 1, image 0: .*not valid base64")
+    fails(
+        [{"prompt": "q", "images": [{"bytes": "%%%not base64"}], "answer": 1}], r"line 1, image 0: .*not valid base64"
+    )
     msg = fails([{"question": "q", "answer": 1}], r"line 1: no 'prompt' column \(or chat 'messages'\)")
     assert "(its columns: answer, question); set prompt_key: <the question column>, e.g. prompt_key: question" in msg
-    fails([{"prompt": "q", "messages": [{"role": "user", "content": "q"}], "answer": 1}],
-          "both 'prompt' and 'messages'")
+    fails(
+        [{"prompt": "q", "messages": [{"role": "user", "content": "q"}], "answer": 1}], "both 'prompt' and 'messages'"
+    )
     fails([{"messages": [{"role": "system", "content": "x"}], "answer": 1}], 'no message with role "user"')
     fails([good, "a string"], r"line 2: expected an object, got str")
     (tmp_path / "bad.jsonl").write_text(json.dumps(good) + "\n{not json\n")
@@ -266,11 +310,13 @@ def test_geometry3k_hub_schema(tmp_path, pq):
     snap = tmp_path / "geometry3k" / "data"
     snap.mkdir(parents=True)
     imgs = [_image(30, 40, i) for i in range(3)]
-    table = pa.table({
-        "images": [[_img_cell(im)] for im in imgs],
-        "problem": ["<image>Find x.", "<image>Find the area of the triangle.", "<image>Find y. Round to tenths."],
-        "answer": ["3", "12\\sqrt{3}", "4.5"],
-    })
+    table = pa.table(
+        {
+            "images": [[_img_cell(im)] for im in imgs],
+            "problem": ["<image>Find x.", "<image>Find the area of the triangle.", "<image>Find y. Round to tenths."],
+            "answer": ["3", "12\\sqrt{3}", "4.5"],
+        }
+    )
     pq.write_table(table.slice(0, 2), snap / "train-00000-of-00001.parquet")
     pq.write_table(table.slice(2, 1), snap / "test-00000-of-00001.parquet")
     d = load_dataset("geometry3k", path=str(tmp_path / "geometry3k"))
@@ -278,8 +324,7 @@ def test_geometry3k_hub_schema(tmp_path, pq):
     assert torch.equal(d["images"][1][0], imgs[1])
     assert d["meta"][1] == {"answer": "12\\sqrt{3}", "source": "hiyouga/geometry3k", "split": "train", "row": 1}
     assert d["solution"] == ["3", "12\\sqrt{3}"]
-    t = load_dataset("geometry3k", split="test", data_files=[str(snap / "test-*.parquet")],
-                     max_pixels=28 * 28)
+    t = load_dataset("geometry3k", split="test", data_files=[str(snap / "test-*.parquet")], max_pixels=28 * 28)
     assert t["prompt"] == ["Find y. Round to tenths."] and t["images"][0][0].shape == (28, 28, 3)
     with pytest.raises(FileNotFoundError, match="no validation-\\*.parquet .*huggingface-cli download"):
         load_dataset("geometry3k", split="validation", path=str(tmp_path / "geometry3k"))
@@ -292,11 +337,13 @@ def test_clevr_counting_hub_schema(tmp_path, pq, vr):
     import pyarrow as pa
 
     imgs = [_image(32, 48, 10 + i) for i in range(5)]
-    table = pa.table({
-        "image": [_img_cell(im) for im in imgs],
-        "problem": ["How many items are there in the image?"] * 5,
-        "solution": [f"<answer> {n} </answer>" for n in (3, 7, 10, 4, 5)],
-    })
+    table = pa.table(
+        {
+            "image": [_img_cell(im) for im in imgs],
+            "problem": ["How many items are there in the image?"] * 5,
+            "solution": [f"<answer> {n} </answer>" for n in (3, 7, 10, 4, 5)],
+        }
+    )
     f = tmp_path / "train-00000-of-00001.parquet"
     pq.write_table(table, f, row_group_size=2)
     d = load_dataset("clevr_counting", data_files=str(f), eval_size=2)
@@ -319,16 +366,18 @@ def test_refcoco_lmms_schema_xywh_to_xyxy(tmp_path, pq):
     import pyarrow as pa
 
     img = _image(60, 80, 20)  # H 60, W 80
-    table = pa.table({
-        "question_id": ["q1", "q2"],
-        "image": [_img_cell(img), _img_cell(img)],
-        "question": ["Please carefully observe the area circled in the image ..."] * 2,
-        "answer": [["man on the left", "guy in red"], ["dog"]],
-        "segmentation": [[1.0, 2.0], [3.0, 4.0]],
-        "bbox": [[10.0, 5.0, 30.0, 20.0], [0.0, 0.0, 80.0, 60.0]],  # COCO x, y, w, h
-        "iscrowd": [0, 0],
-        "file_name": ["COCO_train2014_000000000001.jpg"] * 2,
-    })
+    table = pa.table(
+        {
+            "question_id": ["q1", "q2"],
+            "image": [_img_cell(img), _img_cell(img)],
+            "question": ["Please carefully observe the area circled in the image ..."] * 2,
+            "answer": [["man on the left", "guy in red"], ["dog"]],
+            "segmentation": [[1.0, 2.0], [3.0, 4.0]],
+            "bbox": [[10.0, 5.0, 30.0, 20.0], [0.0, 0.0, 80.0, 60.0]],  # COCO x, y, w, h
+            "iscrowd": [0, 0],
+            "file_name": ["COCO_train2014_000000000001.jpg"] * 2,
+        }
+    )
     snap = tmp_path / "RefCOCO" / "data"
     snap.mkdir(parents=True)
     pq.write_table(table, snap / "val-00000-of-00001.parquet")
@@ -344,8 +393,9 @@ def test_refcoco_lmms_schema_xywh_to_xyxy(tmp_path, pq):
     allx = load_dataset("refcoco", path=str(tmp_path / "RefCOCO"), all_expressions=True)
     assert [x["expression"] for x in allx["meta"]] == ["man on the left", "guy in red", "dog"]
     # a pixel budget rescales the box into the resized image: 60 x 80 -> 56 x 84 (factor 28)
-    r = load_dataset("refcoco", path=str(tmp_path / "RefCOCO"), min_pixels=56 * 56, max_pixels=28 * 28 * 64,
-                     num_samples=1)
+    r = load_dataset(
+        "refcoco", path=str(tmp_path / "RefCOCO"), min_pixels=56 * 56, max_pixels=28 * 28 * 64, num_samples=1
+    )
     m = r["meta"][0]
     assert r["images"][0][0].shape == (56, 84, 3) and m["image_size"] == [84, 56]
     assert m["box"] == [round(10 * 84 / 80, 2), round(5 * 56 / 60, 2), round(40 * 84 / 80, 2), round(25 * 56 / 60, 2)]
@@ -365,14 +415,19 @@ def test_refcoco_jxu124_schema_coco_images(tmp_path, pq):
     coco = tmp_path / "coco" / "train2014"
     coco.mkdir(parents=True)
     (coco / "COCO_train2014_000000000009.jpg").write_bytes(_png(img))  # PNG bytes; PIL reads by content
-    table = pa.table({
-        "ref_id": [0], "ann_id": [11], "image_id": [9], "split": ["train"],
-        "sentences": [[{"raw": "Left cat", "sent": "left cat"}]],
-        "raw_anns": [json.dumps({"bbox": [2.0, 3.0, 10.0, 20.0]})],
-        "image_path": ["coco/train2014/COCO_train2014_000000000009.jpg"],
-        "bbox": [[2.0, 3.0, 12.0, 23.0]],  # already x1, y1, x2, y2
-        "captions": [["left cat", "the cat on the left"]],
-    })
+    table = pa.table(
+        {
+            "ref_id": [0],
+            "ann_id": [11],
+            "image_id": [9],
+            "split": ["train"],
+            "sentences": [[{"raw": "Left cat", "sent": "left cat"}]],
+            "raw_anns": [json.dumps({"bbox": [2.0, 3.0, 10.0, 20.0]})],
+            "image_path": ["coco/train2014/COCO_train2014_000000000009.jpg"],
+            "bbox": [[2.0, 3.0, 12.0, 23.0]],  # already x1, y1, x2, y2
+            "captions": [["left cat", "the cat on the left"]],
+        }
+    )
     f = tmp_path / "train.parquet"
     pq.write_table(table, f)
     with pytest.raises(ValueError, match="carries no pixels; pass image_root="):
@@ -417,8 +472,9 @@ def test_shapes_vqa_format_and_determinism(svqa):
     assert long["meta"][:40] == a["meta"] and all(torch.equal(x[0], y[0]) for x, y in zip(a["images"], long["images"]))
     assert svqa.build(8, seed=5, image_size=16)["images"][0][0].shape == (16, 16, 3)
     only = svqa.build(30, tasks=["color"], suffix=" Answer with one word.")
-    assert all(m["task"] == "color" and p.endswith(" Answer with one word.")
-               for m, p in zip(only["meta"], only["prompt"]))
+    assert all(
+        m["task"] == "color" and p.endswith(" Answer with one word.") for m, p in zip(only["meta"], only["prompt"])
+    )
     assert {m["task"] for m in svqa.build(30, tasks={"count": 1, "compare": 0})["meta"]} == {"count"}
     big = svqa.build(2, max_pixels=28 * 28 * 4, min_pixels=56 * 56)
     assert big["images"][0][0].shape == (56, 56, 3)

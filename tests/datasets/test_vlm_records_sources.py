@@ -23,10 +23,16 @@ pytest.importorskip("PIL", reason="VLM datasets decode images with Pillow")
 from PIL import Image
 
 # the huggingface schema metadata `datasets.Dataset.to_parquet` writes for an Image() column
-HF_IMAGE_SCHEMA = {"info": {"features": {"question": {"dtype": "string", "_type": "Value"},
-                                         "image": {"_type": "Image"},
-                                         "answer": {"dtype": "string", "_type": "Value"},
-                                         "level": {"dtype": "int64", "_type": "Value"}}}}
+HF_IMAGE_SCHEMA = {
+    "info": {
+        "features": {
+            "question": {"dtype": "string", "_type": "Value"},
+            "image": {"_type": "Image"},
+            "answer": {"dtype": "string", "_type": "Value"},
+            "level": {"dtype": "int64", "_type": "Value"},
+        }
+    }
+}
 
 
 def _image(h: int, w: int, seed: int) -> torch.Tensor:
@@ -51,8 +57,16 @@ def _question_rows(folder: Path, n: int = 4, prefix: str = "q") -> list[dict]:
     rows = []
     for i in range(n):
         (folder / "img" / f"{prefix}{i}.png").write_bytes(_png(_image(12, 16, i)))
-        rows.append({"id": f"{prefix}{i}", "question": f"How many? {prefix}{i}", "image": f"img/{prefix}{i}.png",
-                     "answer": str(i), "difficulty": i % 2, "choices": ["A", "B"]})
+        rows.append(
+            {
+                "id": f"{prefix}{i}",
+                "question": f"How many? {prefix}{i}",
+                "image": f"img/{prefix}{i}.png",
+                "answer": str(i),
+                "difficulty": i % 2,
+                "choices": ["A", "B"],
+            }
+        )
     return rows
 
 
@@ -67,8 +81,10 @@ def hf(monkeypatch, tmp_path, vr):
     try:
         mod = vr._hf_datasets()
     except ImportError:
-        pytest.skip("Hugging Face datasets is not installed (pip install datasets): the files it writes are "
-                    "covered by the pyarrow-written hub-schema tests")
+        pytest.skip(
+            "Hugging Face datasets is not installed (pip install datasets): the files it writes are "
+            "covered by the pyarrow-written hub-schema tests"
+        )
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr(mod.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
@@ -115,8 +131,10 @@ def test_a_missing_column_names_the_columns_found(tmp_path):
 
     cols = "(its columns: answer, choices, difficulty, id, image, question)"
     msg = error()  # the default prompt_key
-    assert f"no 'prompt' column (or chat 'messages') {cols}; set prompt_key: <the question column>, " \
-           "e.g. prompt_key: question" in msg
+    assert (
+        f"no 'prompt' column (or chat 'messages') {cols}; set prompt_key: <the question column>, "
+        "e.g. prompt_key: question" in msg
+    )
     msg = error(prompt_key="question", answer_key="final")
     assert f"no 'final' column {cols}; set answer_key: <the ground-truth column>, e.g. answer_key: answer" in msg
     assert "answer_key: null" in msg
@@ -128,9 +146,16 @@ def test_a_missing_column_names_the_columns_found(tmp_path):
 
 def test_chat_prompts_trl_conversational(tmp_path):
     img = _image(8, 8, 7)
-    rows = [{"prompt": [{"role": "system", "content": "Answer with a number."},
-                        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]}],
-             "images": [{"bytes": None, "path": str(tmp_path / "a.png")}], "solution": "3"}]
+    rows = [
+        {
+            "prompt": [
+                {"role": "system", "content": "Answer with a number."},
+                {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many?"}]},
+            ],
+            "images": [{"bytes": None, "path": str(tmp_path / "a.png")}],
+            "solution": "3",
+        }
+    ]
     (tmp_path / "a.png").write_bytes(_png(img))
     d = load_dataset("vlm_records", path=_jsonl(tmp_path / "c.jsonl", rows), answer_key="solution")
     assert d["prompt"] == ["How many?"] and torch.equal(d["images"][0][0], img)
@@ -142,12 +167,16 @@ def test_extra_column_values_become_json(tmp_path):
     pa = pytest.importorskip("pyarrow", reason="parquet needs pyarrow")
     import pyarrow.parquet as pq
 
-    table = pa.table({
-        "prompt": ["q"], "answer": [1.5],
-        "when": pa.array([datetime.datetime(2024, 5, 1, 12, 30)]),
-        "tags": [["a", "b"]], "box": [{"x": 1, "y": 2}],
-        "mask": [{"bytes": _png(_image(4, 4, 0)), "path": None}],  # a second image column
-    })
+    table = pa.table(
+        {
+            "prompt": ["q"],
+            "answer": [1.5],
+            "when": pa.array([datetime.datetime(2024, 5, 1, 12, 30)]),
+            "tags": [["a", "b"]],
+            "box": [{"x": 1, "y": 2}],
+            "mask": [{"bytes": _png(_image(4, 4, 0)), "path": None}],  # a second image column
+        }
+    )
     pq.write_table(table, tmp_path / "x.parquet")
     with pytest.warns(UserWarning, match=r"column\(s\) mask hold bytes or images, not JSON values"):
         d = load_dataset("vlm_records", path=tmp_path / "x.parquet")
@@ -167,10 +196,14 @@ def _hf_image_parquet(path: Path, images: list) -> None:
     import pyarrow.parquet as pq
 
     image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    table = pa.table({"question": [f"q{i}" for i in range(len(images))],
-                      "image": pa.array(images, type=image_type),
-                      "answer": [str(i) for i in range(len(images))],
-                      "level": list(range(len(images)))})
+    table = pa.table(
+        {
+            "question": [f"q{i}" for i in range(len(images))],
+            "image": pa.array(images, type=image_type),
+            "answer": [str(i) for i in range(len(images))],
+            "level": list(range(len(images))),
+        }
+    )
     table = table.replace_schema_metadata({"huggingface": json.dumps(HF_IMAGE_SCHEMA)})
     pq.write_table(table, path)
 
@@ -189,9 +222,14 @@ def test_parquet_image_feature_bytes_and_paths(tmp_path):
 
 def test_parquet_written_by_hf_datasets(tmp_path, hf):
     a, b = _image(10, 14, 1), _image(6, 9, 2)
-    ds = hf.Dataset.from_dict({"question": ["q0", "q1"],
-                               "image": [{"bytes": _png(a), "path": None}, {"bytes": _png(b), "path": None}],
-                               "answer": ["0", "1"], "level": [0, 1]}).cast_column("image", hf.Image())
+    ds = hf.Dataset.from_dict(
+        {
+            "question": ["q0", "q1"],
+            "image": [{"bytes": _png(a), "path": None}, {"bytes": _png(b), "path": None}],
+            "answer": ["0", "1"],
+            "level": [0, 1],
+        }
+    ).cast_column("image", hf.Image())
     ds.to_parquet(str(tmp_path / "data.parquet"))
     d = load_dataset("vlm_records", path=tmp_path / "data.parquet", prompt_key="question")
     assert torch.equal(d["images"][0][0], a) and torch.equal(d["images"][1][0], b)
@@ -219,8 +257,9 @@ def test_datasets_load_dataset_path_offline(tmp_path, hf):
     d = load_dataset("vlm_records", path="json", data_files=files, prompt_key="question")
     assert d["prompt"] == [r["question"] for r in rows] and d["images"][2][0].shape == (12, 16, 3)
     assert d["meta"][0] == {"id": "q0", "answer": "0", "difficulty": 0, "choices": ["A", "B"]}
-    assert load_dataset("vlm_records", path="json", data_files=files, prompt_key="question",
-                        split="eval")["prompt"] == [rows[0]["question"]]  # eval -> the "test" split
+    assert load_dataset("vlm_records", path="json", data_files=files, prompt_key="question", split="eval")[
+        "prompt"
+    ] == [rows[0]["question"]]  # eval -> the "test" split
 
 
 def test_csv_and_tsv(tmp_path):
@@ -275,8 +314,11 @@ def test_not_found_paths_are_not_sent_to_the_hub(tmp_path, vr):
     try:
         vr._hf_datasets()
     except ImportError:  # without Hugging Face datasets a hub id says what it needs (with it, it would download)
-        with pytest.raises(ImportError, match="'mydata' is not a local file or folder; read as a Hugging Face "
-                                              "dataset id it needs pip install datasets"):
+        with pytest.raises(
+            ImportError,
+            match="'mydata' is not a local file or folder; read as a Hugging Face "
+            "dataset id it needs pip install datasets",
+        ):
             load_dataset("vlm_records", path="mydata")
     with pytest.raises(ValueError, match="vlm_records needs path="):
         load_dataset("vlm_records")
@@ -374,20 +416,33 @@ def test_vlm_quickstart_trains_on_a_user_jsonl_with_a_question_column(tmp_path):
     rows = []
     for i in range(16):
         (tmp_path / f"{i}.png").write_bytes(_png(_image(32, 32, i)))
-        rows.append({"question": "How many shapes are there?", "image": f"{i}.png", "answer": str(i % 4),
-                     "source": "mine"})
+        rows.append(
+            {"question": "How many shapes are there?", "image": f"{i}.png", "answer": str(i % 4), "source": "mine"}
+        )
     f = _jsonl(tmp_path / "mine.jsonl", rows)
     data = f"{{path: {f}, prompt_key: question}}"
     overrides = [
-        f"run.output_dir={tmp_path}", "run.name=mine", "sim.num_envs=8", "sim.eval_num_envs=8",
-        "algorithm.group_size=4", "algorithm.minibatch_size=8", "sim.kwargs.dataset=vlm_records",
-        f"sim.kwargs.dataset_kwargs={data}", "warm_start.dataset=vlm_records", f"warm_start.kwargs={data}",
-        "warm_start.num_episodes=8", "warm_start.steps=2", "warm_start.batch_size=4",
-        "trainer.eval_episodes=8", "trainer.checkpoint_every=1", "trainer.iterations=1",
+        f"run.output_dir={tmp_path}",
+        "run.name=mine",
+        "sim.num_envs=8",
+        "sim.eval_num_envs=8",
+        "algorithm.group_size=4",
+        "algorithm.minibatch_size=8",
+        "sim.kwargs.dataset=vlm_records",
+        f"sim.kwargs.dataset_kwargs={data}",
+        "warm_start.dataset=vlm_records",
+        f"warm_start.kwargs={data}",
+        "warm_start.num_episodes=8",
+        "warm_start.steps=2",
+        "warm_start.batch_size=4",
+        "trainer.eval_episodes=8",
+        "trainer.checkpoint_every=1",
+        "trainer.iterations=1",
     ]
     with pytest.raises(ConfigError, match="warm_start.*has no argument 'promt_key'"):  # before any work
-        load_experiment("configs/vlm_quickstart.yaml",
-                        [*overrides, f"warm_start.kwargs={{path: {f}, promt_key: question}}"])
+        load_experiment(
+            "configs/vlm_quickstart.yaml", [*overrides, f"warm_start.kwargs={{path: {f}, promt_key: question}}"]
+        )
     with pytest.warns(UserWarning, match="no evaluation split"):
         results = build_trainer(load_experiment("configs/vlm_quickstart.yaml", overrides)).run()
     assert results["final"]["iteration"] == 1 and results["final"]["episodes"] == 8

@@ -22,8 +22,9 @@ import pytest
 import torch
 
 vllm = pytest.importorskip(
-    "vllm", reason="vLLM is not installed here: run `bash scripts/setup_vllm.sh`, then "
-    ".venv-vllm/bin/python -m pytest tests/engines/test_vllm_engine.py"
+    "vllm",
+    reason="vLLM is not installed here: run `bash scripts/setup_vllm.sh`, then "
+    ".venv-vllm/bin/python -m pytest tests/engines/test_vllm_engine.py",
 )
 
 from mmrl.engines.base import GenRequest, SamplingConfig  # noqa: E402
@@ -154,8 +155,13 @@ def test_logprobs_follow_the_sampling_temperature(engine, tiny, requests):
     sampling = SamplingConfig(n=2, max_new_tokens=MAX_NEW, seed=7, temperature=0.5)
     gens = engine.generate(requests, sampling)
     _check_generations(gens, len(requests), 2, model.config.text_config.vocab_size)
-    scaled = max((torch.tensor(g.logprobs) - _hf_logprobs(model, processor, requests[g.request_index], g.token_ids,
-                                                          0.5)[1]).abs().max().item() for g in gens)
+    scaled = max(
+        (torch.tensor(g.logprobs) - _hf_logprobs(model, processor, requests[g.request_index], g.token_ids, 0.5)[1])
+        .abs()
+        .max()
+        .item()
+        for g in gens
+    )
     print(f"max |vLLM - HF log_softmax(logits / 0.5)| = {scaled:.3g}")
     assert scaled < LOGP_TOL
     assert _max_diff(engine, model, processor, requests, gens) > 10 * LOGP_TOL  # T=1 log-probs are told apart
@@ -166,8 +172,9 @@ def test_banned_tokens_are_never_sampled(engine, tiny, requests):
     image_id = processor.tokenizer.convert_tokens_to_ids("<image>")
     free = engine.generate(requests, SamplingConfig(n=4, max_new_tokens=MAX_NEW, seed=3))
     banned = {image_id} | {t for g in free for t in g.token_ids[:2]}  # what it sampled first, unbanned
-    gens = engine.generate(requests, SamplingConfig(n=4, max_new_tokens=MAX_NEW, seed=3,
-                                                     banned_token_ids=tuple(banned)))
+    gens = engine.generate(
+        requests, SamplingConfig(n=4, max_new_tokens=MAX_NEW, seed=3, banned_token_ids=tuple(banned))
+    )
     assert not any(t in banned for g in gens for t in g.token_ids)
 
 
@@ -242,8 +249,17 @@ def _write_lora_adapter(folder, model, rank=4, alpha=8, seed=0) -> dict:
             state[key + ".weight"] += alpha / rank * b @ a
     folder.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(folder / "adapter_model.safetensors"))
-    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha, "lora_dropout": 0.0,
-              "target_modules": ["q_proj", "v_proj"], "bias": "none", "fan_in_fan_out": False, "use_rslora": False}
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": alpha,
+        "lora_dropout": 0.0,
+        "target_modules": ["q_proj", "v_proj"],
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+    }
     (folder / "adapter_config.json").write_text(json.dumps(config))
     return state
 
@@ -255,8 +271,9 @@ def test_load_lora_matches_merged_hf(tiny, requests, tmp_path):
     merged = _write_lora_adapter(tmp_path / "v1", model)
     merged2 = _write_lora_adapter(tmp_path / "v2", model, seed=1)
     original = {k: v.clone() for k, v in model.state_dict().items()}
-    eng = VLLMEngine(path, max_model_len=256, seed=0, limit_mm_per_prompt={"image": 1},
-                     enable_lora=True, max_lora_rank=8)
+    eng = VLLMEngine(
+        path, max_model_len=256, seed=0, limit_mm_per_prompt={"image": 1}, enable_lora=True, max_lora_rank=8
+    )
     sampling = SamplingConfig(n=2, temperature=1.0, max_new_tokens=MAX_NEW, seed=11)
     try:
         base = eng.generate(requests, sampling)

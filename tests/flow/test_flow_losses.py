@@ -15,7 +15,7 @@ def test_flow_matching_loss_zero_for_exact_velocity():
     x0, noise, g = _data()
     t = torch.rand(5, generator=g)
 
-    def oracle(x, tt):        # knows x0 and noise through the closure
+    def oracle(x, tt):  # knows x0 and noise through the closure
         return noise - x0, None
 
     loss = flow_matching_loss(oracle, x0, t=t, noise=noise)
@@ -30,8 +30,7 @@ def test_flow_matching_loss_hand_value():
     expect = ((noise - x0) ** 2).reshape(5, -1).mean(1)
     torch.testing.assert_close(flow_matching_loss(zero, x0, t=t, noise=noise), expect)
     w = torch.tensor([1.0, 0.0, 2.0, 1.0, 0.5])
-    torch.testing.assert_close(flow_matching_loss(zero, x0, t=t, noise=noise, weights=w),
-                               w * expect)
+    torch.testing.assert_close(flow_matching_loss(zero, x0, t=t, noise=noise, weights=w), w * expect)
     # the model sees x_t = t noise + (1 - t) x0 and t
     seen = {}
 
@@ -59,13 +58,13 @@ def test_awm_uniform_equals_advantage_times_fm_loss(tiny_net):
     torch.testing.assert_close(awm, adv * fm)
     # "t" weighting scales by t; "huber" is t * (sqrt(err + c^2) - c)
     torch.testing.assert_close(
-        awm_loss(tiny_net, x0, adv, weighting="t", t=t[:, None], noise=noise[:, None]),
-        adv * t * fm)
+        awm_loss(tiny_net, x0, adv, weighting="t", t=t[:, None], noise=noise[:, None]), adv * t * fm
+    )
     c = 0.1
     torch.testing.assert_close(
-        awm_loss(tiny_net, x0, adv, weighting="huber", huber_c=c, t=t[:, None],
-                 noise=noise[:, None]),
-        adv * t * (torch.sqrt(fm + c * c) - c))
+        awm_loss(tiny_net, x0, adv, weighting="huber", huber_c=c, t=t[:, None], noise=noise[:, None]),
+        adv * t * (torch.sqrt(fm + c * c) - c),
+    )
 
 
 def test_awm_stratified_timesteps_one_batched_call(tiny_net):
@@ -76,12 +75,11 @@ def test_awm_stratified_timesteps_one_batched_call(tiny_net):
         seen["x"], seen["t"] = x, tt
         return tiny_net(x, tt)
 
-    loss = awm_loss(spy, x0, torch.ones(5), num_timesteps=K,
-                    generator=torch.Generator().manual_seed(0))
+    loss = awm_loss(spy, x0, torch.ones(5), num_timesteps=K, generator=torch.Generator().manual_seed(0))
     assert loss.shape == (5,) and torch.isfinite(loss).all()
-    assert seen["x"].shape == (5 * K, 4, 3)                  # one call, sample-major rows
+    assert seen["x"].shape == (5 * K, 4, 3)  # one call, sample-major rows
     t = seen["t"].reshape(5, K)
-    for j in range(K):                                        # one t per stratum [j/K, (j+1)/K)
+    for j in range(K):  # one t per stratum [j/K, (j+1)/K)
         assert torch.all((t[:, j] >= j / K) & (t[:, j] < (j + 1) / K))
     loss.mean().backward()
     assert tiny_net.v_head.weight.grad is not None
@@ -95,7 +93,7 @@ def test_flow_noise_head_bounds_and_shapes():
     h = torch.randn(2, 10, 16)
     std = head(h)
     assert std.shape == (2, 10, 7)
-    torch.testing.assert_close(std, torch.full_like(std, 0.275))   # zero-init: the midpoint
+    torch.testing.assert_close(std, torch.full_like(std, 0.275))  # zero-init: the midpoint
     torch.nn.init.normal_(head.mlp[-1].weight, std=10.0)
     std = head(h * 10)
     assert torch.all((std >= 0.05) & (std <= 0.5)) and std.std() > 0

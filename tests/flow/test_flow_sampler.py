@@ -24,16 +24,15 @@ def test_time_grid_linear_and_shift():
     torch.testing.assert_close(g, torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]))
     gs = time_grid(4, shift=3.0)
     assert gs[0] == 1.0 and gs[-1] == 0.0 and torch.all(gs[1:] < gs[:-1])
-    assert abs(float(gs[2]) - 3 * 0.5 / (1 + 2 * 0.5)) < 1e-6   # 0.75
-    assert torch.all(gs[1:-1] > g[1:-1])                          # shift > 1 stays noisier
+    assert abs(float(gs[2]) - 3 * 0.5 / (1 + 2 * 0.5)) < 1e-6  # 0.75
+    assert torch.all(gs[1:-1] > g[1:-1])  # shift > 1 stays noisier
 
 
 @pytest.mark.parametrize("method", ["sde", "cps"])
 def test_zero_noise_level_reproduces_ode_chain(tiny_net, method):
     grid, noise = time_grid(K, shift=2.0), _noise()
     ode = sample(tiny_net, noise, grid, "ode")
-    out = sample(tiny_net, noise, grid, method, noise_level=0.0,
-                 generator=torch.Generator().manual_seed(5))
+    out = sample(tiny_net, noise, grid, method, noise_level=0.0, generator=torch.Generator().manual_seed(5))
     torch.testing.assert_close(out.chain, ode.chain, atol=1e-6, rtol=0)
     torch.testing.assert_close(out.x0, ode.chain[:, K])
     assert not out.stoch.any() and torch.all(out.logp == 0)
@@ -60,8 +59,7 @@ def test_recomputed_log_probs_equal_rollout(tiny_net, method, a, mode):
     assert torch.equal(out.stoch, mask & noisy_steps(grid, method, a)[None])
     assert out.stoch.any()
     for batch_steps in (True, False):
-        re = chain_log_prob(tiny_net, out.chain, grid, out.stoch, method, a,
-                            batch_steps=batch_steps)
+        re = chain_log_prob(tiny_net, out.chain, grid, out.stoch, method, a, batch_steps=batch_steps)
         assert re.shape == out.logp.shape
         ratio = torch.exp(re - out.logp)
         torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
@@ -73,14 +71,15 @@ def test_recomputed_log_probs_equal_rollout(tiny_net, method, a, mode):
 def test_chain_log_prob_batches_steps_and_has_gradients(tiny_net):
     grid = time_grid(K)
     mask = stochastic_mask(B, K, "window", window=(3, 6))
-    out = sample(tiny_net, _noise(2), grid, "sde", noise_level=0.7, stoch=mask,
-                 generator=torch.Generator().manual_seed(0))
+    out = sample(
+        tiny_net, _noise(2), grid, "sde", noise_level=0.7, stoch=mask, generator=torch.Generator().manual_seed(0)
+    )
     tiny_net.calls = 0
     re = chain_log_prob(tiny_net, out.chain, grid, out.stoch, "sde", 0.7)
-    assert tiny_net.calls == 1                                  # one call on [B * 3, *E]
+    assert tiny_net.calls == 1  # one call on [B * 3, *E]
     tiny_net.calls = 0
     chain_log_prob(tiny_net, out.chain, grid, out.stoch, "sde", 0.7, batch_steps=False)
-    assert tiny_net.calls == 3                                  # only the window's steps
+    assert tiny_net.calls == 3  # only the window's steps
     reduce_log_prob(re, out.stoch).sum().backward()
     grads = [p.grad for p in tiny_net.v_head.parameters()]
     assert all(gr is not None and torch.isfinite(gr).all() for gr in grads)
@@ -99,7 +98,7 @@ def test_stochastic_mask_modes():
     one = stochastic_mask(64, K, "one", generator=g)
     assert one.shape == (64, K) and one.dtype == torch.bool
     assert torch.all(one.sum(1) == 1)
-    assert len(set(one.float().argmax(1).tolist())) > 1         # not always the same step
+    assert len(set(one.float().argmax(1).tolist())) > 1  # not always the same step
     win = stochastic_mask(3, K, "window", window=(2, 5))
     assert win[:, 2:5].all() and not win[:, :2].any() and not win[:, 5:].any()
     assert stochastic_mask(3, K, "all").all() and not stochastic_mask(3, K, "none").any()
@@ -109,13 +108,19 @@ def test_stochastic_mask_modes():
 
 def test_reduce_log_prob_hand_example():
     # B = 1, K = 3, E = [2, 2]; step 1 is not stochastic (its values must be ignored).
-    logp = torch.tensor([[[[1.0, 2.0], [3.0, 4.0]],      # step 0: sum 10, mean 2.5
-                          [[9.0, 9.0], [9.0, 9.0]],      # step 1: masked out
-                          [[-1.0, 0.0], [1.0, 2.0]]]])   # step 2: sum 2, mean 0.5
+    logp = torch.tensor(
+        [
+            [
+                [[1.0, 2.0], [3.0, 4.0]],  # step 0: sum 10, mean 2.5
+                [[9.0, 9.0], [9.0, 9.0]],  # step 1: masked out
+                [[-1.0, 0.0], [1.0, 2.0]],
+            ]
+        ]
+    )  # step 2: sum 2, mean 0.5
     stoch = torch.tensor([[True, False, True]])
-    assert reduce_log_prob(logp, stoch, 2).tolist() == [12.0]                      # 10 + 2
-    assert reduce_log_prob(logp, stoch, 2, step_reduce="mean").tolist() == [6.0]   # 12 / 2
-    assert reduce_log_prob(logp, stoch, 2, elem_reduce="mean").tolist() == [3.0]   # 2.5 + 0.5
+    assert reduce_log_prob(logp, stoch, 2).tolist() == [12.0]  # 10 + 2
+    assert reduce_log_prob(logp, stoch, 2, step_reduce="mean").tolist() == [6.0]  # 12 / 2
+    assert reduce_log_prob(logp, stoch, 2, elem_reduce="mean").tolist() == [3.0]  # 2.5 + 0.5
     assert reduce_log_prob(logp, stoch, 2, "mean", "mean").tolist() == [1.5]
     # per-dimension level [B, C, A]: steps summed, elements kept
     per_dim = reduce_log_prob(logp, stoch, 2, keep=2)
@@ -151,8 +156,9 @@ def test_low_precision_chain_keeps_ratio_one(tiny_net):
     # chain, so the per-step recompute (same batch composition as the rollout) gives ratio 1.
     net = tiny_net.to(torch.bfloat16)
     grid = time_grid(K)
-    out = sample(net, _noise(3).to(torch.bfloat16), grid, "sde", noise_level=0.7,
-                 generator=torch.Generator().manual_seed(0))
+    out = sample(
+        net, _noise(3).to(torch.bfloat16), grid, "sde", noise_level=0.7, generator=torch.Generator().manual_seed(0)
+    )
     assert out.chain.dtype == torch.bfloat16 and out.logp.dtype == torch.float32
     re = chain_log_prob(net, out.chain, grid, out.stoch, "sde", 0.7, batch_steps=False)
     torch.testing.assert_close(torch.exp(re - out.logp), torch.ones_like(re), atol=1e-5, rtol=0)

@@ -19,8 +19,7 @@ def test_gaussian_log_prob_matches_torch_normal():
     ref = torch.distributions.Normal(mean, std_row.expand_as(mean)).log_prob(x)
     torch.testing.assert_close(gaussian_log_prob(x, mean, std_row), ref, atol=1e-6, rtol=0)
     ref = torch.distributions.Normal(mean, torch.full_like(mean, 0.3)).log_prob(x)
-    torch.testing.assert_close(gaussian_log_prob(x, mean, torch.tensor(0.3)), ref,
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(gaussian_log_prob(x, mean, torch.tensor(0.3)), ref, atol=1e-6, rtol=0)
 
 
 def test_sde_step_hand_computed():
@@ -73,8 +72,8 @@ def test_per_row_times_broadcast_over_elements():
     t, tn = torch.tensor([1.0, 0.7, 0.4]), torch.tensor([0.8, 0.5, 0.0])
     mean, std = sde_step(x, v, t, tn, 0.7)
     for i in range(3):
-        m_i, s_i = sde_step(x[i:i + 1], v[i:i + 1], float(t[i]), float(tn[i]), 0.7)
-        torch.testing.assert_close(mean[i:i + 1], m_i)
+        m_i, s_i = sde_step(x[i : i + 1], v[i : i + 1], float(t[i]), float(tn[i]), 0.7)
+        torch.testing.assert_close(mean[i : i + 1], m_i)
         torch.testing.assert_close(std[i].reshape(()), s_i.reshape(()))
 
 

@@ -40,8 +40,10 @@ class StageByStage:
         if n % self.stages:
             raise ValueError(f"{self.stages} stages do not divide {n} envs")
         k = n // self.stages
-        parts = [self._rollout(obs.index(torch.arange(s * k, (s + 1) * k)), generator=generator, mode=mode)
-                 for s in range(self.stages)]
+        parts = [
+            self._rollout(obs.index(torch.arange(s * k, (s + 1) * k)), generator=generator, mode=mode)
+            for s in range(self.stages)
+        ]
         batch = Batch.cat([p.batch for p in parts], dim=0)
         return Decision(batch, batch["actions"])
 

@@ -77,6 +77,7 @@ def assert_same_episodes(ref, got, cols=slice(None), close=()):
         else:
             assert torch.equal(a, b), key
 
+
 def assert_stage_one_lost_at_decision_two(ref, got, worker):
     """Stage 1's worker died after answering decision 1 (on LONG seeds) and was restarted once:
     its 3 episodes still running at decision 2 are lost, every other episode is the reference's."""
@@ -90,7 +91,6 @@ def assert_stage_one_lost_at_decision_two(ref, got, worker):
     assert info["length"][in_progress].eq(0).all()
     assert_same_episodes(ref, got, cols=~in_progress)  # stage 0 and stage 1's finished episode
     assert batch["valid"].shape[0] == ref[0]["valid"].shape[0]
-
 
 
 @pytest.mark.parametrize("seeds", [EARLY, LONG], ids=["early_stop", "full_horizon"])

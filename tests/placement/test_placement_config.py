@@ -16,17 +16,20 @@ def test_defaults_are_collocated_local_cpu():
     assert PlacementConfig(mode="hybrid", stages=2).stage_slices(8) == [slice(0, 4), slice(4, 8)]
 
 
-@pytest.mark.parametrize("kwargs, expected", [
-    ({"mode": "pipelined"}, "collocated, disaggregated, hybrid"),
-    ({"backend": "slurm"}, "local, ray"),
-    ({"mode": "hybrid", "stages": 1}, "valid stages are >= 2"),
-    ({"mode": "disaggregated", "stages": 2}, "valid for mode 'disaggregated': 1"),
-    ({"mode": "hybrid", "stages": 0}, "must be an int >= 1"),
-    ({"render_device": "gpu0"}, "valid: cpu, cuda, cuda:<index>"),
-    ({"max_restarts": -1}, "must be >= 0"),
-    ({"ray_strategy": "spread"}, "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD"),
-    ({"backend": "ray", "render_device": "cuda:1"}, "valid: cpu, cuda"),
-])
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"mode": "pipelined"}, "collocated, disaggregated, hybrid"),
+        ({"backend": "slurm"}, "local, ray"),
+        ({"mode": "hybrid", "stages": 1}, "valid stages are >= 2"),
+        ({"mode": "disaggregated", "stages": 2}, "valid for mode 'disaggregated': 1"),
+        ({"mode": "hybrid", "stages": 0}, "must be an int >= 1"),
+        ({"render_device": "gpu0"}, "valid: cpu, cuda, cuda:<index>"),
+        ({"max_restarts": -1}, "must be >= 0"),
+        ({"ray_strategy": "spread"}, "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD"),
+        ({"backend": "ray", "render_device": "cuda:1"}, "valid: cpu, cuda"),
+    ],
+)
 def test_bad_values_list_the_valid_ones(kwargs, expected):
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
         PlacementConfig(**kwargs)

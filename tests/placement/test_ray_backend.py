@@ -55,8 +55,7 @@ def policy():
 
 @pytest.fixture(scope="module")
 def stages():
-    two = start_sim_workers(registered_sim("reach", **SIM), N,
-                            PlacementConfig(mode="hybrid", stages=2, backend="ray"))
+    two = start_sim_workers(registered_sim("reach", **SIM), N, PlacementConfig(mode="hybrid", stages=2, backend="ray"))
     yield two
     close_workers(two)
 
@@ -103,8 +102,11 @@ def test_silent_actor_is_killed_after_timeout_and_restarted():
     slow = functools.partial(loaded_reach, num_envs=2, delay_s=1.0)  # 2 s per 1-step chunk
     with RaySimWorker(slow, name="slow", timeout_s=0.5) as w:  # no placement group: anywhere
         w.reset([0, 1])
-        with pytest.raises(WorkerCrashed, match=r"was killed: silent for 0\.\d s on 'step_chunk', past "
-                                                r"its limit of 0\.5 s \(placement\.step_timeout_s = 0\.5\)"):
+        with pytest.raises(
+            WorkerCrashed,
+            match=r"was killed: silent for 0\.\d s on 'step_chunk', past "
+            r"its limit of 0\.5 s \(placement\.step_timeout_s = 0\.5\)",
+        ):
             w.step_chunk(torch.zeros(2, 1, 2))
         assert not w.is_alive()
         old = w.pid
@@ -125,9 +127,12 @@ def test_silent_actor_is_killed_by_the_automatic_limit(monkeypatch):
     with RaySimWorker(slow, name="slow") as w:
         w.reset([0, 1])
         assert set(w.slowest_s) == {"reset"}
-        with pytest.raises(WorkerCrashed, match=r"silent for 0\.\d s on 'step_chunk', past its limit "
-                                                r"of 0\.5 s \(automatic limit: the 0\.5 s floor, no "
-                                                r"'step_chunk' answered yet\); set placement\.step_timeout_s"):
+        with pytest.raises(
+            WorkerCrashed,
+            match=r"silent for 0\.\d s on 'step_chunk', past its limit "
+            r"of 0\.5 s \(automatic limit: the 0\.5 s floor, no "
+            r"'step_chunk' answered yet\); set placement\.step_timeout_s",
+        ):
             w.step_chunk(torch.zeros(2, 1, 2))
         measured = dict(w.slowest_s)
         with pytest.warns(RuntimeWarning, match=r"restarting sim worker 'slow' .*silent for"):
@@ -197,9 +202,18 @@ def test_quickstart_on_a_local_ray_cluster_survives_a_killed_rollout_worker(tmp_
     from mmrl.experiment import build_trainer, load_experiment
     from tests.placement.test_trainer_placement import TINY
 
-    cfg = load_experiment("configs/quickstart.yaml", [
-        f"run.output_dir={tmp_path}", "run.name=t", *TINY, "trainer.iterations=3",
-        "placement.mode=hybrid", "placement.stages=2", "placement.backend=ray"])
+    cfg = load_experiment(
+        "configs/quickstart.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "run.name=t",
+            *TINY,
+            "trainer.iterations=3",
+            "placement.mode=hybrid",
+            "placement.stages=2",
+            "placement.backend=ray",
+        ],
+    )
     trainer = build_trainer(cfg)
     assert all(isinstance(w, RaySimWorker) for w in trainer.sim.workers)
     victim, rollout, calls = trainer.sim.workers[0], trainer.policy.rollout, []
@@ -212,8 +226,7 @@ def test_quickstart_on_a_local_ray_cluster_survives_a_killed_rollout_worker(tmp_
 
     trainer.policy.rollout = kill_in_iteration_two
     results = trainer.run()
-    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
-            if "train/success" in x]
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines() if "train/success" in x]
     assert set(results) == {"start", "final"} and trainer.state.iteration == 3
     assert victim.restarts == 1 and trainer.state.lost_episodes == 4
     assert trainer.state.episodes == 3 * 8 - 4

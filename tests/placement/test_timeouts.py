@@ -55,11 +55,9 @@ def limits(timeout_s, slowest=None):
 
 def test_each_method_gets_its_own_automatic_limit():
     w = limits(None, {"reset": 9.0, "step_chunk": 0.02})
-    assert w.call_limit_s("reset") == (180.0, "automatic limit: 20 x the slowest 'reset' so far, "
-                                               "9 s, at least 120 s")
+    assert w.call_limit_s("reset") == (180.0, "automatic limit: 20 x the slowest 'reset' so far, 9 s, at least 120 s")
     assert w.call_limit_s("step_chunk")[0] == 120.0
-    assert w.call_limit_s("get_state") == (120.0, "automatic limit: the 120 s floor, no "
-                                                  "'get_state' answered yet")
+    assert w.call_limit_s("get_state") == (120.0, "automatic limit: the 120 s floor, no 'get_state' answered yet")
     assert w.call_limit_s("start") == (STARTUP_TIMEOUT_S, "the start-up limit, STARTUP_TIMEOUT_S")
 
 
@@ -86,8 +84,11 @@ def test_step_timeout_config_values():
     assert load_config(PlacementConfig, {}, ["step_timeout_s=30"]).step_timeout_s == 30.0
     assert load_config(PlacementConfig, {"step_timeout_s": None}).step_timeout_s is None
     for bad in (0, -1.0, math.nan):
-        with pytest.raises(ConfigError, match=r"must be seconds > 0, \.inf \(wait forever\) or null "
-                                              r"\(automatic: max\(120 s, 20 x the slowest call so far\)\)"):
+        with pytest.raises(
+            ConfigError,
+            match=r"must be seconds > 0, \.inf \(wait forever\) or null "
+            r"\(automatic: max\(120 s, 20 x the slowest call so far\)\)",
+        ):
             PlacementConfig(step_timeout_s=bad)
 
 
@@ -118,13 +119,18 @@ def test_a_worker_that_stops_after_fast_steps_is_killed_restarted_and_serves_aga
         assert limit < waited < limit + 5.0  # killed once the limit passed, not long after
         message = str(crash.value)
         assert "sim worker 'stops'" in message and "was killed: silent for" in message
-        assert f"on 'step_chunk', past its limit of {limit:g} s (automatic limit: 10 x the slowest " \
-               f"'step_chunk' so far, {slowest:.3g} s, at least 0.2 s)" in message
+        assert (
+            f"on 'step_chunk', past its limit of {limit:g} s (automatic limit: 10 x the slowest "
+            f"'step_chunk' so far, {slowest:.3g} s, at least 0.2 s)" in message
+        )
         assert "set placement.step_timeout_s=SECONDS for a fixed limit" in message
 
         old_pid = w.pid
-        with pytest.warns(RuntimeWarning, match=r"restarting sim worker 'stops' \(restart 1 of "
-                                                r"max_restarts=3\): pid \d+ was killed: silent for"):
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"restarting sim worker 'stops' \(restart 1 of "
+            r"max_restarts=3\): pid \d+ was killed: silent for",
+        ):
             w.restart()
         assert w.restarts == 1 and w.is_alive() and w.pid != old_pid
         assert w.slowest_s["step_chunk"] >= slowest  # the measures survive the restart

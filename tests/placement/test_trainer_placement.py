@@ -18,8 +18,12 @@ from tests.placement.stage_order import StageByStage
 from tests.trainer.test_trainer import TINY as TRAINER_TINY
 
 # later overrides win; a dense reward pays every decision, so any corrupted reward changes the update
-TINY = [*TRAINER_TINY, "trainer.video_episodes=0", "run.threads=1",
-        "sim.kwargs={max_episode_steps: 12, dense_reward: true}"]
+TINY = [
+    *TRAINER_TINY,
+    "trainer.video_episodes=0",
+    "run.threads=1",
+    "sim.kwargs={max_episode_steps: 12, dense_reward: true}",
+]
 MODES = {
     "collocated": [],
     "disaggregated": ["placement.mode=disaggregated"],
@@ -29,8 +33,7 @@ MODES = {
 
 
 def cfg(tmp_path, *extra):
-    return load_experiment("configs/quickstart.yaml",
-                           [f"run.output_dir={tmp_path}", "run.name=t", *TINY, *extra])
+    return load_experiment("configs/quickstart.yaml", [f"run.output_dir={tmp_path}", "run.name=t", *TINY, *extra])
 
 
 def params(policy):
@@ -60,8 +63,13 @@ def runs(tmp_path_factory):
         batches = record_updates(trainer)
         results = trainer.run()
         rows = [json.loads(x) for x in (d / "t" / "metrics.jsonl").read_text().splitlines()]
-        out[name] = dict(params=params(trainer.policy), results=results, trainer=trainer,
-                         rows=[r for r in rows if "train/success" in r], batches=batches)
+        out[name] = dict(
+            params=params(trainer.policy),
+            results=results,
+            trainer=trainer,
+            rows=[r for r in rows if "train/success" in r],
+            batches=batches,
+        )
     return out
 
 
@@ -106,12 +114,12 @@ def test_hybrid_trains_on_the_batch_of_a_collocated_run_that_samples_stage_by_st
     valid = want["valid"]
     for key in want:
         if key in ROUNDED:
-            torch.testing.assert_close(got[key][valid], want[key][valid], atol=1e-6, rtol=0,
-                                       msg=lambda m, key=key: f"{key}: {m}")
+            torch.testing.assert_close(
+                got[key][valid], want[key][valid], atol=1e-6, rtol=0, msg=lambda m, key=key: f"{key}: {m}"
+            )
         else:
             assert torch.equal(got[key][valid], want[key][valid]), key
-    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
-            if "train/success" in x]
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines() if "train/success" in x]
     for key in ("train/return", "train/success", "train/length", "train/env_steps"):
         assert rows[0][key] == hybrid["rows"][0][key], key
     assert results["start"]["success_rate"] == hybrid["results"]["start"]["success_rate"]  # in-process
@@ -126,8 +134,7 @@ def test_stages_that_do_not_divide_the_envs_fail_at_load(tmp_path):
 
 
 def test_killed_sim_worker_is_restarted_and_the_run_goes_on(tmp_path):
-    trainer = build_trainer(cfg(tmp_path, "placement.mode=hybrid", "placement.stages=2",
-                                "trainer.iterations=3"))
+    trainer = build_trainer(cfg(tmp_path, "placement.mode=hybrid", "placement.stages=2", "trainer.iterations=3"))
     victim = trainer.sim.workers[1]
     rollout, calls = trainer.policy.rollout, []
 
@@ -139,8 +146,7 @@ def test_killed_sim_worker_is_restarted_and_the_run_goes_on(tmp_path):
 
     trainer.policy.rollout = kill_in_iteration_two
     trainer.run()
-    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
-            if "train/success" in x]
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines() if "train/success" in x]
     assert trainer.state.iteration == 3 and victim.restarts == 1
     assert trainer.state.lost_episodes == 4  # stage 1 held 4 envs, all in their first decision
     assert trainer.state.episodes == 3 * 8 - 4  # lost episodes are not counted as trained on
@@ -155,8 +161,7 @@ def test_stopped_sim_worker_is_killed_by_the_automatic_timeout_and_the_run_goes_
     from mmrl.placement import worker as worker_module
 
     monkeypatch.setattr(worker_module, "AUTO_TIMEOUT_FLOOR_S", 1.0)
-    trainer = build_trainer(cfg(tmp_path, "placement.mode=hybrid", "placement.stages=2",
-                                "trainer.iterations=3"))
+    trainer = build_trainer(cfg(tmp_path, "placement.mode=hybrid", "placement.stages=2", "trainer.iterations=3"))
     try:
         victim = trainer.sim.workers[1]
         assert victim.timeout_s is None
@@ -170,13 +175,15 @@ def test_stopped_sim_worker_is_killed_by_the_automatic_timeout_and_the_run_goes_
             return rollout(obs, **kw)
 
         trainer.policy.rollout = stop_in_iteration_two
-        with pytest.warns(RuntimeWarning, match=r"restarting sim worker 'sim1' .*silent for 1\.\d s on "
-                                                r"'step_chunk', past its limit of 1 s \(automatic limit"):
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"restarting sim worker 'sim1' .*silent for 1\.\d s on "
+            r"'step_chunk', past its limit of 1 s \(automatic limit",
+        ):
             trainer.run()
     finally:
         trainer.sim.close()  # (a stopped worker that was never killed is killed here)
-    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
-            if "train/success" in x]
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines() if "train/success" in x]
     assert trainer.state.iteration == 3 and victim.restarts == 1
     assert trainer.state.lost_episodes == 4  # stage 1 held 4 envs, all in their first decision
     assert trainer.state.episodes == 3 * 8 - 4
@@ -192,8 +199,11 @@ def test_async_rollout_is_off_policy_by_exactly_the_bound(tmp_path):
     for name in ("a", "b"):
         trainer = build_trainer(cfg(tmp_path / name, "trainer.async_staleness=1", "trainer.iterations=3"))
         trainer.run()
-        rows = [json.loads(x) for x in (tmp_path / name / "t" / "metrics.jsonl").read_text().splitlines()
-                if "train/success" in x]
+        rows = [
+            json.loads(x)
+            for x in (tmp_path / name / "t" / "metrics.jsonl").read_text().splitlines()
+            if "train/success" in x
+        ]
         results.append(params(trainer.policy))
         assert [r["train/staleness"] for r in rows] == [0, 1, 1]
         assert trainer.state.episodes == 24
@@ -237,8 +247,13 @@ def test_async_batches_hold_the_log_probs_of_the_weights_they_claim(tmp_path, mo
     assert [(it, info["policy_version"]) for it, _, info in seen] == [(0, 0), (1, 0), (2, 1), (3, 2)]
     for it, batch, info in seen:
         claimed = recompute_logp(trainer.policy, versions[info["policy_version"]], batch)
-        torch.testing.assert_close(claimed, batch["old_logp"][batch["valid"]], atol=1e-4, rtol=0,
-                                   msg=lambda m, it=it, info=info: f"batch {it}, version {info['policy_version']}: {m}")
+        torch.testing.assert_close(
+            claimed,
+            batch["old_logp"][batch["valid"]],
+            atol=1e-4,
+            rtol=0,
+            msg=lambda m, it=it, info=info: f"batch {it}, version {info['policy_version']}: {m}",
+        )
         for v, weights in versions.items():  # every other version's log-probs are far from them
             if v != info["policy_version"]:
                 gap = (recompute_logp(trainer.policy, weights, batch) - batch["old_logp"][batch["valid"]]).abs()
@@ -246,11 +261,13 @@ def test_async_batches_hold_the_log_probs_of_the_weights_they_claim(tmp_path, mo
 
 
 def test_async_rollout_in_a_hybrid_placement(tmp_path):
-    trainer = build_trainer(cfg(tmp_path, "trainer.async_staleness=2", "trainer.iterations=3",
-                                "placement.mode=hybrid", "placement.stages=2"))
+    trainer = build_trainer(
+        cfg(
+            tmp_path, "trainer.async_staleness=2", "trainer.iterations=3", "placement.mode=hybrid", "placement.stages=2"
+        )
+    )
     trainer.run()
-    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
-            if "train/success" in x]
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines() if "train/success" in x]
     assert [r["train/staleness"] for r in rows] == [0, 1, 2]
     assert trainer.state.episodes == 24
 
@@ -266,10 +283,20 @@ def test_async_is_refused_by_policies_that_cannot_roll_out_from_a_copy(tmp_path,
 
     trainer = build_trainer(cfg(tmp_path))
     real = FlowVLAPolicy.capabilities
-    monkeypatch.setattr(FlowVLAPolicy, "capabilities", classmethod(lambda c, conf: dataclasses.replace(
-        real.__func__(c, conf), asynchronous=False, fixes={"asynchronous": "a test reason"})))
-    with pytest.raises(ConfigError, match="'trainer.async_staleness' = 1 rolls out with a background copy of the "
-                                          "policy, which policy 'flow_vla' cannot do: a test reason"):
+    monkeypatch.setattr(
+        FlowVLAPolicy,
+        "capabilities",
+        classmethod(
+            lambda c, conf: dataclasses.replace(
+                real.__func__(c, conf), asynchronous=False, fixes={"asynchronous": "a test reason"}
+            )
+        ),
+    )
+    with pytest.raises(
+        ConfigError,
+        match="'trainer.async_staleness' = 1 rolls out with a background copy of the "
+        "policy, which policy 'flow_vla' cannot do: a test reason",
+    ):
         cfg(tmp_path, "trainer.async_staleness=1")
     with pytest.raises(ValueError, match="not supported by policy 'flow_vla': a test reason"):
         AsyncCollector(trainer.collector, trainer.policy, 1, lambda j: None, trainer.autocast)
@@ -282,8 +309,7 @@ def test_interrupted_async_run_resumes_with_nothing_repeated_or_lost(tmp_path, k
         build_trainer(cfg(tmp_path, *extra)).run()
     resumed = build_trainer(cfg(tmp_path, *extra))
     resumed.run()
-    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()
-            if "train/success" in x]
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines() if "train/success" in x]
     assert resumed.state.iteration == 4 and resumed.state.episodes == 32
     # batch 2 is re-collected after the resume by the weights of update 2 (fresher), batch 3 is one behind
     assert [r["step"] for r in rows] == [1, 2, 3, 4]

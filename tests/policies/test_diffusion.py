@@ -22,8 +22,9 @@ def _tiny(**kw):
     return DiffusionPolicy(DiffusionConfig(num_steps=4, width=16, **kw), 16 * 16 * 3)
 
 
-@pytest.mark.parametrize("kw", [{}, {"stochastic": "one", "guidance_scale": 3.0},
-                                {"logp_level": "sample", "method": "cps"}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"stochastic": "one", "guidance_scale": 3.0}, {"logp_level": "sample", "method": "cps"}]
+)
 def test_ratio_is_one_before_an_update(kw):
     pol = _tiny(**kw)
     batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch
@@ -125,8 +126,9 @@ def tiny_sd3(tmp_path_factory):
 
 def test_sd3_lora_ratio_reference_and_training(tiny_sd3):
     torch.manual_seed(0)
-    cfg = DiffusionConfig(model=str(tiny_sd3), num_steps=3, lora_rank=4, lora_alpha=8, kl_reference=True,
-                          guidance_scale=2.0)
+    cfg = DiffusionConfig(
+        model=str(tiny_sd3), num_steps=3, lora_rank=4, lora_alpha=8, kl_reference=True, guidance_scale=2.0
+    )
     pol = DiffusionPolicy(cfg, 16 * 16 * 3)
     trainable = [n for n, p in pol.named_parameters() if p.requires_grad]
     assert trainable and all("lora" in n for n in trainable) and pol.ref is None  # reference = adapter off

@@ -109,8 +109,15 @@ def test_action_bounds_from_the_config_map_the_policy_space_to_env_units():
     """policy.action_low / action_high: rollouts act in env units, demonstrations are normalised back."""
     from mmrl.experiment import load_experiment
 
-    cfg = load_experiment(None, ["policy.action_low=[0.0, -2.0]", "policy.action_high=[1.0, 2.0]",
-                                 "policy.backbone=tiny", "policy.num_views=1"]).policy
+    cfg = load_experiment(
+        None,
+        [
+            "policy.action_low=[0.0, -2.0]",
+            "policy.action_high=[1.0, 2.0]",
+            "policy.backbone=tiny",
+            "policy.num_views=1",
+        ],
+    ).policy
     policy = FlowVLAPolicy(cfg, action_dim=2, state_dim=None)
     x = torch.tensor([[[-1.0, -1.0], [1.0, 1.0], [0.0, 0.5]]])
     env = policy.normalizer.unnormalize(x)

@@ -76,8 +76,15 @@ def test_ode_sampler_reproduces_the_flux_pipeline(tiny_flux):
     cond = gen.encode(PROMPTS[1:3])
     with torch.no_grad():
         out = sample(pol.model_fn(cond, None, 1.0), noise, time_grid(4, gen.default_shift), "ode")
-        kw = dict(prompt=PROMPTS[1:3], num_inference_steps=4, guidance_scale=3.5, height=16, width=16,
-                  latents=pack_latents(noise), max_sequence_length=gen.max_sequence_length)
+        kw = dict(
+            prompt=PROMPTS[1:3],
+            num_inference_steps=4,
+            guidance_scale=3.5,
+            height=16,
+            width=16,
+            latents=pack_latents(noise),
+            max_sequence_length=gen.max_sequence_length,
+        )
         ref = unpack_latents(pipe(output_type="latent", **kw).images, 8, 8)
         image = pipe(output_type="pt", **kw).images  # [0, 1]
     assert out.x0.abs().mean() > 0.1 and torch.allclose(out.x0, ref, atol=1e-4)
@@ -147,10 +154,16 @@ def test_family_detection_and_schnell(tiny_flux, tmp_path):
 
 @pytest.mark.parametrize("objective", ["ppo", "awm"])
 def test_flux_lora_flow_grpo_and_awm_smoke(tmp_path, tiny_flux, objective):
-    c = trainer_cfg(tmp_path, f"policy.model={tiny_flux}", "policy.lora_rank=4", "policy.lora_alpha=8",
-                    f"algorithm.objective={objective}",
-                    # random weights draw nothing the shapes reward scores; JPEG size varies per image
-                    "sim.kwargs={dataset: shapes_prompts, image_size: 16}", "reward={type: jpeg_compressibility}")
+    c = trainer_cfg(
+        tmp_path,
+        f"policy.model={tiny_flux}",
+        "policy.lora_rank=4",
+        "policy.lora_alpha=8",
+        f"algorithm.objective={objective}",
+        # random weights draw nothing the shapes reward scores; JPEG size varies per image
+        "sim.kwargs={dataset: shapes_prompts, image_size: 16}",
+        "reward={type: jpeg_compressibility}",
+    )
     trainer = build_trainer(c)
     assert type(trainer.policy.gen).__name__ == "FluxGenerator"
     lora = {k: v.clone() for k, v in trainer.policy.state_dict().items() if "lora_B" in k}

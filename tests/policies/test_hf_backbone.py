@@ -46,7 +46,7 @@ def test_from_pretrained_forward_shapes(backbone):
     assert torch.isfinite(prefix).all()
     lengths = mask.sum(1)
     assert lengths.max() == mask.shape[1] and len(set(lengths.tolist())) == 3  # padded to the longest
-    assert all(mask[i, : n].all() and not mask[i, n:].any() for i, n in enumerate(lengths.tolist()))  # right pad
+    assert all(mask[i, :n].all() and not mask[i, n:].any() for i, n in enumerate(lengths.tolist()))  # right pad
 
 
 def test_prompt_uses_chat_template(backbone):
@@ -128,10 +128,12 @@ def test_patch_torchvision_is_idempotent():
 
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="torchvision is not installed")
 def test_patch_torchvision_makes_torchvision_importable():
-    code = ("from mmrl.utils.compat import patch_torchvision\n"
-            "state = patch_torchvision()\n"
-            "import torchvision.transforms.v2, transformers.image_utils\n"
-            "print(state)\n")
+    code = (
+        "from mmrl.utils.compat import patch_torchvision\n"
+        "state = patch_torchvision()\n"
+        "import torchvision.transforms.v2, transformers.image_utils\n"
+        "print(state)\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1] in {"ok", "patched"}

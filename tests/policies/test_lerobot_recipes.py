@@ -30,22 +30,40 @@ LIBERO_KEYS = ["observation.images.image", "observation.images.image2"]
 
 
 def tiny_libero_checkpoint(family: str, folder: Path, tokenizer: str | None) -> str:
-    kw = dict(cameras=2, image_size=32, state_dim=8, action_dim=7, chunk_size=12, n_action_steps=10, num_steps=10,
-              camera_keys=LIBERO_KEYS)
+    kw = dict(
+        cameras=2,
+        image_size=32,
+        state_dim=8,
+        action_dim=7,
+        chunk_size=12,
+        n_action_steps=10,
+        num_steps=10,
+        camera_keys=LIBERO_KEYS,
+    )
     if family == "smolvla":
         kw["vlm_folder"] = tiny_lerobot.tiny_smolvlm_folder(folder / "vlm")
-    stats = {"observation.state": {k: f(8) for k, f in STAT_FNS.items()},
-             "action": {k: f(7) for k, f in STAT_FNS.items()}}
+    stats = {
+        "observation.state": {k: f(8) for k, f in STAT_FNS.items()},
+        "action": {k: f(7) for k, f in STAT_FNS.items()},
+    }
     return tiny_lerobot.save_tiny_lerobot_policy(family, folder / family, stats=stats, **kw)
 
 
-STAT_FNS = {"mean": torch.zeros, "std": torch.ones, "min": lambda n: -torch.ones(n), "max": torch.ones,
-            "q01": lambda n: -torch.ones(n), "q99": torch.ones}
+STAT_FNS = {
+    "mean": torch.zeros,
+    "std": torch.ones,
+    "min": lambda n: -torch.ones(n),
+    "max": torch.ones,
+    "q01": lambda n: -torch.ones(n),
+    "q99": torch.ones,
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe, family", [("configs/libero_spatial_smolvla_flow_noise.yaml", "smolvla"),
-                                            ("configs/libero_pi05_flow_sde.yaml", "pi05")])
+@pytest.mark.parametrize(
+    "recipe, family",
+    [("configs/libero_spatial_smolvla_flow_noise.yaml", "smolvla"), ("configs/libero_pi05_flow_sde.yaml", "pi05")],
+)
 def test_libero_recipe_builds_and_trains_with_tiny_stand_ins(recipe, family, tmp_path, monkeypatch):
     pytest.importorskip("libero", reason="the LIBERO extra")
     monkeypatch.setenv("LIBERO_CONFIG_PATH", str(tmp_path / "libero_cfg"))
@@ -53,11 +71,22 @@ def test_libero_recipe_builds_and_trains_with_tiny_stand_ins(recipe, family, tmp
     variants = tiny_lerobot.TinyPiVariants(tok) if tok else contextlib.nullcontext()
     with variants:
         folder = tiny_libero_checkpoint(family, tmp_path, tok)
-        over = [f"policy.model={folder}", "run.device=cpu", f"run.output_dir={tmp_path / 'runs'}",
-                "sim.num_envs=2", "sim.eval_num_envs=2", "sim.eval_tasks=null",
-                f"sim.kwargs.env_factory={FAKE_LIBERO}", "sim.kwargs.image_size=32", "sim.kwargs.max_episode_steps=20",
-                "sim.kwargs.num_noop_steps=1", "trainer.iterations=1", "trainer.eval_episodes=2",
-                "trainer.video_episodes=0", "algorithm.minibatch_size=8"]
+        over = [
+            f"policy.model={folder}",
+            "run.device=cpu",
+            f"run.output_dir={tmp_path / 'runs'}",
+            "sim.num_envs=2",
+            "sim.eval_num_envs=2",
+            "sim.eval_tasks=null",
+            f"sim.kwargs.env_factory={FAKE_LIBERO}",
+            "sim.kwargs.image_size=32",
+            "sim.kwargs.max_episode_steps=20",
+            "sim.kwargs.num_noop_steps=1",
+            "trainer.iterations=1",
+            "trainer.eval_episodes=2",
+            "trainer.video_episodes=0",
+            "algorithm.minibatch_size=8",
+        ]
         if family != "smolvla":
             over += [f"policy.tokenizer={tok}", "algorithm.group_size=2"]
         cfg = load_experiment(ROOT / recipe, over)
@@ -74,11 +103,23 @@ def test_libero_recipe_builds_and_trains_with_tiny_stand_ins(recipe, family, tmp
 
 @pytest.mark.slow
 def test_cpu_config_trains_end_to_end(tmp_path):
-    cfg = load_experiment(ROOT / "configs/reach_smolvla_flow_noise.yaml", [
-        f"run.output_dir={tmp_path}", "sim.num_envs=8", "sim.eval_num_envs=8", "trainer.iterations=2",
-        "trainer.eval_episodes=8", "trainer.video_episodes=0", "warm_start.num_episodes=20", "warm_start.steps=3",
-        "warm_start.warmup_steps=1",
-        "warm_start.batch_size=8", "algorithm.minibatch_size=16", "run.threads=1"])
+    cfg = load_experiment(
+        ROOT / "configs/reach_smolvla_flow_noise.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "sim.num_envs=8",
+            "sim.eval_num_envs=8",
+            "trainer.iterations=2",
+            "trainer.eval_episodes=8",
+            "trainer.video_episodes=0",
+            "warm_start.num_episodes=20",
+            "warm_start.steps=3",
+            "warm_start.warmup_steps=1",
+            "warm_start.batch_size=8",
+            "algorithm.minibatch_size=16",
+            "run.threads=1",
+        ],
+    )
     trainer = build_trainer(cfg)
     results = trainer.run()
     assert results["final"]["iteration"] == 2
@@ -96,8 +137,11 @@ def test_cpu_config_trains_end_to_end(tmp_path):
     policy = trainer.policy.eval()
     ours = policy.rollout(obs, torch.Generator().manual_seed(5), mode="eval").actions
     noise = torch.randn(8, policy.horizon, policy.max_action_dim, generator=torch.Generator().manual_seed(5))
-    raw = {"observation.images.camera1": obs.image.permute(0, 3, 1, 2).float() / 255,
-           "observation.state": obs.state, "task": obs.instruction}
+    raw = {
+        "observation.images.camera1": obs.image.permute(0, 3, 1, 2).float() / 255,
+        "observation.state": obs.state,
+        "task": obs.instruction,
+    }
     chunk = theirs.predict_action_chunk(pre(raw), noise=noise)
     assert torch.allclose(post(chunk[:, : policy.chunk_size]), ours, atol=1e-5)
     # `mmrl export` writes the same format, with a model card, from the run folder

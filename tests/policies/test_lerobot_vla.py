@@ -36,12 +36,24 @@ from mmrl.tiny import tiny_lerobot
 FAMILIES = ("smolvla", "pi0", "pi05")
 CAMERAS, IMAGE, STATE, ACTIONS, HORIZON, EXEC = 2, 32, 3, 2, 8, 4
 # statistics far from the identity, so un-normalisation is visible in every action
-STATS = {"observation.state": {"mean": torch.tensor([0.3, -0.2, 0.1]), "std": torch.tensor([0.5, 2.0, 0.7]),
-                               "min": -torch.ones(3), "max": torch.ones(3), "q01": -torch.ones(3),
-                               "q99": torch.ones(3)},
-         "action": {"mean": torch.tensor([0.25, -0.5]), "std": torch.tensor([0.2, 3.0]),
-                    "min": torch.tensor([-1.0, -2.0]), "max": torch.tensor([1.5, 1.0]),
-                    "q01": torch.tensor([-0.9, -1.8]), "q99": torch.tensor([1.4, 0.9])}}
+STATS = {
+    "observation.state": {
+        "mean": torch.tensor([0.3, -0.2, 0.1]),
+        "std": torch.tensor([0.5, 2.0, 0.7]),
+        "min": -torch.ones(3),
+        "max": torch.ones(3),
+        "q01": -torch.ones(3),
+        "q99": torch.ones(3),
+    },
+    "action": {
+        "mean": torch.tensor([0.25, -0.5]),
+        "std": torch.tensor([0.2, 3.0]),
+        "min": torch.tensor([-1.0, -2.0]),
+        "max": torch.tensor([1.5, 1.0]),
+        "q01": torch.tensor([-0.9, -1.8]),
+        "q99": torch.tensor([1.4, 0.9]),
+    },
+}
 _DIRS: list = []
 
 
@@ -65,8 +77,15 @@ def variants(family: str):
 @functools.cache
 def checkpoint(family: str, num_steps: int = 4) -> str:
     """A tiny random-weight checkpoint folder of ``family`` in LeRobot's format, with STATS."""
-    kw = dict(cameras=CAMERAS, image_size=IMAGE, state_dim=STATE, action_dim=ACTIONS, chunk_size=HORIZON,
-              n_action_steps=EXEC, num_steps=num_steps)
+    kw = dict(
+        cameras=CAMERAS,
+        image_size=IMAGE,
+        state_dim=STATE,
+        action_dim=ACTIONS,
+        chunk_size=HORIZON,
+        n_action_steps=EXEC,
+        num_steps=num_steps,
+    )
     if family == "smolvla":
         kw["vlm_folder"] = tiny_lerobot.tiny_smolvlm_folder(tmp_folder("mmrl_vlm_"), image_size=IMAGE)
     with variants(family):
@@ -96,23 +115,33 @@ def upstream(family: str, obs: Observation, noise: torch.Tensor, num_steps: int 
 
         cfg = PreTrainedConfig.from_pretrained(folder)
         pol = get_policy_class(family).from_pretrained(folder, config=cfg).eval()
-        over = {} if family == "smolvla" else {
-            "tokenizer_processor": {"tokenizer": tiny_lerobot.tiny_tokenizer_with_image_tokens()}}
+        over = (
+            {}
+            if family == "smolvla"
+            else {"tokenizer_processor": {"tokenizer": tiny_lerobot.tiny_tokenizer_with_image_tokens()}}
+        )
         pre, post = make_pre_post_processors(cfg, pretrained_path=folder, preprocessor_overrides=over)
     return lerobot_sample(pol, pre, post, obs, noise)
 
 
 def lerobot_sample(pol, pre, post, obs: Observation, noise: torch.Tensor):
-    raw = {f"observation.images.camera{i + 1}": obs.image[:, i].permute(0, 3, 1, 2).float() / 255
-           for i in range(obs.image.shape[1])}
+    raw = {
+        f"observation.images.camera{i + 1}": obs.image[:, i].permute(0, 3, 1, 2).float() / 255
+        for i in range(obs.image.shape[1])
+    }
     raw.update({"observation.state": obs.state, "task": list(obs.instruction)})
     batch = pre(raw)
     with torch.no_grad():
         if pol.name == "smolvla":
             images, masks = pol.prepare_images(batch)
-            x0 = pol.model.sample_actions(images, masks, batch["observation.language.tokens"],
-                                          batch["observation.language.attention_mask"], pol.prepare_state(batch),
-                                          noise=noise)
+            x0 = pol.model.sample_actions(
+                images,
+                masks,
+                batch["observation.language.tokens"],
+                batch["observation.language.attention_mask"],
+                pol.prepare_state(batch),
+                noise=noise,
+            )
         else:
             images, masks = pol._preprocess_images(batch)
             lang = (batch["observation.language.tokens"], batch["observation.language.attention_mask"])
@@ -170,15 +199,24 @@ def test_stochastic_samplers_at_noise_level_zero_are_the_ode(family, method):
 
 
 # ---- log-probs --------------------------------------------------------------------------------
-RATIO_CASES = [("smolvla", dict(method=m, stochastic=s, logp_level=lv))
-               for m in ("sde", "cps", "noise") for s in ("all", "one") for lv in ("chunk", "dim")] + [
-    ("smolvla", dict(finetune="full")), ("smolvla", dict(finetune="lora")),
-    ("pi0", dict(method="sde")), ("pi0", dict(method="noise", finetune="full")),
-    ("pi05", dict(method="noise")), ("pi05", dict(method="sde", stochastic="one", finetune="lora"))]
+RATIO_CASES = [
+    ("smolvla", dict(method=m, stochastic=s, logp_level=lv))
+    for m in ("sde", "cps", "noise")
+    for s in ("all", "one")
+    for lv in ("chunk", "dim")
+] + [
+    ("smolvla", dict(finetune="full")),
+    ("smolvla", dict(finetune="lora")),
+    ("pi0", dict(method="sde")),
+    ("pi0", dict(method="noise", finetune="full")),
+    ("pi05", dict(method="noise")),
+    ("pi05", dict(method="sde", stochastic="one", finetune="lora")),
+]
 
 
-@pytest.mark.parametrize("family, cfg", RATIO_CASES, ids=lambda v: v if isinstance(v, str) else
-                         "-".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize(
+    "family, cfg", RATIO_CASES, ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items())
+)
 def test_ppo_ratio_is_exactly_one_before_an_update(family, cfg):
     policy = make_policy(family, **cfg)
     dec = rollout(policy, observations(4), mode="train")
@@ -255,9 +293,12 @@ def test_statistics_fitted_on_demonstrations_reach_both_processors():
     policy = make_policy("smolvla", stats="demos")
     g = torch.Generator().manual_seed(0)
     n = 40
-    demos = {"image": torch.randint(0, 256, (n, CAMERAS, IMAGE, IMAGE, 3), generator=g, dtype=torch.uint8),
-             "instruction": ["reach the red target"] * n, "state": 2.0 + torch.randn(n, STATE, generator=g),
-             "actions": torch.tensor([1.0, -3.0]) + 0.5 * torch.randn(n, EXEC, ACTIONS, generator=g)}
+    demos = {
+        "image": torch.randint(0, 256, (n, CAMERAS, IMAGE, IMAGE, 3), generator=g, dtype=torch.uint8),
+        "instruction": ["reach the red target"] * n,
+        "state": 2.0 + torch.randn(n, STATE, generator=g),
+        "actions": torch.tensor([1.0, -3.0]) + 0.5 * torch.randn(n, EXEC, ACTIONS, generator=g),
+    }
     policy.warm_start_batch(demos)
     stats = policy.stats()
     flat = demos["actions"].reshape(-1, ACTIONS)
@@ -288,8 +329,11 @@ def test_save_pretrained_loads_in_lerobot_with_the_same_actions(family, finetune
 
         cfg = PreTrainedConfig.from_pretrained(folder)
         pol = get_policy_class(family).from_pretrained(folder, config=cfg).eval()
-        over = {} if family == "smolvla" else {
-            "tokenizer_processor": {"tokenizer": tiny_lerobot.tiny_tokenizer_with_image_tokens()}}
+        over = (
+            {}
+            if family == "smolvla"
+            else {"tokenizer_processor": {"tokenizer": tiny_lerobot.tiny_tokenizer_with_image_tokens()}}
+        )
         pre, post = make_pre_post_processors(cfg, pretrained_path=folder, preprocessor_overrides=over)
     _, theirs = lerobot_sample(pol, pre, post, obs, noise_of(policy, 3))
     assert cfg.n_action_steps == EXEC

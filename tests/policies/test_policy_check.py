@@ -35,25 +35,43 @@ def case(name: str, *overrides: str):
     return pytest.param(name, overrides, marks=marks, id="-".join([name, *overrides]))
 
 
-FLOW_SAMPLERS = [(f"method={m}", f"stochastic={s}", f"logp_level={level}", "noise_level=0.7")
-                 for m in ("sde", "cps", "noise") for s in ("all", "one") for level in ("chunk", "dim")]
+FLOW_SAMPLERS = [
+    (f"method={m}", f"stochastic={s}", f"logp_level={level}", "noise_level=0.7")
+    for m in ("sde", "cps", "noise")
+    for s in ("all", "one")
+    for level in ("chunk", "dim")
+]
 
 
-@pytest.mark.parametrize("name, overrides", [case(n) for n in POLICIES.names()]
-                         + [case("flow_vla", *o) for o in FLOW_SAMPLERS]
-                         + [case("lerobot", f"model=tiny:{f}", *o) for f in ("pi0", "pi05")
-                            for o in [(), ("method=sde", "stochastic=one", "logp_level=dim", "finetune=expert")]]
-                         + [case("lerobot", "method=cps", "finetune=lora", "reference=adapter")]
-                         + [case("token_vla", "decoding=parallel", "temperature=0.7", "top_k=5"),
-                            case("gaussian", "logp_level=dim", "critic=false"),
-                            case("diffusion", "logp_level=sample", "method=cps", "guidance_scale=3.0")])
+@pytest.mark.parametrize(
+    "name, overrides",
+    [case(n) for n in POLICIES.names()]
+    + [case("flow_vla", *o) for o in FLOW_SAMPLERS]
+    + [
+        case("lerobot", f"model=tiny:{f}", *o)
+        for f in ("pi0", "pi05")
+        for o in [(), ("method=sde", "stochastic=one", "logp_level=dim", "finetune=expert")]
+    ]
+    + [case("lerobot", "method=cps", "finetune=lora", "reference=adapter")]
+    + [
+        case("token_vla", "decoding=parallel", "temperature=0.7", "top_k=5"),
+        case("gaussian", "logp_level=dim", "critic=false"),
+        case("diffusion", "logp_level=sample", "method=cps", "guidance_scale=3.0"),
+    ],
+)
 def test_policy_passes_the_contract_check(name, overrides):
     result = checked(name, overrides)
     assert result.ok, f"\n{result}"
-    assert result.passed == ["build", "rollout", "ratio_one", "replay", "eval_deterministic", "ratio_after_sync",
-                             "gradients", "save_load"]
-
-
+    assert result.passed == [
+        "build",
+        "rollout",
+        "ratio_one",
+        "replay",
+        "eval_deterministic",
+        "ratio_after_sync",
+        "gradients",
+        "save_load",
+    ]
 
 
 @functools.cache
@@ -119,14 +137,25 @@ class UnsavedStatistics(GaussianPolicy):
         self.shift += batch["state"].mean(0)
 
 
-@pytest.mark.parametrize("cls, failed, needle", [
-    (RatioOff, ["ratio_one", "ratio_after_sync"], "max |logp - old_logp| = 0.01"),
-    (DeadParameter, ["gradients"], "1 of 14 trainable parameters get no usable gradient from logp + entropy + "
-                                   "values + supervised_loss: unused (no gradient)"),
-    (GlobalNoiseEval, ["eval_deterministic"], "two eval rollouts with equally seeded generators differ: actions"),
-    (SampledEval, ["eval_deterministic"], "eval should ignore the generator (greedy / mean), but another seed"),
-    (UnsavedStatistics, ["save_load"], "after load_state_dict a fresh policy rolls out differently: actions differ"),
-])
+@pytest.mark.parametrize(
+    "cls, failed, needle",
+    [
+        (RatioOff, ["ratio_one", "ratio_after_sync"], "max |logp - old_logp| = 0.01"),
+        (
+            DeadParameter,
+            ["gradients"],
+            "1 of 14 trainable parameters get no usable gradient from logp + entropy + "
+            "values + supervised_loss: unused (no gradient)",
+        ),
+        (GlobalNoiseEval, ["eval_deterministic"], "two eval rollouts with equally seeded generators differ: actions"),
+        (SampledEval, ["eval_deterministic"], "eval should ignore the generator (greedy / mean), but another seed"),
+        (
+            UnsavedStatistics,
+            ["save_load"],
+            "after load_state_dict a fresh policy rolls out differently: actions differ",
+        ),
+    ],
+)
 def test_broken_policies_fail_for_the_right_reason(cls, failed, needle):
     result = check_policy(cls, verbose=False)  # a subclass gets the tiny setup of its config's type
     assert result.failed == failed, f"\n{result}"

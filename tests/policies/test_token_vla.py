@@ -119,8 +119,11 @@ def test_recomputed_logp_equals_rollout_logp(decoding, temperature, top_k):
     (out.logp.sum() + out.values.sum()).backward()
     head = policy.model.get_output_embeddings().weight.grad
     assert head[policy.bin_ids].abs().sum() > 0  # the bin rows of the LM head learn
-    assert any(p.grad is not None and p.grad.abs().sum() > 0
-               for n_, p in policy.model.named_parameters() if "vision_model" in n_)
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for n_, p in policy.model.named_parameters()
+        if "vision_model" in n_
+    )
 
 
 def test_openvla_last_tokens_vocabulary(model_dir):
@@ -206,13 +209,27 @@ def test_freeze_vision_and_config_validation():
 def test_grpo_smoke_run_through_the_trainer(tmp_path, model_dir, decoding):
     from mmrl.experiment import build_trainer, load_experiment
 
-    cfg = load_experiment("configs/quickstart_token_vla.yaml", [
-        f"run.output_dir={tmp_path}", "run.name=t", f"policy.model={model_dir}", f"policy.decoding={decoding}",
-        "sim.num_envs=4", "sim.eval_num_envs=4", "sim.kwargs={image_size: 32, max_episode_steps: 12}",
-        "algorithm.group_size=2", "warm_start.num_episodes=2", "warm_start.steps=2", "warm_start.batch_size=8",
-        "trainer.iterations=2", "trainer.eval_episodes=4", "trainer.video_episodes=0",
-        "algorithm.minibatch_size=8", "algorithm.epochs=1",
-    ])
+    cfg = load_experiment(
+        "configs/quickstart_token_vla.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "run.name=t",
+            f"policy.model={model_dir}",
+            f"policy.decoding={decoding}",
+            "sim.num_envs=4",
+            "sim.eval_num_envs=4",
+            "sim.kwargs={image_size: 32, max_episode_steps: 12}",
+            "algorithm.group_size=2",
+            "warm_start.num_episodes=2",
+            "warm_start.steps=2",
+            "warm_start.batch_size=8",
+            "trainer.iterations=2",
+            "trainer.eval_episodes=4",
+            "trainer.video_episodes=0",
+            "algorithm.minibatch_size=8",
+            "algorithm.epochs=1",
+        ],
+    )
     trainer = build_trainer(cfg)
     assert isinstance(trainer.policy, TokenVLAPolicy)
     results = trainer.run()

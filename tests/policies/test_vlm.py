@@ -106,8 +106,11 @@ def test_a_prompt_that_would_be_truncated_fails_at_load_naming_it(sim):
 
 def test_collate_pads_pixel_tensors_of_different_sizes():
     a = {"prompt_ids": torch.ones(3), "pixel_values": torch.ones(1, 1, 3, 4, 4), "grid": torch.tensor([[1, 2, 2]])}
-    b = {"prompt_ids": torch.ones(5), "pixel_values": torch.full((1, 2, 3, 2, 6), 2.0),
-         "grid": torch.tensor([[1, 4, 4]])}
+    b = {
+        "prompt_ids": torch.ones(5),
+        "pixel_values": torch.full((1, 2, 3, 2, 6), 2.0),
+        "grid": torch.tensor([[1, 4, 4]]),
+    }
     out = collate_pixels([a, b], "cpu", torch.float32)
     assert out["pixel_values"].shape == (2, 2, 3, 4, 6) and "prompt_ids" not in out
     assert out["pixel_values"][0, 1].abs().sum() == 0 and out["pixel_values"][1, :, :, 2:].abs().sum() == 0

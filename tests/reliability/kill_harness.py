@@ -52,12 +52,26 @@ CONFIG = ROOT / "configs" / "quickstart.yaml"
 ITERATIONS = 6
 # the quickstart shrunk to ~1.5 s (forked): 6 iterations, a checkpoint every 2 (saves: iteration 0 after the warm
 # start, 0 again after the first evaluation, 2, 4, 6, 6 again after the final evaluation), 2 kept
-TINY = ["sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs={max_episode_steps: 12}",
-        "policy.dim=16", "policy.expert_dim=16", "policy.expert_layers=1", "policy.num_steps=3",
-        "warm_start.num_episodes=4", "warm_start.steps=3", "warm_start.batch_size=8",
-        "algorithm.minibatch_size=16", "algorithm.epochs=1", f"trainer.iterations={ITERATIONS}",
-        "trainer.checkpoint_every=2", "trainer.keep_checkpoints=2", "trainer.eval_episodes=8",
-        "trainer.video_episodes=0", "run.threads=1"]
+TINY = [
+    "sim.num_envs=8",
+    "sim.eval_num_envs=8",
+    "sim.kwargs={max_episode_steps: 12}",
+    "policy.dim=16",
+    "policy.expert_dim=16",
+    "policy.expert_layers=1",
+    "policy.num_steps=3",
+    "warm_start.num_episodes=4",
+    "warm_start.steps=3",
+    "warm_start.batch_size=8",
+    "algorithm.minibatch_size=16",
+    "algorithm.epochs=1",
+    f"trainer.iterations={ITERATIONS}",
+    "trainer.checkpoint_every=2",
+    "trainer.keep_checkpoints=2",
+    "trainer.eval_episodes=8",
+    "trainer.video_episodes=0",
+    "run.threads=1",
+]
 KILLED = -signal.SIGKILL
 _CKPT = re.compile(r"^(iter_(\d{6})|\.iter_(\d{6})\.replaced)$")
 _RESUMED = re.compile(r"resumed from checkpoint (\S+) \(iteration (\d+)\)")
@@ -100,8 +114,16 @@ def _child(argv: list[str], fault: str, trace: str, log: str) -> None:  # runs i
 
 
 # what a run imports (torch's optimizer pulls in torch._dynamo: 3 s), imported once by the forkserver
-_PRELOAD = ["mmrl", "tests.reliability.kill_harness", "mmrl.experiment", "mmrl.trainer.trainer",
-            "torch.utils.tensorboard", "torch._dynamo", "simulators", "rewards"]
+_PRELOAD = [
+    "mmrl",
+    "tests.reliability.kill_harness",
+    "mmrl.experiment",
+    "mmrl.trainer.trainer",
+    "torch.utils.tensorboard",
+    "torch._dynamo",
+    "simulators",
+    "rewards",
+]
 _lock = threading.RLock()
 
 
@@ -136,11 +158,21 @@ def attempt(out: Path, fault: str = "", how: str = "fork", timeout: float = 300)
             proc.join()
             rc = proc.exitcode
     elif how == "subprocess":
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "MMRL_FAULT": point,
-               "MMRL_FAULT_TRACE": str(trace)}
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "MMRL_FAULT": point,
+            "MMRL_FAULT_TRACE": str(trace),
+        }
         with open(log, "ab") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "mmrl.cli", *train_argv(out)], cwd=ROOT, env=env,
-                                    stdout=f, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mmrl.cli", *train_argv(out)],
+                cwd=ROOT,
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
             try:
                 proc.wait(kill_after if kill_after is not None else timeout)
             except subprocess.TimeoutExpired:
@@ -151,8 +183,9 @@ def attempt(out: Path, fault: str = "", how: str = "fork", timeout: float = 300)
         raise ValueError(f"how={how!r}: 'fork' or 'subprocess'")
     seconds = time.time() - t0
     lines = trace.read_text().splitlines() if trace.exists() else []
-    return Attempt(fault, rc, log.read_text() if log.exists() else "",
-                   [tuple(x.split("\t", 1)) for x in lines], seconds)
+    return Attempt(
+        fault, rc, log.read_text() if log.exists() else "", [tuple(x.split("\t", 1)) for x in lines], seconds
+    )
 
 
 # ---- what is on disk -------------------------------------------------------------------------
@@ -170,8 +203,10 @@ def complete_checkpoints(out: Path) -> list[tuple[int, str]]:
             data = {name: (p / name).read_bytes() for name in ("model.safetensors", "state.pt")}
         except (OSError, ValueError, KeyError):
             continue
-        if set(files) == set(data) and all(len(data[n]) == files[n]["bytes"] and
-                                           hashlib.sha256(data[n]).hexdigest() == files[n]["sha256"] for n in data):
+        if set(files) == set(data) and all(
+            len(data[n]) == files[n]["bytes"] and hashlib.sha256(data[n]).hexdigest() == files[n]["sha256"]
+            for n in data
+        ):
             found.append((int(m.group(2) or m.group(3)), m.group(2) is not None, p.name))
     return [(it, name) for it, _, name in sorted(found, reverse=True)]
 
@@ -240,8 +275,13 @@ def _same(a, b, path: str, problems: list[str]) -> None:
         for i, (x, y) in enumerate(zip(a, b)):
             _same(x, y, f"{path}[{i}]", problems)
     elif isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-                and a.shape == b.shape and torch.equal(a, b)):
+        if not (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(a, b)
+        ):
             problems.append(f"{path}: tensors differ")
     elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not np.array_equal(a, b):
@@ -256,8 +296,10 @@ def compare(ref: Path, out: Path) -> list[str]:
     top = {p: sorted(x.name for x in p.iterdir() if x.name != "tb") for p in (ref, out)}
     if top[ref] != top[out]:
         problems.append(f"run folder holds {top[out]}, uninterrupted {top[ref]}")
-    listing = {p: sorted(x.name for x in (p / "checkpoints").iterdir()) if (p / "checkpoints").exists() else []
-               for p in (ref, out)}
+    listing = {
+        p: sorted(x.name for x in (p / "checkpoints").iterdir()) if (p / "checkpoints").exists() else []
+        for p in (ref, out)
+    }
     if listing[ref] != listing[out]:
         problems.append(f"checkpoint folder holds {listing[out]}, uninterrupted {listing[ref]}")
     for name in listing[ref]:
@@ -278,9 +320,11 @@ def compare(ref: Path, out: Path) -> list[str]:
         if a != b:
             sa = [(r["step"], sorted(r)[:2]) for r in a]
             sb = [(r["step"], sorted(r)[:2]) for r in b]
-            problems.append(f"metrics.jsonl rows differ: {len(b)} rows (steps {[s for s, _ in sb]}), "
-                            f"uninterrupted {len(a)} (steps {[s for s, _ in sa]})"
-                            + ("" if sa != sb else "; same steps and keys, different values"))
+            problems.append(
+                f"metrics.jsonl rows differ: {len(b)} rows (steps {[s for s, _ in sb]}), "
+                f"uninterrupted {len(a)} (steps {[s for s, _ in sa]})"
+                + ("" if sa != sb else "; same steps and keys, different values")
+            )
     return problems if len(problems) <= 12 else [*problems[:12], f"... and {len(problems) - 12} more"]
 
 
@@ -305,16 +349,23 @@ def _after_kill(out: Path, before, a: Attempt, problems: list[str]) -> None:
     """No checkpoint lost by the kill."""
     now = newest(out)
     floor = [before[0]] if before else []
-    floor += [int(m.group(2) or m.group(3)) for name, path in a.trace if name == "ckpt.after_rename"
-              for m in [_CKPT.match(Path(path).name)] if m]
+    floor += [
+        int(m.group(2) or m.group(3))
+        for name, path in a.trace
+        if name == "ckpt.after_rename"
+        for m in [_CKPT.match(Path(path).name)]
+        if m
+    ]
     try:
         named = (out / "checkpoints" / "latest").read_text()
         floor += [int(named[5:])] if re.fullmatch(r"iter_\d{6}", named) else []
     except OSError:
         pass
     if floor and (now is None or now[0] < max(floor)):
-        problems.append(f"after kill {a.fault!r}: newest complete checkpoint {now}, expected iteration "
-                        f">= {max(floor)} (a checkpoint was lost)")
+        problems.append(
+            f"after kill {a.fault!r}: newest complete checkpoint {now}, expected iteration "
+            f">= {max(floor)} (a checkpoint was lost)"
+        )
 
 
 def _check_resume(out: Path, expected, a: Attempt, problems: list[str]) -> bool | None:
@@ -348,8 +399,10 @@ def run_case(case: list[str], ref: Path, out: Path, how: str = "fork") -> Result
                 res.notes.append(f"run {fault!r} ended before its kill")
                 continue
             if a.returncode != KILLED:
-                res.problems.append(f"run {fault!r} ended with return code {a.returncode}, not SIGKILL"
-                                    + (f"; its output ends: {a.output[-1500:]}" if a.returncode else ""))
+                res.problems.append(
+                    f"run {fault!r} ended with return code {a.returncode}, not SIGKILL"
+                    + (f"; its output ends: {a.output[-1500:]}" if a.returncode else "")
+                )
                 continue
             if not fault.startswith("t=") and (not a.trace or a.trace[-1][0] != fault.split(":")[0]):
                 res.problems.append(f"run {fault!r} was killed elsewhere: last point {a.trace[-1:]}")
@@ -422,8 +475,9 @@ def every_point(ref: Reference, rng: random.Random | None = None, repeats: int =
     return cases
 
 
-def run_cases(cases: list[tuple[list[str], str]], ref: Reference, workdir: Path, jobs: int = 2,
-              progress=None) -> list[Result]:
+def run_cases(
+    cases: list[tuple[list[str], str]], ref: Reference, workdir: Path, jobs: int = 2, progress=None
+) -> list[Result]:
     """Run ``(case, how)`` pairs, ``jobs`` at a time, each in its own run folder under ``workdir``;
     ``progress(index, result)`` is called as each ends."""
     lock = threading.Lock()
@@ -441,26 +495,41 @@ def run_cases(cases: list[tuple[list[str], str]], ref: Reference, workdir: Path,
 
 
 def totals(results: list[Result]) -> dict:
-    return {"kills": sum(r.kills for r in results), "resumed": sum(r.resumed for r in results),
-            "identical": sum(r.identical for r in results),
-            "duplicate_log_rows": sum(r.duplicate_log_rows for r in results)}
+    return {
+        "kills": sum(r.kills for r in results),
+        "resumed": sum(r.resumed for r in results),
+        "identical": sum(r.identical for r in results),
+        "duplicate_log_rows": sum(r.duplicate_log_rows for r in results),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="kill -9 `mmrl train` at every fault point and at random times, "
-                                "and check each resume (tests/reliability/kill_harness.py)")
+    p = argparse.ArgumentParser(
+        description="kill -9 `mmrl train` at every fault point and at random times, "
+        "and check each resume (tests/reliability/kill_harness.py)"
+    )
     p.add_argument("--random", type=int, default=20, help="cases killed at a random time (default 20)")
-    p.add_argument("--subprocess", type=int, default=4,
-                   help="of those, and of two fault-point cases, run as real `python -m mmrl.cli train` "
-                        "subprocesses (default 4)")
+    p.add_argument(
+        "--subprocess",
+        type=int,
+        default=4,
+        help="of those, and of two fault-point cases, run as real `python -m mmrl.cli train` subprocesses (default 4)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="cases run at once")
     p.add_argument("--workdir", type=Path, default=None, help="keep the run folders here (default: a temp dir)")
-    p.add_argument("--points", type=int, default=None,
-                   help="run only N of the fault-point cases, drawn with --seed (default: every one)")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny settings: every kind of case once or twice, in seconds, and the same final JSON "
-                        "line (a check that the benchmark runs, not a figure)")
+    p.add_argument(
+        "--points",
+        type=int,
+        default=None,
+        help="run only N of the fault-point cases, drawn with --seed (default: every one)",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny settings: every kind of case once or twice, in seconds, and the same final JSON "
+        "line (a check that the benchmark runs, not a figure)",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         p.set_defaults(random=1, subprocess=1, points=4)
@@ -479,24 +548,45 @@ def main(argv: list[str] | None = None) -> int:
             points = rng.sample(points, min(args.points, len(points)))
         cases = [(c, "fork") for c in points + random_kills(args.random, args.seed, ref.seconds)]
         if sub is not None:
-            cases += [(c, "subprocess") for c in ([["ckpt.after_set_aside:2"], ["log.after_row:3"]]
-                      + random_kills(args.subprocess, args.seed + 1, sub.seconds))[: args.subprocess + 2]]
-        print(f"reference run: {ref.seconds:.1f} s forked"
-              + (f", {sub.seconds:.1f} s as a subprocess" if sub else "")
-              + f", {len(ref.trace)} fault points reached; {len(cases)} cases", flush=True)
+            cases += [
+                (c, "subprocess")
+                for c in (
+                    [["ckpt.after_set_aside:2"], ["log.after_row:3"]]
+                    + random_kills(args.subprocess, args.seed + 1, sub.seconds)
+                )[: args.subprocess + 2]
+            ]
+        print(
+            f"reference run: {ref.seconds:.1f} s forked"
+            + (f", {sub.seconds:.1f} s as a subprocess" if sub else "")
+            + f", {len(ref.trace)} fault points reached; {len(cases)} cases",
+            flush=True,
+        )
 
         def progress(i, r):
-            print(f"[{i + 1}/{len(cases)}] {cases[i][1]}: {' -> '.join(r.case)}: {r.kills} kill(s), "
-                  f"{'ok' if r.ok else 'FAILED: ' + '; '.join(r.problems)}{''.join('; ' + n for n in r.notes)} "
-                  f"({r.seconds:.1f} s)", flush=True)
+            print(
+                f"[{i + 1}/{len(cases)}] {cases[i][1]}: {' -> '.join(r.case)}: {r.kills} kill(s), "
+                f"{'ok' if r.ok else 'FAILED: ' + '; '.join(r.problems)}{''.join('; ' + n for n in r.notes)} "
+                f"({r.seconds:.1f} s)",
+                flush=True,
+            )
 
         results = run_cases(cases, ref, workdir, args.jobs, progress)
         failed = [r for r in results if not r.ok]
         print(f"{len(failed)} of {len(results)} cases failed", flush=True)
     points = {c.split(":")[0] for r in results for c in r.case if not c.startswith("t=")}
     missed = sum(n.endswith("ended before its kill") for r in results for n in r.notes)
-    print(json.dumps({**totals(results), "cases": len(results), "failed_cases": len(failed),
-                      "points": len(points), "random_times_missed": missed, "wall_s": round(time.time() - t0, 1)}))
+    print(
+        json.dumps(
+            {
+                **totals(results),
+                "cases": len(results),
+                "failed_cases": len(failed),
+                "points": len(points),
+                "random_times_missed": missed,
+                "wall_s": round(time.time() - t0, 1),
+            }
+        )
+    )
     return 1 if failed else 0
 
 

@@ -23,10 +23,21 @@ from mmrl.trainer import checkpoint
 from tests.trainer.test_trainer import TINY, params, tiny_cfg
 
 QUICK = ["configs/quickstart.yaml", *TINY, "trainer.video_episodes=0"]
-GEN = ["sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs={dataset: shapes_prompts, image_size: 16}",
-       "policy.image_size=16", "policy.width=16", "policy.num_steps=3", "policy.eval_num_steps=3",
-       "algorithm.group_size=4", "algorithm.minibatch_size=8", "trainer.iterations=1", "trainer.eval_episodes=8",
-       "trainer.video_episodes=0", "warm_start.steps=2"]
+GEN = [
+    "sim.num_envs=8",
+    "sim.eval_num_envs=8",
+    "sim.kwargs={dataset: shapes_prompts, image_size: 16}",
+    "policy.image_size=16",
+    "policy.width=16",
+    "policy.num_steps=3",
+    "policy.eval_num_steps=3",
+    "algorithm.group_size=4",
+    "algorithm.minibatch_size=8",
+    "trainer.iterations=1",
+    "trainer.eval_episodes=8",
+    "trainer.video_episodes=0",
+    "warm_start.steps=2",
+]
 
 #: (case, `mmrl` arguments after the command, words the one-line error must hold); {out} is a run
 #: folder of the tiny quickstart trained for 2 iterations, {tmp} an empty temporary folder
@@ -41,40 +52,82 @@ CLI_CASES = [
     ("algorithm.clip_low=-0.5", ["train", *QUICK, "algorithm.clip_low=-0.5"], ["'clip_low' = -0.5"]),
     ("trainer.keep_checkpoints=0", ["train", *QUICK, "trainer.keep_checkpoints=0"], ["'keep_checkpoints' = 0"]),
     ("run.device=cuda without CUDA", ["train", *QUICK, "run.device=cuda"], ["run.device = 'cuda'", "run.device=cpu"]),
-    ("eval with run.device=cuda without CUDA", ["eval", *QUICK, "run.device=cuda", "checkpoint={out}"],
-     ["run.device = 'cuda'", "run.device=cpu"]),
+    (
+        "eval with run.device=cuda without CUDA",
+        ["eval", *QUICK, "run.device=cuda", "checkpoint={out}"],
+        ["run.device = 'cuda'", "run.device=cpu"],
+    ),
     ("run.device=gpu0", ["train", *QUICK, "run.device=gpu0"], ["'device' = 'gpu0' is not a device"]),
     ("run.threads=-2", ["train", *QUICK, "run.threads=-2"], ["'threads' = -2"]),
-    ("policy.chunk_size longer than the episode", ["train", *QUICK, "policy.chunk_size=16"],
-     ["policy.chunk_size = 16 is longer than an episode", "12 steps"]),
-    ("an objective the policy cannot do", ["train", *QUICK, "policy.critic=false", "algorithm.advantage=gae"],
-     ["'algorithm.advantage' = 'gae' needs a critic", "set policy.critic=true"]),
-    ("output folder that cannot be written", ["train", *QUICK, "run.output_dir={tmp}/file/x"],
-     ["cannot write the run folder", "run.output_dir"]),
-    ("a reward server that does not answer", ["train", "configs/diffusion_shapes_flow_grpo.yaml", *GEN,
-                                              "reward={type: http, kwargs: {url: 'http://127.0.0.1:9', retries: 0}}"],
-     ["reward 'http' cannot score", "http://127.0.0.1:9 is unreachable", "python -m rewards.http"]),
-    ("check simulator with an unknown argument", ["check", "simulator", "reach", "bogus=1"],
-     ["'bogus' is not an argument of simulator 'reach'", "Valid:"]),
-    ("a gym env argument outside env_kwargs", ["check", "simulator", "gym:CartPole-v1", "sutton_barto_reward=true"],
-     ["'sutton_barto_reward' is not an argument of simulator 'gym:CartPole-v1'",
-      "go under env_kwargs: \"env_kwargs={sutton_barto_reward: True}\""]),
-    ("a gym env argument outside env_kwargs, in a config", ["train", "configs/gym_pendulum.yaml",
-                                                            "sim.kwargs.g=9.0"],
-     ["'kwargs.g' is not an argument of simulator 'gym'",
-      "go under kwargs.env_kwargs: {g: 9.0}"]),
-    ("an unknown argument of a VLM dataset", ["train", "configs/vlm_quickstart.yaml",
-                                              "sim.kwargs.dataset_kwargs={num_sample: 64}"],
-     ["dataset 'shapes_vqa' has no argument 'num_sample'", "did you mean 'num_samples'"]),
+    (
+        "policy.chunk_size longer than the episode",
+        ["train", *QUICK, "policy.chunk_size=16"],
+        ["policy.chunk_size = 16 is longer than an episode", "12 steps"],
+    ),
+    (
+        "an objective the policy cannot do",
+        ["train", *QUICK, "policy.critic=false", "algorithm.advantage=gae"],
+        ["'algorithm.advantage' = 'gae' needs a critic", "set policy.critic=true"],
+    ),
+    (
+        "output folder that cannot be written",
+        ["train", *QUICK, "run.output_dir={tmp}/file/x"],
+        ["cannot write the run folder", "run.output_dir"],
+    ),
+    (
+        "a reward server that does not answer",
+        [
+            "train",
+            "configs/diffusion_shapes_flow_grpo.yaml",
+            *GEN,
+            "reward={type: http, kwargs: {url: 'http://127.0.0.1:9', retries: 0}}",
+        ],
+        ["reward 'http' cannot score", "http://127.0.0.1:9 is unreachable", "python -m rewards.http"],
+    ),
+    (
+        "check simulator with an unknown argument",
+        ["check", "simulator", "reach", "bogus=1"],
+        ["'bogus' is not an argument of simulator 'reach'", "Valid:"],
+    ),
+    (
+        "a gym env argument outside env_kwargs",
+        ["check", "simulator", "gym:CartPole-v1", "sutton_barto_reward=true"],
+        [
+            "'sutton_barto_reward' is not an argument of simulator 'gym:CartPole-v1'",
+            'go under env_kwargs: "env_kwargs={sutton_barto_reward: True}"',
+        ],
+    ),
+    (
+        "a gym env argument outside env_kwargs, in a config",
+        ["train", "configs/gym_pendulum.yaml", "sim.kwargs.g=9.0"],
+        ["'kwargs.g' is not an argument of simulator 'gym'", "go under kwargs.env_kwargs: {g: 9.0}"],
+    ),
+    (
+        "an unknown argument of a VLM dataset",
+        ["train", "configs/vlm_quickstart.yaml", "sim.kwargs.dataset_kwargs={num_sample: 64}"],
+        ["dataset 'shapes_vqa' has no argument 'num_sample'", "did you mean 'num_samples'"],
+    ),
     ("eval with no checkpoint", ["eval", *QUICK, "checkpoint={tmp}/nothing"], ["does not exist", "checkpoint=PATH"]),
-    ("eval on a folder of an empty state.pt (no completion marker)", ["eval", *QUICK, "checkpoint={tmp}/empty"],
-     ["is not usable", "COMPLETE is missing (the checkpoint was never completed)"]),
-    ("eval on a folder of a random state.pt (no completion marker)", ["eval", *QUICK, "checkpoint={tmp}/random"],
-     ["is not usable", "COMPLETE is missing (the checkpoint was never completed)"]),
-    ("eval on a truncated state.pt (with its marker)", ["eval", *QUICK, "checkpoint={out}/checkpoints/iter_000001"],
-     ["does not match its checksum"]),
-    ("eval on a checkpoint of another config", ["eval", *QUICK, "policy.dim=32", "checkpoint={out}"],
-     ["weights of another policy config", "policy.dim 16 (checkpoint) vs 32", "mmrl eval"]),
+    (
+        "eval on a folder of an empty state.pt (no completion marker)",
+        ["eval", *QUICK, "checkpoint={tmp}/empty"],
+        ["is not usable", "COMPLETE is missing (the checkpoint was never completed)"],
+    ),
+    (
+        "eval on a folder of a random state.pt (no completion marker)",
+        ["eval", *QUICK, "checkpoint={tmp}/random"],
+        ["is not usable", "COMPLETE is missing (the checkpoint was never completed)"],
+    ),
+    (
+        "eval on a truncated state.pt (with its marker)",
+        ["eval", *QUICK, "checkpoint={out}/checkpoints/iter_000001"],
+        ["does not match its checksum"],
+    ),
+    (
+        "eval on a checkpoint of another config",
+        ["eval", *QUICK, "policy.dim=32", "checkpoint={out}"],
+        ["weights of another policy config", "policy.dim 16 (checkpoint) vs 32", "mmrl eval"],
+    ),
 ]
 
 
@@ -142,8 +195,9 @@ def nan_rewards(trainer, episodes: int, calls=(0,)):
 
 
 def test_a_nan_reward_drops_its_episode_counts_it_and_results_stay_strict_json(tmp_path, capsys):
-    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=2",
-                                     "trainer.max_nonfinite_fraction=0.2"))
+    trainer = build_trainer(
+        tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=2", "trainer.max_nonfinite_fraction=0.2")
+    )
     nan_rewards(trainer, 1)
     results = trainer.run()
     out = capsys.readouterr().out
@@ -170,8 +224,9 @@ def test_skipped_steps_in_a_row_stop_the_run(tmp_path, monkeypatch):
     from mmrl.capabilities import Component
     from mmrl.registry import OBJECTIVES, Entry
 
-    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.max_skipped_steps=3",
-                                     "algorithm.epochs=4"))
+    trainer = build_trainer(
+        tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.max_skipped_steps=3", "algorithm.epochs=4")
+    )
     name = trainer.cfg.algorithm.objective
     real = OBJECTIVES.get(name)
     nan_loss = Component(lambda *a: (lambda loss, m: (loss * float("nan"), m))(*real(*a)), real.needs)
@@ -228,8 +283,9 @@ def test_a_simulator_whose_images_are_not_the_declared_size_fails_at_the_boundar
     trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0"))
     assert trainer.eval_sim.image_shape == (32, 32, 3)
     trainer.eval_sim.image_shape = (64, 64, 3)  # declares 64 px, renders 32
-    with pytest.raises(UserError,
-                       match=r"returned images torch.uint8 \[8, 32, 32, 3\] but declares uint8 \[8, 64, 64, 3\]"):
+    with pytest.raises(
+        UserError, match=r"returned images torch.uint8 \[8, 32, 32, 3\] but declares uint8 \[8, 64, 64, 3\]"
+    ):
         trainer.run()
 
 
@@ -237,8 +293,9 @@ def test_a_simulator_whose_images_are_not_the_declared_size_fails_at_the_boundar
 def test_resume_with_a_changed_config_is_refused_naming_the_keys(tmp_path):
     build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0")).run()
     for change in (["algorithm.clip_low=0.1"], ["run.seed=3"], ["sim.num_envs=16"], ["trainer.value_lr=1e-3"]):
-        with pytest.raises(ConfigChangedError,
-                           match=f"{change[0].split('=')[0]} .* -> .*new run.*accept_config_change"):
+        with pytest.raises(
+            ConfigChangedError, match=f"{change[0].split('=')[0]} .* -> .*new run.*accept_config_change"
+        ):
             build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=3", *change))
     saved = (tmp_path / "t" / "checkpoints" / "iter_000002" / "config.yaml").read_text()
     assert "clip_low: 0.2" in saved  # the checkpoint still says what its weights were trained with
@@ -246,31 +303,56 @@ def test_resume_with_a_changed_config_is_refused_naming_the_keys(tmp_path):
 
 def test_resume_with_more_iterations_or_other_eval_settings_is_fine(tmp_path):
     build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0")).run()
-    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=3",
-                                     "trainer.eval_episodes=16", "trainer.keep_checkpoints=3"))
+    trainer = build_trainer(
+        tiny_cfg(
+            tmp_path,
+            "trainer.video_episodes=0",
+            "trainer.iterations=3",
+            "trainer.eval_episodes=16",
+            "trainer.keep_checkpoints=3",
+        )
+    )
     trainer.run()
     assert trainer.state.iteration == 3
 
 
 def test_an_accepted_config_change_is_recorded(tmp_path, capsys):
     build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0")).run()
-    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=3",
-                                     "algorithm.clip_low=0.1", "trainer.accept_config_change=true"))
+    trainer = build_trainer(
+        tiny_cfg(
+            tmp_path,
+            "trainer.video_episodes=0",
+            "trainer.iterations=3",
+            "algorithm.clip_low=0.1",
+            "trainer.accept_config_change=true",
+        )
+    )
     trainer.run()
     assert trainer.state.iteration == 3
     history = [json.loads(x) for x in (tmp_path / "t" / "config_history.jsonl").read_text().splitlines()]
-    assert history == [{"time": history[0]["time"], "checkpoint": "iter_000002",
-                        "changes": {"algorithm.clip_low": {"from": 0.2, "to": 0.1}}}]
+    assert history == [
+        {
+            "time": history[0]["time"],
+            "checkpoint": "iter_000002",
+            "changes": {"algorithm.clip_low": {"from": 0.2, "to": 0.1}},
+        }
+    ]
     assert "under a changed config" in capsys.readouterr().out
 
 
 # ---- the run folder --------------------------------------------------------------------------
 def test_a_second_process_in_the_same_run_folder_is_refused_naming_the_first(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from mmrl.trainer.run_folder import open_run_folder; "
-                               f"f = open_run_folder({str(tmp_path / 't')!r}); print('locked', flush=True); "
-                               "time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from mmrl.trainer.run_folder import open_run_folder; "
+            f"f = open_run_folder({str(tmp_path / 't')!r}); print('locked', flush=True); "
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunLockedError, match=rf"in use by another process \(pid {holder.pid} on .*run.name"):
@@ -299,10 +381,19 @@ def test_disk_full_while_checkpointing_is_one_line(tmp_path, monkeypatch):
 
 # ---- signals ---------------------------------------------------------------------------------
 def _interrupt(tmp_path, sig) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "mmrl.cli", "train", *QUICK, f"run.output_dir={tmp_path}", "run.name=s",
-           "trainer.iterations=200"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "mmrl.cli",
+        "train",
+        *QUICK,
+        f"run.output_dir={tmp_path}",
+        "run.name=s",
+        "trainer.iterations=200",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     first = tmp_path / "s" / "checkpoints" / "iter_000001" / "COMPLETE"
     deadline = time.time() + 120
     while not first.exists() and time.time() < deadline and proc.poll() is None:
@@ -312,8 +403,9 @@ def _interrupt(tmp_path, sig) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted"),
-                                           (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+@pytest.mark.parametrize(
+    "sig,code,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")]
+)
 def test_sigint_and_sigterm_say_where_the_run_stopped_and_how_to_resume(tmp_path, sig, code, word):
     done = _interrupt(tmp_path, sig)
     last = done.stderr.strip().splitlines()[-1]
@@ -335,8 +427,11 @@ def test_strict_json(tmp_path):
     logger.close()
     jsonio.write_json(tmp_path / "results.json", {"final": {"return": float("nan")}})
     strict = dict(parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
-    assert json.loads((tmp_path / "metrics.jsonl").read_text(), **strict) == \
-        {"step": 3, "train/return": None, "train/length": 4.0}
+    assert json.loads((tmp_path / "metrics.jsonl").read_text(), **strict) == {
+        "step": 3,
+        "train/return": None,
+        "train/length": 4.0,
+    }
     assert json.loads((tmp_path / "results.json").read_text(), **strict) == {"final": {"return": None}}
 
 
@@ -346,8 +441,11 @@ def test_eval_of_a_run_folder_reproduces_the_training_final_number(trained, caps
     assert main(["eval", str(trained)]) == 0
     report = json.loads((trained / "eval_report.json").read_text())
     assert report["checkpoint"].endswith("iter_000002") and report["episodes"] == final["episodes"]
-    assert (report["success_rate"], report["return"], report["length"]) == \
-        (final["success_rate"], final["return"], final["length"])
+    assert (report["success_rate"], report["return"], report["length"]) == (
+        final["success_rate"],
+        final["return"],
+        final["length"],
+    )
 
 
 def test_load_policy_needs_no_simulator_and_acts_as_the_trained_one(trained, monkeypatch):
@@ -377,8 +475,9 @@ def test_load_policy_needs_no_simulator_and_acts_as_the_trained_one(trained, mon
 
 def test_fixed_length_rollouts_mask_a_nan_reward_and_count_it(tmp_path, capsys):
     """Episodes go on across rounds there, so the NaN decision is masked (not valid), not the episode."""
-    trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.rollout_steps=2",
-                                     "trainer.max_nonfinite_fraction=1.0"))
+    trainer = build_trainer(
+        tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.rollout_steps=2", "trainer.max_nonfinite_fraction=1.0")
+    )
     nan_rewards(trainer, 2)
     trainer.run()
     assert trainer.state.nonfinite_episodes == 2 and trainer.state.skipped_steps == 0

@@ -27,21 +27,40 @@ from tests.reliability import kill_harness as kh
 # final evaluation's (between saves 5 and 6). `test_the_schedule_the_cases_assume` checks this.
 CASES = [
     # the first save: nothing complete before it
-    ["ckpt.after_tmp_mkdir:1"], ["ckpt.mid_state:1"], ["ckpt.after_rename:1"],
+    ["ckpt.after_tmp_mkdir:1"],
+    ["ckpt.mid_state:1"],
+    ["ckpt.after_rename:1"],
     # the second save of iteration 0
-    ["ckpt.after_marker:2"], ["ckpt.after_set_aside:1"], ["ckpt.after_rename:2"], ["ckpt.after_drop_replaced:1"],
+    ["ckpt.after_marker:2"],
+    ["ckpt.after_set_aside:1"],
+    ["ckpt.after_rename:2"],
+    ["ckpt.after_drop_replaced:1"],
     # iterations 2 and 4
-    ["ckpt.after_state:3"], ["ckpt.after_config:3"], ["ckpt.mid_latest:3"],
-    ["ckpt.mid_weights:3"], ["ckpt.after_fsync:4"], ["ckpt.mid_marker:4"], ["ckpt.after_latest:4"],
+    ["ckpt.after_state:3"],
+    ["ckpt.after_config:3"],
+    ["ckpt.mid_latest:3"],
+    ["ckpt.mid_weights:3"],
+    ["ckpt.after_fsync:4"],
+    ["ckpt.mid_marker:4"],
+    ["ckpt.after_latest:4"],
     # rotation: before, midway through and after deleting iter_000000, then iter_000002
-    ["ckpt.before_rotate:1"], ["ckpt.mid_rotate:1"], ["ckpt.mid_rotate:2"], ["ckpt.after_rotate:2"],
+    ["ckpt.before_rotate:1"],
+    ["ckpt.mid_rotate:1"],
+    ["ckpt.mid_rotate:2"],
+    ["ckpt.after_rotate:2"],
     # iteration 6: the periodic save, then the final one
-    ["ckpt.after_rename:5"], ["ckpt.mid_state:6"], ["ckpt.after_set_aside:2"], ["ckpt.after_drop_replaced:2"],
+    ["ckpt.after_rename:5"],
+    ["ckpt.mid_state:6"],
+    ["ckpt.after_set_aside:2"],
+    ["ckpt.after_drop_replaced:2"],
     ["ckpt.after_latest:6"],
     # log rows: the first evaluation's, a torn one, the final evaluation's (logged after a save of its step)
-    ["log.after_row:3"], ["log.mid_row:7"], ["log.after_row:10"],
+    ["log.after_row:3"],
+    ["log.mid_row:7"],
+    ["log.after_row:10"],
     # a kill, then a kill of the run resuming it as it cuts back / rewinds a log holding rows to drop
-    ["log.after_row:6", "log.after_cut:1"], ["ckpt.after_rename:3", "log.mid_rewind:1"],
+    ["log.after_row:6", "log.after_cut:1"],
+    ["ckpt.after_rename:3", "log.mid_rewind:1"],
     ["log.after_row:10", "log.after_rewind:1"],
 ]
 RANDOM_KILLS = 4  # forked runs killed from outside at seeded random times
@@ -130,9 +149,11 @@ def test_kill_9_of_real_subprocesses(ref, workdir):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("MMRL_KILL_RESUME_LONG") != "1",
-                    reason="long kill -9 variant (~2 min, ~120 kills): set MMRL_KILL_RESUME_LONG=1, or run "
-                           "python benchmarks/kill_resume.py")
+@pytest.mark.skipif(
+    os.environ.get("MMRL_KILL_RESUME_LONG") != "1",
+    reason="long kill -9 variant (~2 min, ~120 kills): set MMRL_KILL_RESUME_LONG=1, or run "
+    "python benchmarks/kill_resume.py",
+)
 def test_kill_9_at_every_point_and_occurrence(ref, workdir):
     cases = kh.every_point(ref, random.Random(0)) + kh.random_kills(20, seed=3, seconds=ref.seconds)
     check(kh.run_cases([(c, "fork") for c in cases], ref, workdir / "long"), min_kills=60)

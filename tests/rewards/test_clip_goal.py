@@ -31,8 +31,9 @@ def test_contrast_goal_reward_hand_values():
     # d = sim_neg - sim_pos = [-0.05, 0, 0.015, 0.06, 0.0225] -> clip to [0, 0.03] -> 1 - d / 0.03
     want = torch.tensor([1.0, 1.0, 0.5, 0.0, 0.25])
     assert torch.allclose(contrast_goal_reward(sim_pos, sim_neg), want, atol=1e-5)
-    assert torch.allclose(contrast_goal_reward(sim_pos, sim_neg, raw=True),
-                          torch.tensor([0.05, 0.0, -0.015, -0.06, -0.0225]), atol=1e-6)
+    assert torch.allclose(
+        contrast_goal_reward(sim_pos, sim_neg, raw=True), torch.tensor([0.05, 0.0, -0.015, -0.06, -0.0225]), atol=1e-6
+    )
     # window [0.01, 0.05]: d = 0.03 -> 1 - (0.03 - 0.01) / 0.04 = 0.5 ; d = 0 -> 1 ; d = 0.06 -> 0
     out = contrast_goal_reward(torch.tensor([0.2, 0.2, 0.2]), torch.tensor([0.23, 0.2, 0.26]), t_min=0.01, t_max=0.05)
     assert torch.allclose(out, torch.tensor([0.5, 1.0, 0.0]), atol=1e-5)

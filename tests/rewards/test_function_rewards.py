@@ -83,8 +83,13 @@ def test_a_function_reward_trains_the_vlm_quickstart_from_yaml(tmp_path, user_re
     train = [r for r in rows if "train/policy_loss" in r]
     assert len(train) == 1 and 0.0 <= train[0]["train/rewards/exact/mean"] <= 1.0
     # TRL's completion statistics and table: 8 rows of prompt, completion and reward
-    assert 1 <= train[0]["train/completions/min_length"] <= train[0]["train/completions/mean_length"] \
-        <= train[0]["train/completions/max_length"] <= 4  # policy.max_new_tokens
+    assert (
+        1
+        <= train[0]["train/completions/min_length"]
+        <= train[0]["train/completions/mean_length"]
+        <= train[0]["train/completions/max_length"]
+        <= 4
+    )  # policy.max_new_tokens
     table = train[0]["train/completions"]
     assert len(table) == 8 and set(table[0]) == {"prompt", "completion", "reward"}
     assert sum(r["reward"] for r in table) / 8 >= 0.0
@@ -96,8 +101,13 @@ def test_a_function_reward_trains_the_vlm_quickstart_from_yaml(tmp_path, user_re
 
 
 def test_weighted_multi_reward_logs_each_part(tmp_path, user_rewards):
-    c = cfg(tmp_path, "reward.type=weighted_sum", "reward.weights={short_answer: 0.7, 'my_rewards:brevity': 0.3}",
-            "reward.kwargs={'my_rewards:brevity': {scale: 4.0}}", "trainer.iterations=1")
+    c = cfg(
+        tmp_path,
+        "reward.type=weighted_sum",
+        "reward.weights={short_answer: 0.7, 'my_rewards:brevity': 0.3}",
+        "reward.kwargs={'my_rewards:brevity': {scale: 4.0}}",
+        "trainer.iterations=1",
+    )
     stage = build_reward(c)
     assert stage.name == "weighted_sum" and [k for k, _ in stage.model.items] == ["short_answer", "brevity"]
     build_trainer(c).run()
@@ -117,15 +127,18 @@ def test_dataset_columns_reach_the_function(user_rewards):
     assert my_rewards.CALLS == [["prompts", "task"]]
 
 
-@pytest.mark.parametrize("override,words", [
-    ("reward.type=my_rewards:nope", "has no 'nope'"),
-    ("reward.type=nowhere.module:f", "cannot import module 'nowhere.module'"),
-    ("reward.type=no_such_reward", "nor a function reference"),
-    ("reward.weights={short_answer: 1.0, bogus: 1.0}", r"drop 'type' \('short_answer'\) or set it to weighted_sum"),
-    ("reward={weights: {short_answer: 1.0, bogus: 1.0}}", "'bogus' is not a registered reward"),
-    ("reward={success_threshold: 1.0}", "'type' is required"),
-    ("reward.kwargs={other: {}}", None),
-])
+@pytest.mark.parametrize(
+    "override,words",
+    [
+        ("reward.type=my_rewards:nope", "has no 'nope'"),
+        ("reward.type=nowhere.module:f", "cannot import module 'nowhere.module'"),
+        ("reward.type=no_such_reward", "nor a function reference"),
+        ("reward.weights={short_answer: 1.0, bogus: 1.0}", r"drop 'type' \('short_answer'\) or set it to weighted_sum"),
+        ("reward={weights: {short_answer: 1.0, bogus: 1.0}}", "'bogus' is not a registered reward"),
+        ("reward={success_threshold: 1.0}", "'type' is required"),
+        ("reward.kwargs={other: {}}", None),
+    ],
+)
 def test_bad_reward_references_fail_at_load_time(user_rewards, override, words):
     extra = [override] if words else ["reward={weights: {short_answer: 1.0}}", override]
     with pytest.raises(ConfigError, match=words or "name no part of 'weights'"):
@@ -138,8 +151,14 @@ def test_python_api_trains_with_a_function_and_evaluate_reproduces_it(tmp_path):
     def exact(completions, answer, **kwargs):  # defined here (not importable): kept in mmrl.api
         return [float(c.strip() == str(a)) for c, a in zip(completions, answer)]
 
-    results = mmrl.train("configs/vlm_quickstart.yaml", f"run.output_dir={tmp_path}", "run.name=api", *TINY,
-                         "trainer.iterations=1", reward=exact)
+    results = mmrl.train(
+        "configs/vlm_quickstart.yaml",
+        f"run.output_dir={tmp_path}",
+        "run.name=api",
+        *TINY,
+        "trainer.iterations=1",
+        reward=exact,
+    )
     saved = (tmp_path / "api" / "checkpoints" / "iter_000001" / "config.yaml").read_text()
     assert "type: mmrl.api:" in saved and "exact" in saved
     report = mmrl.evaluate(tmp_path / "api")

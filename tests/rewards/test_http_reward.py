@@ -79,8 +79,11 @@ def test_server_errors_reach_the_client_with_the_url(serve):
     with pytest.raises(ValueError, match=rf"{bad_input.url} answered 400: .*target text"):
         RemoteReward(url=bad_input.url)(IMAGES[:1], ["no quoted text"])
     broken = serve(Boom())
-    with pytest.raises(RemoteRewardError, match=rf"{broken.url} answered 500: RuntimeError: model exploded "
-                                                r"\(2 attempts\); .*fix it there"):
+    with pytest.raises(
+        RemoteRewardError,
+        match=rf"{broken.url} answered 500: RuntimeError: model exploded "
+        r"\(2 attempts\); .*fix it there",
+    ):
         RemoteReward(url=broken.url, retries=1, backoff=0.001)(IMAGES[:1], ["x"])
     req = urllib.request.Request(broken.url + "/score", data=b"{not json", method="POST")
     with pytest.raises(urllib.error.HTTPError) as err:
@@ -152,8 +155,11 @@ def text_reward(url: str, **kwargs) -> RemoteReward:
 def test_a_server_that_never_answers_times_out_with_the_url(scripted):
     srv = scripted(lambda h, hit: h.server.release.wait(10))
     start = time.monotonic()
-    with pytest.raises(RemoteRewardError, match=rf"{srv.url} timed out: no complete answer within timeout=0.3 s "
-                                                r"\(2 attempts\).*RemoteReward\(timeout=...\)"):
+    with pytest.raises(
+        RemoteRewardError,
+        match=rf"{srv.url} timed out: no complete answer within timeout=0.3 s "
+        r"\(2 attempts\).*RemoteReward\(timeout=...\)",
+    ):
         text_reward(srv.url, timeout=0.3, retries=1)(["a", "b"], ["p", "q"])
     assert 0.6 <= time.monotonic() - start < 3.0  # two attempts of 0.3 s, not the old 600 s each
     assert srv.hits == 2
@@ -175,8 +181,11 @@ def test_a_server_that_trickles_its_answer_is_cut_off_at_the_timeout(scripted):
     """Every read returns within the socket timeout, so only a deadline on the whole answer ends it."""
     srv = scripted(trickle)
     start = time.monotonic()
-    with pytest.raises(RemoteRewardError, match=rf"{srv.url} timed out: no complete answer within timeout=0.5 s "
-                                                r"\(1 attempt\)"):
+    with pytest.raises(
+        RemoteRewardError,
+        match=rf"{srv.url} timed out: no complete answer within timeout=0.5 s "
+        r"\(1 attempt\)",
+    ):
         text_reward(srv.url, timeout=0.5, retries=0)(["a", "b"], ["p", "q"])
     assert 0.5 <= time.monotonic() - start < 2.0  # not the 10 s the server takes
 
@@ -184,8 +193,10 @@ def test_a_server_that_trickles_its_answer_is_cut_off_at_the_timeout(scripted):
 @pytest.mark.parametrize(
     "body, match",
     [
-        (b"\x00\xffnot json",
-         r"answered POST /score with invalid JSON \(.*\): b'\\x00\\xffnot json'; is .* a rewards.http server"),
+        (
+            b"\x00\xffnot json",
+            r"answered POST /score with invalid JSON \(.*\): b'\\x00\\xffnot json'; is .* a rewards.http server",
+        ),
         (b"[1.0, 2.0]", r"answered POST /score with JSON list \[1.0, 2.0\], not an object"),
         (b'{"score": [1.0, 2.0]}', r"answered POST /score without a 'scores' list \(got \{'score': "),
         (b'{"scores": "1 2"}', r"answered POST /score without a 'scores' list"),
@@ -211,23 +222,30 @@ def test_garbage_bytes_instead_of_http_is_a_clear_error(scripted):
         h.close_connection = True
 
     srv = scripted(garbage)
-    with pytest.raises(RemoteRewardError, match=rf"{srv.url} answered POST /score with a broken HTTP response "
-                                                r"\(BadStatusLine: .*garbage.*is .* a rewards.http server"):
+    with pytest.raises(
+        RemoteRewardError,
+        match=rf"{srv.url} answered POST /score with a broken HTTP response "
+        r"\(BadStatusLine: .*garbage.*is .* a rewards.http server",
+    ):
         text_reward(srv.url)(["a"], ["p"])
     assert srv.hits == 1
 
 
 def test_5xx_answers_are_retried_with_backoff(scripted):
-    srv = scripted(lambda h, hit: reply(h, 503, {"error": "warming up"}) if hit < 2 else
-                   reply(h, 200, {"scores": [0.5, 1.5]}))
+    srv = scripted(
+        lambda h, hit: reply(h, 503, {"error": "warming up"}) if hit < 2 else reply(h, 200, {"scores": [0.5, 1.5]})
+    )
     start = time.monotonic()
     assert text_reward(srv.url, retries=3, backoff=0.05)(["a", "b"], ["p", "q"]).tolist() == [0.5, 1.5]
     assert srv.hits == 3
     assert time.monotonic() - start >= 0.05 + 0.1  # backoff, then twice the backoff
 
     always = scripted(lambda h, hit: reply(h, 503, {"error": "warming up"}))
-    with pytest.raises(RemoteRewardError, match=rf"{always.url} answered 503: warming up \(3 attempts\); "
-                                                r".*RemoteReward\(retries=...\)"):
+    with pytest.raises(
+        RemoteRewardError,
+        match=rf"{always.url} answered 503: warming up \(3 attempts\); "
+        r".*RemoteReward\(retries=...\)",
+    ):
         text_reward(always.url, retries=2)(["a"], ["p"])
     assert always.hits == 3
 
@@ -246,13 +264,16 @@ def test_info_answer_is_validated(scripted):
         text_reward(srv.url).info()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"timeout": 0}, "timeout must be a positive"),
-    ({"timeout": float("inf")}, "timeout must be a positive"),
-    ({"retries": -1}, "retries must be an integer >= 0"),
-    ({"retries": 1.5}, "retries must be an integer >= 0"),
-    ({"backoff": -0.1}, "backoff must be a number of seconds >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"timeout": 0}, "timeout must be a positive"),
+        ({"timeout": float("inf")}, "timeout must be a positive"),
+        ({"retries": -1}, "retries must be an integer >= 0"),
+        ({"retries": 1.5}, "retries must be an integer >= 0"),
+        ({"backoff": -0.1}, "backoff must be a number of seconds >= 0"),
+    ],
+)
 def test_bad_client_settings_fail_at_construction(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RemoteReward(url="http://127.0.0.1:1", **kwargs)

@@ -140,8 +140,13 @@ def test_aesthetic_mlp_has_the_published_layout():
 
     state = AestheticMLP(768).state_dict()
     shapes = {k: tuple(v.shape) for k, v in state.items() if k.endswith("weight")}
-    assert shapes == {"layers.0.weight": (1024, 768), "layers.2.weight": (128, 1024), "layers.4.weight": (64, 128),
-                      "layers.6.weight": (16, 64), "layers.7.weight": (1, 16)}
+    assert shapes == {
+        "layers.0.weight": (1024, 768),
+        "layers.2.weight": (128, 1024),
+        "layers.4.weight": (64, 128),
+        "layers.6.weight": (16, 64),
+        "layers.7.weight": (1, 16),
+    }
     assert sum(v.numel() for v in state.values()) == 927_969  # 768*1024+1024 + 1024*128+128 + ... + 16+1
 
 
@@ -194,19 +199,34 @@ def _factories(tiny_oc, tiny_hf_clip, server):
         "jpeg_incompressibility": lambda: REWARDS.build("jpeg_incompressibility", quality=80),
         "ocr": lambda: REWARDS.build("ocr", det_limit_side_len=64),  # small detector input: fast on 32 px
         "weighted_sum": lambda: REWARDS.build(
-            "weighted_sum", {"a": JpegCompressibility(), "b": JpegIncompressibility()}, weights=[1.0, 0.25]),
+            "weighted_sum", {"a": JpegCompressibility(), "b": JpegIncompressibility()}, weights=[1.0, 0.25]
+        ),
         "http": lambda: REWARDS.build("http", url=server.url),
-        "clip_contrast_goal": lambda: REWARDS.build("clip_contrast_goal", model=oc, model_name=oc_name,
-                                                    negative="a robot that failed to {prompt}", device="cpu"),
+        "clip_contrast_goal": lambda: REWARDS.build(
+            "clip_contrast_goal", model=oc, model_name=oc_name, negative="a robot that failed to {prompt}", device="cpu"
+        ),
         "clip_goal_baseline": lambda: REWARDS.build("clip_goal_baseline", model=oc, model_name=oc_name, device="cpu"),
         "clip_cosine": lambda: REWARDS.build("clip_cosine", model=oc, model_name=oc_name, device="cpu"),
         "vlm_judge": lambda: REWARDS.build(
-            "vlm_judge", generate_fn=lambda ims, qs: ["yes" if i.getpixel((0, 0))[0] > 127 else "no" for i in ims]),
+            "vlm_judge", generate_fn=lambda ims, qs: ["yes" if i.getpixel((0, 0))[0] > 127 else "no" for i in ims]
+        ),
     }
 
 
-BUILTIN = ["clip_score", "pickscore", "aesthetic", "jpeg_compressibility", "jpeg_incompressibility", "ocr",
-           "weighted_sum", "http", "clip_contrast_goal", "clip_goal_baseline", "clip_cosine", "vlm_judge"]
+BUILTIN = [
+    "clip_score",
+    "pickscore",
+    "aesthetic",
+    "jpeg_compressibility",
+    "jpeg_incompressibility",
+    "ocr",
+    "weighted_sum",
+    "http",
+    "clip_contrast_goal",
+    "clip_goal_baseline",
+    "clip_cosine",
+    "vlm_judge",
+]
 # every reward registered by this package: the built-ins above need tiny models injected; any other
 # one (added later) is built with its defaults and checked with its own `example_prompts` if it has them
 REGISTERED = sorted(set(BUILTIN) | {n for n in REWARDS.names() if str(REWARDS._entries[n].spec).startswith("rewards.")})
@@ -219,8 +239,10 @@ def test_builtin_rewards_are_registered():
 @pytest.mark.parametrize("name", REGISTERED)
 def test_registered_reward_passes_the_checker(name, tiny_oc, tiny_hf_clip, jpeg_server):
     if name == "ocr" and not _has("rapidocr_onnxruntime"):
-        pytest.skip("OCR engine not installed here (pip install rapidocr-onnxruntime); tests/rewards/test_ocr.py "
-                    "checks the reward with a pure-python engine")
+        pytest.skip(
+            "OCR engine not installed here (pip install rapidocr-onnxruntime); tests/rewards/test_ocr.py "
+            "checks the reward with a pure-python engine"
+        )
     factory = _factories(tiny_oc, tiny_hf_clip, jpeg_server).get(name, lambda: REWARDS.build(name))
     kind = getattr(factory(), "kind", "image")  # the built reward says (a WeightedSum sets it per instance)
     passed = check_reward(factory, kind=kind)

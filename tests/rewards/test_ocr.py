@@ -14,10 +14,18 @@ from rewards.ocr import OCRScore, levenshtein, normalize_text, target_text, text
 HAS_RAPIDOCR = importlib.util.find_spec("rapidocr_onnxruntime") is not None
 
 
-@pytest.mark.parametrize("a, b, d", [
-    ("kitten", "sitting", 3), ("flaw", "lawn", 2), ("", "abc", 3), ("abc", "", 3), ("abc", "abc", 0),
-    ("hello", "help", 2), ("hello", "world", 4),
-])
+@pytest.mark.parametrize(
+    "a, b, d",
+    [
+        ("kitten", "sitting", 3),
+        ("flaw", "lawn", 2),
+        ("", "abc", 3),
+        ("abc", "", 3),
+        ("abc", "abc", 0),
+        ("hello", "help", 2),
+        ("hello", "world", 4),
+    ],
+)
 def test_levenshtein(a, b, d):
     assert levenshtein(a, b) == d == levenshtein(b, a)
 
@@ -26,15 +34,18 @@ def test_normalize_text():
     assert normalize_text(" Hello  World\n42 ") == "helloworld42"
 
 
-@pytest.mark.parametrize("recognized, target, score", [
-    ("HELLO", "hello", 1.0),
-    ("the big Hello sign", "hello", 1.0),  # contained
-    ("help", "hello", 0.6),  # d = 2, len 5
-    ("world", "hello", 0.2),  # d = 4
-    ("", "abc", 0.0),
-    ("xxxxxxxxxx", "ab", 0.0),  # d capped at len(target)
-    ("open 24 hours", "Open 24hours", 1.0),  # whitespace ignored
-])
+@pytest.mark.parametrize(
+    "recognized, target, score",
+    [
+        ("HELLO", "hello", 1.0),
+        ("the big Hello sign", "hello", 1.0),  # contained
+        ("help", "hello", 0.6),  # d = 2, len 5
+        ("world", "hello", 0.2),  # d = 4
+        ("", "abc", 0.0),
+        ("xxxxxxxxxx", "ab", 0.0),  # d capped at len(target)
+        ("open 24 hours", "Open 24hours", 1.0),  # whitespace ignored
+    ],
+)
 def test_text_match_score(recognized, target, score):
     assert text_match_score(recognized, target) == pytest.approx(score)
 

@@ -125,8 +125,9 @@ def test_pretraining_reads_only_images_and_captions(tmp_path):
 
     data = load_dataset("reach_clip", num_samples=48, seed=0)
     torch.manual_seed(0)
-    m1, info = train_tiny_clip({"image": data["image"], "captions": data["captions"]}, tmp_path / "a", steps=3,
-                               batch_size=16, log_every=0)
+    m1, info = train_tiny_clip(
+        {"image": data["image"], "captions": data["captions"]}, tmp_path / "a", steps=3, batch_size=16, log_every=0
+    )
     noisy = {**data, "success": torch.rand(48) > 0.5, "goal_distance": torch.rand(48)}
     m2, _ = train_tiny_clip(noisy, None, steps=3, batch_size=16, log_every=0)
     from rewards.train_tiny_clip import build_model
@@ -160,8 +161,9 @@ def test_clip_config_keeps_the_quickstart_rl_settings(tmp_path):
     assert bench.rl_settings_differences() == []  # the shipped configs
     changed = tmp_path / "clip.yaml"
     text = (ROOT / "configs" / "quickstart_clip_reward.yaml").read_text()
-    changed.write_text(text.replace("clip_low: 0.2", "clip_low: 0.3").replace("max_episode_steps: 20",
-                                                                              "max_episode_steps: 30"))
+    changed.write_text(
+        text.replace("clip_low: 0.2", "clip_low: 0.3").replace("max_episode_steps: 20", "max_episode_steps: 30")
+    )
     diff = bench.rl_settings_differences(clip_path=changed)
     assert any(d.startswith("algorithm.clip_low") for d in diff) and any(d.startswith("sim.kwargs") for d in diff)
 
@@ -180,8 +182,16 @@ def test_tiny_clip_training_saves_a_loadable_model(tmp_path):
     reward = CLIPContrastGoal(model=model, tokenizer=tok, positive=None, negative=None, t_min=-0.1, t_max=0.1)
     stats = goal_reward_stats(reward, frames)
     assert stats["n"] == 64 and -1 <= stats["corr_success"] <= 1
-    by_name = CLIPContrastGoal(model_name=f"local-dir:{tmp_path / 'clip'}", pretrained=None, positive=None,
-                               negative=None, t_min=-0.1, t_max=0.1)  # how configs load it
+    by_name = CLIPContrastGoal(
+        model_name=f"local-dir:{tmp_path / 'clip'}",
+        pretrained=None,
+        positive=None,
+        negative=None,
+        t_min=-0.1,
+        t_max=0.1,
+    )  # how configs load it
     meta = goal_meta(frames["instruction"][:4])
-    assert torch.allclose(by_name(frames["image"][:4], frames["instruction"][:4], meta),
-                          reward(frames["image"][:4], frames["instruction"][:4], meta))
+    assert torch.allclose(
+        by_name(frames["image"][:4], frames["instruction"][:4], meta),
+        reward(frames["image"][:4], frames["instruction"][:4], meta),
+    )

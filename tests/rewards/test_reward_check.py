@@ -81,15 +81,18 @@ def test_good_rewards_pass():
     assert "batch_invariance" in passed and "image_sizes" not in passed
 
 
-@pytest.mark.parametrize("reward, check, message", [
-    (BatchNormalised, "batch_invariance", "alone differ"),
-    (Noisy, "deterministic", "twice differs"),
-    (NaNs, "finite", "NaN"),
-    (Crashes, "image_sizes", "RuntimeError: only 32 px"),
-    (Mutates, "inputs_untouched", "modified"),
-    (NoBaseClass, "output", "float32"),
-    (Exact, "attributes", "kind is 'text'"),
-])
+@pytest.mark.parametrize(
+    "reward, check, message",
+    [
+        (BatchNormalised, "batch_invariance", "alone differ"),
+        (Noisy, "deterministic", "twice differs"),
+        (NaNs, "finite", "NaN"),
+        (Crashes, "image_sizes", "RuntimeError: only 32 px"),
+        (Mutates, "inputs_untouched", "modified"),
+        (NoBaseClass, "output", "float32"),
+        (Exact, "attributes", "kind is 'text'"),
+    ],
+)
 def test_broken_rewards_fail_with_the_check_named(reward, check, message):
     with pytest.raises(AssertionError, match=rf"check_reward\[{check}\].*{message}"):
         check_reward(reward)

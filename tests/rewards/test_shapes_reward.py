@@ -122,8 +122,13 @@ def test_components_and_purity_switch():
     img, prompt = hand_image(), ["a red square on the left"]
     comps = ShapesReward(min_area=2).components(img, prompt)
     assert {k: round(v.item(), 6) for k, v in comps.items()} == {
-        "count": 1.0, "shape": 1.0, "position": 1.0, "purity": round(9 / 14, 6), "objects": 1.0,
-        "score": round(9 / 14, 6)}
+        "count": 1.0,
+        "shape": 1.0,
+        "position": 1.0,
+        "purity": round(9 / 14, 6),
+        "objects": 1.0,
+        "score": round(9 / 14, 6),
+    }
     assert ShapesReward(min_area=2, use_purity=False)(img, prompt).item() == 1.0
     parts = ShapesReward(min_area=2).parts(img, prompt)
     assert set(parts) == {"shapes", "shapes/count", "shapes/shape", "shapes/position", "shapes/purity"}
@@ -144,7 +149,8 @@ def test_noise_pixels_below_min_area_are_ignored():
 def test_parse_prompt_examples():
     m = parse_prompt("A green triangle at the top.")
     assert m["tag"] == "position" and m["objects"] == [
-        {"color": "green", "shape": "triangle", "count": 1, "position": "top"}]
+        {"color": "green", "shape": "triangle", "count": 1, "position": "top"}
+    ]
     assert (m["color"], m["shape"], m["count"], m["position"]) == ("green", "triangle", 1, "top")
     assert parse_prompt("three blue squares")["objects"][0]["count"] == 3
     assert parse_prompt("three blue squares")["tag"] == "counting"
@@ -195,7 +201,7 @@ def test_batch_independent_and_deterministic(shapes):
     d = shapes.build(12, seed=2)
     r = ShapesReward()
     batched = r(d["image"], d["prompt"], d["meta"])
-    alone = torch.cat([r(d["image"][i:i + 1], d["prompt"][i:i + 1], d["meta"][i:i + 1]) for i in range(12)])
+    alone = torch.cat([r(d["image"][i : i + 1], d["prompt"][i : i + 1], d["meta"][i : i + 1]) for i in range(12)])
     assert torch.equal(batched, alone)
     assert torch.equal(batched, r(d["image"], d["prompt"], d["meta"]))
     perm = torch.randperm(12, generator=torch.Generator().manual_seed(0)).tolist()

@@ -33,8 +33,16 @@ from rewards.verifiable import (
     to_fraction,
 )
 
-TEXT_REWARDS = ["math_answer", "multiple_choice", "counting", "short_answer", "grounding_iou", "format",
-                "overlong_penalty", "math_with_format"]
+TEXT_REWARDS = [
+    "math_answer",
+    "multiple_choice",
+    "counting",
+    "short_answer",
+    "grounding_iou",
+    "format",
+    "overlong_penalty",
+    "math_with_format",
+]
 
 
 def one(reward, completion, meta=None):
@@ -46,64 +54,97 @@ def one(reward, completion, meta=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    (r"so \boxed{\frac{1}{2}}.", r"\frac{1}{2}"),  # nested braces
-    (r"\boxed{3} first, finally \boxed{4}", "4"),  # the last box
-    (r"\fbox{12}", "12"),
-    (r"\boxed {x^{2}+1}", "x^{2}+1"),
-    (r"<answer> 5 </answer> and 7", " 5 "),  # a tag beats the last number
-    (r"<answer>1</answer> \boxed{2}", "2"),  # a box beats a tag
-    ("we get 1,000 apples", "1,000"),
-    ("it is 3.14 or -3", "-3"),
-    ("5-3 = 2.", "2"),  # "-3" inside "5-3" is not negative; the trailing dot is not part of it
-    ("about 1e3 of them", "1e3"),
-    ("ratio 1/2", "1/2"),
-    ("no number here", None),
-    ("v2 is a name", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (r"so \boxed{\frac{1}{2}}.", r"\frac{1}{2}"),  # nested braces
+        (r"\boxed{3} first, finally \boxed{4}", "4"),  # the last box
+        (r"\fbox{12}", "12"),
+        (r"\boxed {x^{2}+1}", "x^{2}+1"),
+        (r"<answer> 5 </answer> and 7", " 5 "),  # a tag beats the last number
+        (r"<answer>1</answer> \boxed{2}", "2"),  # a box beats a tag
+        ("we get 1,000 apples", "1,000"),
+        ("it is 3.14 or -3", "-3"),
+        ("5-3 = 2.", "2"),  # "-3" inside "5-3" is not negative; the trailing dot is not part of it
+        ("about 1e3 of them", "1e3"),
+        ("ratio 1/2", "1/2"),
+        ("no number here", None),
+        ("v2 is a name", None),
+    ],
+)
 def test_extract_final_answer(text, expected):
     assert extract_final_answer(text) == expected
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("$42$", "42"),
-    (" 42. ", "42"),
-    ("1,000,000", "1000000"),
-    (r"\left( 1, 2 \right)", "(1,2)"),
-    (r"3\!000", "3000"),
-    (r"90^\circ", "90"),
-    (r"90^{\circ}", "90"),
-    ("90°", "90"),
-    (r"50\%", "50"),
-    ("50%", "50"),
-    (r"5 \text{ cm}", "5"),  # unit dropped
-    (r"\text{Red}", "red"),  # nothing else: unwrapped, lower-cased
-    (r"\dfrac{3}{4}", r"\frac{3}{4}"),
-    (r"\tfrac12", r"\frac12"),
-    ("x = 5", "5"),
-    (r"\$1,200", "1200"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("$42$", "42"),
+        (" 42. ", "42"),
+        ("1,000,000", "1000000"),
+        (r"\left( 1, 2 \right)", "(1,2)"),
+        (r"3\!000", "3000"),
+        (r"90^\circ", "90"),
+        (r"90^{\circ}", "90"),
+        ("90°", "90"),
+        (r"50\%", "50"),
+        ("50%", "50"),
+        (r"5 \text{ cm}", "5"),  # unit dropped
+        (r"\text{Red}", "red"),  # nothing else: unwrapped, lower-cased
+        (r"\dfrac{3}{4}", r"\frac{3}{4}"),
+        (r"\tfrac12", r"\frac12"),
+        ("x = 5", "5"),
+        (r"\$1,200", "1200"),
+    ],
+)
 def test_normalize_answer(raw, expected):
     assert normalize_answer(raw) == expected
 
 
-@pytest.mark.parametrize("s, expected", [
-    ("1/2", Fraction(1, 2)), (r"\frac{1}{2}", Fraction(1, 2)), (r"\frac12", Fraction(1, 2)),
-    (r"-\frac{3}{4}", Fraction(-3, 4)), ("0.5", Fraction(1, 2)), ("-3", Fraction(-3)), ("2.50", Fraction(5, 2)),
-    ("1e3", Fraction(1000)), (".5", Fraction(1, 2)), ("1/0", None), ("red", None), (r"\sqrt{2}", None),
-])
+@pytest.mark.parametrize(
+    "s, expected",
+    [
+        ("1/2", Fraction(1, 2)),
+        (r"\frac{1}{2}", Fraction(1, 2)),
+        (r"\frac12", Fraction(1, 2)),
+        (r"-\frac{3}{4}", Fraction(-3, 4)),
+        ("0.5", Fraction(1, 2)),
+        ("-3", Fraction(-3)),
+        ("2.50", Fraction(5, 2)),
+        ("1e3", Fraction(1000)),
+        (".5", Fraction(1, 2)),
+        ("1/0", None),
+        ("red", None),
+        (r"\sqrt{2}", None),
+    ],
+)
 def test_to_fraction(s, expected):
     assert to_fraction(s) == expected
 
 
-@pytest.mark.parametrize("pred, gold, expected", [
-    ("1/2", "0.5", True), (r"\frac{1}{2}", "1/2", True), (r"\dfrac12", 0.5, True), ("2.50", "2.5", True),
-    ("-3", -3, True), ("1e3", "1000", True), ("1,000", 1000, True), ("50%", "50", True), (r"50\%", 50, True),
-    (r"90^\circ", "90", True), (r"5\text{ cm}", "5", True), ("0.333333333", "1/3", True),  # rel diff 1e-9
-    ("0.3333", "1/3", False),  # rel diff 1e-4 > 1e-6
-    ("1000000", "1000001", False),  # integers compare exactly, no tolerance
-    ("Red", "red", True), ("blue", "red", False), ("", "0", False), ("3", "4", False),
-])
+@pytest.mark.parametrize(
+    "pred, gold, expected",
+    [
+        ("1/2", "0.5", True),
+        (r"\frac{1}{2}", "1/2", True),
+        (r"\dfrac12", 0.5, True),
+        ("2.50", "2.5", True),
+        ("-3", -3, True),
+        ("1e3", "1000", True),
+        ("1,000", 1000, True),
+        ("50%", "50", True),
+        (r"50\%", 50, True),
+        (r"90^\circ", "90", True),
+        (r"5\text{ cm}", "5", True),
+        ("0.333333333", "1/3", True),  # rel diff 1e-9
+        ("0.3333", "1/3", False),  # rel diff 1e-4 > 1e-6
+        ("1000000", "1000001", False),  # integers compare exactly, no tolerance
+        ("Red", "red", True),
+        ("blue", "red", False),
+        ("", "0", False),
+        ("3", "4", False),
+    ],
+)
 def test_answers_match(pred, gold, expected):
     assert answers_match(pred, gold) is expected
 
@@ -113,16 +154,19 @@ def test_answers_match_rel_tol_option():
     assert not answers_match("0.333333333", "1/3", rel_tol=0.0)
 
 
-@pytest.mark.parametrize("completion, answer, expected", [
-    (r"... so the answer is \boxed{\frac{1}{2}}.", "0.5", 1.0),
-    (r"\boxed{2} no wait \boxed{3}", 3, 1.0),
-    ("<think>6*7</think><answer>42</answer>", "42", 1.0),
-    ("It costs $1,250.", 1250, 1.0),
-    ("It is 41.", "42", 0.0),
-    ("It is a red cube.", "red", 0.0),  # no box, tag or number
-    (r"\boxed{\text{red}}", "Red", 1.0),
-    ("about 7", ["7", "seven"], 1.0),  # a list of accepted answers
-])
+@pytest.mark.parametrize(
+    "completion, answer, expected",
+    [
+        (r"... so the answer is \boxed{\frac{1}{2}}.", "0.5", 1.0),
+        (r"\boxed{2} no wait \boxed{3}", 3, 1.0),
+        ("<think>6*7</think><answer>42</answer>", "42", 1.0),
+        ("It costs $1,250.", 1250, 1.0),
+        ("It is 41.", "42", 0.0),
+        ("It is a red cube.", "red", 0.0),  # no box, tag or number
+        (r"\boxed{\text{red}}", "Red", 1.0),
+        ("about 7", ["7", "seven"], 1.0),  # a list of accepted answers
+    ],
+)
 def test_math_answer_reward(completion, answer, expected):
     assert one(MathAnswer(), completion, {"answer": answer}) == expected
 
@@ -134,17 +178,28 @@ def test_math_answer_reward(completion, answer, expected):
 OPTIONS = ["red", "blue", "green", "yellow"]
 
 
-@pytest.mark.parametrize("text, options, expected", [
-    (r"\boxed{B}", None, "B"), ("<answer>B</answer>", None, "B"), ("Answer: (B)", None, "B"),
-    ("the answer is B", None, "B"), ("B", None, "B"), ("B.", None, "B"), ("(C) because ...", None, "C"),
-    ("**Answer:** D", None, "D"), ("The best option is option E.", None, "E"),
-    (r"Answer: A. Hmm, no: the answer is \boxed{C}", None, "C"),  # the last explicit one wins
-    ("A is wrong; <answer>(E)</answer>", None, "E"),
-    ("F", None, None),  # not among the choices
-    ("A red cube is shown.", None, None),  # an article, not a choice
-    ("blue", OPTIONS, "B"), ("The answer is green.", OPTIONS, "C"), ("<answer>Yellow</answer>", OPTIONS, "D"),
-    ("purple", OPTIONS, None),
-])
+@pytest.mark.parametrize(
+    "text, options, expected",
+    [
+        (r"\boxed{B}", None, "B"),
+        ("<answer>B</answer>", None, "B"),
+        ("Answer: (B)", None, "B"),
+        ("the answer is B", None, "B"),
+        ("B", None, "B"),
+        ("B.", None, "B"),
+        ("(C) because ...", None, "C"),
+        ("**Answer:** D", None, "D"),
+        ("The best option is option E.", None, "E"),
+        (r"Answer: A. Hmm, no: the answer is \boxed{C}", None, "C"),  # the last explicit one wins
+        ("A is wrong; <answer>(E)</answer>", None, "E"),
+        ("F", None, None),  # not among the choices
+        ("A red cube is shown.", None, None),  # an article, not a choice
+        ("blue", OPTIONS, "B"),
+        ("The answer is green.", OPTIONS, "C"),
+        ("<answer>Yellow</answer>", OPTIONS, "D"),
+        ("purple", OPTIONS, None),
+    ],
+)
 def test_extract_choice(text, options, expected):
     assert extract_choice(text, options=options) == expected
 
@@ -160,11 +215,21 @@ def test_multiple_choice_reward():
         one(r, "B", {"answer": "42"})
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("3", 3), ("There are three cubes.", 3), ("Three", 3), (r"\boxed{12}", 12), ("<answer>seven</answer>", 7),
-    ("I see 2 red and 5 blue, so twenty", 20), ("zero", 0), (r"\boxed{4} (not 5)", 4), ("3.5", None),
-    ("none", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("3", 3),
+        ("There are three cubes.", 3),
+        ("Three", 3),
+        (r"\boxed{12}", 12),
+        ("<answer>seven</answer>", 7),
+        ("I see 2 red and 5 blue, so twenty", 20),
+        ("zero", 0),
+        (r"\boxed{4} (not 5)", 4),
+        ("3.5", None),
+        ("none", None),
+    ],
+)
 def test_extract_count(text, expected):
     assert extract_count(text) == expected
 
@@ -183,33 +248,79 @@ def test_counting_reward():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("red", "red"), ("  Red.  ", "red"), ("RED!", "red"), ('"red"', "red"), ("**red**", "red"),
-    ("The red", "red"), ("a square", "square"), ("an apple", "apple"), ("theory", "theory"),  # whole words only
-    ("<answer> Blue </answer>", "blue"), (r"it is \boxed{\text{Green}}", "green"),
-    (r"\boxed{2} <answer>3</answer>", "2"),  # a box beats a tag (as math_answer)
-    ("three", "3"), ("Three.", "3"), ("zero", "0"), ("3.0", "3"), ("+3", "3"), ("1,000", "1000"),
-    ("2.50", "5/2"), ("0.5", "1/2"), ("3 shapes", "3 shapes"), ("light-blue", "light-blue"),
-    ("yes,   no", "yes no"), ("", ""), ("...", ""), ("the", ""),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("red", "red"),
+        ("  Red.  ", "red"),
+        ("RED!", "red"),
+        ('"red"', "red"),
+        ("**red**", "red"),
+        ("The red", "red"),
+        ("a square", "square"),
+        ("an apple", "apple"),
+        ("theory", "theory"),  # whole words only
+        ("<answer> Blue </answer>", "blue"),
+        (r"it is \boxed{\text{Green}}", "green"),
+        (r"\boxed{2} <answer>3</answer>", "2"),  # a box beats a tag (as math_answer)
+        ("three", "3"),
+        ("Three.", "3"),
+        ("zero", "0"),
+        ("3.0", "3"),
+        ("+3", "3"),
+        ("1,000", "1000"),
+        ("2.50", "5/2"),
+        ("0.5", "1/2"),
+        ("3 shapes", "3 shapes"),
+        ("light-blue", "light-blue"),
+        ("yes,   no", "yes no"),
+        ("", ""),
+        ("...", ""),
+        ("the", ""),
+    ],
+)
 def test_normalize_short_answer(text, expected):
     assert normalize_short_answer(text) == expected
 
 
-@pytest.mark.parametrize("word, expected", [("3", "3"), ("03", "3"), ("-2", "-2"), ("12,345", "12345"),
-                                            ("1,00", "1,00"), ("1.25", "5/4"), ("red", "red"), ("3rd", "3rd")])
+@pytest.mark.parametrize(
+    "word, expected",
+    [
+        ("3", "3"),
+        ("03", "3"),
+        ("-2", "-2"),
+        ("12,345", "12345"),
+        ("1,00", "1,00"),
+        ("1.25", "5/4"),
+        ("red", "red"),
+        ("3rd", "3rd"),
+    ],
+)
 def test_canonical_number(word, expected):
     assert canonical_number(word) == expected
 
 
-@pytest.mark.parametrize("completion, answer, expected", [
-    ("Red.", "red", 1.0), ("the red", "Red", 1.0), ("<answer>red</answer>", "red", 1.0),
-    ("red blue", "red", 0.0),  # hedging two answers is wrong
-    ("reddish", "red", 0.0), ("It is red.", "red", 0.0),  # exact match, not containment
-    ("3", "3", 1.0), ("three", "3", 1.0), ("3", "three", 1.0), ("\\boxed{3}", 3, 1.0), ("4", "3", 0.0),
-    ("3 shapes", "3", 0.0), ("", "0", 0.0), ("yes", "No", 0.0), ("No.", "no", 1.0),
-    ("crimson", ["red", "crimson"], 1.0),  # a list of accepted answers
-])
+@pytest.mark.parametrize(
+    "completion, answer, expected",
+    [
+        ("Red.", "red", 1.0),
+        ("the red", "Red", 1.0),
+        ("<answer>red</answer>", "red", 1.0),
+        ("red blue", "red", 0.0),  # hedging two answers is wrong
+        ("reddish", "red", 0.0),
+        ("It is red.", "red", 0.0),  # exact match, not containment
+        ("3", "3", 1.0),
+        ("three", "3", 1.0),
+        ("3", "three", 1.0),
+        ("\\boxed{3}", 3, 1.0),
+        ("4", "3", 0.0),
+        ("3 shapes", "3", 0.0),
+        ("", "0", 0.0),
+        ("yes", "No", 0.0),
+        ("No.", "no", 1.0),
+        ("crimson", ["red", "crimson"], 1.0),  # a list of accepted answers
+    ],
+)
 def test_short_answer_reward(completion, answer, expected):
     assert one(ShortAnswer(), completion, {"answer": answer}) == expected
 
@@ -238,16 +349,20 @@ def test_short_answer_rejects_an_empty_gold_answer():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("[10, 20, 30, 40]", [10, 20, 30, 40]),
-    ('[{"bbox_2d": [1.5, 2, 3, 4.5], "label": "cat"}]', [1.5, 2, 3, 4.5]),
-    ("(10,20),(30,40)", [10, 20, 30, 40]),
-    ("<box>1, 2, 3, 4</box>", [1, 2, 3, 4]),
-    ("<|box_start|>(5,6),(7,8)<|box_end|>", [5, 6, 7, 8]),
-    ("box [0, 1] then [9, 8, 7, 6, 5]", [8, 7, 6, 5]),  # the last 4 numbers of the last >= 4-number group
-    ("<box>1,2,3,4</box> [9, 9, 9, 9]", [1, 2, 3, 4]),  # a box tag is preferred
-    ("no box", None), ("[1, 2, 3]", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[10, 20, 30, 40]", [10, 20, 30, 40]),
+        ('[{"bbox_2d": [1.5, 2, 3, 4.5], "label": "cat"}]', [1.5, 2, 3, 4.5]),
+        ("(10,20),(30,40)", [10, 20, 30, 40]),
+        ("<box>1, 2, 3, 4</box>", [1, 2, 3, 4]),
+        ("<|box_start|>(5,6),(7,8)<|box_end|>", [5, 6, 7, 8]),
+        ("box [0, 1] then [9, 8, 7, 6, 5]", [8, 7, 6, 5]),  # the last 4 numbers of the last >= 4-number group
+        ("<box>1,2,3,4</box> [9, 9, 9, 9]", [1, 2, 3, 4]),  # a box tag is preferred
+        ("no box", None),
+        ("[1, 2, 3]", None),
+    ],
+)
 def test_parse_box(text, expected):
     assert parse_box(text) == expected
 
@@ -292,18 +407,21 @@ def test_grounding_reward():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, answer_only, expected", [
-    ("<think>a\nb</think><answer>4</answer>", False, True),
-    ("  <think>x</think>\n\n<answer>4</answer>\n", False, True),
-    ("<answer>4</answer><think>x</think>", False, False),  # wrong order
-    ("<think>x</think>", False, False),
-    ("<think>x</think><answer>4</answer> trailing", False, False),
-    ("<think>x</think><answer>4</answer><answer>5</answer>", False, False),  # two answers
-    ("<think>x<think>y</think><answer>4</answer>", False, False),
-    ("<answer>4</answer>", True, True),
-    ("<think>x</think><answer>4</answer>", True, False),
-    ("<answer>4</answer><answer>5</answer>", True, False),
-])
+@pytest.mark.parametrize(
+    "text, answer_only, expected",
+    [
+        ("<think>a\nb</think><answer>4</answer>", False, True),
+        ("  <think>x</think>\n\n<answer>4</answer>\n", False, True),
+        ("<answer>4</answer><think>x</think>", False, False),  # wrong order
+        ("<think>x</think>", False, False),
+        ("<think>x</think><answer>4</answer> trailing", False, False),
+        ("<think>x</think><answer>4</answer><answer>5</answer>", False, False),  # two answers
+        ("<think>x<think>y</think><answer>4</answer>", False, False),
+        ("<answer>4</answer>", True, True),
+        ("<think>x</think><answer>4</answer>", True, False),
+        ("<answer>4</answer><answer>5</answer>", True, False),
+    ],
+)
 def test_format_ok(text, answer_only, expected):
     assert format_ok(text, answer_only=answer_only) is expected
 
@@ -314,9 +432,18 @@ def test_format_reward_custom_tags():
     assert one(r, "<think>x</think><answer>1</answer>") == 0.0
 
 
-@pytest.mark.parametrize("length, expected", [
-    (0, 0.0), (12, 0.0), (13, -1 / 8), (16, -0.5), (20, -1.0), (21, -1.0), (1000, -1.0),
-])
+@pytest.mark.parametrize(
+    "length, expected",
+    [
+        (0, 0.0),
+        (12, 0.0),
+        (13, -1 / 8),
+        (16, -0.5),
+        (20, -1.0),
+        (21, -1.0),
+        (1000, -1.0),
+    ],
+)
 def test_soft_overlong_penalty_regions(length, expected):
     assert soft_overlong_penalty(length, max_length=20, cache_length=8) == pytest.approx(expected)
 
@@ -350,9 +477,16 @@ def test_registered_text_rewards_pass_the_checker(name):
     assert "rejects_bad_input" in check_reward(reward, kind="text")
 
 
-@pytest.mark.parametrize("name, good", [("math_answer", {"answer": "1"}), ("multiple_choice", {"answer": "A"}),
-                                        ("counting", {"answer": 1}), ("short_answer", {"answer": "red"}),
-                                        ("grounding_iou", {"box": [0, 0, 1, 1]})])
+@pytest.mark.parametrize(
+    "name, good",
+    [
+        ("math_answer", {"answer": "1"}),
+        ("multiple_choice", {"answer": "A"}),
+        ("counting", {"answer": 1}),
+        ("short_answer", {"answer": "red"}),
+        ("grounding_iou", {"box": [0, 0, 1, 1]}),
+    ],
+)
 def test_missing_meta_key_is_named(name, good):
     reward, key = REWARDS.build(name), next(iter(good))
     with pytest.raises(ValueError, match=rf"reward '{name}': meta\[1\] has no '{key}' key"):

@@ -23,24 +23,63 @@ PROMPTS = ["pick up the red cube", "open the drawer", "push the block"]
 
 
 # ----------------------------------------------------------------------------- parsing
-@pytest.mark.parametrize("text, want", [
-    ("Yes", 1.0), ("yes.", 1.0), ("YES!", 1.0), ("**Yes**", 1.0), ("Answer: yes", 1.0),
-    ("Final answer: Yes.", 1.0), ("Yes, the cube is lifted.", 1.0), ("  yes\n", 1.0), ("`yes`", 1.0),
-    ("No", 0.0), ("no.", 0.0), ("**No**", 0.0), ("Answer: No, the drawer is closed", 0.0), ("NO!!", 0.0),
-    ("The drawer is still closed, so no.", 0.0), ("I think yes.", 1.0), ("True", 1.0), ("false", 0.0),
-    ("", None), ("Not sure", None), ("N/A", None), ("maybe yes, maybe no", None), ("The image is blurry", None),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("Yes", 1.0),
+        ("yes.", 1.0),
+        ("YES!", 1.0),
+        ("**Yes**", 1.0),
+        ("Answer: yes", 1.0),
+        ("Final answer: Yes.", 1.0),
+        ("Yes, the cube is lifted.", 1.0),
+        ("  yes\n", 1.0),
+        ("`yes`", 1.0),
+        ("No", 0.0),
+        ("no.", 0.0),
+        ("**No**", 0.0),
+        ("Answer: No, the drawer is closed", 0.0),
+        ("NO!!", 0.0),
+        ("The drawer is still closed, so no.", 0.0),
+        ("I think yes.", 1.0),
+        ("True", 1.0),
+        ("false", 0.0),
+        ("", None),
+        ("Not sure", None),
+        ("N/A", None),
+        ("maybe yes, maybe no", None),
+        ("The image is blurry", None),
+    ],
+)
 def test_parse_yes_no(text, want):
     assert parse_yes_no(text) == want
 
 
-@pytest.mark.parametrize("text, want", [
-    ("7", 7.0), ("7.5", 7.5), ("7/10", 7.0), ("Score: 7.5", 7.5), ("score: 8/10", 8.0), ("**8**", 8.0),
-    ("8 out of 10", 8.0), ("4/5", 8.0), ("Rating: 4/5", 8.0), ("12", 10.0), ("-3", 0.0), ("11/10", 10.0),
-    ("seven", 7.0), ("Answer: 6", 6.0), ("7. The cube was grasped on the 2nd try", 7.0),
-    ("On a scale from 0 to 10, I would give it a 3.", 3.0), ("I'd rate it 9 out of 10.", 9.0),
-    ("The score is 5", 5.0), ("no idea", None), ("", None),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("7", 7.0),
+        ("7.5", 7.5),
+        ("7/10", 7.0),
+        ("Score: 7.5", 7.5),
+        ("score: 8/10", 8.0),
+        ("**8**", 8.0),
+        ("8 out of 10", 8.0),
+        ("4/5", 8.0),
+        ("Rating: 4/5", 8.0),
+        ("12", 10.0),
+        ("-3", 0.0),
+        ("11/10", 10.0),
+        ("seven", 7.0),
+        ("Answer: 6", 6.0),
+        ("7. The cube was grasped on the 2nd try", 7.0),
+        ("On a scale from 0 to 10, I would give it a 3.", 3.0),
+        ("I'd rate it 9 out of 10.", 9.0),
+        ("The score is 5", 5.0),
+        ("no idea", None),
+        ("", None),
+    ],
+)
 def test_parse_score(text, want):
     assert parse_score(text, 10.0) == (pytest.approx(want) if want is not None else None)
 
@@ -73,8 +112,9 @@ def test_batched_call_with_a_callable_backend():
     assert out.tolist() == [1.0, 0.0, 1.0 if mean > 127 else 0.0]
     assert len(stub.calls) == 1 and stub.calls[0][0] == 3
     assert stub.calls[0][1] == [YES_NO_TEMPLATE.format(instruction=p) for p in PROMPTS]
-    assert stub.calls[0][1][0] == ("Task: pick up the red cube. Has the task been completed in this image? "
-                                   "Answer yes or no.")
+    assert stub.calls[0][1][0] == (
+        "Task: pick up the red cube. Has the task been completed in this image? Answer yes or no."
+    )
     assert judge.last_answers[:2] == ["**Yes**", "No."] and judge.num_unparsed == 0
     # batch_size splits the backend calls, not the result
     chunked = Stub()
@@ -90,8 +130,12 @@ def test_score_mode_unparsed_fallback_and_counter():
     assert judge.num_unparsed == 1
     judge(IMAGES, PROMPTS)
     assert judge.num_unparsed == 2
-    custom = VLMJudge(generate_fn=lambda ims, qs: ["3"] * len(ims), mode="score", max_score=5,
-                      template="Out of 5, how done is: {instruction}?")
+    custom = VLMJudge(
+        generate_fn=lambda ims, qs: ["3"] * len(ims),
+        mode="score",
+        max_score=5,
+        template="Out of 5, how done is: {instruction}?",
+    )
     assert torch.allclose(custom(IMAGES, PROMPTS), torch.full((3,), 0.6))
 
 
@@ -130,9 +174,16 @@ class ChatHandler(BaseHTTPRequestHandler):
             return
         question = body["messages"][0]["content"][1]["text"]
         content = "Yes, it is." if "cube" in question else "**No**"
-        data = json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": content}}]}).encode()
+        data = json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                ],
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

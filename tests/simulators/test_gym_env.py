@@ -78,8 +78,13 @@ class NoGLEnv(CounterEnv):
         raise RuntimeError("no OpenGL context")
 
 
-for _name, _cls in (("Counter", CounterEnv), ("InfBox", InfBoxEnv), ("DictAction", DictActionEnv),
-                    ("EzCounter", EzCounterEnv), ("NoGL", NoGLEnv)):
+for _name, _cls in (
+    ("Counter", CounterEnv),
+    ("InfBox", InfBoxEnv),
+    ("DictAction", DictActionEnv),
+    ("EzCounter", EzCounterEnv),
+    ("NoGL", NoGLEnv),
+):
     if f"MmrlTest/{_name}-v0" not in gym.registry:
         gym.register(id=f"MmrlTest/{_name}-v0", entry_point=_cls, max_episode_steps=10)
 
@@ -160,8 +165,9 @@ def test_check_simulator_mujoco_with_images(monkeypatch):
     for var in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
         monkeypatch.setenv(var, "")  # as on a headless machine; restored afterwards
     try:
-        sim = GymSim(3, env_id="InvertedPendulum-v5", image_size=16, max_episode_steps=6,
-                     env_kwargs={"width": 32, "height": 32})
+        sim = GymSim(
+            3, env_id="InvertedPendulum-v5", image_size=16, max_episode_steps=6, env_kwargs={"width": 32, "height": 32}
+        )
     except RuntimeError as exc:
         if "could not render a frame" not in str(exc) or os.environ["MUJOCO_GL"] != "egl":
             raise
@@ -191,16 +197,22 @@ def test_ezpickle_env_snapshot_is_refused_not_wrong():
 
 
 def test_render_failure_is_one_clear_error():
-    with pytest.raises(RuntimeError, match=r"MmrlTest/NoGL-v0 could not render a frame \(RuntimeError: no OpenGL "
-                                           r"context\).*render_images=False"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"MmrlTest/NoGL-v0 could not render a frame \(RuntimeError: no OpenGL "
+        r"context\).*render_images=False",
+    ):
         GymSim(2, env_id="MmrlTest/NoGL-v0")
 
 
 def test_an_env_argument_at_the_top_level_is_told_to_go_under_env_kwargs():
-    with pytest.raises(TypeError, match=r"^'sutton_barto_reward' is not an argument of simulator 'gym'; arguments "
-                                        r"of the gymnasium env go under env_kwargs: "
-                                        r"env_kwargs=\{'sutton_barto_reward': True\} .*Valid: device, env_id, "
-                                        r"env_kwargs, image_size"):
+    with pytest.raises(
+        TypeError,
+        match=r"^'sutton_barto_reward' is not an argument of simulator 'gym'; arguments "
+        r"of the gymnasium env go under env_kwargs: "
+        r"env_kwargs=\{'sutton_barto_reward': True\} .*Valid: device, env_id, "
+        r"env_kwargs, image_size",
+    ):
         GymSim(1, env_id="CartPole-v1", render_images=False, sutton_barto_reward=True)
     with pytest.raises(TypeError, match=r"'a', 'b' are not arguments .*env_kwargs=\{'x': 0, 'a': 1, 'b': 2\}"):
         GymSim(1, env_id="CartPole-v1", render_images=False, env_kwargs={"x": 0}, a=1, b=2)
@@ -216,9 +228,19 @@ def test_the_declared_signature_keeps_unknown_arguments_out():
     from mmrl.experiment import SimConfig, constructor_arguments
 
     assert "unknown" not in inspect.signature(GymSim).parameters
-    assert constructor_arguments(GymSim) == ["device", "env_id", "env_kwargs", "image_size", "instruction",
-                                             "max_episode_steps", "num_envs", "render_images", "seed",
-                                             "success_key", "vectorization"]
+    assert constructor_arguments(GymSim) == [
+        "device",
+        "env_id",
+        "env_kwargs",
+        "image_size",
+        "instruction",
+        "max_episode_steps",
+        "num_envs",
+        "render_images",
+        "seed",
+        "success_key",
+        "vectorization",
+    ]
     with pytest.raises(ConfigError, match="'kwargs.bogus' is not an argument of simulator 'gym'"):
         SimConfig(type="gym", kwargs={"bogus": 1}).validate()
     assert main(["check", "simulator", "gym:CartPole-v1", "bogus=1"]) == 2
@@ -291,8 +313,9 @@ def test_no_render_gives_zero_images_and_default_instruction():
 # ---------------------------------------------------------------------------- chunks, success
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
 def test_chunk_ignores_actions_after_episode_end(vectorization):
-    sim = GymSim(2, env_id="MmrlTest/Counter-v0", render_images=False, vectorization=vectorization,
-                 success_key="is_success")
+    sim = GymSim(
+        2, env_id="MmrlTest/Counter-v0", render_images=False, vectorization=vectorization, success_key="is_success"
+    )
     try:
         assert sim.has_success and not sim.has_images
         sim.reset(0)

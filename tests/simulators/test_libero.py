@@ -42,8 +42,13 @@ def libero_cfg(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------- set-up
 def _run_py(code: str, env: dict, timeout: float = 90) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -284,8 +289,16 @@ def test_contract_with_fake_env(libero_cfg):
         num_envs=2, image_size=16, max_episode_steps=9, num_noop_steps=2, env_factory=FAKE
     )
     passed = check_simulator(factory, chunk_size=3, verbose=False)
-    for name in ("reset_deterministic", "reset_seed_list", "step_chunk", "truncation",
-                 "chunk_mid_episode_end", "auto_reset", "action_bounds", "state_roundtrip"):
+    for name in (
+        "reset_deterministic",
+        "reset_seed_list",
+        "step_chunk",
+        "truncation",
+        "chunk_mid_episode_end",
+        "auto_reset",
+        "action_bounds",
+        "state_roundtrip",
+    ):
         assert name in passed
     assert passed.action_bounds == "clipped"
 
@@ -343,11 +356,18 @@ def LiftControlEnv(bddl_file_name, camera_names, camera_heights, camera_widths, 
     class _Lift(ControlEnv):
         def __init__(self):
             self.env = suite.make(
-                "Lift", robots=["Panda"],
+                "Lift",
+                robots=["Panda"],
                 controller_configs=suite.load_controller_config(default_controller="OSC_POSE"),
-                has_renderer=False, has_offscreen_renderer=True, use_camera_obs=use_camera_obs,
-                camera_names=camera_names, camera_heights=camera_heights, camera_widths=camera_widths,
-                ignore_done=ignore_done, control_freq=20, hard_reset=kw.get("hard_reset", True),
+                has_renderer=False,
+                has_offscreen_renderer=True,
+                use_camera_obs=use_camera_obs,
+                camera_names=camera_names,
+                camera_heights=camera_heights,
+                camera_widths=camera_widths,
+                ignore_done=ignore_done,
+                control_freq=20,
+                hard_reset=kw.get("hard_reset", True),
             )
             self.env._post_process = lambda: None  # LIBERO's envs update object states here
             self._dim = len(self.get_sim_state())
@@ -460,8 +480,12 @@ def test_mmrl_eval_reports_every_task(libero_cfg, tmp_path):
 
     cfg = {
         "run": {"output_dir": str(tmp_path), "name": "ev"},
-        "sim": {"type": "libero", "eval_num_envs": 2, "eval_tasks": [1, 3],
-                "kwargs": {"env_factory": FAKE, "image_size": 16, "max_episode_steps": 6, "num_noop_steps": 1}},
+        "sim": {
+            "type": "libero",
+            "eval_num_envs": 2,
+            "eval_tasks": [1, 3],
+            "kwargs": {"env_factory": FAKE, "image_size": 16, "max_episode_steps": 6, "num_noop_steps": 1},
+        },
         "policy": {"type": "flow_vla", "dim": 16, "expert_dim": 16, "expert_layers": 1, "image_size": 16},
         "trainer": {"eval_episodes": 3, "video_episodes": 2},
     }
@@ -469,8 +493,9 @@ def test_mmrl_eval_reports_every_task(libero_cfg, tmp_path):
     torch.manual_seed(0)
     pol = FlowVLAPolicy(FlowVLAConfig(dim=16, expert_dim=16, expert_layers=1, image_size=16, num_views=2), 7, 8)
     exp = load_experiment(tmp_path / "c.yaml")  # a checkpoint of this policy, as training writes it
-    ck = checkpoint.save(tmp_path / "ck", exp, pol, build_train_engine(exp.trainer.engine, pol, 1e-3, "cpu"),
-                         TrainState())
+    ck = checkpoint.save(
+        tmp_path / "ck", exp, pol, build_train_engine(exp.trainer.engine, pol, 1e-3, "cpu"), TrainState()
+    )
     assert main(["eval", str(tmp_path / "c.yaml"), f"checkpoint={ck}"]) == 0
     report = json.loads((tmp_path / "ev" / "eval_report.json").read_text())
     tasks = L.list_tasks("libero_spatial")

@@ -148,8 +148,15 @@ def test_resolve_tasks(libero_cfg):
 
 def test_multi_task_resets_pick_task_and_state_per_env(libero_cfg):
     tasks = L.list_tasks("libero_spatial")
-    sim = L.LiberoSim(num_envs=4, task_id="all", image_size=8, image_flip="none", max_episode_steps=6,
-                      num_noop_steps=0, env_factory=FAKE)
+    sim = L.LiberoSim(
+        num_envs=4,
+        task_id="all",
+        image_size=8,
+        image_flip="none",
+        max_episode_steps=6,
+        num_noop_steps=0,
+        env_factory=FAKE,
+    )
     try:
         assert sim.task is None and sim.instruction is None and len(sim.pools) == 10
         assert sim.task_id == [f"libero_spatial/{i}" for i in range(10)]
@@ -199,8 +206,14 @@ def test_grpo_groups_share_task_and_init_state(libero_cfg):
 
 
 def test_each_task_keeps_its_suite_step_limit(libero_cfg):
-    sim = L.LiberoSim(num_envs=2, suite=["libero_spatial", "libero_object"],
-                      task_id=["libero_spatial/0", "libero_object/0"], image_size=8, num_noop_steps=0, env_factory=FAKE)
+    sim = L.LiberoSim(
+        num_envs=2,
+        suite=["libero_spatial", "libero_object"],
+        task_id=["libero_spatial/0", "libero_object/0"],
+        image_size=8,
+        num_noop_steps=0,
+        env_factory=FAKE,
+    )
     try:
         assert sim.max_episode_steps == 280  # the longest bounds a rollout
         sim.reset([0, 1])
@@ -227,10 +240,19 @@ def test_trainer_logs_success_per_task(libero_cfg, tmp_path, mode):
 
     cfg = {
         "run": {"output_dir": str(tmp_path), "name": "mt"},
-        "sim": {"type": "libero", "num_envs": 4, "eval_num_envs": 4,
-                "kwargs": {"env_factory": FAKE, "image_size": 16, "max_episode_steps": 4, "num_noop_steps": 0,
-                           "suite": ["libero_spatial", "libero_object"],
-                           "task_id": ["libero_spatial/1", "libero_object/2"]}},
+        "sim": {
+            "type": "libero",
+            "num_envs": 4,
+            "eval_num_envs": 4,
+            "kwargs": {
+                "env_factory": FAKE,
+                "image_size": 16,
+                "max_episode_steps": 4,
+                "num_noop_steps": 0,
+                "suite": ["libero_spatial", "libero_object"],
+                "task_id": ["libero_spatial/1", "libero_object/2"],
+            },
+        },
         "policy": {"type": "flow_vla", "dim": 16, "expert_dim": 16, "expert_layers": 1, "image_size": 16},
         "algorithm": {"advantage": "grpo", "group_size": 2},
         "trainer": {"iterations": 1, "eval_episodes": 4, "video_episodes": 0, "eval_every": 1},
@@ -242,15 +264,29 @@ def test_trainer_logs_success_per_task(libero_cfg, tmp_path, mode):
     rows = [json.loads(x) for x in (tmp_path / "mt" / "metrics.jsonl").read_text().splitlines()]
     keys = set().union(*rows)
     for prefix in ("train", "eval"):
-        assert {f"{prefix}/success/libero_spatial/1", f"{prefix}/success/libero_object/2",
-                f"{prefix}/success_suite/libero_spatial", f"{prefix}/success_suite/libero_object"} <= keys
+        assert {
+            f"{prefix}/success/libero_spatial/1",
+            f"{prefix}/success/libero_object/2",
+            f"{prefix}/success_suite/libero_spatial",
+            f"{prefix}/success_suite/libero_object",
+        } <= keys
     results = json.loads((tmp_path / "mt" / "results.json").read_text())
     final = results[sorted(results)[-1]]
     assert set(final["tasks"]) == {"libero_spatial/1", "libero_object/2"}
     assert sum(r["episodes"] for r in final["tasks"].values()) == final["episodes"] == 4
     ckpt = sorted((tmp_path / "mt" / "checkpoints").glob("iter_*"))[-1]
-    assert main(["eval", str(tmp_path / "c.yaml"), f"checkpoint={ckpt}",
-                 "sim.eval_tasks=[libero_spatial/1, libero_object/2]", "trainer.eval_episodes=2"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(tmp_path / "c.yaml"),
+                f"checkpoint={ckpt}",
+                "sim.eval_tasks=[libero_spatial/1, libero_object/2]",
+                "trainer.eval_episodes=2",
+            ]
+        )
+        == 0
+    )
     report = json.loads((tmp_path / "mt" / "eval_report.json").read_text())
     assert [r["task"] for r in report["tasks"]] == ["libero_spatial/1", "libero_object/2"]
     assert set(report["suites"]) == {"libero_spatial", "libero_object"}

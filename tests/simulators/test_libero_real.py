@@ -19,8 +19,9 @@ from simulators import libero as L
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not L.assets_expected(),
-                       reason="LIBERO scene assets absent: bash scripts/setup_libero_assets.sh"),
+    pytest.mark.skipif(
+        not L.assets_expected(), reason="LIBERO scene assets absent: bash scripts/setup_libero_assets.sh"
+    ),
 ]
 
 
@@ -34,7 +35,8 @@ def test_assets_found_without_a_variable(monkeypatch):
 
 def test_contract_on_a_real_libero_spatial_scene():
     factory = lambda: L.LiberoSim(  # noqa: E731
-        num_envs=2, suite="libero_spatial", image_size=32, max_episode_steps=20, num_noop_steps=5)
+        num_envs=2, suite="libero_spatial", image_size=32, max_episode_steps=20, num_noop_steps=5
+    )
     passed = check_simulator(factory, chunk_size=4, verbose=False)
     for name in ("reset_deterministic", "step_chunk", "truncation", "auto_reset", "state_roundtrip"):
         assert name in passed

@@ -29,8 +29,13 @@ class BaseChunkReach(ReachSim):
         (lambda: ReachSim(num_envs=16, max_episode_steps=12, image_size=24), 5),
         (
             lambda: ReachSim(
-                num_envs=8, dense_reward=True, wrong_penalty=0.1, wrong_terminates=True,
-                state_mode="full", instruction_templates=4, num_objects=4,
+                num_envs=8,
+                dense_reward=True,
+                wrong_penalty=0.1,
+                wrong_terminates=True,
+                state_mode="full",
+                instruction_templates=4,
+                num_objects=4,
             ),
             4,
         ),
@@ -40,8 +45,15 @@ class BaseChunkReach(ReachSim):
 )
 def test_contract_checker_passes(factory, chunk_size):
     passed = check_simulator(factory, chunk_size=chunk_size, verbose=False)
-    for name in ("reset_seed_list", "step_chunk", "truncation", "chunk_mid_episode_end",
-                 "auto_reset", "action_bounds", "state_roundtrip"):
+    for name in (
+        "reset_seed_list",
+        "step_chunk",
+        "truncation",
+        "chunk_mid_episode_end",
+        "auto_reset",
+        "action_bounds",
+        "state_roundtrip",
+    ):
         assert name in passed
     assert passed.action_bounds == "clipped"
 

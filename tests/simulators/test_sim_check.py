@@ -117,8 +117,19 @@ class Wrapped:
         (lambda: Wrapped(reported_max=11, num_envs=4, max_episode_steps=10), "episode", ["truncation must happen"]),
         (lambda: _attr_broken(), "attributes", ["action_dim"]),
     ],
-    ids=["float-image", "reward-shape", "flag-dtype", "chunk-overrun", "state-views", "no-auto-reset",
-         "nondeterministic-reset", "no-clip", "truncation-late", "truncation-early", "attributes"],
+    ids=[
+        "float-image",
+        "reward-shape",
+        "flag-dtype",
+        "chunk-overrun",
+        "state-views",
+        "no-auto-reset",
+        "nondeterministic-reset",
+        "no-clip",
+        "truncation-late",
+        "truncation-early",
+        "attributes",
+    ],
 )
 def test_broken_simulators_are_caught(factory, check, words):
     with pytest.raises(AssertionError) as err:

@@ -13,8 +13,12 @@ ALGO = SimpleNamespace(advantage="gae", gamma=0.5, lam=1.0)
 
 
 def batch(dones, bootstrap=None):
-    b = Batch(rewards=torch.tensor([[1.0], [1.0]]), old_values=torch.tensor([[2.0], [4.0]]),
-              dones=torch.tensor(dones), valid=torch.ones(2, 1, dtype=torch.bool))
+    b = Batch(
+        rewards=torch.tensor([[1.0], [1.0]]),
+        old_values=torch.tensor([[2.0], [4.0]]),
+        dones=torch.tensor(dones),
+        valid=torch.ones(2, 1, dtype=torch.bool),
+    )
     if bootstrap is not None:
         b["bootstrap"] = torch.tensor(bootstrap)
     return b
@@ -46,9 +50,11 @@ def test_reinforce_pp_is_selectable_and_whitens_the_return_to_go():
     from mmrl.experiment import load_experiment
 
     algo = load_experiment(None, ["algorithm.advantage=reinforce_pp", "algorithm.gamma=0.5"]).algorithm
-    b = Batch(rewards=torch.tensor([[1.0, 0.0], [2.0, 0.0], [1.0, 0.0]]),
-              dones=torch.tensor([[False, False], [False, True], [True, True]]),
-              valid=torch.tensor([[True, True], [True, True], [True, False]]))
+    b = Batch(
+        rewards=torch.tensor([[1.0, 0.0], [2.0, 0.0], [1.0, 0.0]]),
+        dones=torch.tensor([[False, False], [False, True], [True, True]]),
+        valid=torch.tensor([[True, True], [True, True], [True, False]]),
+    )
     out = compute_advantages(b, algo)
     g = torch.tensor([1 + 0.5 * (2 + 0.5 * 1), 2 + 0.5 * 1, 1.0, 0.0, 0.0])  # env 0 t=0..2, env 1 t=0..1
     want = (g - g.mean()) / g.std()

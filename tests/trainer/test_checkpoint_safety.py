@@ -202,8 +202,9 @@ def test_tensorboard_shows_each_point_once_after_a_kill_between_two_saves(tmp_pa
     assert any(k.startswith("eval/") for r in at_2 for k in r) and any(k.startswith("train/") for r in at_2 for k in r)
     run(tmp_path, "trainer.iterations=2", "trainer.checkpoint_every=1")
     assert_no_duplicate_rows(tmp_path)
-    want = {(k, r["step"]): v for r in rows(tmp_path) for k, v in r.items()
-            if k != "step" and isinstance(v, (int, float))}
+    want = {
+        (k, r["step"]): v for r in rows(tmp_path) for k, v in r.items() if k != "step" and isinstance(v, (int, float))
+    }
     assert any(k.startswith("train/") and step == 2 for k, step in want)
     points = tensorboard_scalars(tmp_path / "t")
     twice = {key: values for key, values in points.items() if len(values) > 1}

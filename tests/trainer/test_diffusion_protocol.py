@@ -14,8 +14,14 @@ from mmrl.experiment import build_trainer, load_experiment
 from rewards.shapes import parse_prompt
 
 CONFIGS = ["configs/diffusion_shapes_flow_grpo.yaml", "configs/diffusion_shapes_awm.yaml"]
-TINY = ["run.threads=1", "policy.width=16", "policy.num_steps=2", "policy.eval_num_steps=2",
-        "trainer.video_episodes=0", "trainer.resume=false"]
+TINY = [
+    "run.threads=1",
+    "policy.width=16",
+    "policy.num_steps=2",
+    "policy.eval_num_steps=2",
+    "trainer.video_episodes=0",
+    "trainer.resume=false",
+]
 
 
 def canonical(objects: list[dict]) -> tuple:

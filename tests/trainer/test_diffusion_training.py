@@ -16,12 +16,29 @@ from mmrl.trainer.checkpoint import latest_path, load_policy
 from mmrl.trainer.reward_stage import RewardStage
 from simulators.prompts import PromptSim
 
-SIM = ["sim.type=prompts", "sim.num_envs=8", "sim.eval_num_envs=8",
-       "sim.kwargs={dataset: shapes_prompts, image_size: 16}", "reward={type: shapes, success_threshold: 0.9}"]
-TINY_GEN = ["policy.type=diffusion", "policy.image_size=16", "policy.width=16", "policy.num_steps=3",
-            "policy.eval_num_steps=3"]
-ALGO = ["algorithm.advantage=grpo_global_std", "algorithm.group_size=4", "algorithm.normalize_advantages=false",
-        "algorithm.adv_clip=5", "algorithm.clip_low=0.0001", "algorithm.minibatch_size=8", "algorithm.epochs=1"]
+SIM = [
+    "sim.type=prompts",
+    "sim.num_envs=8",
+    "sim.eval_num_envs=8",
+    "sim.kwargs={dataset: shapes_prompts, image_size: 16}",
+    "reward={type: shapes, success_threshold: 0.9}",
+]
+TINY_GEN = [
+    "policy.type=diffusion",
+    "policy.image_size=16",
+    "policy.width=16",
+    "policy.num_steps=3",
+    "policy.eval_num_steps=3",
+]
+ALGO = [
+    "algorithm.advantage=grpo_global_std",
+    "algorithm.group_size=4",
+    "algorithm.normalize_advantages=false",
+    "algorithm.adv_clip=5",
+    "algorithm.clip_low=0.0001",
+    "algorithm.minibatch_size=8",
+    "algorithm.epochs=1",
+]
 RUN = ["trainer.iterations=2", "trainer.eval_episodes=8", "trainer.video_episodes=4", "trainer.checkpoint_every=1"]
 
 
@@ -77,11 +94,14 @@ def test_prompt_sim_deals_eval_prompts_in_cycles_and_train_prompts_at_random():
         PromptSim(num_envs=1, deal="shuffle")
 
 
-@pytest.mark.parametrize("extra", [
-    [],  # Flow-GRPO: per-step ratios
-    ["policy.kl_reference=true", "algorithm.kl_coef=0.04", "policy.stochastic=window", "policy.window=[0, 2]"],
-    ["algorithm.objective=awm", "policy.awm_ema_coef=0.1", "policy.awm_ref_coef=0.1", "policy.noise_level=0.0"],
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # Flow-GRPO: per-step ratios
+        ["policy.kl_reference=true", "algorithm.kl_coef=0.04", "policy.stochastic=window", "policy.window=[0, 2]"],
+        ["algorithm.objective=awm", "policy.awm_ema_coef=0.1", "policy.awm_ref_coef=0.1", "policy.noise_level=0.0"],
+    ],
+)
 def test_tiny_generator_trains(tmp_path, extra):
     results = build_trainer(cfg(tmp_path, *extra)).run()
     assert set(results) == {"start", "final"} and results["final"]["episodes"] == 8
@@ -115,10 +135,17 @@ def tiny_sd3(tmp_path_factory):
 
 @pytest.mark.parametrize("objective", ["ppo", "awm"])
 def test_sd3_lora_flow_grpo_and_awm_smoke(tmp_path, tiny_sd3, objective):
-    c = cfg(tmp_path, f"policy.model={tiny_sd3}", "policy.lora_rank=4", "policy.lora_alpha=8",
-            "policy.guidance_scale=1.0", f"algorithm.objective={objective}",
-            # random weights draw nothing the shapes reward scores; JPEG size varies per image
-            "sim.kwargs={dataset: shapes_prompts, image_size: 16}", "reward={type: jpeg_compressibility}")
+    c = cfg(
+        tmp_path,
+        f"policy.model={tiny_sd3}",
+        "policy.lora_rank=4",
+        "policy.lora_alpha=8",
+        "policy.guidance_scale=1.0",
+        f"algorithm.objective={objective}",
+        # random weights draw nothing the shapes reward scores; JPEG size varies per image
+        "sim.kwargs={dataset: shapes_prompts, image_size: 16}",
+        "reward={type: jpeg_compressibility}",
+    )
     trainer = build_trainer(c)
     lora = {k: v.clone() for k, v in trainer.policy.state_dict().items() if "lora_B" in k}
     frozen = {k: v.clone() for k, v in trainer.policy.state_dict().items() if "lora" not in k and "transformer" in k}
@@ -165,12 +192,26 @@ class Brightness:
 def test_flow_grpo_climbs_a_simple_reward(tmp_path):
     """The sign check of the whole pipeline (sampler log-probs, group advantages, per-step PPO):
     from a random generator, 10 Flow-GRPO iterations raise the mean brightness of the samples."""
-    c = load_experiment("configs/diffusion_shapes_flow_grpo.yaml", [
-        f"run.output_dir={tmp_path}", "run.name=b", "warm_start.dataset=null", "trainer.iterations=10",
-        "trainer.eval_episodes=8", "trainer.video_episodes=0", "trainer.checkpoint_every=10",
-        "sim.num_envs=32", "sim.eval_num_envs=8", "policy.width=16", "policy.num_steps=4",
-        # a random generator and a global reward: larger steps than the demo's fine-tuning settings
-        "trainer.lr=3e-4", "algorithm.clip_low=1e-3", "algorithm.epochs=2"])
+    c = load_experiment(
+        "configs/diffusion_shapes_flow_grpo.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "run.name=b",
+            "warm_start.dataset=null",
+            "trainer.iterations=10",
+            "trainer.eval_episodes=8",
+            "trainer.video_episodes=0",
+            "trainer.checkpoint_every=10",
+            "sim.num_envs=32",
+            "sim.eval_num_envs=8",
+            "policy.width=16",
+            "policy.num_steps=4",
+            # a random generator and a global reward: larger steps than the demo's fine-tuning settings
+            "trainer.lr=3e-4",
+            "algorithm.clip_low=1e-3",
+            "algorithm.epochs=2",
+        ],
+    )
     trainer = build_trainer(c)
     trainer.reward_stage.model = Brightness()  # scores training and evaluation rollouts
     trainer.run()

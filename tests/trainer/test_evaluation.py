@@ -30,17 +30,26 @@ def test_suite_builds_one_bounded_sim_per_task_and_weights_the_overall(tmp_path)
         return Tracked(num_envs=n, num_objects={"two": 2, "four": 4}[task], max_episode_steps=12)
 
     policy = _policy()
-    report = evaluate_suite(policy, make_sim, ["two", "four"], episodes=5, seed=7,
-                            generator=torch.Generator().manual_seed(3), video_dir=tmp_path,
-                            video_envs=2, max_envs=2)
+    report = evaluate_suite(
+        policy,
+        make_sim,
+        ["two", "four"],
+        episodes=5,
+        seed=7,
+        generator=torch.Generator().manual_seed(3),
+        video_dir=tmp_path,
+        video_envs=2,
+        max_envs=2,
+    )
     assert made == [("two", 2), ("four", 2)] and closed == [2, 2]  # never more than max_envs at once
     rows = report["tasks"]
     assert [r["task"] for r in rows] == ["two", "four"] and report["episodes"] == 10
     assert report["success_rate"] == pytest.approx((rows[0]["success_rate"] + rows[1]["success_rate"]) / 2)
     assert report["length"] == pytest.approx((rows[0]["length"] + rows[1]["length"]) / 2)
     # a task's row is exactly what evaluate_policy gives on that task alone
-    alone = evaluate_policy(policy, ReachSim(num_envs=2, num_objects=2, max_episode_steps=12), 5, 7,
-                            torch.Generator().manual_seed(3))
+    alone = evaluate_policy(
+        policy, ReachSim(num_envs=2, num_objects=2, max_episode_steps=12), 5, 7, torch.Generator().manual_seed(3)
+    )
     assert {k: rows[0][k] for k in alone} == alone
     assert (tmp_path / "eval_two.mp4").stat().st_size > 0 and rows[1]["video"] == str(tmp_path / "eval_four.mp4")
 

@@ -13,9 +13,15 @@ from mmrl.simulator import Observation
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PENDULUM = [
-    "sim.num_envs=2", "sim.eval_num_envs=2", "sim.kwargs={env_id: Pendulum-v1, render_images: false}",
-    "algorithm.epochs=1", "algorithm.minibatch_size=8",
-    "trainer.rollout_steps=8", "trainer.env_steps=40", "trainer.eval_episodes=2", "trainer.checkpoint_every=1",
+    "sim.num_envs=2",
+    "sim.eval_num_envs=2",
+    "sim.kwargs={env_id: Pendulum-v1, render_images: false}",
+    "algorithm.epochs=1",
+    "algorithm.minibatch_size=8",
+    "trainer.rollout_steps=8",
+    "trainer.env_steps=40",
+    "trainer.eval_episodes=2",
+    "trainer.checkpoint_every=1",
 ]
 
 

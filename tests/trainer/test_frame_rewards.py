@@ -39,8 +39,13 @@ def mean_pixel(img: torch.Tensor) -> torch.Tensor:
 
 
 def stage(model=None, combine=None, failure_term=None, **frames) -> RewardStage:
-    return RewardStage(model or MeanPixel(), "frame", combine=combine or RewardSynthesis(weights={"model": 1.0}),
-                       failure_term=failure_term, frames=FrameScoring(**frames))
+    return RewardStage(
+        model or MeanPixel(),
+        "frame",
+        combine=combine or RewardSynthesis(weights={"model": 1.0}),
+        failure_term=failure_term,
+        frames=FrameScoring(**frames),
+    )
 
 
 def twin(n=4, **kw) -> ReachSim:
@@ -129,7 +134,7 @@ def test_episode_end_mean_averages_the_frames_of_the_episode():
         res, want = scored(st, sim, obs, a, episodes), ref.step(a[:, 0])
         img = final_frames(want)
         for i in range(3):
-            frames[i].append(mean_pixel(img[i: i + 1])[0])
+            frames[i].append(mean_pixel(img[i : i + 1])[0])
             if want.done[i]:
                 assert res.reward[i].item() == pytest.approx(torch.stack(frames[i]).mean().item(), abs=1e-6)
                 frames[i] = []
@@ -184,15 +189,21 @@ def test_success_passes_through_and_never_enters_the_frame_reward():
     assert total_success >= 8  # the expert succeeds, and the stage leaves it as the simulator reports it
 
 
-@pytest.mark.parametrize("combine,failure,expected", [
-    # score s = mean pixel, task reward b = 1 on success, success flag; hand-computed per row
-    ({"weights": {"model": 2.0, "task": 0.5}}, None, lambda s, b, ok, tr: 2 * s + 0.5 * b),
-    ({"weights": {"model": 1.0, "step_cost": 0.25}}, None, lambda s, b, ok, tr: s - 0.25),
-    ({"weights": {"model": 1.0, "task": 1.0}}, None, lambda s, b, ok, tr: s + b),  # the default combination
-    ({"mode": "gated", "gate": "success"}, None, lambda s, b, ok, tr: s * ok),
-    ({"weights": {"model": 1.0}, "failure_penalty": -3.0}, "truncated",
-     lambda s, b, ok, tr: torch.where(tr.bool(), torch.full_like(s, -3.0), s)),
-])
+@pytest.mark.parametrize(
+    "combine,failure,expected",
+    [
+        # score s = mean pixel, task reward b = 1 on success, success flag; hand-computed per row
+        ({"weights": {"model": 2.0, "task": 0.5}}, None, lambda s, b, ok, tr: 2 * s + 0.5 * b),
+        ({"weights": {"model": 1.0, "step_cost": 0.25}}, None, lambda s, b, ok, tr: s - 0.25),
+        ({"weights": {"model": 1.0, "task": 1.0}}, None, lambda s, b, ok, tr: s + b),  # the default combination
+        ({"mode": "gated", "gate": "success"}, None, lambda s, b, ok, tr: s * ok),
+        (
+            {"weights": {"model": 1.0}, "failure_penalty": -3.0},
+            "truncated",
+            lambda s, b, ok, tr: torch.where(tr.bool(), torch.full_like(s, -3.0), s),
+        ),
+    ],
+)
 def test_combinations_with_the_simulator_terms(combine, failure, expected):
     fast = {"max_episode_steps": 3, "max_speed": 0.4}  # the expert reaches near discs only: success and time-outs
     st = stage(combine=RewardSynthesis(**combine), failure_term=failure, timing="step")
@@ -214,10 +225,15 @@ def test_combinations_with_the_simulator_terms(combine, failure, expected):
 
 def test_goal_meta_from_the_instruction():
     model = MeanPixel()
-    st, sim = stage(model, timing="step", instruction_pattern=PATTERN,
-                    goal_meta={"positive_goal": "the gripper is on the {color} target",
-                               "negative_goal": "not {instruction}"}), \
-        twin(3)
+    st, sim = (
+        stage(
+            model,
+            timing="step",
+            instruction_pattern=PATTERN,
+            goal_meta={"positive_goal": "the gripper is on the {color} target", "negative_goal": "not {instruction}"},
+        ),
+        twin(3),
+    )
     obs = sim.reset(0)
     scored(st, sim, obs, torch.zeros(3, 1, 2))
     _, prompts, meta = model.calls[-1]
@@ -226,11 +242,13 @@ def test_goal_meta_from_the_instruction():
         color = text.split()[2]
         assert m == {"positive_goal": f"the gripper is on the {color} target", "negative_goal": f"not {text}"}
     with pytest.raises(ValueError, match="does not match"):
-        FrameScoring(goal_meta={"g": "{color}"},
-                     instruction_pattern="(?P<color>magenta)").meta_for(["reach the red target"])
+        FrameScoring(goal_meta={"g": "{color}"}, instruction_pattern="(?P<color>magenta)").meta_for(
+            ["reach the red target"]
+        )
     with pytest.raises(ValueError, match="colour"):
-        FrameScoring(goal_meta={"g": "on the {colour} target"},
-                     instruction_pattern=PATTERN).meta_for(["reach the red target"])
+        FrameScoring(goal_meta={"g": "on the {colour} target"}, instruction_pattern=PATTERN).meta_for(
+            ["reach the red target"]
+        )
 
 
 def test_a_simulator_without_a_trace_is_named():
@@ -254,14 +272,29 @@ def clip_cfg(tmp_path, *extra):
     from mmrl.tiny.tiny_models import register_tiny_open_clip
 
     name = register_tiny_open_clip()
-    return load_experiment(None, [
-        f"run.output_dir={tmp_path}", "run.name=r", "sim.num_envs=4", "sim.eval_num_envs=4",
-        "sim.kwargs={image_size: 16, max_episode_steps: 8}",
-        f"reward={{type: clip_cosine, kwargs: {{model_name: {name}, pretrained: null}}, "
-        "combine: {weights: {model: 1.0}}}",
-        "policy.backbone=tiny", "policy.chunk_size=4", "policy.num_steps=2", "algorithm.minibatch_size=8",
-        "algorithm.epochs=1", "trainer.iterations=1", "trainer.eval_episodes=4", "trainer.video_episodes=0",
-        "warm_start.dataset=null", "run.threads=1", *extra])
+    return load_experiment(
+        None,
+        [
+            f"run.output_dir={tmp_path}",
+            "run.name=r",
+            "sim.num_envs=4",
+            "sim.eval_num_envs=4",
+            "sim.kwargs={image_size: 16, max_episode_steps: 8}",
+            f"reward={{type: clip_cosine, kwargs: {{model_name: {name}, pretrained: null}}, "
+            "combine: {weights: {model: 1.0}}}",
+            "policy.backbone=tiny",
+            "policy.chunk_size=4",
+            "policy.num_steps=2",
+            "algorithm.minibatch_size=8",
+            "algorithm.epochs=1",
+            "trainer.iterations=1",
+            "trainer.eval_episodes=4",
+            "trainer.video_episodes=0",
+            "warm_start.dataset=null",
+            "run.threads=1",
+            *extra,
+        ],
+    )
 
 
 def test_bad_frame_settings_fail_at_load_with_the_fix(tmp_path):

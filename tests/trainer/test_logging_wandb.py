@@ -16,8 +16,9 @@ def test_wandb_gets_config_name_tables_and_media(tmp_path, monkeypatch):
     logged = []
     logger = RunLogger(tmp_path, use_wandb=True, wandb_project="t", config={"trainer": {"lr": 0.1}}, name="myrun")
     real = logger.wandb.log
-    monkeypatch.setattr(logger.wandb, "log",
-                        lambda data, step=None: (logged.append((step, data)), real(data, step=step)))
+    monkeypatch.setattr(
+        logger.wandb, "log", lambda data, step=None: (logged.append((step, data)), real(data, step=step))
+    )
     assert logger.wandb.name == "myrun" and dict(logger.wandb.config) == {"trainer": {"lr": 0.1}}
     logger.log(1, {"train/x": 1.0, "train/completions": [{"prompt": "p", "completion": "c", "reward": 1.0}]})
     write_video(torch.zeros(2, 4, 16, 16, 3, dtype=torch.uint8), tmp_path / "videos" / "v.mp4", captions=["a"] * 4)

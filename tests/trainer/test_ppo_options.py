@@ -14,9 +14,15 @@ from mmrl.experiment import build_trainer, load_experiment
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TINY = [
-    "sim.num_envs=2", "sim.eval_num_envs=2", "sim.kwargs={env_id: Pendulum-v1, render_images: false}",
-    "algorithm.epochs=3", "algorithm.minibatch_size=8", "trainer.rollout_steps=8", "trainer.env_steps=48",
-    "trainer.eval_episodes=2", "trainer.checkpoint_every=10",
+    "sim.num_envs=2",
+    "sim.eval_num_envs=2",
+    "sim.kwargs={env_id: Pendulum-v1, render_images: false}",
+    "algorithm.epochs=3",
+    "algorithm.minibatch_size=8",
+    "trainer.rollout_steps=8",
+    "trainer.env_steps=48",
+    "trainer.eval_episodes=2",
+    "trainer.checkpoint_every=10",
 ]
 
 
@@ -44,8 +50,7 @@ def test_linear_lr_decay_over_the_env_step_budget(tmp_path):
 
 def test_diagnostics_and_return_as_the_headline(tmp_path, capsys):
     trainer, rows = run(tmp_path, "algorithm.reward_norm=true")
-    for key in ("train/explained_variance", "train/clip_frac", "train/approx_kl", "train/entropy",
-                "train/value_loss"):
+    for key in ("train/explained_variance", "train/clip_frac", "train/approx_kl", "train/entropy", "train/value_loss"):
         assert all(key in r for r in rows), key
     assert "train/success" not in rows[0] and not trainer.sim.has_success  # Pendulum defines no success
     out = capsys.readouterr().out

@@ -9,12 +9,26 @@ import torch
 from mmrl.config import ConfigError
 from mmrl.experiment import build_trainer, load_experiment
 
-DIFF = ["sim.type=prompts", "sim.num_envs=4", "sim.eval_num_envs=42",
-        "sim.kwargs={dataset: shapes_prompts, image_size: 8}",
-        "reward={type: shapes, success_threshold: 0.5}", "policy.type=diffusion", "policy.image_size=8",
-        "policy.width=8", "policy.num_steps=2", "policy.eval_num_steps=2", "algorithm.advantage=grpo",
-        "algorithm.group_size=2", "algorithm.minibatch_size=4", "algorithm.epochs=1", "trainer.iterations=1",
-        "trainer.eval_episodes=42", "trainer.video_episodes=0", "warm_start.dataset=null"]
+DIFF = [
+    "sim.type=prompts",
+    "sim.num_envs=4",
+    "sim.eval_num_envs=42",
+    "sim.kwargs={dataset: shapes_prompts, image_size: 8}",
+    "reward={type: shapes, success_threshold: 0.5}",
+    "policy.type=diffusion",
+    "policy.image_size=8",
+    "policy.width=8",
+    "policy.num_steps=2",
+    "policy.eval_num_steps=2",
+    "algorithm.advantage=grpo",
+    "algorithm.group_size=2",
+    "algorithm.minibatch_size=4",
+    "algorithm.epochs=1",
+    "trainer.iterations=1",
+    "trainer.eval_episodes=42",
+    "trainer.video_episodes=0",
+    "warm_start.dataset=null",
+]
 
 
 def cfg(tmp_path, *extra):
@@ -28,8 +42,9 @@ def test_mismatches_fail_at_load_with_the_fix():
         load_experiment(None, [*DIFF, "reward.frames={timing: step}"])
     with pytest.raises(ConfigError, match="no task reward of its own: add a `reward:` section"):
         load_experiment(None, [*DIFF, "reward=null"])
-    with pytest.raises(ConfigError,
-                       match="policy 'flow_vla' produces chunk actions but simulator 'prompts' takes image"):
+    with pytest.raises(
+        ConfigError, match="policy 'flow_vla' produces chunk actions but simulator 'prompts' takes image"
+    ):
         load_experiment(None, [*DIFF, "policy={type: flow_vla}"])
     with pytest.raises(ConfigError, match="not a registered reward"):
         load_experiment(None, [*DIFF, "reward.type=shape"])

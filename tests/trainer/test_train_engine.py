@@ -16,8 +16,9 @@ from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 from mmrl.trainer import train_engine
 from mmrl.trainer.train_engine import TrainEngineConfig, build_train_engine
 
-needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                                     reason="DeepSpeed is not installed (pip install 'mmrl[deepspeed]')")
+needs_deepspeed = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed (pip install 'mmrl[deepspeed]')"
+)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # other processes share the cores
@@ -78,8 +79,9 @@ def test_lr_override_and_state_round_trip():
     for group in other.param_groups:
         group["lr"] = 0.01
     assert other.optimizer.param_groups[0]["lr"] == 0.01
-    assert torch.equal(other.optimizer.state_dict()["state"][0]["exp_avg"],
-                       engine.optimizer.state_dict()["state"][0]["exp_avg"])
+    assert torch.equal(
+        other.optimizer.state_dict()["state"][0]["exp_avg"], engine.optimizer.state_dict()["state"][0]["exp_avg"]
+    )
 
 
 def test_autocast():
@@ -94,13 +96,16 @@ def test_autocast():
     assert lin.weight.dtype == torch.float32  # torch bf16 = autocast over fp32 weights
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(backend="deepspeed", zero_stage=2, offload_params=True), ["offload_params", "zero_stage 3"]),
-    (dict(backend="deepspeed", zero_stage=5), ["zero_stage", "5", "0, 1, 2, 3"]),
-    (dict(backend="torch", precision="fp16"), ["precision", "fp16", "fp32, bf16"]),
-    (dict(backend="torch", offload_optimizer=True), ["offload_optimizer", "deepspeed"]),
-    (dict(backend="jax"), ["backend", "jax", "torch, deepspeed"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(backend="deepspeed", zero_stage=2, offload_params=True), ["offload_params", "zero_stage 3"]),
+        (dict(backend="deepspeed", zero_stage=5), ["zero_stage", "5", "0, 1, 2, 3"]),
+        (dict(backend="torch", precision="fp16"), ["precision", "fp16", "fp32, bf16"]),
+        (dict(backend="torch", offload_optimizer=True), ["offload_optimizer", "deepspeed"]),
+        (dict(backend="jax"), ["backend", "jax", "torch, deepspeed"]),
+    ],
+)
 def test_config_errors_name_key_value_and_choices(kwargs, words):
     with pytest.raises(ConfigError) as err:
         TrainEngineConfig(**kwargs).validate()
@@ -111,8 +116,9 @@ def test_config_errors_needing_context(monkeypatch):
     with pytest.raises(ConfigError, match="'precision' = 'fp16' needs a GPU"):
         TrainEngineConfig(backend="deepspeed", precision="fp16").validate("cpu")
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "deepspeed" else find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else find_spec(name, *a)
+    )
     with pytest.raises(ConfigError, match=r"pip install 'mmrl\[deepspeed\]'"):
         TrainEngineConfig(backend="deepspeed").validate("cpu")
 
@@ -124,8 +130,9 @@ def test_gradient_checkpointing():
 
     patch_torchvision()  # a broken torchvision install would otherwise break the transformers import
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8,
-                                   bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8, bos_token_id=0, eos_token_id=0
+    )
     from mmrl.policies.base import Policy
 
     class Wrapper(Policy):  # a policy holding a Hugging Face model (the default hook finds it)
@@ -153,9 +160,12 @@ def demo_batch(b=12) -> Batch:
     g = torch.Generator().manual_seed(0)
     colours = ["red", "green", "blue"]
     chunks = torch.tanh(torch.randn(3, 4, 2, generator=g))
-    return Batch(image=torch.randint(0, 256, (b, 32, 32, 3), generator=g, dtype=torch.uint8),
-                 instruction=encode_text([f"reach the {colours[i % 3]} target" for i in range(b)]),
-                 state=torch.randn(b, 2, generator=g), actions=chunks[torch.arange(b) % 3])
+    return Batch(
+        image=torch.randint(0, 256, (b, 32, 32, 3), generator=g, dtype=torch.uint8),
+        instruction=encode_text([f"reach the {colours[i % 3]} target" for i in range(b)]),
+        state=torch.randn(b, 2, generator=g),
+        actions=chunks[torch.arange(b) % 3],
+    )
 
 
 def train(engine, policy, batch, steps) -> list[torch.Tensor]:
@@ -251,8 +261,11 @@ def test_zero3_partitions_and_matches_torch(process_group, monkeypatch):
     """ZeRO-3 with every parameter partitioned (no persistence threshold), the loss computed by policy
     methods: the MultiheadAttention out_proj registration makes it match the torch engine."""
     base = train_engine.deepspeed_config
-    monkeypatch.setattr(train_engine, "deepspeed_config", lambda cfg, lr: {
-        **base(cfg, lr), "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}})
+    monkeypatch.setattr(
+        train_engine,
+        "deepspeed_config",
+        lambda cfg, lr: {**base(cfg, lr), "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}},
+    )
     batch = demo_batch(b=6)
     ref_policy, ds_policy = make_policy(), make_policy()
     ref = train(build_train_engine(TrainEngineConfig(), ref_policy, 3e-3, "cpu"), ref_policy, batch, range(3))
@@ -260,14 +273,20 @@ def test_zero3_partitions_and_matches_torch(process_group, monkeypatch):
     assert ds_policy.expert.out.weight.numel() == 0  # partitioned away
     train(engine, ds_policy, batch, range(3))
     full = engine.module_state_dict()
-    torch.testing.assert_close(torch.cat([full[k].flatten() for k, _ in ds_policy.named_parameters()]),
-                               ref[-1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.cat([full[k].flatten() for k, _ in ds_policy.named_parameters()]), ref[-1], atol=1e-5, rtol=0
+    )
 
 
 @needs_deepspeed
-@pytest.mark.parametrize("kwargs", [dict(zero_stage=2, precision="bf16"),
-                                    dict(zero_stage=2, offload_optimizer=True),
-                                    dict(zero_stage=3, offload_params=True, offload_optimizer=True)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(zero_stage=2, precision="bf16"),
+        dict(zero_stage=2, offload_optimizer=True),
+        dict(zero_stage=3, offload_params=True, offload_optimizer=True),
+    ],
+)
 def test_zero_variants_run_on_cpu(process_group, kwargs):
     batch = demo_batch(b=6)
     policy = make_policy()
@@ -369,9 +388,20 @@ def test_value_lr_without_a_critic_fails_naming_the_key():
 def test_value_lr_reaches_the_trainer_and_follows_the_schedule(tmp_path):
     from mmrl.experiment import build_trainer, load_experiment
 
-    cfg = load_experiment(None, [f"run.output_dir={tmp_path}", "trainer.lr=0.001", "trainer.value_lr=0.01",
-                                 "trainer.lr_schedule=linear", "trainer.iterations=4", "sim.num_envs=4",
-                                 "sim.eval_num_envs=4", "policy.dim=16", "policy.expert_dim=16"])
+    cfg = load_experiment(
+        None,
+        [
+            f"run.output_dir={tmp_path}",
+            "trainer.lr=0.001",
+            "trainer.value_lr=0.01",
+            "trainer.lr_schedule=linear",
+            "trainer.iterations=4",
+            "sim.num_envs=4",
+            "sim.eval_num_envs=4",
+            "policy.dim=16",
+            "policy.expert_dim=16",
+        ],
+    )
     trainer = build_trainer(cfg)
     trainer.state.iteration = 2  # half way: both rates halved
     trainer.set_lr()

@@ -10,11 +10,21 @@ from mmrl.experiment import build_trainer, load_experiment
 from mmrl.trainer.trainer import Trainer
 
 TINY = [
-    "sim.num_envs=8", "sim.eval_num_envs=8", "sim.kwargs={max_episode_steps: 12}",
-    "policy.dim=16", "policy.expert_dim=16", "policy.expert_layers=1", "policy.num_steps=3",
-    "warm_start.num_episodes=4", "warm_start.steps=3", "warm_start.batch_size=8",
-    "algorithm.minibatch_size=16", "algorithm.epochs=1",
-    "trainer.iterations=2", "trainer.eval_episodes=8", "trainer.video_episodes=2",
+    "sim.num_envs=8",
+    "sim.eval_num_envs=8",
+    "sim.kwargs={max_episode_steps: 12}",
+    "policy.dim=16",
+    "policy.expert_dim=16",
+    "policy.expert_layers=1",
+    "policy.num_steps=3",
+    "warm_start.num_episodes=4",
+    "warm_start.steps=3",
+    "warm_start.batch_size=8",
+    "algorithm.minibatch_size=16",
+    "algorithm.epochs=1",
+    "trainer.iterations=2",
+    "trainer.eval_episodes=8",
+    "trainer.video_episodes=2",
     "trainer.checkpoint_every=1",
 ]
 
@@ -27,13 +37,16 @@ def params(policy):
     return {k: v.detach().clone() for k, v in policy.state_dict().items()}
 
 
-@pytest.mark.parametrize("extra", [
-    [],
-    ["policy.method=noise", "policy.logp_level=dim"],
-    ["policy.method=cps", "policy.stochastic=one"],
-    ["algorithm.advantage=grpo", "algorithm.group_size=4", "policy.critic=false"],
-    ["algorithm.advantage=rloo", "algorithm.group_size=2", "algorithm.objective=awm"],
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["policy.method=noise", "policy.logp_level=dim"],
+        ["policy.method=cps", "policy.stochastic=one"],
+        ["algorithm.advantage=grpo", "algorithm.group_size=4", "policy.critic=false"],
+        ["algorithm.advantage=rloo", "algorithm.group_size=2", "algorithm.objective=awm"],
+    ],
+)
 def test_variants_train_and_log(tmp_path, extra):
     cfg = tiny_cfg(tmp_path, *extra)
     results = build_trainer(cfg).run()
@@ -64,7 +77,7 @@ def test_non_finite_loss_skips_step_and_counts(tmp_path):
     assert trainer.state.skipped_steps == 2
     for k, v in params(trainer.policy).items():
         torch.testing.assert_close(v, before[k])
-    assert trainer.optimizer_step(trainer.optimizer, (w ** 2).sum())
+    assert trainer.optimizer_step(trainer.optimizer, (w**2).sum())
     assert trainer.state.skipped_steps == 2
 
 
@@ -87,8 +100,9 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path, killed_in_ite
     for k in a:
         torch.testing.assert_close(b[k], a[k], atol=0, rtol=0, msg=f"parameter {k} differs")
     # iteration 3 of the killed run was logged, then redone after the resume: the log keeps it once
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
-             if "train/success" in line]
+    steps = [
+        json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if "train/success" in line
+    ]
     assert steps == [1, 2, 3, 4]
 
 
@@ -97,8 +111,7 @@ def test_trains_with_a_transformers_backbone_loaded_by_path(tmp_path):
     from mmrl.tiny.tiny_models import tiny_image_text_model
 
     tiny_image_text_model(tmp_path / "vlm")  # saved like a hub checkpoint; loaded by from_pretrained
-    cfg = tiny_cfg(tmp_path, f"policy.backbone={tmp_path / 'vlm'}", "trainer.iterations=1",
-                   "trainer.video_episodes=0")
+    cfg = tiny_cfg(tmp_path, f"policy.backbone={tmp_path / 'vlm'}", "trainer.iterations=1", "trainer.video_episodes=0")
     trainer = build_trainer(cfg)
     assert type(trainer.policy.backbone).__name__ == "HFImageTextBackbone"
     results = trainer.run()
@@ -120,8 +133,12 @@ def test_demonstrations_are_recorded_in_the_configured_simulator(tmp_path, monke
     demonstrator (warm_start.kwargs) is honoured on top."""
     seen = {}
     monkeypatch.setattr(Trainer, "supervised", lambda self, data, ws: seen.update(data))
-    cfg = tiny_cfg(tmp_path, "sim.kwargs={max_episode_steps: 12, image_size: 16}",
-                   "warm_start.kwargs={expert_speed: 0.5}", "trainer.iterations=0")
+    cfg = tiny_cfg(
+        tmp_path,
+        "sim.kwargs={max_episode_steps: 12, image_size: 16}",
+        "warm_start.kwargs={expert_speed: 0.5}",
+        "trainer.iterations=0",
+    )
     build_trainer(cfg).warm_start()
     assert tuple(seen["image"].shape[1:]) == (16, 16, 3)
     assert seen["meta"]["sim_kwargs"] == {"max_episode_steps": 12, "image_size": 16}

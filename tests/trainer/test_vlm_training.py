@@ -11,10 +11,17 @@ pytest.importorskip("transformers")
 from mmrl.experiment import build_reward, build_trainer, load_experiment
 
 TINY = [
-    "sim.num_envs=8", "sim.eval_num_envs=8", "algorithm.group_size=4", "algorithm.minibatch_size=8",
+    "sim.num_envs=8",
+    "sim.eval_num_envs=8",
+    "algorithm.group_size=4",
+    "algorithm.minibatch_size=8",
     "sim.kwargs.dataset_kwargs={num_samples: 64, tasks: [count]}",
-    "warm_start.num_episodes=16", "warm_start.steps=2", "warm_start.batch_size=4",
-    "trainer.eval_episodes=8", "trainer.checkpoint_every=1", "trainer.iterations=2",
+    "warm_start.num_episodes=16",
+    "warm_start.steps=2",
+    "warm_start.batch_size=4",
+    "trainer.eval_episodes=8",
+    "trainer.checkpoint_every=1",
+    "trainer.iterations=2",
 ]
 
 
@@ -61,15 +68,23 @@ def test_resume_continues_the_question_order_exactly(tmp_path, monkeypatch):
     build_trainer(cfg(tmp_path / "b", "trainer.iterations=2")).run()  # "interrupted" after iteration 2
     build_trainer(cfg(tmp_path / "b", "trainer.iterations=4")).run()  # resumed from its checkpoint
     assert seen == straight and len(straight) == 4
-    questions = [q for it in straight for q in it[:: 4]]  # one question per group of 4
+    questions = [q for it in straight for q in it[::4]]  # one question per group of 4
     assert len(questions) == 8 and len(set(questions)) == 8  # within an epoch: none repeated
     assert all(it[i] == it[i - i % 4] for it in straight for i in range(8))  # groups share a question
 
 
 def test_dynamic_sampling_keeps_groups_whose_rewards_differ(tmp_path):
     # after a short SFT the answers are digits, right for some samples of a group and not others
-    t = build_trainer(cfg(tmp_path, "algorithm.dynamic_sampling=true", "algorithm.max_sampling_rounds=4",
-                          "warm_start.steps=40", "warm_start.batch_size=16", "warm_start.num_episodes=64"))
+    t = build_trainer(
+        cfg(
+            tmp_path,
+            "algorithm.dynamic_sampling=true",
+            "algorithm.max_sampling_rounds=4",
+            "warm_start.steps=40",
+            "warm_start.batch_size=16",
+            "warm_start.num_episodes=64",
+        )
+    )
     t.warm_start()
     batch, info = t.collect(0, t.generator("rl", 0))
     groups = batch["group"][0]
@@ -88,8 +103,9 @@ def test_quickstart_reward_scores_the_gold_answer_of_every_task_and_split(tmp_pa
     # as well as a number, or the colour half of its benchmark could never be answered right
     from mmrl.registry import SIMULATORS
 
-    c = load_experiment("configs/vlm_quickstart.yaml", [f"run.output_dir={tmp_path}",
-                                                        "sim.kwargs.dataset_kwargs.num_samples=60"])
+    c = load_experiment(
+        "configs/vlm_quickstart.yaml", [f"run.output_dir={tmp_path}", "sim.kwargs.dataset_kwargs.num_samples=60"]
+    )
     tasks = set(c.sim.kwargs["dataset_kwargs"]["tasks"])
     assert tasks == {"count", "color"} and set(c.warm_start.kwargs["tasks"]) == tasks
     reward = build_reward(c)

@@ -40,8 +40,15 @@ def test_tied_weights_are_written_once_and_tied_again(tmp_path):
 
 def test_views_of_shared_memory_are_copied_and_non_tensors_returned(tmp_path):
     base = torch.arange(24.0).reshape(4, 6)
-    sd = {"whole": base, "rows": base[1:3], "column": base[:, 2], "again": base, "note": "hello",
-          "empty": torch.zeros(0), "other_empty": torch.zeros(0, 3)}
+    sd = {
+        "whole": base,
+        "rows": base[1:3],
+        "column": base[:, 2],
+        "again": base,
+        "note": "hello",
+        "empty": torch.zeros(0),
+        "other_empty": torch.zeros(0, 3),
+    }
     tensors, aliases, others = split_state_dict(sd)
     assert aliases == {"again": "whole"} and others == {"note": "hello"}
     assert tensors["rows"].data_ptr() != base.data_ptr() and tensors["column"].is_contiguous()
@@ -103,8 +110,10 @@ def test_a_lora_checkpoint_holds_the_adapter_and_resumes_exactly(tmp_path, extra
     from tests.trainer.test_vlm_training import TINY
 
     def cfg(name, *more):
-        return load_experiment("configs/vlm_quickstart.yaml", [f"run.output_dir={tmp_path}", f"run.name={name}",
-                                                               *TINY, "policy.finetune=lora", *extra, *more])
+        return load_experiment(
+            "configs/vlm_quickstart.yaml",
+            [f"run.output_dir={tmp_path}", f"run.name={name}", *TINY, "policy.finetune=lora", *extra, *more],
+        )
 
     straight = build_trainer(cfg("s", "trainer.iterations=2"))
     straight.run()
@@ -128,7 +137,9 @@ def test_a_lora_checkpoint_holds_the_adapter_and_resumes_exactly(tmp_path, extra
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit-identical to uninterrupted
     loaded = mmrl.load_policy(tmp_path / "r").state_dict()
     assert all(torch.equal(loaded[k], b[k]) for k in b)
-    with pytest.raises(checkpoint.CheckpointError, match=r"trained on base weights that the policy built now "
-                                                         r"does not have: \d+ of the \d+ weights"):
-        build_trainer(cfg("r", "trainer.iterations=3", "policy.tiny_seed=1",
-                          "trainer.accept_config_change=true")).run()
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=r"trained on base weights that the policy built now "
+        r"does not have: \d+ of the \d+ weights",
+    ):
+        build_trainer(cfg("r", "trainer.iterations=3", "policy.tiny_seed=1", "trainer.accept_config_change=true")).run()

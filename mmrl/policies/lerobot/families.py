@@ -55,8 +55,12 @@ class SmolVLA:
         embs, pad_masks, att_masks = model.embed_prefix(images, img_masks, *_language(batch), state=state)
         att_2d = make_att_2d_masks(pad_masks, att_masks)
         (hidden, _), cache = model.vlm_with_expert.forward(
-            attention_mask=att_2d, position_ids=torch.cumsum(pad_masks, dim=1) - 1, past_key_values=None,
-            inputs_embeds=[embs, None], use_cache=model.config.use_cache)
+            attention_mask=att_2d,
+            position_ids=torch.cumsum(pad_masks, dim=1) - 1,
+            past_key_values=None,
+            inputs_embeds=[embs, None],
+            use_cache=model.config.use_cache,
+        )
         return Prefix(hidden, pad_masks, cache)
 
     @staticmethod
@@ -85,8 +89,12 @@ class PI0:
         att_4d = prepare_attention_masks_4d(make_att_2d_masks(pad_masks, att_masks))
         model.paligemma_with_expert.paligemma.model.language_model.config._attn_implementation = "eager"
         (hidden, _), cache = model.paligemma_with_expert.forward(
-            attention_mask=att_4d, position_ids=torch.cumsum(pad_masks, dim=1) - 1, past_key_values=None,
-            inputs_embeds=[embs, None], use_cache=True)
+            attention_mask=att_4d,
+            position_ids=torch.cumsum(pad_masks, dim=1) - 1,
+            past_key_values=None,
+            inputs_embeds=[embs, None],
+            use_cache=True,
+        )
         state = policy.prepare_state(batch) if cls.suffix_state else None
         return Prefix(hidden, pad_masks, cache, state)
 

@@ -118,17 +118,19 @@ class LeRobotVLAConfig(PolicyConfig):
     tiny: dict = field(default_factory=dict)
 
     def validate(self) -> None:
-        if self.model.startswith(TINY) and self.model[len(TINY):] not in FAMILIES:
-            raise ConfigError(f"'model' = {self.model!r}: a tiny model is one of "
-                              f"{', '.join(TINY + f for f in FAMILIES)}")
+        if self.model.startswith(TINY) and self.model[len(TINY) :] not in FAMILIES:
+            raise ConfigError(
+                f"'model' = {self.model!r}: a tiny model is one of {', '.join(TINY + f for f in FAMILIES)}"
+            )
         unknown = set(self.tiny) - set(TINY_SIZES)
         if unknown:
             raise ConfigError(f"'tiny' has unknown keys {sorted(unknown)}; valid: {', '.join(TINY_SIZES)}")
         if self.finetune == "lora" and self.reference == "copy":
             raise ConfigError("'reference' = copy with finetune: lora: use reference: adapter (the adapter off)")
         if self.reference == "adapter" and self.finetune != "lora":
-            raise ConfigError(f"'reference' = adapter needs finetune: lora (got {self.finetune!r}); use "
-                              "reference: copy")
+            raise ConfigError(
+                f"'reference' = adapter needs finetune: lora (got {self.finetune!r}); use reference: copy"
+            )
         if not 0 < self.noise_min_std < self.noise_max_std:
             raise ConfigError(f"need 0 < noise_min_std < noise_max_std, got {self.noise_min_std}, {self.noise_max_std}")
         for key in ("chunk_size", "num_steps"):
@@ -138,8 +140,16 @@ class LeRobotVLAConfig(PolicyConfig):
 
 
 #: sizes of a ``tiny:`` model and their defaults (mmrl.tiny.tiny_lerobot)
-TINY_SIZES = {"image_size": 32, "patch_size": 4, "scale_factor": 2, "hidden": 64, "layers": 4, "vision_hidden": 32,
-              "vision_layers": 1, "horizon": 8}
+TINY_SIZES = {
+    "image_size": 32,
+    "patch_size": 4,
+    "scale_factor": 2,
+    "hidden": 64,
+    "layers": 4,
+    "vision_hidden": 32,
+    "vision_layers": 1,
+    "horizon": 8,
+}
 
 
 def check_versions() -> None:
@@ -147,13 +157,17 @@ def check_versions() -> None:
     import transformers
 
     if lerobot.__version__ != SUPPORTED_LEROBOT:
-        raise ConfigError(f"policy 'lerobot' is written against lerobot {SUPPORTED_LEROBOT}, found "
-                          f"{lerobot.__version__}. Fix: bash scripts/setup_lerobot.sh (a venv with the pinned stack)")
+        raise ConfigError(
+            f"policy 'lerobot' is written against lerobot {SUPPORTED_LEROBOT}, found "
+            f"{lerobot.__version__}. Fix: bash scripts/setup_lerobot.sh (a venv with the pinned stack)"
+        )
     major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
     if major_minor >= (5, 9):
-        raise ConfigError(f"lerobot {SUPPORTED_LEROBOT}'s PI0 / PI05 call create_causal_mask(cache_position=...), "
-                          f"which transformers removed in 5.9 (found {transformers.__version__}). "
-                          "Fix: bash scripts/setup_lerobot.sh (transformers 5.5.4, as lerobot pins)")
+        raise ConfigError(
+            f"lerobot {SUPPORTED_LEROBOT}'s PI0 / PI05 call create_causal_mask(cache_position=...), "
+            f"which transformers removed in 5.9 (found {transformers.__version__}). "
+            "Fix: bash scripts/setup_lerobot.sh (transformers 5.5.4, as lerobot pins)"
+        )
 
 
 class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
@@ -167,11 +181,16 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         """Action chunks, exact log-probs of the executed steps (per chunk or per element), AWM, a
         value head with ``critic``, a KL reference with ``reference``."""
         return Capabilities(
-            logp="decision" if cfg.logp_level == "chunk" else "element", critic=cfg.critic, likelihood_free=True,
+            logp="decision" if cfg.logp_level == "chunk" else "element",
+            critic=cfg.critic,
+            likelihood_free=True,
             kl_reference="logp" if cfg.reference != "none" else None,
-            fixes={"critic": "set policy.critic=true, or use a group estimator "
-                             "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
-                   "kl_reference": "set policy.reference=copy (or adapter with finetune: lora)"})
+            fixes={
+                "critic": "set policy.critic=true, or use a group estimator "
+                "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
+                "kl_reference": "set policy.reference=copy (or adapter with finetune: lora)",
+            },
+        )
 
     def __init__(self, cfg: LeRobotVLAConfig, action_dim: int, state_dim: int | None = None):
         super().__init__()
@@ -183,19 +202,24 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         self.horizon, self.max_action_dim = lcfg.chunk_size, lcfg.max_action_dim
         self._chunk = cfg.chunk_size or lcfg.n_action_steps
         if self._chunk > self.horizon:
-            raise ConfigError(f"'policy.chunk_size' = {self._chunk} executes more steps than the model's chunk "
-                              f"({self.horizon})")
+            raise ConfigError(
+                f"'policy.chunk_size' = {self._chunk} executes more steps than the model's chunk ({self.horizon})"
+            )
         self.camera_keys = list(cfg.camera_keys or lcfg.image_features)
         unknown = [k for k in self.camera_keys if k not in lcfg.image_features]
         if unknown:
-            raise ConfigError(f"'policy.camera_keys' names {unknown}, which the checkpoint {cfg.model!r} "
-                              "does not read; "
-                              f"its image features: {', '.join(lcfg.image_features)}")
+            raise ConfigError(
+                f"'policy.camera_keys' names {unknown}, which the checkpoint {cfg.model!r} "
+                "does not read; "
+                f"its image features: {', '.join(lcfg.image_features)}"
+            )
         self.state_key = STATE if STATE in lcfg.input_features else None
         self.real_action_dim = lcfg.output_features[ACTION].shape[0]
         if self.real_action_dim != action_dim:
-            raise ConfigError(f"the checkpoint {cfg.model!r} acts in {self.real_action_dim} dims, the simulator in "
-                              f"{action_dim}: pick the checkpoint of this robot, or a simulator with its action space")
+            raise ConfigError(
+                f"the checkpoint {cfg.model!r} acts in {self.real_action_dim} dims, the simulator in "
+                f"{action_dim}: pick the checkpoint of this robot, or a simulator with its action space"
+            )
         self.fit_stats = cfg.stats == "demos" or (cfg.stats == "auto" and cfg.model.startswith(TINY))
         self._register_stats()
         set_trainable(lr_policy, cfg.finetune)
@@ -203,11 +227,17 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         out_proj = lr_policy.model.action_out_proj  # (LoRA-wrapped where it is a target)
         out_proj.register_forward_hook(_keep_input)
         width = out_proj.in_features
-        self.noise_head = FlowNoiseHead(width, self.max_action_dim, cfg.noise_min_std, cfg.noise_max_std) \
-            if "noise" in (cfg.method, cfg.eval_method) else None
+        self.noise_head = (
+            FlowNoiseHead(width, self.max_action_dim, cfg.noise_min_std, cfg.noise_max_std)
+            if "noise" in (cfg.method, cfg.eval_method)
+            else None
+        )
         prefix_width = prefix_hidden_size(lr_policy)
-        self.value_head = nn.Sequential(nn.Linear(prefix_width, cfg.value_hidden), nn.Tanh(),
-                                        nn.Linear(cfg.value_hidden, 1)) if cfg.critic else None
+        self.value_head = (
+            nn.Sequential(nn.Linear(prefix_width, cfg.value_hidden), nn.Tanh(), nn.Linear(cfg.value_hidden, 1))
+            if cfg.critic
+            else None
+        )
         self.register_buffer("grid", time_grid(cfg.num_steps or flow_steps(lcfg)), persistent=False)
         self.logp_shape = () if cfg.logp_level == "chunk" else (self._chunk, action_dim)
         if cfg.reference == "copy":
@@ -237,20 +267,31 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
     def check_simulator(self, sim) -> None:
         views = sim.image_shape[0] if len(sim.image_shape) == 4 else 1
         if views > len(self.camera_keys):
-            raise ValueError(f"simulator '{type(sim).__name__}' renders {views} cameras but the policy has "
-                             f"{len(self.camera_keys)} image features ({', '.join(self.camera_keys)}): set "
-                             "policy.camera_keys to one LeRobot image feature per camera")
+            raise ValueError(
+                f"simulator '{type(sim).__name__}' renders {views} cameras but the policy has "
+                f"{len(self.camera_keys)} image features ({', '.join(self.camera_keys)}): set "
+                "policy.camera_keys to one LeRobot image feature per camera"
+            )
         if self.state_key and not sim.state_dim:
-            raise ValueError(f"the checkpoint {self.cfg.model!r} reads '{STATE}' but simulator "
-                             f"'{type(sim).__name__}' has no state vector")
+            raise ValueError(
+                f"the checkpoint {self.cfg.model!r} reads '{STATE}' but simulator "
+                f"'{type(sim).__name__}' has no state vector"
+            )
 
-    def lerobot_batch(self, image: torch.Tensor, instructions: list[str], state: torch.Tensor | None,
-                      actions: torch.Tensor | None = None) -> dict:
+    def lerobot_batch(
+        self,
+        image: torch.Tensor,
+        instructions: list[str],
+        state: torch.Tensor | None,
+        actions: torch.Tensor | None = None,
+    ) -> dict:
         """Observations (uint8 images ``[B, (V,) H, W, 3]``, instructions, raw state; demonstration
         ``actions`` in env units) through the checkpoint's preprocessor, on the policy's device."""
         views = image if image.dim() == 5 else image[:, None]
-        raw: dict = {key: views[:, i].permute(0, 3, 1, 2).float().div(255.0).cpu()
-                     for i, key in enumerate(self.camera_keys[: views.shape[1]])}
+        raw: dict = {
+            key: views[:, i].permute(0, 3, 1, 2).float().div(255.0).cpu()
+            for i, key in enumerate(self.camera_keys[: views.shape[1]])
+        }
         if self.state_key:
             assert state is not None, "check_simulator refused simulators without the state this checkpoint reads"
             raw[self.state_key] = state.float().cpu()
@@ -261,8 +302,12 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in out.items()}
 
     def stored_batch(self, batch: Batch, with_actions: bool = False) -> dict:
-        return self.lerobot_batch(batch["image"], decode_text(batch["instruction"]), batch.get("state"),
-                                  batch["actions"] if with_actions else None)
+        return self.lerobot_batch(
+            batch["image"],
+            decode_text(batch["instruction"]),
+            batch.get("state"),
+            batch["actions"] if with_actions else None,
+        )
 
     def model_fn(self, prefix: Prefix, method: str):
         """``(x [N, H, 32], t [N]) -> (v, std)`` for mmrl.flow; N a multiple of the prefix's rows
@@ -293,8 +338,14 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
 
     def _reduce(self, logp_elem: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor:
         c = self.cfg
-        return reduce_log_prob(self.executed(logp_elem), stoch, elem_dims=2, elem_reduce=c.elem_reduce,
-                               step_reduce=c.step_reduce, keep=0 if c.logp_level == "chunk" else 2)
+        return reduce_log_prob(
+            self.executed(logp_elem),
+            stoch,
+            elem_dims=2,
+            elem_reduce=c.elem_reduce,
+            step_reduce=c.step_reduce,
+            keep=0 if c.logp_level == "chunk" else 2,
+        )
 
     def values(self, prefix: Prefix) -> torch.Tensor | None:
         if self.value_head is None:
@@ -316,14 +367,32 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         b, dev = prefix.pad_masks.shape[0], self.device
         method = c.method if mode == "train" else c.eval_method
         noise = torch.randn(b, self.horizon, self.max_action_dim, generator=generator, device=dev)
-        stoch = stochastic_mask(b, len(self.grid) - 1, "none" if method == "ode" else c.stochastic,
-                                generator=generator, window=tuple(c.window) if c.window else None, device=dev)
-        out = sample(self.model_fn(prefix, method), noise, self.grid, method, noise_level=c.noise_level,
-                     stoch=stoch, generator=generator)
+        stoch = stochastic_mask(
+            b,
+            len(self.grid) - 1,
+            "none" if method == "ode" else c.stochastic,
+            generator=generator,
+            window=tuple(c.window) if c.window else None,
+            device=dev,
+        )
+        out = sample(
+            self.model_fn(prefix, method),
+            noise,
+            self.grid,
+            method,
+            noise_level=c.noise_level,
+            stoch=stoch,
+            generator=generator,
+        )
         actions = self.to_env(out.x0)
-        batch = Batch(actions=actions, flow_chain=out.chain, flow_stoch=out.stoch,
-                      old_logp=self._reduce(out.logp, out.stoch), image=obs.image.to(dev),
-                      instruction=encode_text(obs.instruction, self.text_bytes).to(dev))
+        batch = Batch(
+            actions=actions,
+            flow_chain=out.chain,
+            flow_stoch=out.stoch,
+            old_logp=self._reduce(out.logp, out.stoch),
+            image=obs.image.to(dev),
+            instruction=encode_text(obs.instruction, self.text_bytes).to(dev),
+        )
         if obs.state is not None:
             batch["state"] = obs.state.to(dev).float()
         values = self.values(prefix)
@@ -332,21 +401,34 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         if self.cfg.reference != "none" and mode == "train":
             with self.reference():
                 ref_prefix = self.family.prefix(self.lerobot, self.stored_batch(batch))
-                ref = chain_log_prob(self.model_fn(ref_prefix, c.method), out.chain, self.grid, out.stoch,
-                                     c.method, noise_level=c.noise_level)
+                ref = chain_log_prob(
+                    self.model_fn(ref_prefix, c.method),
+                    out.chain,
+                    self.grid,
+                    out.stoch,
+                    c.method,
+                    noise_level=c.noise_level,
+                )
             batch["ref_logp"] = self._reduce(ref, out.stoch)
         return Decision(batch, actions)
 
     def evaluate(self, batch: Batch) -> Evaluation:
         c = self.cfg
         prefix = self.family.prefix(self.lerobot, self.stored_batch(batch))
-        logp_elem = chain_log_prob(self.model_fn(prefix, c.method), batch["flow_chain"], self.grid,
-                                   batch["flow_stoch"], c.method, noise_level=c.noise_level)
+        logp_elem = chain_log_prob(
+            self.model_fn(prefix, c.method),
+            batch["flow_chain"],
+            self.grid,
+            batch["flow_stoch"],
+            c.method,
+            noise_level=c.noise_level,
+        )
         executed = self.executed(logp_elem)
         stoch = batch["flow_stoch"][..., None, None].expand_as(executed)
         entropy = -(executed * stoch).sum() / stoch.sum().clamp(min=1)
-        return Evaluation(logp=self._reduce(logp_elem, batch["flow_stoch"]), entropy=entropy,
-                          values=self.values(prefix))
+        return Evaluation(
+            logp=self._reduce(logp_elem, batch["flow_stoch"]), entropy=entropy, values=self.values(prefix)
+        )
 
     @torch.no_grad()
     def value(self, obs) -> torch.Tensor | None:
@@ -404,8 +486,11 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
             with self.net.disable_adapter():
                 yield
             return
-        params = [(p, getattr(self, "ref__" + n.replace(".", "__"))) for n, p in self.net.named_parameters()
-                  if hasattr(self, "ref__" + n.replace(".", "__"))]
+        params = [
+            (p, getattr(self, "ref__" + n.replace(".", "__")))
+            for n, p in self.net.named_parameters()
+            if hasattr(self, "ref__" + n.replace(".", "__"))
+        ]
         with torch.no_grad():
             saved = [p.detach().clone() for p, _ in params]
             for p, ref in params:
@@ -425,8 +510,9 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         """Use these statistics (flat, as `stats`; the same keys) in the pre- and postprocessor."""
         missing = set(self._stat_buffers.values()) - set(flat)
         if missing:
-            raise ValueError(f"statistics lack {sorted(missing)} "
-                             f"(the processors use {sorted(self._stat_buffers.values())})")
+            raise ValueError(
+                f"statistics lack {sorted(missing)} (the processors use {sorted(self._stat_buffers.values())})"
+            )
         for name, key in self._stat_buffers.items():
             getattr(self, name).copy_(flat[key])
         self._apply_stats()
@@ -466,7 +552,6 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         self.preprocessor.save_pretrained(folder)
         self.postprocessor.save_pretrained(folder)
         return str(folder)
-
 
     def rebuilds_frozen_weights(self) -> bool:
         return not self.cfg.model.startswith(TINY)  # from_pretrained; a tiny: model draws from the global RNG
@@ -546,8 +631,9 @@ def add_lora(lr_policy, cfg: LeRobotVLAConfig):
     targets = lr_policy._get_default_peft_targets()
     for p in lr_policy.parameters():
         p.requires_grad_(False)
-    return get_peft_model(lr_policy, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
-                                                target_modules=targets["target_modules"]))
+    return get_peft_model(
+        lr_policy, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=targets["target_modules"])
+    )
 
 
 def demo_stats(state: torch.Tensor | None, actions: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -558,8 +644,14 @@ def demo_stats(state: torch.Tensor | None, actions: torch.Tensor) -> dict[str, t
         if x is None:
             continue
         x = x.reshape(-1, x.shape[-1]).double()
-        stats = {"mean": x.mean(0), "std": x.std(0).clamp(min=1e-6), "min": x.min(0).values, "max": x.max(0).values,
-                 "q01": torch.quantile(x, 0.01, dim=0), "q99": torch.quantile(x, 0.99, dim=0)}
+        stats = {
+            "mean": x.mean(0),
+            "std": x.std(0).clamp(min=1e-6),
+            "min": x.min(0).values,
+            "max": x.max(0).values,
+            "q01": torch.quantile(x, 0.01, dim=0),
+            "q99": torch.quantile(x, 0.99, dim=0),
+        }
         out.update({f"{key}.{k}": v.float() for k, v in stats.items()})
     return out
 
@@ -574,8 +666,10 @@ def load_lerobot(cfg: LeRobotVLAConfig, action_dim: int, state_dim: int | None):
     kw = {"revision": cfg.revision} if cfg.revision else {}
     lcfg = PreTrainedConfig.from_pretrained(cfg.model, **kw)
     if lcfg.type not in FAMILIES:
-        raise ConfigError(f"'policy.model' = {cfg.model!r} is a LeRobot '{lcfg.type}' policy; policy 'lerobot' "
-                          f"drives the flow VLAs {', '.join(FAMILIES)}")
+        raise ConfigError(
+            f"'policy.model' = {cfg.model!r} is a LeRobot '{lcfg.type}' policy; policy 'lerobot' "
+            f"drives the flow VLAs {', '.join(FAMILIES)}"
+        )
     apply_overrides(lcfg, cfg)
     if lcfg.type == "smolvla":
         lcfg.load_vlm_weights = False  # the checkpoint holds every VLM weight: no download of the base VLM
@@ -583,8 +677,12 @@ def load_lerobot(cfg: LeRobotVLAConfig, action_dim: int, state_dim: int | None):
     lr_policy = get_policy_class(lcfg.type).from_pretrained(cfg.model, config=lcfg, strict=True, **kw)
     verify_loaded(lr_policy, cfg.model, cfg.revision)
     over = {"tokenizer_processor": {"tokenizer": load_tokenizer(cfg.tokenizer)}} if cfg.tokenizer else {}
-    pre, post = make_pre_post_processors(lcfg, pretrained_path=cfg.model, pretrained_revision=cfg.revision,
-                                         preprocessor_overrides={**over, "device_processor": {"device": "cpu"}})
+    pre, post = make_pre_post_processors(
+        lcfg,
+        pretrained_path=cfg.model,
+        pretrained_revision=cfg.revision,
+        preprocessor_overrides={**over, "device_processor": {"device": "cpu"}},
+    )
     lr_policy.train()
     return lr_policy, pre, post
 
@@ -598,8 +696,11 @@ def verify_loaded(lr_policy, model: str, revision: str | None) -> None:
 
     def canonical(key: str) -> str:  # the key mapping of LeRobot's PI0 loader (_fix_pytorch_state_dict_keys)
         key = key.removeprefix("model.")
-        return key.replace("time_mlp_in.", "action_time_mlp_in.").replace("time_mlp_out.", "action_time_mlp_out.") \
-            if key.startswith("time_mlp_") else key
+        return (
+            key.replace("time_mlp_in.", "action_time_mlp_in.").replace("time_mlp_out.", "action_time_mlp_out.")
+            if key.startswith("time_mlp_")
+            else key
+        )
 
     with safe_open(cached_file(model, "model.safetensors", revision=revision), "pt") as f:
         shapes = {canonical(k): tuple(f.get_slice(k).get_shape()) for k in f.keys()}
@@ -609,13 +710,14 @@ def verify_loaded(lr_policy, model: str, revision: str | None) -> None:
     tied: dict[int, list[tuple[str, torch.Tensor]]] = {}
     for name, tensor in lr_policy.state_dict(keep_vars=True).items():
         tied.setdefault(tensor.data_ptr(), []).append((canonical(name), tensor))
-    bad = [names[0][0] for names in tied.values()
-           if not any(shapes.get(n) == tuple(t.shape) for n, t in names)]
+    bad = [names[0][0] for names in tied.values() if not any(shapes.get(n) == tuple(t.shape) for n, t in names)]
     if bad:
-        raise ConfigError(f"the weights of {model!r} did not load into LeRobot's {type(lr_policy).__name__}: "
-                          f"{len(bad)} tensors are missing from its model.safetensors or have another shape "
-                          f"(e.g. {', '.join(bad[:3])}); the checkpoint is incomplete or of another architecture, "
-                          "and LeRobot would have run with random weights")
+        raise ConfigError(
+            f"the weights of {model!r} did not load into LeRobot's {type(lr_policy).__name__}: "
+            f"{len(bad)} tensors are missing from its model.safetensors or have another shape "
+            f"(e.g. {', '.join(bad[:3])}); the checkpoint is incomplete or of another architecture, "
+            "and LeRobot would have run with random weights"
+        )
 
 
 def apply_overrides(lcfg, cfg: LeRobotVLAConfig) -> None:
@@ -653,26 +755,53 @@ def build_tiny(cfg: LeRobotVLAConfig, action_dim: int, state_dim: int | None):
 
     from mmrl.tiny import tiny_lerobot
 
-    family = cfg.model[len(TINY):]
+    family = cfg.model[len(TINY) :]
     sizes = {**TINY_SIZES, **cfg.tiny}
     views = cfg.num_views or 1
-    common = dict(cameras=views, image_size=sizes["image_size"], state_dim=state_dim, action_dim=action_dim,
-                  chunk_size=sizes["horizon"], n_action_steps=cfg.chunk_size or sizes["horizon"],
-                  num_steps=cfg.num_steps or 4, **cfg.overrides)
-    identity = {k: {"mean": torch.zeros(n), "std": torch.ones(n), "min": -torch.ones(n), "max": torch.ones(n),
-                    "q01": -torch.ones(n), "q99": torch.ones(n)}
-                for k, n in ((STATE, state_dim), (ACTION, action_dim)) if n}
+    common = dict(
+        cameras=views,
+        image_size=sizes["image_size"],
+        state_dim=state_dim,
+        action_dim=action_dim,
+        chunk_size=sizes["horizon"],
+        n_action_steps=cfg.chunk_size or sizes["horizon"],
+        num_steps=cfg.num_steps or 4,
+        **cfg.overrides,
+    )
+    identity = {
+        k: {
+            "mean": torch.zeros(n),
+            "std": torch.ones(n),
+            "min": -torch.ones(n),
+            "max": torch.ones(n),
+            "q01": -torch.ones(n),
+            "q99": torch.ones(n),
+        }
+        for k, n in ((STATE, state_dim), (ACTION, action_dim))
+        if n
+    }
     if family == "smolvla":
-        vlm = _tiny_folder("vlm", image_size=sizes["image_size"], patch_size=sizes["patch_size"],
-                           scale_factor=sizes["scale_factor"],
-                           hidden=sizes["hidden"], layers=sizes["layers"], vision_hidden=sizes["vision_hidden"],
-                           vision_layers=sizes["vision_layers"])
+        vlm = _tiny_folder(
+            "vlm",
+            image_size=sizes["image_size"],
+            patch_size=sizes["patch_size"],
+            scale_factor=sizes["scale_factor"],
+            hidden=sizes["hidden"],
+            layers=sizes["layers"],
+            vision_hidden=sizes["vision_hidden"],
+            vision_layers=sizes["vision_layers"],
+        )
         lcfg = tiny_lerobot.tiny_lerobot_config(family, vlm_folder=vlm, **common)
         lr_policy = get_policy_class(family)(lcfg)
         pre, post = make_pre_post_processors(lcfg, dataset_stats=identity)
     else:
-        with tiny_lerobot.TinyPiVariants(_tiny_folder("tokenizer"), width=sizes["hidden"], depth=sizes["layers"],
-                                         patch_size=sizes["patch_size"], vision_hidden=sizes["vision_hidden"]):
+        with tiny_lerobot.TinyPiVariants(
+            _tiny_folder("tokenizer"),
+            width=sizes["hidden"],
+            depth=sizes["layers"],
+            patch_size=sizes["patch_size"],
+            vision_hidden=sizes["vision_hidden"],
+        ):
             lcfg = tiny_lerobot.tiny_lerobot_config(family, **common)
             lr_policy = get_policy_class(family)(lcfg)
             pre, post = make_pre_post_processors(lcfg, dataset_stats=identity)
