@@ -158,11 +158,9 @@ class CombineConfig:
     failure_penalty: float = -10.0
 
     def validate(self) -> None:
-        from mmrl.trainer.reward_stage import TERMS
+        from mmrl.trainer.reward_stage import TERMS, unknown_terms
 
-        synthesis = self.synthesis()  # a bad mode or a missing target_speed, named
-        named = synthesis.named_terms() + ([self.failure_term] if self.failure_term else [])
-        unknown = sorted(set(named) - set(TERMS))
+        unknown = unknown_terms(self.synthesis(), self.failure_term)  # (a bad mode or target_speed: named there)
         if unknown:
             raise ConfigError(f"names unknown term(s) {unknown}; terms: model, {', '.join(TERMS)}")
 

@@ -48,6 +48,11 @@ TIMINGS = ("episode_end", "step")
 EPISODE_MODES = ("final", "mean")
 
 
+def unknown_terms(combine: RewardSynthesis, failure_term: str | None = None) -> list[str]:
+    """The terms ``combine`` (and ``failure_term``) name that the stage does not offer (`TERMS`)."""
+    return sorted(set(combine.named_terms() + ([failure_term] if failure_term else [])) - set(TERMS))
+
+
 @dataclass(frozen=True)
 class FrameScoring:
     """When and how a ``frame`` stage scores a robot simulator's frames (``reward.frames``)."""
@@ -139,9 +144,9 @@ class RewardStage:
             )
         self.model, self.kind, self.threshold = model, kind, success_threshold
         self.combine = combine or RewardSynthesis(weights={"model": 1.0, "task": 1.0})
-        unknown = sorted(set(self.combine.named_terms() + ([failure_term] if failure_term else [])) - set(TERMS))
+        unknown = unknown_terms(self.combine, failure_term)
         if unknown:
-            raise ValueError(f"combine names unknown term(s) {unknown}; terms: {list(TERMS)} and 'model'")
+            raise ValueError(f"combine names unknown term(s) {unknown}; terms: model, {', '.join(TERMS)}")
         self.failure_term = failure_term
         self.frames = (frames or FrameScoring()) if kind == "frame" else None
         self._lock = threading.Lock()  # an async collector scores in a background thread
@@ -170,8 +175,8 @@ class RewardStage:
         """Raise ValueError naming the fix unless this stage scores what ``sim``'s actions are."""
         if KINDS.get(sim.action_type) != self.kind:
             raise ValueError(
-                f"reward '{self.name}' scores {SCORED[self.kind].split(' are ')[0]}, but the simulator's "
-                f"actions are {sim.action_type!r}"
+                f"reward '{self.name}' is a {self.kind} reward stage, but the simulator's actions are "
+                f"{sim.action_type!r}"
             )
         if self.kind == "frame":
             from mmrl.checks.simulator import supports_trace
