@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 
+from mmrl.utils.rows import rand_rows, randn_rows
+
 ModelFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
 AWM_WEIGHTINGS = ("uniform", "t", "huber")
@@ -34,9 +36,9 @@ def sample_times(
     """Training times in (0, 1): ``"uniform"`` U(0, 1) or ``"logit_normal"`` sigmoid(N(m, s^2))
     (SD3's default density, more weight on mid-range t)."""
     if time_sampling == "uniform":
-        return torch.rand(shape, generator=generator, device=device, dtype=dtype)
+        return rand_rows(shape, generator=generator, device=device, dtype=dtype)
     if time_sampling == "logit_normal":
-        u = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+        u = randn_rows(shape, generator=generator, device=device, dtype=dtype)
         return torch.sigmoid(logit_mean + logit_std * u)
     raise ValueError(f"unknown time_sampling {time_sampling!r}; allowed: ('uniform', 'logit_normal')")
 
@@ -79,7 +81,7 @@ def flow_matching_loss(
     if t is None:
         t = sample_times((B,), generator, x0.device, x0.dtype, time_sampling)
     if noise is None:
-        noise = torch.randn(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype)
+        noise = randn_rows(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype)
     return flow_matching_error(model_fn, x0, t, noise, weights)
 
 
@@ -127,11 +129,11 @@ def awm_loss(
         raise ValueError(f"num_timesteps must be >= 1, got {num_timesteps}")
     if t is None:
         lo, hi = t_range
-        u = torch.rand((B, K), generator=generator, device=x0.device, dtype=x0.dtype)
+        u = rand_rows((B, K), generator=generator, device=x0.device, dtype=x0.dtype)
         j = torch.arange(K, device=x0.device, dtype=x0.dtype)
         t = lo + (hi - lo) * (j + u) / K
     if noise is None:
-        noise = torch.randn((B, K, *E), generator=generator, device=x0.device, dtype=x0.dtype)
+        noise = randn_rows((B, K, *E), generator=generator, device=x0.device, dtype=x0.dtype)
     x0_rep = x0.detach().repeat_interleave(K, 0)  # [B*K, *E]
     err = flow_matching_error(model_fn, x0_rep, t.reshape(-1), noise.reshape(B * K, *E))
     err = err.reshape(B, K)

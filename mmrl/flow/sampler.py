@@ -19,6 +19,7 @@ import torch
 
 from mmrl.flow.losses import awm_loss, flow_matching_loss  # noqa: F401  (re-exported)
 from mmrl.flow.steps import STEP_METHODS, compute_dtype, gaussian_log_prob, ode_step, transition
+from mmrl.utils.rows import randint_rows, randn_rows
 
 ModelFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -66,7 +67,7 @@ def stochastic_mask(
         return torch.zeros(batch, K, dtype=torch.bool, device=device)
     if mode == "one":
         gen_device = generator.device if generator is not None else device
-        idx = torch.randint(0, K, (batch,), generator=generator, device=gen_device)
+        idx = randint_rows(K, (batch,), generator=generator, device=gen_device)
         return torch.nn.functional.one_hot(idx.to(device), K).to(torch.bool)
     if mode == "window":
         if window is None:
@@ -176,7 +177,7 @@ def sample(
             every = some and bool(mask[:, k].all())
             if every:  # the whole batch steps stochastically (the usual case): no ODE step, no masking
                 mean, std = transition(method, x, v, t, t_next, noise_level, std_model)
-                eps = torch.randn(x.shape, generator=generator, device=x.device, dtype=cd)
+                eps = randn_rows(x.shape, generator=generator, device=x.device, dtype=cd)
                 # round to the chain dtype BEFORE the log-prob, so recompute sees the same value
                 x_next = (mean + std * eps).to(x.dtype)
                 logp = gaussian_log_prob(x_next.to(cd), mean, std).expand(x.shape)
@@ -185,7 +186,7 @@ def sample(
                 logp = torch.zeros(x.shape, dtype=cd, device=x.device)
             if some and not every:
                 mean, std = transition(method, x, v, t, t_next, noise_level, std_model)
-                eps = torch.randn(x.shape, generator=generator, device=x.device, dtype=cd)
+                eps = randn_rows(x.shape, generator=generator, device=x.device, dtype=cd)
                 m = _elem_view(mask[:, k], x.ndim)
                 x_next = torch.where(m, (mean + std * eps).to(x.dtype), x_next)
                 safe_std = torch.where(m, std, torch.ones_like(std))

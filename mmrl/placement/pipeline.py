@@ -52,6 +52,7 @@ from mmrl.batch import Batch
 from mmrl.placement.worker import WorkerBase, WorkerCrashed, close_workers
 from mmrl.rollout import episode_info, episode_tasks, step_record, truncation_values
 from mmrl.simulator import StepResult
+from mmrl.utils.rows import sub_rows
 
 
 def stage_torch_seed(seeds: list[int]) -> int:
@@ -170,7 +171,8 @@ def _collect(policy, workers: list[WorkerBase], seeds: list[int], generator, mod
                 steps.append([None] * S)
                 rng_before = _get_rng(generator) if S > 1 else None
             t0 = time.perf_counter()
-            out, actions = policy.rollout(obs[s], generator=generator, mode=mode)
+            with sub_rows(bounds[s], sizes[s]):  # with N ranks: the stage's rows of the global noise
+                out, actions = policy.rollout(obs[s], generator=generator, mode=mode)
             timing["policy_s"] += time.perf_counter() - t0
             # the last observation of an episode the time limit cuts is needed in train mode only
             # (the critic's bootstrap value there); evaluation saves the traffic

@@ -48,6 +48,7 @@ from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.generator import TextToImageGenerator
+from mmrl.utils.rows import randn_rows
 
 
 @dataclass
@@ -207,7 +208,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         method = c.method if train else c.eval_method
         cond, null = self._conds(prompts, guidance)
         dev = grid.device
-        noise = torch.randn(len(prompts), *self.gen.sample_shape, generator=generator, device=dev)
+        noise = randn_rows((len(prompts), *self.gen.sample_shape), generator=generator, device=dev)
         k = grid.shape[0] - 1
         stoch = stochastic_mask(
             len(prompts),

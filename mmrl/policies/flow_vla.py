@@ -39,6 +39,7 @@ from mmrl.flow import (
 )
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
+from mmrl.utils.rows import randn_rows
 
 
 @dataclass
@@ -161,6 +162,8 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             logp="decision" if cfg.logp_level == "chunk" else "element",
             critic=cfg.critic,
             likelihood_free=True,
+            # FSDP2 units: the layers of the tiny backbone's mixer and of the action expert
+            sharding_units=("TransformerEncoderLayer", "TransformerDecoderLayer"),
             fixes={
                 "critic": "set policy.critic=true, or use a group estimator "
                 "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
@@ -306,7 +309,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
         b, dev = prefix.shape[0], prefix.device
         method = c.method if mode == "train" else c.eval_method
-        noise = torch.randn(b, c.chunk_size, self.action_dim, generator=generator, device=dev)
+        noise = randn_rows((b, c.chunk_size, self.action_dim), generator=generator, device=dev)
         stoch = stochastic_mask(
             b,
             c.num_steps,

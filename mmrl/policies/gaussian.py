@@ -25,6 +25,7 @@ from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
+from mmrl.utils.rows import randn_rows
 
 
 @dataclass
@@ -120,7 +121,7 @@ class GaussianPolicy(Policy[GaussianConfig]):
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         dist = self._dist(obs.state)
         if mode == "train":
-            noise = torch.randn(dist.mean.shape, generator=generator, device=dist.mean.device)
+            noise = randn_rows(dist.mean.shape, generator=generator, device=dist.mean.device)
             actions = dist.mean + dist.stddev * noise
         else:
             actions = dist.mean

@@ -68,6 +68,7 @@ from mmrl.config import ConfigError
 from mmrl.policies.action_tokenizer import ActionTokenizer
 from mmrl.policies.base import Decision, Evaluation, HFModel, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
+from mmrl.utils.rows import rows_generator
 
 PLACEHOLDER = "<action_query>"  # parallel decoding's default input token
 VISION_TOWER_NAMES = ("vision_model", "vision_tower", "visual", "vision_backbone", "vision_encoder")
@@ -287,7 +288,7 @@ class TokenVLAPolicy(Policy[TokenVLAConfig]):
             return logits.argmax(-1)
         probs = logits.softmax(-1)
         flat = probs.reshape(-1, probs.shape[-1])
-        return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+        return torch.multinomial(flat, 1, generator=rows_generator(generator)).reshape(probs.shape[:-1])
 
     # ---- the policy contract ------------------------------------------------------------------
     @torch.no_grad()

@@ -53,6 +53,7 @@ from mmrl.engines.base import GenRequest, RolloutEngine, SamplingConfig
 from mmrl.policies.base import Decision, Evaluation, HFModel, Policy, PolicyConfig
 from mmrl.policies.token_vla import VISION_TOWER_NAMES, freeze_vision_tower
 from mmrl.simulator import Completions
+from mmrl.utils.rows import rows_generator
 
 MM_SKIP = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
 
@@ -316,11 +317,8 @@ class VLMPolicy(Policy[VLMConfig]):
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         train = mode == "train"
         reqs = self.requests(list(obs.instruction), self._obs_images(obs))
-        seed = (
-            int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
-            if generator is not None
-            else None
-        )
+        g = rows_generator(generator)  # with N ranks: one of its own per rank (mmrl.utils.rows)
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g, device=g.device)) if g is not None else None
         sampling = SamplingConfig(
             n=1,
             temperature=self.cfg.temperature if train else self.cfg.eval_temperature,

@@ -67,6 +67,7 @@ from mmrl.config import ConfigError
 from mmrl.flow import FlowNoiseHead, awm_loss, chain_log_prob, reduce_log_prob, sample, stochastic_mask, time_grid
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.lerobot.families import FAMILIES, Prefix
+from mmrl.utils.rows import randn_rows
 
 SUPPORTED_LEROBOT = "0.6.1"  # families.py calls into this release's model internals
 TINY = "tiny:"
@@ -366,7 +367,7 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         prefix = self.family.prefix(self.lerobot, self.lerobot_batch(obs.image, obs.instruction, obs.state))
         b, dev = prefix.pad_masks.shape[0], self.device
         method = c.method if mode == "train" else c.eval_method
-        noise = torch.randn(b, self.horizon, self.max_action_dim, generator=generator, device=dev)
+        noise = randn_rows((b, self.horizon, self.max_action_dim), generator=generator, device=dev)
         stoch = stochastic_mask(
             b,
             len(self.grid) - 1,
