@@ -62,7 +62,10 @@ def cmd_train(args) -> int:
                 file=sys.stderr,
             )
         return 143 if isinstance(exc, Terminated) else 130
-    print(jsonio.dumps(results))
+    from mmrl import distributed
+
+    if distributed.current().main:
+        print(jsonio.dumps(results))
     return 0
 
 

@@ -423,15 +423,16 @@ class ExperimentConfig:
     def validate(self) -> None:
         self.placement.stage_slices(self.sim.num_envs)  # the stages must divide the envs
         self.trainer.engine.validate(self.run.device)
-        if (
-            self.trainer.async_staleness
-            and self.trainer.engine.backend == "deepspeed"
-            and self.trainer.engine.zero_stage == 3
+        engine = self.trainer.engine
+        if self.trainer.async_staleness and (
+            engine.backend == "fsdp" or (engine.backend == "deepspeed" and engine.zero_stage == 3)
         ):
+            sharded = "FSDP2's" if engine.backend == "fsdp" else "ZeRO-3's"
             raise ConfigError(
                 "'trainer.async_staleness' > 0 copies the policy for background rollout, "
-                "which ZeRO-3's partitioned parameters do not allow: use zero_stage <= 2 "
-                "or async_staleness: 0"
+                f"which {sharded} partitioned parameters do not allow: use "
+                + ("backend torch" if engine.backend == "fsdp" else "zero_stage <= 2")
+                + " or async_staleness: 0"
             )
         if self.trainer.rollout_steps:
             why = (
@@ -592,23 +593,30 @@ def build_trainer(cfg: ExperimentConfig):
     """Simulators, policy and trainer for an experiment (seeded, on ``run.device``). Before any
     work: the devices exist, the run folder is writable and not in use (it stays locked while the
     trainer lives), and a resume's config matches its checkpoint's (`mmrl.trainer.run_folder`)."""
+    from mmrl import distributed
     from mmrl.trainer import checkpoint
     from mmrl.trainer.run_folder import check_resume_config, open_run_folder, record_config_change
     from mmrl.trainer.trainer import Trainer
 
     for key, device in (("run.device", cfg.run.device), ("placement.render_device", cfg.placement.render_device)):
         check_device_available(key, device)
+    check_ranks(cfg, distributed.launched())  # before the process group: one line, every rank
+    ranks = distributed.init(cfg.run.device)
+    if ranks.distributed and cfg.run.device.startswith("cuda"):
+        cfg.run.device = f"cuda:{ranks.local_rank}"  # one GPU per rank
     out = output_dir(cfg)
-    folder = open_run_folder(out)  # writable, and ours alone while we run
+    # writable, and ours alone while we run (rank 0 holds it for the ranks of the run)
+    folder = open_run_folder(out) if ranks.main else None
     try:
         resumed_from = checkpoint.latest_path(out) if cfg.trainer.resume else None
         changes = check_resume_config(cfg, resumed_from)  # refused (one line) before any work
         trainer = _build_trainer(cfg, Trainer, folder)
     except BaseException:
-        folder.close()
+        if folder is not None:
+            folder.close()
         raise
     trainer.verified_checkpoint = resumed_from
-    if changes:
+    if changes and ranks.main:
         assert resumed_from is not None  # changes are found only against a checkpoint
         record_config_change(out, resumed_from, changes)
         trainer.log_line(
@@ -616,6 +624,24 @@ def build_trainer(cfg: ExperimentConfig):
             "(trainer.accept_config_change): " + ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in changes)
         )
     return trainer
+
+
+def check_ranks(cfg: ExperimentConfig, ranks) -> None:
+    """A `ConfigError` for what N ranks (`mmrl.distributed`) cannot run yet; nothing for one process."""
+    if not ranks.distributed:
+        return
+    w = ranks.world
+    refused = {
+        "trainer.rollout_steps": (cfg.trainer.rollout_steps, "fixed-length rollouts run in one process: unset it"),
+        "trainer.async_staleness": (cfg.trainer.async_staleness, "asynchronous rollout runs in one process: set 0"),
+        "trainer.engine.backend": (
+            cfg.trainer.engine.backend == "deepspeed",
+            "DeepSpeed runs as one process here: use backend torch (DDP) or fsdp (FSDP2)",
+        ),
+    }
+    for key, (value, fix) in refused.items():
+        if value:
+            raise ConfigError(f"'{key}' is not supported with {w} ranks yet ({fix}, or launch one process)")
 
 
 def check_device_available(key: str, device: str) -> None:

@@ -321,12 +321,13 @@ def load_policy(path: Path, policy) -> dict:
 
 
 def load_latest(
-    out_dir: Path, policy, optimizer, log=print, verified: Path | None = None
+    out_dir: Path, policy, optimizer, log=print, verified: Path | None = None, writer: bool = True
 ) -> tuple[dict, dict, Path] | None:
     """Restore the newest checkpoint that verifies and loads: weights, then the optimizer
     (``optimizer`` may be a callable returning it, so that an engine that copies the weights when
     built is built after they load). A corrupt or incomplete one is skipped with a warning naming
-    it. ``verified``: a folder the caller verified under the run's lock (not hashed again).
+    it. ``verified``: a folder the caller verified under the run's lock (not hashed again);
+    ``writer``: whether this process writes the run's log (rank 0 of N cuts it, the others only read).
     Returns ``(counters, extra, folder)`` (see `save`), None when there is no checkpoint."""
     found = candidates(Path(out_dir) / "checkpoints")
     problems = []
@@ -346,7 +347,8 @@ def load_latest(
         torch.set_rng_state(data["rng"]["torch"])
         np.random.set_state(data["rng"]["numpy"])
         random.setstate(data["rng"]["python"])
-        cut_log(out_dir, data.get("log_bytes"))  # rows logged after this save are redone
+        if writer:
+            cut_log(out_dir, data.get("log_bytes"))  # rows logged after this save are redone
         return data["state"], data.get("extra", {}), path
     if found:
         raise CheckpointError(

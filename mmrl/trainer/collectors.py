@@ -26,9 +26,12 @@ from contextlib import AbstractContextManager
 
 import torch
 
+from mmrl import distributed
 from mmrl.batch import Batch
+from mmrl.distributed import Ranks, broadcast_generator
 from mmrl.placement.pipeline import SimGroup, collect
 from mmrl.rollout import StepCollector, episode_seeds
+from mmrl.utils.rows import batch_rows
 
 TRAIN_SEED_STRIDE = 1_000_003  # train reset seeds stay far below the evaluation seeds
 # what a collection adds to the run's TrainState
@@ -126,18 +129,21 @@ class Collector:
 
 class EpisodeCollector(Collector):
     """One episode per env with round ``r``'s seeds: ``seed * TRAIN_SEED_STRIDE + r * (N / G)`` +
-    the env's group index."""
+    the env's group index. With ``ranks``, N is the global batch (``world * num_envs``) and this
+    rank's envs are its ``num_envs`` of them (whole groups), seeds and group ids as in one process."""
 
-    def __init__(self, sim, seed: int, group_size: int, reward=None):
+    def __init__(self, sim, seed: int, group_size: int, reward=None, ranks: Ranks | None = None):
         super().__init__(sim, reward)
-        self.seed, self.group_size = seed, group_size
+        self.seed, self.group_size, self.ranks = seed, group_size, ranks or Ranks()
 
     def collect(self, policy, round: int, generator: torch.Generator) -> tuple[Batch, dict]:
-        base = self.seed * TRAIN_SEED_STRIDE + round * (self.num_envs // self.group_size)
-        seeds = episode_seeds(base, self.num_envs, self.group_size)
+        groups = self.num_envs // self.group_size  # this rank's
+        base = self.seed * TRAIN_SEED_STRIDE + round * groups * self.ranks.world
         torch.manual_seed(base)  # auto-reset draws and any global-RNG use inside the simulator
+        first = self.ranks.rank * groups  # this rank's first group of the global batch
+        seeds = episode_seeds(base + first, self.num_envs, self.group_size)
         batch, info = collect(policy, self.sim, seeds, generator, mode="train", reward=self.reward)
-        group = torch.unique(torch.tensor(seeds), return_inverse=True)[1]
+        group = first + torch.unique(torch.tensor(seeds), return_inverse=True)[1]
         batch["group"] = group[None].expand(batch["valid"].shape[0], -1)
         if info.get("lost_episodes"):  # a sim worker crashed: its episodes in progress are dropped
             batch, info = drop_lost(batch, info)
@@ -186,7 +192,7 @@ class DynamicSamplingCollector(Collector):
     differ, until N / G groups are kept (metrics of the first round, so the logged return is not
     biased by the filter)."""
 
-    def __init__(self, inner: EpisodeCollector, max_rounds: int):
+    def __init__(self, inner: EpisodeCollector | GatheringCollector, max_rounds: int):
         super().__init__(inner.sim, inner.reward)
         self.inner, self.max_rounds = inner, max_rounds
 
@@ -220,13 +226,59 @@ class DynamicSamplingCollector(Collector):
         return out, first
 
 
-def build_collector(cfg, sim, reward=None) -> Collector:
+class GatheringCollector(Collector):
+    """One rank's share of the global batch (``inner``, collected drawing this rank's rows of the
+    global noise, `mmrl.utils.rows`), gathered from every rank: each rank returns the global batch
+    [T, world * N, ...] (envs in rank order; T the longest rank's, the others padded with invalid
+    decisions) and the global info (`gather_info`), so that what follows is the one-process
+    computation on the global batch (`mmrl.distributed`)."""
+
+    def __init__(self, inner: EpisodeCollector, ranks: Ranks):
+        super().__init__(inner.sim, inner.reward)
+        self.inner, self.ranks, self.group_size = inner, ranks, inner.group_size
+
+    @property
+    def num_envs(self) -> int:
+        """The global batch's envs (every rank's)."""
+        return self.ranks.world * self.inner.num_envs
+
+    def collect(self, policy, round: int, generator: torch.Generator) -> tuple[Batch, dict]:
+        n, r = self.inner.num_envs, self.ranks
+        with batch_rows(r.rank * n, n, r.world * n):
+            batch, info = self.inner.collect(policy, round, generator)
+        parts = distributed.gather_objects((batch.to("cpu"), info))
+        broadcast_generator(generator)  # the update's shuffling is the same on every rank
+        horizon = max(b["valid"].shape[0] for b, _ in parts)
+        return Batch.cat([pad_time(b, horizon) for b, _ in parts], dim=1), gather_info([i for _, i in parts])
+
+
+def gather_info(infos: list[dict]) -> dict:
+    """The ranks' collection infos as one: per-episode tensors and lists concatenated in rank order,
+    counts (ints) summed, timings (floats) the slowest rank's."""
+    out: dict = {}
+    for key, value in infos[0].items():
+        values = [i[key] for i in infos]
+        if isinstance(value, torch.Tensor) and value.dim():
+            out[key] = torch.cat(values)
+        elif isinstance(value, list):
+            out[key] = [x for v in values for x in v]
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            out[key] = value
+        else:
+            out[key] = sum(values) if isinstance(value, int) else max(values)
+    return out
+
+
+def build_collector(cfg, sim, reward=None, ranks: Ranks | None = None) -> Collector:
     """The collector the experiment's ``trainer`` and ``algorithm`` sections ask for, scoring with
     the reward stage ``reward`` (the background `AsyncCollector` wraps it in the trainer, which
-    owns the weight versions)."""
+    owns the weight versions); with N ``ranks``, this rank's share gathered into the global batch."""
+    ranks = ranks or Ranks()
     if cfg.trainer.rollout_steps:
         return FixedLengthCollector(sim, cfg.run.seed, cfg.trainer.rollout_steps, reward)
-    episodes = EpisodeCollector(sim, cfg.run.seed, cfg.algorithm.group_size, reward)
+    own = EpisodeCollector(sim, cfg.run.seed, cfg.algorithm.group_size, reward, ranks)
+    # with N ranks, gathered inside dynamic sampling: its rounds keep groups of the global batch
+    episodes = GatheringCollector(own, ranks) if ranks.distributed else own
     if cfg.algorithm.dynamic_sampling:
         return DynamicSamplingCollector(episodes, cfg.algorithm.max_sampling_rounds)
     return episodes

@@ -175,3 +175,19 @@ def _markdown(rows: list[dict]) -> str:
             *("| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows),
         ]
     )
+
+
+class SilentLogger:
+    """The logger of a rank other than 0: rank 0 writes the run's logs, the others write nothing."""
+
+    def rewind(self, step: int) -> None:
+        pass
+
+    def log(self, step: int, metrics: dict) -> None:
+        pass
+
+    def media(self, step: int, key: str, video: Path) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from mmrl.config import ConfigError
+from mmrl.distributed import all_true, current
 
 if TYPE_CHECKING:
     from mmrl.policies.base import Policy
@@ -60,20 +61,29 @@ HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 class TrainEngineConfig:
     """How the policy is optimized (the trainer's ``engine`` section)."""
 
-    backend: Literal["torch", "deepspeed"] = "torch"
+    backend: Literal["torch", "deepspeed", "fsdp"] = "torch"  # torch: DDP when launched on several ranks
     zero_stage: int = 2  # 0-3, deepspeed only
     offload_optimizer: bool = False  # optimizer state and step on the CPU (ZeRO 1-3)
-    offload_params: bool = False  # parameters on the CPU between uses (ZeRO-3)
+    offload_params: bool = False  # parameters on the CPU between uses (ZeRO-3; fsdp: CPUOffloadPolicy)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     gradient_checkpointing: bool = False  # recompute activations in backward (HF models)
 
     def validate(self, device: str | torch.device | None = None) -> None:
-        if self.backend not in ("torch", "deepspeed"):
-            raise ConfigError(f"'backend' = {self.backend!r} is not one of: torch, deepspeed")
+        if self.backend not in ("torch", "deepspeed", "fsdp"):
+            raise ConfigError(f"'backend' = {self.backend!r} is not one of: torch, deepspeed, fsdp")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"'precision' = {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(f"'zero_stage' = {self.zero_stage!r} is not one of: 0, 1, 2, 3")
+        if self.backend == "fsdp":
+            if self.offload_optimizer:
+                raise ConfigError(
+                    "'offload_optimizer' = true needs backend: deepspeed (fsdp offloads parameters, gradients "
+                    "and optimizer state together: offload_params)"
+                )
+            if self.precision == "fp16":
+                raise ConfigError("'precision' = 'fp16' needs backend: deepspeed; with backend 'fsdp' use: fp32, bf16")
+            return
         if self.backend == "torch":
             for key in ("offload_optimizer", "offload_params"):
                 if getattr(self, key):
@@ -151,12 +161,17 @@ class TrainEngine:
 
     @property
     def partitions_params(self) -> bool:
-        """Whether the module's parameters are split across processes (ZeRO-3): their tensors are
-        then not the weights, and checkpoints write every weight (gathered)."""
-        return self.cfg.zero_stage == 3 and self.cfg.backend == "deepspeed"
+        """Whether the module's parameters are split across processes (ZeRO-3, FSDP2): their tensors
+        are then not the weights, and checkpoints write every weight (gathered)."""
+        return self.cfg.backend == "fsdp" or (self.cfg.zero_stage == 3 and self.cfg.backend == "deepspeed")
 
     def __init__(self, cfg: TrainEngineConfig, module: nn.Module, device):
         self.cfg, self.module, self.device = cfg, module, torch.device(device)
+
+    def loss(self, objective, mb, algo) -> tuple[torch.Tensor, dict]:
+        """``objective(module, mb, algo)``: the loss whose gradients `step` takes (DDP runs it in
+        its forward, where it learns which gradients to average)."""
+        return objective(self.module, mb, algo)
 
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
         raise NotImplementedError
@@ -181,6 +196,17 @@ class TrainEngine:
         """Context in which every parameter is whole (ZeRO-3 gathers them; changes are kept)."""
         return contextlib.nullcontext()
 
+    def rollout_weights(self):
+        """Context in which the policy's methods run on whole weights with no other rank taking
+        part (FSDP2 gathers every unit once for a rollout or an evaluation, whose number of policy
+        calls differs from rank to rank); nothing for the engines whose weights are whole."""
+        return contextlib.nullcontext()
+
+    def checkpoint_state(self):
+        """Context, entered by every rank, in which `module_state_dict` and `state_dict` are the
+        whole model's and optimizer's on rank 0 (FSDP2 gathers them there); nothing for the others."""
+        return contextlib.nullcontext()
+
     def module_state_dict(self, exclude=()) -> dict:
         """A copy of the module's whole state dict (ZeRO-3: gathered), but the keys in ``exclude``."""
         with self.full_params():
@@ -203,6 +229,173 @@ class TorchEngine(TrainEngine):
 
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
         return optimizer_step(self.optimizer, loss, max_norm)
+
+
+class _Objective(nn.Module):
+    """The policy with an objective as its forward: DDP averages the gradients of what its
+    wrapped module's forward computed (the trainer calls policy methods, never ``forward``)."""
+
+    def __init__(self, policy: nn.Module):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, loss_of):
+        return loss_of(self.policy)
+
+
+class DDPEngine(TorchEngine):
+    """`TorchEngine` on N ranks: `torch.nn.parallel.DistributedDataParallel` averages the gradients
+    (every rank holds the whole model and optimizer; ranks start from rank 0's weights). A step is
+    skipped on every rank when the loss is not finite on one of them, so all stay in step."""
+
+    def __init__(self, cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None):
+        from torch.nn.parallel import DistributedDataParallel
+
+        super().__init__(cfg, module, lr, device, value_lr)
+        self.ddp = DistributedDataParallel(
+            _Objective(module),
+            device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            broadcast_buffers=False,  # buffers (normalisation statistics) follow the same global batch on every rank
+            find_unused_parameters=True,  # an objective may leave a part of the policy out (the critic, say)
+        )
+
+    def loss(self, objective, mb, algo) -> tuple[torch.Tensor, dict]:
+        return self.ddp(lambda policy: objective(policy, mb, algo))
+
+    def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
+        finite = bool(torch.isfinite(loss.detach()).all())
+        if not all_true(finite):  # all skip together; the backward DDP waits for still runs, its gradients dropped
+            (loss * 0).sum().backward()
+            self.optimizer.zero_grad(set_to_none=True)
+            return StepResult(False, math.nan)
+        return optimizer_step(self.optimizer, loss, max_norm)
+
+
+class FSDPEngine(TrainEngine):
+    """FSDP2 (`torch.distributed.fsdp.fully_shard`): parameters, gradients and Adam state sharded
+    over the ranks. Each block the policy names (`Capabilities.sharding_units`, e.g. a transformer
+    layer class) is a unit gathered for its own forward; the rest of the policy is one root unit,
+    gathered when the objective runs (the objective is the root's forward, as in `DDPEngine`).
+    ``precision: bf16`` computes in bf16 with fp32 gradient reduction (`MixedPrecisionPolicy`);
+    ``offload_params`` keeps the shards and the optimizer step on the CPU (`CPUOffloadPolicy`).
+    Checkpoints hold the whole model and the whole optimizer state (gathered to rank 0), so they
+    resume at any world size and export like any other. Without a launcher it starts a
+    one-process group itself."""
+
+    def __init__(self, cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None):
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+        super().__init__(cfg, module, device)
+        start_process_group(self.device)
+        kw: dict[str, Any] = {}
+        if cfg.precision == "bf16":
+            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if cfg.offload_params:
+            kw["offload_policy"] = CPUOffloadPolicy()
+        units = set(module.caps.sharding_units)
+        for _, m in reversed(list(module.named_modules())):  # the innermost blocks first
+            if type(m).__name__ in units:
+                fully_shard(m, **kw)
+        self.root = _Objective(module)
+        fully_shard(self.root, **kw)
+        self.units: list[Any] = [m for m in self.root.modules() if hasattr(m, "unshard")]  # the FSDPModules
+        with torch.no_grad():  # FSDP2 sets its units up at the root's first forward, before any unit's own
+            self.root(lambda policy: None)
+        for m in self.units:  # the root stays gathered after its forward: its shards are the parameters
+            m.reshard()
+        groups, self.lr_scales = param_groups(module, lr, value_lr)
+        self.optimizer = torch.optim.Adam(groups, lr=lr, eps=ADAM_EPS, foreach=True)
+        self._gathered: tuple[dict, dict] | None = None
+
+    def loss(self, objective, mb, algo) -> tuple[torch.Tensor, dict]:
+        return self.root(lambda policy: objective(policy, mb, algo))
+
+    def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
+        self.optimizer.zero_grad(set_to_none=True)
+        if not all_true(bool(torch.isfinite(loss.detach()).all())):  # all skip together
+            (loss * 0).sum().backward()  # the reduce-scatter the other ranks wait for, its gradients dropped
+            self.optimizer.zero_grad(set_to_none=True)
+            return StepResult(False, math.nan)
+        loss.backward()
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
+        norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)  # over every shard
+        if not math.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            return StepResult(False, norm)
+        self.optimizer.step()
+        return StepResult(True, norm)
+
+    @contextlib.contextmanager
+    def rollout_weights(self):
+        for m in self.units:
+            m.set_reshard_after_forward(False)  # gathered once here, kept through every call
+            m.unshard()
+        try:
+            yield
+        finally:
+            for m in self.units:
+                m.reshard()
+                m.set_reshard_after_forward(True)
+
+    @contextlib.contextmanager
+    def checkpoint_state(self):
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model = get_model_state_dict(self.root, options=whole)
+        # before the first step there is no state; torch would create it by a step (Adam's count 1)
+        optim = get_optimizer_state_dict(self.root, self.optimizer, options=whole) if self.optimizer.state else {}
+        self._gathered = ({_unprefixed(k): v for k, v in model.items()}, optim)
+        try:
+            yield
+        finally:
+            self._gathered = None
+
+    def module_state_dict(self, exclude=()) -> dict:
+        if self._gathered is None:
+            raise RuntimeError("FSDPEngine.module_state_dict runs inside checkpoint_state() (entered by every rank)")
+        return {k: v for k, v in self._gathered[0].items() if k not in exclude}
+
+    def state_dict(self) -> dict:
+        if self._gathered is None:
+            raise RuntimeError("FSDPEngine.state_dict runs inside checkpoint_state() (entered by every rank)")
+        return self._gathered[1]
+
+    def load_module_state_dict(self, sd: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        whole = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.root, {f"policy.{k}": v for k, v in sd.items()}, options=whole)
+
+    def load_state_dict(self, sd: dict) -> None:
+        """The whole optimizer state every rank read from a checkpoint, each keeping its shards."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        if not sd:  # saved before the first step
+            return
+        set_optimizer_state_dict(self.root, self.optimizer, sd, options=StateDictOptions(full_state_dict=True))
+
+
+def _unprefixed(key: str) -> str:
+    return key[len("policy.") :] if key.startswith("policy.") else key
+
+
+def start_process_group(device: torch.device) -> None:
+    """Join the launcher's process group, or with no launcher start a group of one (gloo on CPU)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if "RANK" not in os.environ:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
 
 
 def free_port() -> int:
@@ -327,4 +520,8 @@ def build_train_engine(
         module.enable_gradient_checkpointing()
     if cfg.backend == "deepspeed":
         return DeepSpeedTrainEngine(cfg, module, lr, device, value_lr)
+    if cfg.backend == "fsdp":
+        return FSDPEngine(cfg, module, lr, device, value_lr)
+    if current().distributed:
+        return DDPEngine(cfg, module, lr, device, value_lr)
     return TorchEngine(cfg, module, lr, device, value_lr)

@@ -14,6 +14,7 @@ same command reaches the same parameters as one that never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import shutil
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from mmrl import distributed
 from mmrl.algorithms.normalization import RewardScaler, explained_variance
 from mmrl.batch import Batch
 from mmrl.errors import TrainingError, UserError
@@ -31,10 +33,11 @@ from mmrl.registry import OBJECTIVES
 from mmrl.rollout import evaluate_policy, success_by_task, task_logs
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.collectors import AsyncCollector, build_collector
-from mmrl.trainer.logging import RunLogger
+from mmrl.trainer.logging import RunLogger, SilentLogger
 from mmrl.trainer.objectives import clip_advantages, compute_advantages, valid_samples, weight_advantages
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 from mmrl.utils import jsonio
+from mmrl.utils.rows import batch_rows
 
 #: collections in a row that may lose every episode (crashed sim workers) before the run stops
 MAX_EMPTY_COLLECTIONS = 3
@@ -85,21 +88,27 @@ class Trainer:
         #: whether the task is judged by success (the simulator's, or the reward stage's threshold)
         self.has_success = eval_sim.has_success or bool(reward is not None and reward.defines_success)
         self.out_dir = Path(out_dir)
+        #: this process's rank among the run's (`mmrl.distributed`): rank 0 writes logs and checkpoints
+        self.ranks = distributed.current()
         self.run_folder = run_folder  # `mmrl.trainer.run_folder.RunFolder`: the lock, held until close()
         #: the checkpoint folder `mmrl.experiment.build_trainer` already verified (the lock held since),
         #: which resume then does not hash a second time (seconds for a VLA's weights)
         self.verified_checkpoint: Path | None = None
-        self.log_line = tqdm.write  # one line for the user, above the progress bars
+        main = self.ranks.main
+        self.log_line = tqdm.write if main else _quiet  # one line for the user, above the progress bars
         from mmrl.config import to_dict
 
-        self.logger = logger or RunLogger(
-            self.out_dir, cfg.run.wandb, cfg.run.wandb_project, config=to_dict(cfg), name=cfg.run.name
+        self.logger = logger or (
+            RunLogger(self.out_dir, cfg.run.wandb, cfg.run.wandb_project, config=to_dict(cfg), name=cfg.run.name)
+            if main
+            else SilentLogger()
         )
         self.device = torch.device(cfg.run.device)
         self._engine: TrainEngine | None = None
         self.state = TrainState()
         algo = cfg.algorithm
-        self.collector = build_collector(cfg, sim, reward)  # where and how the training episodes are collected
+        # where and how the training episodes are collected (with N ranks: this rank's share, gathered)
+        self.collector = build_collector(cfg, sim, reward, self.ranks)
         self.reward_scaler = RewardScaler(algo.gamma) if algo.reward_norm else None
 
     @property
@@ -120,9 +129,18 @@ class Trainer:
     def autocast(self):
         """The engine's precision context (bf16 / fp16 autocast; nothing for fp32 or before the
         engine is built, when the weights are still fp32)."""
-        import contextlib
-
         return self._engine.autocast() if self._engine is not None else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def acting(self):
+        """The context of a rollout or an evaluation: the engine's precision, on whole weights
+        (`TrainEngine.rollout_weights`: FSDP2 gathers its shards once for it)."""
+        with self.autocast():
+            if self._engine is None:
+                yield
+            else:
+                with self._engine.rollout_weights():
+                    yield
 
     # ---- the loop, top to bottom ------------------------------------------------------------
     def run(self) -> dict:
@@ -153,7 +171,9 @@ class Trainer:
             self.evaluate("start")
             self.save()
         total = self.planned_iterations()
-        bar = tqdm(initial=self.state.iteration, total=total, desc="rl", dynamic_ncols=True)
+        bar = tqdm(
+            initial=self.state.iteration, total=total, desc="rl", dynamic_ncols=True, disable=not self.ranks.main
+        )
         staleness = self.cfg.trainer.async_staleness
         collector = (
             AsyncCollector(self.collector, self.policy, staleness, lambda j: self.generator("rl", j), self.autocast)
@@ -200,7 +220,7 @@ class Trainer:
         res = self.state.results
         label = "warm start" if self.cfg.warm_start.dataset else "before RL"
         before = f"{res['start'][key]:.3f} ({label}) -> " if self.state.iteration and "start" in res else ""
-        tqdm.write(
+        self.log_line(
             f"held-out {name}: {before}{res['final'][key]:.3f} after {self.state.iteration} RL iterations, "
             f"{self.state.env_steps} env steps; run folder: {self.out_dir}"
         )
@@ -297,7 +317,7 @@ class Trainer:
         gen = self.generator("warm_start", 0)
         torch.manual_seed(self.cfg.run.seed)
         self.policy.train()
-        bar = tqdm(range(ws.steps), desc="warm start", dynamic_ncols=True)
+        bar = tqdm(range(ws.steps), desc="warm start", dynamic_ncols=True, disable=not self.ranks.main)
         for step in bar:
             idx = torch.randint(0, batch.size, (min(ws.batch_size, batch.size),), generator=gen)
             loss = self.policy.supervised_loss(batch.index(idx).to(self.device)).mean()
@@ -312,7 +332,7 @@ class Trainer:
         """Round ``it`` of the collector, by the trained policy in eval mode (sampling stays
         stochastic in train rollouts) under the engine's precision."""
         self.policy.eval()
-        with self.autocast():
+        with self.acting():
             return self.collector.collect(self.policy, it, gen)
 
     def scale_rewards(self, batch: Batch) -> Batch:
@@ -339,17 +359,23 @@ class Trainer:
             epochs += 1
             kl, steps = 0.0, 0
             for mb in samples.minibatches(algo.minibatch_size, gen):
-                with self.optimizer.autocast():
-                    loss, metrics = objective(self.policy, mb.to(self.device), algo)
+                # with N ranks: this rank's rows of the minibatch, its loss weighted by its share
+                # (DDP averages the gradients), drawing its rows of the minibatch's noise
+                start, count = distributed.share(mb.size, self.ranks)
+                part = mb.index(slice(start, start + count) if count else slice(0, 1))  # none: a row at weight 0
+                with batch_rows(start, count, mb.size), self.optimizer.autocast():
+                    loss, metrics = self.optimizer.loss(objective, part.to(self.device), algo)
+                if self.ranks.distributed:
+                    loss = loss * (count * self.ranks.world / mb.size)
                 if self.optimizer_step(self.optimizer, loss, algo.max_grad_norm):
                     self.policy.after_step()
                     n, steps = n + 1, steps + 1
                     kl += float(metrics.get("approx_kl", 0.0))
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + float(v)
-            if algo.target_kl is not None and steps and kl / steps > algo.target_kl:
+            if algo.target_kl is not None and steps and distributed.mean(kl / steps) > algo.target_kl:
                 break
-        out = {f"train/{k}": v / max(n, 1) for k, v in sums.items()}
+        out = {f"train/{k}": v / max(n, 1) for k, v in distributed.reduce_metrics(sums).items()}
         out["train/skipped_steps"] = self.state.skipped_steps
         out["train/epochs"] = epochs
         out["train/lr"] = self.optimizer.param_groups[0]["lr"]  # what the optimizer used
@@ -418,8 +444,8 @@ class Trainer:
 
     def evaluate(self, name: str) -> dict:
         t = self.cfg.trainer
-        video = self.out_dir / "videos" / f"{name}.mp4" if t.video_episodes else None
-        with self.autocast():
+        video = self.out_dir / "videos" / f"{name}.mp4" if t.video_episodes and self.ranks.main else None
+        with self.acting():
             res = evaluate_policy(
                 self.policy,
                 self.eval_sim,
@@ -444,8 +470,9 @@ class Trainer:
         if video is not None and video.exists():
             self.logger.media(self.state.iteration, f"eval/{name}", video)
         key, metric = self.headline()
-        tqdm.write(f"[eval {name}] {metric} {res[key]:.3f} over {res['episodes']} episodes")
-        jsonio.write_json(self.out_dir / "results.json", self.state.results)
+        self.log_line(f"[eval {name}] {metric} {res[key]:.3f} over {res['episodes']} episodes")
+        if self.ranks.main:
+            jsonio.write_json(self.out_dir / "results.json", self.state.results)
         return res
 
     def rollout_metrics(self, info: dict) -> dict:
@@ -500,12 +527,19 @@ class Trainer:
             extra["reward_scaler"] = self.reward_scaler.state_dict()
         if self.policy.build_spec:  # rebuilds the policy without a simulator
             extra["policy_spec"] = self.policy.build_spec
+        engine = self.optimizer  # built on every rank at the same point (DDP's start is collective)
+        with engine.checkpoint_state():  # every rank: FSDP2 gathers the whole state to rank 0
+            if self.ranks.main:  # rank 0 writes the checkpoint; the others wait for it
+                self.write_checkpoint(engine, extra)
+        distributed.barrier()
+
+    def write_checkpoint(self, engine: TrainEngine, extra: dict) -> None:
         try:
             ckpt.save(
                 self.out_dir,
                 self.cfg,
                 self.policy,
-                self.optimizer,
+                engine,
                 self.state,
                 keep=self.cfg.trainer.keep_checkpoints,
                 extra=extra,
@@ -524,13 +558,18 @@ class Trainer:
         fresh: with ``resume=false`` a previous run there moves to ``previous_<n>/`` first. The log
         is rewound to the checkpoint (to nothing for a fresh start), so no row appears twice."""
         if not self.cfg.trainer.resume:
-            moved = ckpt.move_aside(self.out_dir)
+            moved = ckpt.move_aside(self.out_dir) if self.ranks.main else None
             if moved is not None:
-                tqdm.write(f"trainer.resume=false: the previous run in {self.out_dir} moved to {moved}")
+                self.log_line(f"trainer.resume=false: the previous run in {self.out_dir} moved to {moved}")
             self.logger.rewind(-(2**62))
             return
         loaded = ckpt.load_latest(
-            self.out_dir, self.policy, lambda: self.optimizer, log=tqdm.write, verified=self.verified_checkpoint
+            self.out_dir,
+            self.policy,
+            lambda: self.optimizer,
+            log=self.log_line,
+            verified=self.verified_checkpoint,
+            writer=self.ranks.main,
         )
         if loaded is None:  # nothing to resume (a kill during the warm start logged what is redone)
             self.logger.rewind(-(2**62))
@@ -542,10 +581,14 @@ class Trainer:
         if "rollout" in extra:
             warning = self.collector.load_state_dict(extra["rollout"])
             if warning:
-                tqdm.write(f"warning: {warning}")
+                self.log_line(f"warning: {warning}")
         if self.reward_scaler is not None and "reward_scaler" in extra:
             self.reward_scaler.load_state_dict(extra["reward_scaler"])
-        tqdm.write(f"resumed from checkpoint {path.name} (iteration {self.state.iteration}) in {self.out_dir}")
+        self.log_line(f"resumed from checkpoint {path.name} (iteration {self.state.iteration}) in {self.out_dir}")
+
+
+def _quiet(line: str) -> None:
+    """Where a rank other than 0 writes its lines for the user: nowhere (rank 0 speaks for the run)."""
 
 
 def run_generator(seed: int, purpose: str, index: int = 0, device="cpu") -> torch.Generator:
