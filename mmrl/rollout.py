@@ -16,7 +16,9 @@ from typing import Any
 import torch
 
 from mmrl.batch import Batch
+from mmrl.distributed import Ranks, gather_objects
 from mmrl.simulator import Observation, Simulator, check_observation
+from mmrl.utils.rows import batch_rows
 
 
 def episode_seeds(base_seed: int, num_envs: int, group_size: int = 1) -> list[int]:
@@ -279,6 +281,7 @@ def evaluate_policy(
     video_path: Path | None = None,
     video_envs: int = 8,
     reward=None,
+    ranks: Ranks | None = None,
 ) -> dict:
     """Success rate over ``num_episodes`` held-out episodes, in batches of ``sim.num_envs``, each
     decision scored by the reward stage ``reward`` (if any) as in training.
@@ -286,20 +289,34 @@ def evaluate_policy(
     Episode e uses reset seed ``seed + e``, so the evaluation set is fixed and reproducible. A
     multi-task simulator's episodes (`episode_tasks`) are also scored per task (``tasks``).
     Writes an mp4 grid of the first ``video_envs`` episodes when ``video_path`` is given.
+
+    With N ``ranks`` (`mmrl.distributed`, every rank calling) a batch is N x ``sim.num_envs``
+    episodes, each rank playing its share (drawing its rows of the batch's noise), and every rank
+    returns the results of all: one process with N x the envs evaluates the same episodes.
     """
+    ranks = ranks or Ranks()
     was_training = policy.training
     policy.eval()
     successes, returns, lengths = [], [], []
     tasks: list | None = []  # each episode's task (None: a simulator without tasks)
     done = 0
+    n = sim.num_envs
+    batch = n * ranks.world  # episodes per round, over the ranks
+    first = ranks.rank * n  # this rank's first episode of a round
     while done < num_episodes:
-        n = sim.num_envs
-        seeds = [seed + done + i for i in range(n)]
+        seeds = [seed + done + first + i for i in range(n)]
         want_video = video_path is not None and done == 0
-        _, info = collect_episodes(
-            policy, sim, seeds, generator, mode="eval", frames_of=min(video_envs, n) if want_video else 0, reward=reward
-        )
-        take = min(n, num_episodes - done)
+        with batch_rows(first, n, batch):
+            _, info = collect_episodes(
+                policy,
+                sim,
+                seeds,
+                generator,
+                mode="eval",
+                frames_of=min(video_envs, n) if want_video else 0,
+                reward=reward,
+            )
+        take = max(0, min(n, num_episodes - done - first))  # of this rank's episodes, those in the set
         successes.append(info["success"][:take].cpu())
         returns.append(info["return"][:take].cpu())
         lengths.append(info["length"][:take].cpu())
@@ -307,8 +324,12 @@ def evaluate_policy(
         if want_video:
             assert video_path is not None  # want_video says so
             write_video(info["frames"], video_path, info["captions"], info["frame_success"])
-        done += take
+        done += min(batch, num_episodes - done)
     policy.train(was_training)
+    if ranks.distributed:  # every rank's episodes, in the order one process plays them
+        parts = gather_objects((successes, returns, lengths, tasks))
+        successes, returns, lengths = ([r for rnd in zip(*(p[k] for p in parts)) for r in rnd] for k in range(3))
+        tasks = None if any(p[3] is None for p in parts) else _interleave([p[3] for p in parts], n)
     success = torch.cat(successes).float()
     out: dict[str, Any] = {
         "success_rate": success.mean().item(),
@@ -318,6 +339,17 @@ def evaluate_policy(
     }
     if tasks and len(set(tasks)) > 1:  # a multi-task simulator: success per task as well
         out["tasks"] = success_by_task(tasks, success)
+    return out
+
+
+def _interleave(per_rank: list[list], n: int) -> list:
+    """Per-rank lists of labels, round by round (up to ``n`` per rank and round), in global order."""
+    out: list = []
+    pos = [0] * len(per_rank)
+    while any(p < len(lst) for p, lst in zip(pos, per_rank, strict=True)):
+        for r, lst in enumerate(per_rank):
+            out += lst[pos[r] : pos[r] + n]
+            pos[r] += n
     return out
 
 

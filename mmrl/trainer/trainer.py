@@ -455,6 +455,7 @@ class Trainer:
                 video,
                 t.video_episodes,
                 reward=self.reward_stage,
+                ranks=self.ranks,
             )
         res.update(
             iteration=self.state.iteration,

@@ -3,6 +3,7 @@ machine), the short run they train, and how they compare the weights they end wi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,11 +19,10 @@ SHORT = [
     "run.threads=1",
     "trainer.iterations=3",
     "trainer.eval_every=0",
-    "trainer.eval_episodes=4",
+    "trainer.eval_episodes=8",
     "trainer.video_episodes=0",
     "trainer.checkpoint_every=1",
     "trainer.keep_checkpoints=4",
-    "sim.eval_num_envs=4",
     "sim.kwargs.dense_reward=true",
     "warm_start.num_episodes=16",
     "warm_start.steps=20",
@@ -38,7 +38,8 @@ def torchrun(*args: str) -> list[str]:
 def train_cmd(out: Path, name: str, ranks: int, num_envs: int, config: str = "quickstart", extra=()) -> list[str]:
     """The command that trains ``config`` in ``out/name`` on ``ranks`` local ranks (1: no launcher)."""
     args = ["-m", "mmrl", "train", str(ROOT / "configs" / f"{config}.yaml"), *SHORT]
-    args += [f"sim.num_envs={num_envs}", f"run.output_dir={out}", f"run.name={name}", *extra]
+    envs = [f"sim.num_envs={num_envs}", f"sim.eval_num_envs={num_envs}"]  # per rank, as the training envs
+    args += [*envs, f"run.output_dir={out}", f"run.name={name}", *extra]
     if ranks == 1:
         return [sys.executable, *args]
     return torchrun("--standalone", f"--nproc_per_node={ranks}", *args)
@@ -65,6 +66,10 @@ def max_diff(a: dict, b: dict) -> float:
         if not a[k].is_floating_point():
             assert a[k].equal(b[k]), k
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
+
+
+def results(out: Path, name: str) -> dict:
+    return json.loads((out / name / "results.json").read_text())
 
 
 def cut_to(folder: Path, iteration: int) -> None:

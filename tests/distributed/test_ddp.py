@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed.launch import ROOT, TOL, cut_to, max_diff, run, torchrun, train_cmd, weights
+from tests.distributed.launch import ROOT, TOL, cut_to, max_diff, results, run, torchrun, train_cmd, weights
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +34,15 @@ def test_two_ranks_train_what_one_process_trains(runs):
     diff = max_diff(weights(runs, "one"), weights(runs, "two"))
     assert diff < TOL, f"2 ranks x 4 envs vs 1 process x 8 envs: max parameter difference {diff:.3g}"
     assert moved > 1000 * diff, f"the runs hardly train (one iteration moves the weights by {moved:.3g})"
+
+
+def test_two_ranks_evaluate_what_one_process_evaluates(runs):
+    """8 held-out episodes, 4 on each rank, gathered: the one-process evaluation with 8 envs."""
+    one, two = results(runs, "one"), results(runs, "two")
+    assert one["start"] == two["start"]  # the same weights: the same episodes, bit for bit
+    for key in ("success_rate", "length", "episodes"):
+        assert one["final"][key] == two["final"][key], key
+    assert abs(one["final"]["return"] - two["final"]["return"]) < 1e-4
 
 
 def test_grpo_groups_stay_whole_on_a_rank(tmp_path):
