@@ -283,7 +283,7 @@ class FSDPEngine(TrainEngine):
     one-process group itself."""
 
     def __init__(self, cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None):
-        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
         super().__init__(cfg, module, device)
         start_process_group(self.device)
@@ -298,7 +298,7 @@ class FSDPEngine(TrainEngine):
                 fully_shard(m, **kw)
         self.root = _Objective(module)
         fully_shard(self.root, **kw)
-        self.units: list[Any] = [m for m in self.root.modules() if hasattr(m, "unshard")]  # the FSDPModules
+        self.units: list[Any] = [m for m in self.root.modules() if isinstance(m, FSDPModule)]
         with torch.no_grad():  # FSDP2 sets its units up at the root's first forward, before any unit's own
             self.root(lambda policy: None)
         for m in self.units:  # the root stays gathered after its forward: its shards are the parameters
@@ -316,10 +316,12 @@ class FSDPEngine(TrainEngine):
             (loss * 0).sum().backward()  # the reduce-scatter the other ranks wait for, its gradients dropped
             self.optimizer.zero_grad(set_to_none=True)
             return StepResult(False, math.nan)
+        from torch.distributed.tensor import DTensor
+
         loss.backward()
         params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
         total = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
-        norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)  # over every shard
+        norm = float(total.full_tensor() if isinstance(total, DTensor) else total)  # over every shard
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             return StepResult(False, norm)
