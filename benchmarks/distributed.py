@@ -34,20 +34,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from tests.distributed.launch import SHORT, max_diff, torchrun, weights  # noqa: E402
+from tests.distributed.launch import env, max_diff, results, torchrun, train_cmd, weights  # noqa: E402
+
+
+def launch(cmd: list[str]) -> str:
+    """Run ``cmd`` as the multi-rank tests do (`tests.distributed.launch`); its stdout."""
+    proc = subprocess.run(cmd, cwd=ROOT, env={**env(), "TQDM_DISABLE": "1"}, capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
 
 
 def train(out: Path, name: str, ranks: int, envs: int, seed: int, iterations: int, extra=()) -> dict:
     """Train the short quickstart on ``ranks`` ranks of ``envs`` envs each; its results.json."""
-    args = ["-m", "mmrl", "train", str(ROOT / "configs" / "quickstart.yaml"), *SHORT]
-    args += [f"sim.num_envs={envs}", f"sim.eval_num_envs={envs}", f"run.seed={seed}"]
-    args += [f"trainer.iterations={iterations}", f"run.output_dir={out}", f"run.name={name}", *extra]
-    cmd = [sys.executable, *args] if ranks == 1 else torchrun("--standalone", f"--nproc_per_node={ranks}", *args)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return json.loads((out / name / "results.json").read_text())
+    launch(train_cmd(out, name, ranks, envs, extra=[f"run.seed={seed}", f"trainer.iterations={iterations}", *extra]))
+    return results(out, name)
 
 
 def equivalence(out: Path, seeds: list[int], envs: int, iterations: int) -> dict:
@@ -116,11 +117,8 @@ def memory_worker(expert_dim: int, expert_layers: int, backend: str) -> None:
     params = sum(nbytes(p) for p in policy.parameters())
     optim = sum(nbytes(v) for state in engine.optimizer.state.values() for v in state.values() if v.dim())
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    print(
-        json.dumps(
-            {"rank": distributed.current().rank, "param_bytes": params, "optim_bytes": optim, "trainable": trainable}
-        )
-    )
+    row = {"rank": distributed.current().rank, "param_bytes": params, "optim_bytes": optim, "trainable": trainable}
+    sys.stdout.write(json.dumps(row) + "\n")  # one write: the ranks share the launcher's stdout
 
 
 def memory(expert_dim: int, expert_layers: int) -> dict:
@@ -128,10 +126,7 @@ def memory(expert_dim: int, expert_layers: int) -> dict:
     for engine, backend in (("ddp", "torch"), ("fsdp", "fsdp")):
         cmd = torchrun("--standalone", "--nproc_per_node=2", __file__, "--memory-worker", backend)
         cmd += [f"--expert-dim={expert_dim}", f"--expert-layers={expert_layers}"]
-        proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
-        if proc.returncode:
-            sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-        rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"rank"')]
+        rows = [json.loads(line) for line in launch(cmd).splitlines() if line.startswith('{"rank"')]
         out[engine] = max(r["param_bytes"] + r["optim_bytes"] for r in rows)
         out["trainable_params"] = rows[0]["trainable"]
     return {

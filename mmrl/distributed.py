@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -64,14 +65,43 @@ def init(device: str) -> Ranks:
     each rank takes ``cuda:LOCAL_RANK``. Returns the ranks (one process: nothing is started)."""
     import torch.distributed as dist
 
-    ranks = launched()
-    if not ranks.distributed or dist.is_initialized():
-        return current()
+    if launched().distributed and not dist.is_initialized():
+        _join(device)
+    return current()
+
+
+def start_group(device: str | torch.device) -> None:
+    """`init`, but with no launcher a process group of one is started (what an engine built on
+    torch.distributed needs in one process too: FSDP2)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        solo_environment()
+        _join(device)
+
+
+def solo_environment() -> None:
+    """With no launcher, the environment a process group of one reads (this machine, a free port)."""
+    if "RANK" not in os.environ:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+
+
+def _join(device: str | torch.device) -> None:
+    import torch.distributed as dist
+
     cuda = torch.device(device).type == "cuda"
     if cuda:
-        torch.cuda.set_device(ranks.local_rank)
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
-    return ranks
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def current() -> Ranks:
@@ -110,11 +140,11 @@ def all_reduce(values: dict[str, float], op: str = "mean") -> dict[str, float]:
     import torch.distributed as dist
 
     keys = sorted(values)
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
-    reduce_op = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}.get(
-        op, dist.ReduceOp.MIN
-    )
-    dist.all_reduce(t, op=reduce_op)
+    # NCCL reduces CUDA tensors only (init gave each rank its GPU); gloo CPU ones
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    ops = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    dist.all_reduce(t, op=ops[op])
     if op == "mean":
         t /= dist.get_world_size()
     return dict(zip(keys, t.tolist(), strict=True))

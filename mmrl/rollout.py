@@ -297,8 +297,8 @@ def evaluate_policy(
     ranks = ranks or Ranks()
     was_training = policy.training
     policy.eval()
-    successes, returns, lengths = [], [], []
-    tasks: list | None = []  # each episode's task (None: a simulator without tasks)
+    #: per round, this rank's episodes in the set: (success, return, length, tasks or None)
+    rounds: list[tuple] = []
     done = 0
     n = sim.num_envs
     batch = n * ranks.world  # episodes per round, over the ranks
@@ -317,39 +317,26 @@ def evaluate_policy(
                 reward=reward,
             )
         take = max(0, min(n, num_episodes - done - first))  # of this rank's episodes, those in the set
-        successes.append(info["success"][:take].cpu())
-        returns.append(info["return"][:take].cpu())
-        lengths.append(info["length"][:take].cpu())
-        tasks = None if tasks is None or "task" not in info else tasks + info["task"][:take]
+        task = info["task"][:take] if "task" in info else None
+        rounds.append((info["success"][:take].cpu(), info["return"][:take].cpu(), info["length"][:take].cpu(), task))
         if want_video:
             assert video_path is not None  # want_video says so
             write_video(info["frames"], video_path, info["captions"], info["frame_success"])
         done += min(batch, num_episodes - done)
     policy.train(was_training)
-    if ranks.distributed:  # every rank's episodes, in the order one process plays them
-        parts = gather_objects((successes, returns, lengths, tasks))
-        successes, returns, lengths = ([r for rnd in zip(*(p[k] for p in parts)) for r in rnd] for k in range(3))
-        tasks = None if any(p[3] is None for p in parts) else _interleave([p[3] for p in parts], n)
-    success = torch.cat(successes).float()
+    if ranks.distributed:  # every rank's episodes, in the order one process plays them: round by round
+        rounds = [part for rnd in zip(*gather_objects(rounds)) for part in rnd]
+    success = torch.cat([r[0] for r in rounds]).float()
+    # each episode's task (None: a simulator without tasks)
+    tasks = None if any(r[3] is None for r in rounds) else [t for r in rounds for t in r[3]]
     out: dict[str, Any] = {
         "success_rate": success.mean().item(),
-        "return": torch.cat(returns).mean().item(),
-        "length": torch.cat(lengths).float().mean().item(),
+        "return": torch.cat([r[1] for r in rounds]).mean().item(),
+        "length": torch.cat([r[2] for r in rounds]).float().mean().item(),
         "episodes": int(success.numel()),
     }
     if tasks and len(set(tasks)) > 1:  # a multi-task simulator: success per task as well
         out["tasks"] = success_by_task(tasks, success)
-    return out
-
-
-def _interleave(per_rank: list[list], n: int) -> list:
-    """Per-rank lists of labels, round by round (up to ``n`` per rank and round), in global order."""
-    out: list = []
-    pos = [0] * len(per_rank)
-    while any(p < len(lst) for p, lst in zip(pos, per_rank, strict=True)):
-        for r, lst in enumerate(per_rank):
-            out += lst[pos[r] : pos[r] + n]
-            pos[r] += n
     return out
 
 

@@ -39,7 +39,7 @@ import importlib.util
 import inspect
 import math
 import os
-import socket
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from mmrl.config import ConfigError
-from mmrl.distributed import all_true, current
+from mmrl.distributed import all_true, current, solo_environment, start_group
 
 if TYPE_CHECKING:
     from mmrl.policies.base import Policy
@@ -144,12 +144,34 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: flo
         return StepResult(False, math.nan)
     loss.backward()
     params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf")))
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
+    norm = float(_whole(total))
     if not math.isfinite(norm):
         opt.zero_grad(set_to_none=True)
         return StepResult(False, norm)
     opt.step()
     return StepResult(True, norm)
+
+
+def collective_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
+    """`optimizer_step` on N ranks whose backward is collective (DDP, FSDP2): a loss that is not
+    finite on one rank skips the step on every rank, after the backward the others wait for (of a
+    zero loss, its gradients dropped), so all stay in step."""
+    if all_true(bool(torch.isfinite(loss.detach()).all())):
+        return optimizer_step(opt, loss, max_norm)
+    opt.zero_grad(set_to_none=True)
+    (loss * 0).sum().backward()
+    opt.zero_grad(set_to_none=True)
+    return StepResult(False, math.nan)
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or for a `DTensor` (FSDP2's gradient norm) its value over every shard."""
+    if "torch.distributed.tensor" not in sys.modules:  # nothing made a DTensor: do not import it
+        return t
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 class TrainEngine:
@@ -263,12 +285,7 @@ class DDPEngine(TorchEngine):
         return self.ddp(lambda policy: objective(policy, mb, algo))
 
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
-        finite = bool(torch.isfinite(loss.detach()).all())
-        if not all_true(finite):  # all skip together; the backward DDP waits for still runs, its gradients dropped
-            (loss * 0).sum().backward()
-            self.optimizer.zero_grad(set_to_none=True)
-            return StepResult(False, math.nan)
-        return optimizer_step(self.optimizer, loss, max_norm)
+        return collective_step(self.optimizer, loss, max_norm)
 
 
 class FSDPEngine(TrainEngine):
@@ -286,7 +303,7 @@ class FSDPEngine(TrainEngine):
         from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
         super().__init__(cfg, module, device)
-        start_process_group(self.device)
+        start_group(self.device)
         kw: dict[str, Any] = {}
         if cfg.precision == "bf16":
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -311,22 +328,7 @@ class FSDPEngine(TrainEngine):
         return self.root(lambda policy: objective(policy, mb, algo))
 
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
-        self.optimizer.zero_grad(set_to_none=True)
-        if not all_true(bool(torch.isfinite(loss.detach()).all())):  # all skip together
-            (loss * 0).sum().backward()  # the reduce-scatter the other ranks wait for, its gradients dropped
-            self.optimizer.zero_grad(set_to_none=True)
-            return StepResult(False, math.nan)
-        from torch.distributed.tensor import DTensor
-
-        loss.backward()
-        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
-        total = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
-        norm = float(total.full_tensor() if isinstance(total, DTensor) else total)  # over every shard
-        if not math.isfinite(norm):
-            self.optimizer.zero_grad(set_to_none=True)
-            return StepResult(False, norm)
-        self.optimizer.step()
-        return StepResult(True, norm)
+        return collective_step(self.optimizer, loss, max_norm)
 
     @contextlib.contextmanager
     def rollout_weights(self):
@@ -387,25 +389,6 @@ def _unprefixed(key: str) -> str:
     return key[len("policy.") :] if key.startswith("policy.") else key
 
 
-def start_process_group(device: torch.device) -> None:
-    """Join the launcher's process group, or with no launcher start a group of one (gloo on CPU)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    if "RANK" not in os.environ:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_process_group(device: torch.device):
     """Import DeepSpeed and join (or, with no launcher, start) the process group."""
     if device.type == "cpu":
@@ -414,10 +397,7 @@ def init_process_group(device: torch.device):
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        if "RANK" not in os.environ:  # no launcher: a group of one
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(free_port()))
-            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+        solo_environment()  # no launcher: a group of one
         deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo")
     return deepspeed
 
@@ -480,10 +460,7 @@ class DeepSpeedTrainEngine(TrainEngine):
 
     def all_finite(self, loss: torch.Tensor) -> bool:
         """Whether the loss is finite on every rank (all skip together, or none does)."""
-        ok = torch.isfinite(loss.detach()).all().float().reshape(1)
-        if torch.distributed.get_world_size() > 1:
-            torch.distributed.all_reduce(ok, op=torch.distributed.ReduceOp.MIN)
-        return bool(ok.item())
+        return all_true(bool(torch.isfinite(loss.detach()).all()))
 
     def state_dict(self) -> dict:
         """This rank's partition under ZeRO (its fp32 groups detached, so the dict can be copied)."""

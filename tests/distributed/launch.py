@@ -45,9 +45,13 @@ def train_cmd(out: Path, name: str, ranks: int, num_envs: int, config: str = "qu
     return torchrun("--standalone", f"--nproc_per_node={ranks}", *args)
 
 
+def env() -> dict[str, str]:
+    """The environment of a launched run: unbuffered output, one intra-op thread per rank."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
 def run(cmd: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, (
         f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distributed.launch import ROOT, TOL, cut_to, max_diff, results, run, torchrun, train_cmd, weights
+from tests.distributed.launch import ROOT, TOL, cut_to, env, max_diff, results, run, torchrun, train_cmd, weights
 
 pytestmark = pytest.mark.slow
 
@@ -82,8 +82,7 @@ def _rank_pid(launcher: subprocess.Popen, rank: int) -> int | None:
 
 def test_kill_9_of_one_rank_stops_the_job_and_the_same_command_resumes(runs, tmp_path):
     cmd = train_cmd(tmp_path, "killed", 2, 4)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    launcher = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launcher = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     first = tmp_path / "killed" / "checkpoints" / "iter_000001"
     deadline = time.time() + 240
     while not first.exists() and launcher.poll() is None and time.time() < deadline:
@@ -106,18 +105,17 @@ def test_kill_9_of_one_rank_stops_the_job_and_the_same_command_resumes(runs, tmp
 def test_two_launchers_rendezvous_as_two_nodes(runs, tmp_path):
     """``torchrun --nnodes 2`` twice on this machine (as two machines would, with HOST:PORT the
     first's address): the run equals the single-launcher 2-rank run, and resumes."""
-    from mmrl.trainer.train_engine import free_port
+    from mmrl.distributed import free_port
 
     endpoint = f"127.0.0.1:{free_port()}"
     _, *args = train_cmd(tmp_path, "nodes", 1, 4)  # -m mmrl train ...: the launcher gets the same
     node = torchrun("--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", *args)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
     def both() -> list[str]:
-        procs = [subprocess.Popen(node, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
-        procs.append(
-            subprocess.Popen(node, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        )
+        procs = [
+            subprocess.Popen(node, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)
+        ]
         outs = [p.communicate(timeout=300)[0] for p in procs]
         assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outs)
         return outs
