@@ -4,10 +4,10 @@ what does sharding save in memory?
     .venv/bin/python benchmarks/distributed.py            # a few minutes on 2 cores
     .venv/bin/python benchmarks/distributed.py --smoke    # the whole code path, tiny
 
-1. ``max_param_diff_ddp`` / ``max_param_diff_fsdp``: the short quickstart (PPO + GAE, dense reward,
-   ``--iterations`` iterations) on 2 ranks x N envs with ``trainer.engine.backend`` torch (DDP) and
-   fsdp (FSDP2), against 1 process x 2N envs: the largest parameter difference over ``--seeds``.
-   ``max_param_diff_zero3`` is null: DeepSpeed with several ranks is not built yet (refused at start).
+1. ``max_param_diff_ddp`` / ``max_param_diff_fsdp`` / ``max_param_diff_zero3``: the short quickstart
+   (PPO + GAE, dense reward, ``--iterations`` iterations) on 2 ranks x N envs with
+   ``trainer.engine.backend`` torch (DDP), fsdp (FSDP2) and deepspeed with ``zero_stage: 3``, against
+   1 process x 2N envs: the largest parameter difference over ``--seeds``.
 2. ``samples_per_s``: env steps per second of RL (``rl_seconds`` of the run: collection and update,
    no evaluation or checkpoints) on 1, 2 and 4 ranks sharing one global batch of ``--envs`` envs.
    On this 2-core machine 2 ranks have a core each and 4 ranks share them: the figure says what
@@ -52,20 +52,20 @@ def train(out: Path, name: str, ranks: int, envs: int, seed: int, iterations: in
 
 
 def equivalence(out: Path, seeds: list[int], envs: int, iterations: int) -> dict:
-    diffs: dict[str, list[float]] = {"ddp": [], "fsdp": []}
+    engines = {
+        "ddp": ["trainer.engine.backend=torch"],
+        "fsdp": ["trainer.engine.backend=fsdp"],
+        "zero3": ["trainer.engine.backend=deepspeed", "trainer.engine.zero_stage=3"],
+    }
+    diffs: dict[str, list[float]] = {engine: [] for engine in engines}
     for seed in seeds:
         train(out, f"one_{seed}", 1, 2 * envs, seed, iterations)
         one = weights(out, f"one_{seed}", iterations)
-        for engine, backend in (("ddp", "torch"), ("fsdp", "fsdp")):
+        for engine, overrides in engines.items():
             name = f"{engine}_{seed}"
-            train(out, name, 2, envs, seed, iterations, [f"trainer.engine.backend={backend}"])
+            train(out, name, 2, envs, seed, iterations, overrides)
             diffs[engine].append(max_diff(one, weights(out, name, iterations)))
-    return {
-        "max_param_diff_ddp": max(diffs["ddp"]),
-        "max_param_diff_fsdp": max(diffs["fsdp"]),
-        "max_param_diff_zero3": None,
-        "param_diff_per_seed": diffs,
-    }
+    return {**{f"max_param_diff_{e}": max(d) for e, d in diffs.items()}, "param_diff_per_seed": diffs}
 
 
 def speed(out: Path, envs: int, iterations: int, ranks: list[int]) -> dict:

@@ -634,10 +634,6 @@ def check_ranks(cfg: ExperimentConfig, ranks) -> None:
     refused = {
         "trainer.rollout_steps": (cfg.trainer.rollout_steps, "fixed-length rollouts run in one process: unset it"),
         "trainer.async_staleness": (cfg.trainer.async_staleness, "asynchronous rollout runs in one process: set 0"),
-        "trainer.engine.backend": (
-            cfg.trainer.engine.backend == "deepspeed",
-            "DeepSpeed runs as one process here: use backend torch (DDP) or fsdp (FSDP2)",
-        ),
     }
     for key, (value, fix) in refused.items():
         if value:

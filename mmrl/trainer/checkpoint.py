@@ -52,6 +52,7 @@ from mmrl.utils.weights import SPEC, fingerprint, load_weights, read_metadata, s
 MARKER = "COMPLETE"
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
+SHARD = "optimizer.rank{:05d}.pt"  # a rank's own optimizer partition (DeepSpeed ZeRO on N ranks)
 NONTENSOR = "mmrl.nontensor"  # model.safetensors metadata: names of the state dict's entries in state.pt
 SOURCE = "mmrl.from_source"  # model.safetensors metadata: {key: fingerprint} of the weights not written
 _NAME = re.compile(r"^\.?iter_(\d+)(\.replaced)?$")
@@ -69,9 +70,44 @@ def _sha256(file: Path) -> str:
     return h.hexdigest()
 
 
-def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dict | None = None) -> Path:
+def staging(out_dir: Path, iteration: int) -> Path:
+    """The temporary folder checkpoint ``iter_<iteration>`` is written in before it is complete."""
+    return Path(out_dir) / "checkpoints" / f".iter_{iteration:06d}.tmp"
+
+
+def begin(out_dir: Path, iteration: int) -> Path:
+    """Make checkpoint ``iteration``'s temporary folder, empty (rank 0, before the ranks write their
+    `write_shard` files into it and `save` completes it)."""
+    tmp = staging(out_dir, iteration)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    fault_point("ckpt.after_tmp_mkdir", tmp)
+    return tmp
+
+
+def write_shard(out_dir: Path, iteration: int, rank: int, shard: dict) -> None:
+    """Rank ``rank``'s own part of the state (`TrainEngine.shard_state`) into the temporary folder of
+    checkpoint ``iteration``, durably; rank 0's `save` then lists it under the ``COMPLETE`` marker."""
+    file = staging(out_dir, iteration) / SHARD.format(rank)
+    torch.save(shard, file)
+    fault_point("ckpt.mid_shard", file)
+    fsync_path(file)
+
+
+def read_shard(folder: Path, rank: int) -> dict:
+    """Rank ``rank``'s file of checkpoint ``folder`` (written by `write_shard`)."""
+    file = Path(folder) / SHARD.format(rank)
+    return _reading(file, lambda: torch.load(file, map_location="cpu", weights_only=False))
+
+
+def save(
+    out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dict | None = None, shards: int = 0
+) -> Path:
     """Write checkpoint ``iter_<state.iteration>`` durably; ``extra`` holds the trainer's other
     resumable state (e.g. the episodes in progress of fixed-length rollouts, the reward scaler).
+    ``shards``: how many ranks wrote their own file (`write_shard`) into the folder `begin` made,
+    all of them complete (the caller's barrier); the marker lists and checks them with the rest.
     Keeps the ``keep`` newest iterations."""
     from mmrl.config import save_config
 
@@ -79,9 +115,13 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
     root.mkdir(parents=True, exist_ok=True)
     name = f"iter_{state.iteration:06d}"
     final, tmp, replaced = root / name, root / f".{name}.tmp", root / f".{name}.replaced"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    fault_point("ckpt.after_tmp_mkdir", tmp)
+    own = [SHARD.format(r) for r in range(shards)]
+    if shards:
+        missing = [f for f in own if not (tmp / f).exists()]
+        if missing:  # a rank that did not write its part: never a COMPLETE checkpoint without it
+            raise RuntimeError(f"checkpoint {name}: {', '.join(missing)} missing from {tmp} (a rank did not write it)")
+    else:
+        begin(out_dir, state.iteration)
     # frozen pretrained weights as built: rebuilt from the source on load, not written (not under
     # ZeRO-3, whose parameter tensors are shards)
     source = {} if optimizer.partitions_params else unchanged_source(policy)
@@ -115,7 +155,7 @@ def save(out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dic
         fsync_path(tmp / f)
     fault_point("ckpt.after_fsync", tmp)
     marker = {
-        "files": {f: {"sha256": _sha256(tmp / f), "bytes": (tmp / f).stat().st_size} for f in (WEIGHTS, STATE)},
+        "files": {f: {"sha256": _sha256(tmp / f), "bytes": (tmp / f).stat().st_size} for f in (WEIGHTS, STATE, *own)},
         "iteration": state.iteration,
     }
     (tmp / MARKER).write_text(json.dumps(marker))
@@ -343,7 +383,7 @@ def load_latest(
             log(f"warning: skipping checkpoint {path.name}: {why}")
             continue
         load_into(policy, data["policy"], data.get("source"), where=f"checkpoint {path}")
-        (optimizer() if callable(optimizer) else optimizer).load_state_dict(data["optimizer"])
+        (optimizer() if callable(optimizer) else optimizer).load_optimizer(data["optimizer"], path)
         torch.set_rng_state(data["rng"]["torch"])
         np.random.set_state(data["rng"]["numpy"])
         random.setstate(data["rng"]["python"])

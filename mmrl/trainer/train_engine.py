@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 ADAM_EPS = 1e-6
 PRECISIONS = ("fp32", "bf16", "fp16")
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+ZERO_RANKS = "zero_partitions"  # a DeepSpeed checkpoint's number of per-rank optimizer files
 
 
 @dataclass
@@ -228,6 +229,17 @@ class TrainEngine:
         """Context, entered by every rank, in which `module_state_dict` and `state_dict` are the
         whole model's and optimizer's on rank 0 (FSDP2 gathers them there); nothing for the others."""
         return contextlib.nullcontext()
+
+    def shard_state(self) -> dict | None:
+        """Inside `checkpoint_state`: the part of the optimizer state this rank alone holds, which
+        every rank writes to the checkpoint as its own file (DeepSpeed ZeRO 1-3 on N ranks: its
+        partition), or None where `state_dict` on rank 0 is the whole state."""
+        return None
+
+    def load_optimizer(self, sd: dict, folder) -> None:
+        """Restore the optimizer from what checkpoint ``folder`` holds: ``sd`` (its `state_dict`)
+        and, where the engine keeps them, the ranks' own files (`shard_state`)."""
+        self.load_state_dict(sd)
 
     def module_state_dict(self, exclude=()) -> dict:
         """A copy of the module's whole state dict (ZeRO-3: gathered), but the keys in ``exclude``."""
@@ -424,11 +436,20 @@ def deepspeed_config(cfg: TrainEngineConfig, lr: float) -> dict:
 
 
 class DeepSpeedTrainEngine(TrainEngine):
-    """``deepspeed.initialize`` over the module's trainable parameters (see the module docstring)."""
+    """``deepspeed.initialize`` over the module's trainable parameters (see the module docstring).
+
+    On N ranks DeepSpeed averages the gradients over them (as DDP does) and ZeRO 1-3 split the
+    optimizer state (ZeRO-3 the parameters too). A checkpoint then holds the whole model (gathered
+    to rank 0) and, in one file per rank, that rank's optimizer partition (`shard_state`): it resumes
+    on the same number of ranks, and exports at any. ZeRO-3 rollouts and evaluations run on weights
+    gathered once, with the per-module hooks set aside (the ranks make different numbers of policy
+    calls there; TRL generates under ZeRO-3 the same way)."""
 
     def __init__(self, cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None):
         super().__init__(cfg, module, device)
         self.ds = init_process_group(self.device)
+        self.world = current().world
+        self._gathered: dict | None = None
         groups, self.lr_scales = param_groups(module, lr, value_lr)
         self.engine, self.optimizer, _, _ = self.ds.initialize(
             model=module, model_parameters=groups, config=deepspeed_config(cfg, lr)
@@ -462,8 +483,80 @@ class DeepSpeedTrainEngine(TrainEngine):
         """Whether the loss is finite on every rank (all skip together, or none does)."""
         return all_true(bool(torch.isfinite(loss.detach()).all()))
 
+    def full_params(self):
+        if self.cfg.zero_stage != 3:
+            return contextlib.nullcontext()
+        return self.ds.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=0)
+
+    @contextlib.contextmanager
+    def rollout_weights(self):
+        if self.cfg.zero_stage != 3:
+            yield
+            return
+        offload = self.optimizer.parameter_offload  # ZeRO-3's per-module gather / release hooks
+        with self.ds.zero.GatheredParameters(list(self.module.parameters())):  # read-only: no broadcast back
+            for p in self.module.parameters():
+                p.ds_active_sub_modules.clear()  # type: ignore[attr-defined]  # set by ZeRO-3
+            for hook in (*offload.forward_hooks, *offload.backward_hooks):
+                hook.remove()  # a hook would release a parameter after its module's forward
+            offload.forward_hooks, offload.backward_hooks = [], []
+            try:
+                yield
+            finally:
+                offload._register_deepspeed_module(offload.module)
+
+    @contextlib.contextmanager
+    def checkpoint_state(self):
+        if self.cfg.zero_stage != 3:
+            yield
+            return
+        with self.ds.zero.GatheredParameters(list(self.module.parameters())):  # every rank takes part
+            if current().main:
+                self._gathered = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+        try:
+            yield
+        finally:
+            self._gathered = None
+
+    def module_state_dict(self, exclude=()) -> dict:
+        if self._gathered is not None:
+            return {k: v for k, v in self._gathered.items() if k not in exclude}
+        return super().module_state_dict(exclude)
+
+    @property
+    def _partitioned(self) -> bool:
+        """Whether each rank holds its own part of the optimizer state (ZeRO 1-3 on N ranks)."""
+        return self.world > 1 and self.cfg.zero_stage >= 1
+
+    def shard_state(self) -> dict | None:
+        return self._own_state() if self._partitioned else None
+
+    def load_optimizer(self, sd: dict, folder) -> None:
+        from mmrl.trainer.checkpoint import CheckpointError, read_shard
+
+        saved = sd.get(ZERO_RANKS, 1)
+        if self._partitioned or saved > 1:
+            if saved != self.world:
+                raise CheckpointError(
+                    f"checkpoint {folder} holds the DeepSpeed ZeRO-{self.cfg.zero_stage} optimizer partitions of "
+                    f"{saved} rank(s), and this run has {self.world}: resume it on {saved} rank(s) (its weights alone "
+                    "load on any number: mmrl eval, mmrl export)"
+                )
+            rank = current().rank
+            parts: list = [None] * self.world  # DeepSpeed reads its own rank's entry of the list
+            parts[rank] = read_shard(folder, rank)
+            self._load_partitions(parts)
+            return
+        self.load_state_dict(sd)
+
     def state_dict(self) -> dict:
-        """This rank's partition under ZeRO (its fp32 groups detached, so the dict can be copied)."""
+        """This rank's partition under ZeRO (its fp32 groups detached, so the dict can be copied);
+        on N ranks with ZeRO 1-3, only their count (each rank's partition is its `shard_state`)."""
+        if self._partitioned:
+            return {ZERO_RANKS: self.world}
+        return self._own_state()
+
+    def _own_state(self) -> dict:
         return {
             k: [t.detach() for t in v] if k == "single_partition_of_fp32_groups" else v
             for k, v in self.optimizer.state_dict().items()
@@ -474,14 +567,12 @@ class DeepSpeedTrainEngine(TrainEngine):
         if "load_from_fp32_weights" not in inspect.signature(self.optimizer.load_state_dict).parameters:
             self.optimizer.load_state_dict(sd)  # ZeRO-0: torch Adam (fp32) or DeepSpeed's fp16 wrapper
             return
-        self.optimizer.load_state_dict([sd], load_optimizer_states=True, load_from_fp32_weights=True)
+        self._load_partitions([sd])
+
+    def _load_partitions(self, parts: list) -> None:
+        self.optimizer.load_state_dict(parts, load_optimizer_states=True, load_from_fp32_weights=True)
         if hasattr(self.optimizer, "update_lp_params"):  # ZeRO-1/2 (ZeRO-3 copies them itself)
             self.optimizer.update_lp_params()
-
-    def full_params(self):
-        if self.cfg.zero_stage != 3:
-            return contextlib.nullcontext()
-        return self.ds.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=0)
 
     def load_module_state_dict(self, sd: dict) -> None:
         super().load_module_state_dict(sd)

@@ -6,6 +6,7 @@ Off unless ``MMRL_FAULT`` is set; the variable is read once, at import, and when
 
     MMRL_FAULT=ckpt.after_rename:3            SIGKILL this process the 3rd time it reaches that point
     MMRL_FAULT=ckpt.mid_state:1,log.after_row:5   several points: whichever fires first kills
+    MMRL_FAULT=ckpt.mid_shard:2@1             only in the rank whose ``RANK`` is 1 (several ranks)
     MMRL_FAULT_TRACE=/tmp/trace.txt           append "name<TAB>path" for every point reached (written
                                               unbuffered, so it survives the kill); works alone too
 
@@ -17,6 +18,7 @@ Points, in the order a run reaches them (`POINTS` holds the same list; `configur
 
 mmrl/trainer/checkpoint.py `save` (every save of ``iter_N``):
   ckpt.after_tmp_mkdir      the temporary folder ``.iter_N.tmp`` was just made, empty
+  ckpt.mid_shard            (N ranks, DeepSpeed ZeRO) a rank's ``optimizer.rankNNNNN.pt`` half written
   ckpt.mid_weights          ``model.safetensors`` half written
   ckpt.mid_state            ``state.pt`` half written
   ckpt.after_state          ``state.pt`` written (not yet fsynced)
@@ -51,6 +53,7 @@ from pathlib import Path
 
 POINTS = (
     "ckpt.after_tmp_mkdir",
+    "ckpt.mid_shard",
     "ckpt.mid_weights",
     "ckpt.mid_state",
     "ckpt.after_state",
@@ -72,6 +75,8 @@ POINTS = (
     "log.mid_rewind",
     "log.after_rewind",
 )
+#: points only a run of several ranks reaches (tests/distributed covers them, not tests/reliability)
+MULTI_RANK = ("ckpt.mid_shard",)
 
 _active = False
 _plan: dict[str, int] = {}  # point -> the occurrence that kills (1-based)
@@ -79,10 +84,17 @@ _seen: dict[str, int] = {}
 _trace: int | None = None  # file descriptor of MMRL_FAULT_TRACE
 
 
-def parse(spec: str | None) -> dict[str, int]:
-    """``"name:3,other:1"`` -> ``{"name": 3, "other": 1}``; a bare name means its first occurrence."""
+def parse(spec: str | None, rank: int | None = None) -> dict[str, int]:
+    """``"name:3,other:1"`` -> ``{"name": 3, "other": 1}``; a bare name means its first occurrence;
+    ``name:3@1`` is kept only for ``rank`` 1 (default: this process's ``RANK``, 0 without one)."""
+    rank = int(os.environ.get("RANK", "0")) if rank is None else rank
     plan = {}
     for item in filter(None, (s.strip() for s in (spec or "").split(","))):
+        item, _, only = item.partition("@")
+        if only and not only.isdigit():
+            raise ValueError(f"MMRL_FAULT: {item}@{only}: the rank after '@' must be an integer >= 0")
+        if only and int(only) != rank:
+            continue
         name, _, count = item.partition(":")
         if name not in POINTS:
             raise ValueError(f"MMRL_FAULT: unknown fault point {name!r}; known: {', '.join(POINTS)}")

@@ -96,12 +96,15 @@ def test_every_fault_point_is_documented_placed_and_covered():
     assert sorted(placed) == sorted(faults.POINTS)  # each declared point is placed exactly once
     for name in faults.POINTS:
         assert f"  {name} " in faults.__doc__, f"{name} is not documented in mmrl.utils.faults"
-    assert {c.split(":")[0] for case in CASES for c in case} == set(faults.POINTS)  # CI covers every point
+    covered = {c.split(":")[0] for case in CASES for c in case}  # CI covers every point
+    assert covered == set(faults.POINTS) - set(faults.MULTI_RANK)  # those in tests/distributed
 
 
 def test_fault_specs_are_checked():
     assert faults.parse("ckpt.after_rename:3, log.after_row") == {"ckpt.after_rename": 3, "log.after_row": 1}
     assert faults.parse("") == {} and faults.parse(None) == {}
+    assert faults.parse("ckpt.mid_shard:2@1,log.after_row", rank=1) == {"ckpt.mid_shard": 2, "log.after_row": 1}
+    assert faults.parse("ckpt.mid_shard:2@1,log.after_row", rank=0) == {"log.after_row": 1}
     with pytest.raises(ValueError, match="unknown fault point 'ckpt.after_renam'"):
         faults.parse("ckpt.after_renam:1")
     with pytest.raises(ValueError, match="integer >= 1"):
