@@ -28,6 +28,12 @@ checkpoint that verifies, says which, and falls back past a corrupt one naming i
 ``metrics.jsonl`` back to its length at that save (recorded in ``state.pt``), so rows logged after
 the save, such as an evaluation between two saves of one iteration, are logged once when redone.
 Every step of a save is a named fault point (`mmrl.utils.faults`) that tests kill the process at.
+
+With N ranks rank 0 writes the checkpoint; an engine whose ranks each hold their own part of the
+optimizer state (DeepSpeed ZeRO on N ranks: `TrainEngine.shard_state`) has every rank write it as
+``optimizer.rankNNNNN.pt`` into the temporary folder (`begin`, `write_shard`) before rank 0's `save`,
+after a barrier, lists those files under ``COMPLETE`` with the rest: no checkpoint is complete
+without every rank's part.
 """
 
 from __future__ import annotations
