@@ -303,7 +303,8 @@ class DDPEngine(TorchEngine):
 class FSDPEngine(TrainEngine):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`): parameters, gradients and Adam state sharded
     over the ranks. Each block the policy names (`Capabilities.sharding_units`, e.g. a transformer
-    layer class) is a unit gathered for its own forward; the rest of the policy is one root unit,
+    layer class) or its transformers / diffusers models name (`framework_units`: a decoder layer,
+    a transformer block) is a unit gathered for its own forward; the rest of the policy is one root unit,
     gathered when the objective runs (the objective is the root's forward, as in `DDPEngine`).
     ``precision: bf16`` computes in bf16 with fp32 gradient reduction (`MixedPrecisionPolicy`);
     ``offload_params`` keeps the shards and the optimizer step on the CPU (`CPUOffloadPolicy`).
@@ -321,7 +322,7 @@ class FSDPEngine(TrainEngine):
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         if cfg.offload_params:
             kw["offload_policy"] = CPUOffloadPolicy()
-        units = set(module.caps.sharding_units)
+        units = set(module.caps.sharding_units) | framework_units(module)
         for _, m in reversed(list(module.named_modules())):  # the innermost blocks first
             if type(m).__name__ in units:
                 fully_shard(m, **kw)
@@ -395,6 +396,26 @@ class FSDPEngine(TrainEngine):
         if not sd:  # saved before the first step
             return
         set_optimizer_state_dict(self.root, self.optimizer, sd, options=StateDictOptions(full_state_dict=True))
+
+
+def framework_units(module: nn.Module) -> set[str]:
+    """The block classes the transformers / diffusers models inside ``module`` name as never to be
+    split (their ``_no_split_modules``: a decoder layer, a transformer block), which is what
+    accelerate's and TRL's FSDP recipes wrap one by one by default."""
+    bases: list[type] = []
+    if "transformers" in sys.modules:  # a policy built on them imported them
+        from transformers import PreTrainedModel
+
+        bases.append(PreTrainedModel)
+    if "diffusers" in sys.modules:
+        from diffusers import ModelMixin
+
+        bases.append(ModelMixin)
+    names: set[str] = set()
+    for m in module.modules():
+        if bases and isinstance(m, tuple(bases)):
+            names.update(m._no_split_modules or ())
+    return names
 
 
 def _unprefixed(key: str) -> str:

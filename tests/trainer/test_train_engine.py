@@ -149,6 +149,37 @@ def test_gradient_checkpointing():
     assert wrapper.lm.h[0].attn.c_attn.weight.grad is not None
 
 
+def test_fsdp_wraps_the_blocks_the_hugging_face_models_name():
+    """FSDP2's units in a policy holding a transformers model: each block class the model names in
+    ``_no_split_modules`` (GPT2Block here), as accelerate's and TRL's FSDP recipes wrap."""
+    from mmrl.utils.compat import patch_torchvision
+
+    patch_torchvision()
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    from mmrl.policies.base import Policy
+
+    class Wrapper(Policy):
+        def __init__(self):
+            super().__init__()
+            cfg = transformers.GPT2Config(n_layer=2, n_embd=8, n_head=2, vocab_size=16, n_positions=8)
+            self.cfg, self.head, self.lm = None, torch.nn.Linear(8, 1), transformers.GPT2Model(cfg)
+
+    torch.manual_seed(0)
+    wrapper = Wrapper()
+    assert train_engine.framework_units(wrapper) == {"GPT2Block"}
+    env, started = dict(os.environ), not torch.distributed.is_initialized()
+    try:
+        engine = build_train_engine(TrainEngineConfig(backend="fsdp"), wrapper, 1e-3, "cpu")
+        assert sum(isinstance(m, GPT2Block) for m in engine.units) == 2 and len(engine.units) == 3  # + the root
+    finally:
+        if started:
+            torch.distributed.destroy_process_group()
+            os.environ.clear()
+            os.environ.update(env)
+
+
 # ---- DeepSpeed on CPU ------------------------------------------------------------------------------
 def make_policy(seed=0):
     torch.manual_seed(seed)
