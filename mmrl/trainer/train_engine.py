@@ -414,7 +414,7 @@ def framework_units(module: nn.Module) -> set[str]:
     names: set[str] = set()
     for m in module.modules():
         if bases and isinstance(m, tuple(bases)):
-            names.update(m._no_split_modules or ())
+            names.update(m._no_split_modules or ())  # type: ignore[arg-type]  # a list of class names
     return names
 
 
