@@ -15,6 +15,7 @@ from mmrl.trainer import checkpoint
 from tests.distributed.launch import ROOT, TOL, env, max_diff, run, train_cmd, weights
 
 pytestmark = pytest.mark.slow
+pytest.importorskip("deepspeed")  # the `deepspeed` extra
 
 ZERO3 = ["trainer.engine.backend=deepspeed", "trainer.engine.zero_stage=3"]
 
