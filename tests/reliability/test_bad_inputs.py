@@ -394,10 +394,12 @@ def _interrupt(tmp_path, sig) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
-    first = tmp_path / "s" / "checkpoints" / "iter_000001" / "COMPLETE"
+    ckpts = tmp_path / "s" / "checkpoints"
     deadline = time.time() + 120
-    while not first.exists() and time.time() < deadline and proc.poll() is None:
+    # a complete checkpoint of an RL iteration (under load iter_000001 can be rotated away unseen)
+    while not any(ckpts.glob("iter_00000[1-9]/COMPLETE")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
