@@ -72,6 +72,15 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
 
 
+def assert_trains_like_one_process(runs: Path, out: Path, what: str) -> None:
+    """Run ``out/two`` (2 ranks x 4 envs) ends within `TOL` of ``runs/one`` (1 process x 8 envs),
+    a difference far below what one iteration changes."""
+    moved = max_diff(weights(runs, "one", 3), weights(runs, "one", 2))  # what one iteration changes
+    diff = max_diff(weights(runs, "one"), weights(out, "two"))
+    assert diff < TOL, f"{what}, 2 ranks x 4 envs vs 1 process x 8 envs: max parameter difference {diff:.3g}"
+    assert moved > 1000 * diff, f"the runs hardly train (one iteration moves the weights by {moved:.3g})"
+
+
 def results(out: Path, name: str) -> dict:
     return json.loads((out / name / "results.json").read_text())
 

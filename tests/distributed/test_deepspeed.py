@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from mmrl.trainer import checkpoint
-from tests.distributed.launch import ROOT, TOL, env, max_diff, run, train_cmd, weights
+from tests.distributed.launch import ROOT, assert_trains_like_one_process, env, max_diff, run, train_cmd, weights
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("deepspeed")  # the `deepspeed` extra
@@ -28,10 +28,7 @@ def zero3(runs, tmp_path_factory):
 
 
 def test_zero3_on_two_ranks_trains_what_one_process_trains(runs, zero3):
-    moved = max_diff(weights(runs, "one", 3), weights(runs, "one", 2))
-    diff = max_diff(weights(runs, "one"), weights(zero3, "two"))
-    assert diff < TOL, f"ZeRO-3, 2 ranks x 4 envs vs 1 process x 8 envs: max parameter difference {diff:.3g}"
-    assert moved > 1000 * diff
+    assert_trains_like_one_process(runs, zero3, "ZeRO-3")
     files = {p.name for p in (zero3 / "two" / "checkpoints" / "iter_000003").iterdir()}
     assert {"optimizer.rank00000.pt", "optimizer.rank00001.pt"} <= files
 

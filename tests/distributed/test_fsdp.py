@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.distributed.launch import TOL, cut_to, max_diff, run, train_cmd, weights
+from tests.distributed.launch import TOL, assert_trains_like_one_process, cut_to, max_diff, run, train_cmd, weights
 
 pytestmark = pytest.mark.slow
 
@@ -24,10 +24,7 @@ def fsdp(runs, tmp_path_factory):
 
 
 def test_fsdp_on_two_ranks_trains_what_one_process_trains(runs, fsdp):
-    moved = max_diff(weights(runs, "one", 3), weights(runs, "one", 2))
-    diff = max_diff(weights(runs, "one"), weights(fsdp, "two"))
-    assert diff < TOL, f"FSDP2, 2 ranks x 4 envs vs 1 process x 8 envs: max parameter difference {diff:.3g}"
-    assert moved > 1000 * diff
+    assert_trains_like_one_process(runs, fsdp, "FSDP2")
 
 
 def test_fsdp_checkpoint_resumes_on_two_ranks_and_on_one(fsdp, tmp_path):

@@ -392,12 +392,18 @@ def _interrupt(tmp_path, sig) -> subprocess.CompletedProcess:
         "trainer.iterations=200",
     ]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # as from a terminal: a test run started in the background by a shell (`cmd &`) passes SIGINT
+        # down ignored, and Python then never turns it into KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    ckpts = tmp_path / "s" / "checkpoints"
+    first = tmp_path / "s" / "checkpoints" / "iter_000001" / "COMPLETE"
     deadline = time.time() + 120
-    # a complete checkpoint of an RL iteration (under load iter_000001 can be rotated away unseen)
-    while not any(ckpts.glob("iter_00000[1-9]/COMPLETE")) and time.time() < deadline and proc.poll() is None:
+    while not first.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(sig)
