@@ -120,7 +120,7 @@ def save(
     root = Path(out_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     name = f"iter_{state.iteration:06d}"
-    final, tmp, replaced = root / name, root / f".{name}.tmp", root / f".{name}.replaced"
+    final, tmp, replaced = root / name, staging(out_dir, state.iteration), root / f".{name}.replaced"
     own = [SHARD.format(r) for r in range(shards)]
     if shards:
         missing = [f for f in own if not (tmp / f).exists()]

@@ -154,11 +154,16 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: flo
     return StepResult(True, norm)
 
 
+def finite_on_every_rank(loss: torch.Tensor) -> bool:
+    """Whether ``loss`` is finite on every rank (so that all skip a step together, or none does)."""
+    return all_true(bool(torch.isfinite(loss.detach()).all()))
+
+
 def collective_step(opt: torch.optim.Optimizer, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
     """`optimizer_step` on N ranks whose backward is collective (DDP, FSDP2): a loss that is not
     finite on one rank skips the step on every rank, after the backward the others wait for (of a
     zero loss, its gradients dropped), so all stay in step."""
-    if all_true(bool(torch.isfinite(loss.detach()).all())):
+    if finite_on_every_rank(loss):
         return optimizer_step(opt, loss, max_norm)
     opt.zero_grad(set_to_none=True)
     (loss * 0).sum().backward()
@@ -482,7 +487,7 @@ class DeepSpeedTrainEngine(TrainEngine):
                         self.ds.zero.register_external_parameter(m, p)
 
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
-        if not self.all_finite(loss):
+        if not finite_on_every_rank(loss):
             return StepResult(False, math.nan)
         for p in trainable(self.module):  # gradients left by a backward outside the engine (a warm
             p.grad = None  # start's) would be reduced into this step's
@@ -499,10 +504,6 @@ class DeepSpeedTrainEngine(TrainEngine):
         norm = self.engine.get_global_grad_norm()
         norm = math.nan if norm is None else float(norm)
         return StepResult(math.isfinite(norm) and not getattr(self.optimizer, "overflow", False), norm)
-
-    def all_finite(self, loss: torch.Tensor) -> bool:
-        """Whether the loss is finite on every rank (all skip together, or none does)."""
-        return all_true(bool(torch.isfinite(loss.detach()).all()))
 
     def full_params(self):
         if self.cfg.zero_stage != 3:

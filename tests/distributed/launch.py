@@ -72,6 +72,12 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
 
 
+def two_ranks(out: Path, extra=()) -> Path:
+    """``out/two``: the short quickstart on 2 ranks x 4 envs with the overrides ``extra``; ``out``."""
+    run(train_cmd(out, "two", 2, 4, extra=extra))
+    return out
+
+
 def assert_trains_like_one_process(runs: Path, out: Path, what: str) -> None:
     """Run ``out/two`` (2 ranks x 4 envs) ends within `TOL` of ``runs/one`` (1 process x 8 envs),
     a difference far below what one iteration changes."""

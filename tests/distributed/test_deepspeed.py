@@ -12,7 +12,16 @@ import subprocess
 import pytest
 
 from mmrl.trainer import checkpoint
-from tests.distributed.launch import ROOT, assert_trains_like_one_process, env, max_diff, run, train_cmd, weights
+from tests.distributed.launch import (
+    ROOT,
+    assert_trains_like_one_process,
+    env,
+    max_diff,
+    run,
+    train_cmd,
+    two_ranks,
+    weights,
+)
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("deepspeed")  # the `deepspeed` extra
@@ -22,9 +31,7 @@ ZERO3 = ["trainer.engine.backend=deepspeed", "trainer.engine.zero_stage=3"]
 
 @pytest.fixture(scope="module")
 def zero3(runs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("zero3")
-    run(train_cmd(out, "two", 2, 4, extra=ZERO3))
-    return out
+    return two_ranks(tmp_path_factory.mktemp("zero3"), ZERO3)
 
 
 def test_zero3_on_two_ranks_trains_what_one_process_trains(runs, zero3):

@@ -9,7 +9,16 @@ import shutil
 
 import pytest
 
-from tests.distributed.launch import TOL, assert_trains_like_one_process, cut_to, max_diff, run, train_cmd, weights
+from tests.distributed.launch import (
+    TOL,
+    assert_trains_like_one_process,
+    cut_to,
+    max_diff,
+    run,
+    train_cmd,
+    two_ranks,
+    weights,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -18,9 +27,7 @@ FSDP = ["trainer.engine.backend=fsdp"]
 
 @pytest.fixture(scope="module")
 def fsdp(runs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("fsdp")
-    run(train_cmd(out, "two", 2, 4, extra=FSDP))
-    return out
+    return two_ranks(tmp_path_factory.mktemp("fsdp"), FSDP)
 
 
 def test_fsdp_on_two_ranks_trains_what_one_process_trains(runs, fsdp):
