@@ -30,10 +30,11 @@ the save, such as an evaluation between two saves of one iteration, are logged o
 Every step of a save is a named fault point (`mmrl.utils.faults`) that tests kill the process at.
 
 With N ranks rank 0 writes the checkpoint; an engine whose ranks each hold their own part of the
-optimizer state (DeepSpeed ZeRO on N ranks: `TrainEngine.shard_state`) has every rank write it as
-``optimizer.rankNNNNN.pt`` into the temporary folder (`begin`, `write_shard`) before rank 0's `save`,
-after a barrier, lists those files under ``COMPLETE`` with the rest: no checkpoint is complete
-without every rank's part.
+optimizer state (`TrainEngine.write_own_state`) has every rank write it into the temporary folder
+(`begin`) before rank 0's `save`, after a barrier, lists those files under ``COMPLETE`` with the
+rest: no checkpoint is complete without every rank's part. DeepSpeed ZeRO on N ranks writes
+``optimizer.rankNNNNN.pt`` (`write_shard`); FSDP2 ``optimizer/`` in `torch.distributed.checkpoint`'s
+format (a ``.distcp`` file per rank and ``.metadata``), which loads at any world size.
 """
 
 from __future__ import annotations
@@ -92,10 +93,10 @@ def begin(out_dir: Path, iteration: int) -> Path:
     return tmp
 
 
-def write_shard(out_dir: Path, iteration: int, rank: int, shard: dict) -> None:
-    """Rank ``rank``'s own part of the state (`TrainEngine.shard_state`) into the temporary folder of
-    checkpoint ``iteration``, durably; rank 0's `save` then lists it under the ``COMPLETE`` marker."""
-    file = staging(out_dir, iteration) / SHARD.format(rank)
+def write_shard(folder: Path, rank: int, shard: dict) -> None:
+    """Rank ``rank``'s own part of the optimizer state (DeepSpeed ZeRO's partition) into a
+    checkpoint's temporary ``folder``, durably; rank 0's `save` then lists it under ``COMPLETE``."""
+    file = Path(folder) / SHARD.format(rank)
     torch.save(shard, file)
     fault_point("ckpt.mid_shard", file)
     fsync_path(file)
@@ -108,26 +109,25 @@ def read_shard(folder: Path, rank: int) -> dict:
 
 
 def save(
-    out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dict | None = None, shards: int = 0
+    out_dir: Path, cfg, policy, optimizer, state, keep: int = 2, extra: dict | None = None, own: list | None = None
 ) -> Path:
     """Write checkpoint ``iter_<state.iteration>`` durably; ``extra`` holds the trainer's other
     resumable state (e.g. the episodes in progress of fixed-length rollouts, the reward scaler).
-    ``shards``: how many ranks wrote their own file (`write_shard`) into the folder `begin` made,
-    all of them complete (the caller's barrier); the marker lists and checks them with the rest.
-    Keeps the ``keep`` newest iterations."""
+    ``own``: None, or the files (relative paths) the ranks wrote into the folder `begin` made
+    (`TrainEngine.write_own_state`), all of them complete (the caller's barrier); the marker lists
+    and checks them with the rest. Keeps the ``keep`` newest iterations."""
     from mmrl.config import save_config
 
     root = Path(out_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     name = f"iter_{state.iteration:06d}"
     final, tmp, replaced = root / name, staging(out_dir, state.iteration), root / f".{name}.replaced"
-    own = [SHARD.format(r) for r in range(shards)]
-    if shards:
-        missing = [f for f in own if not (tmp / f).exists()]
-        if missing:  # a rank that did not write its part: never a COMPLETE checkpoint without it
-            raise RuntimeError(f"checkpoint {name}: {', '.join(missing)} missing from {tmp} (a rank did not write it)")
-    else:
+    if own is None:
         begin(out_dir, state.iteration)
+    own = list(own or ())
+    missing = [f for f in own if not (tmp / f).exists()]
+    if missing:  # a rank that did not write its part: never a COMPLETE checkpoint without it
+        raise RuntimeError(f"checkpoint {name}: {', '.join(missing)} missing from {tmp} (a rank did not write it)")
     # frozen pretrained weights as built: rebuilt from the source on load, not written (not under
     # ZeRO-3, whose parameter tensors are shards)
     source = {} if optimizer.partitions_params else unchanged_source(policy)
@@ -157,8 +157,10 @@ def save(
     fault_point("ckpt.after_state", tmp / STATE)
     save_config(cfg, tmp / "config.yaml")
     fault_point("ckpt.after_config", tmp / "config.yaml")
-    for f in (WEIGHTS, STATE, "config.yaml"):
+    for f in (WEIGHTS, STATE, "config.yaml", *own):  # the ranks fsynced theirs; their folders too
         fsync_path(tmp / f)
+    for sub in sorted({(tmp / f).parent for f in own} - {tmp}):
+        fsync_path(sub)
     fault_point("ckpt.after_fsync", tmp)
     marker = {
         "files": {f: {"sha256": _sha256(tmp / f), "bytes": (tmp / f).stat().st_size} for f in (WEIGHTS, STATE, *own)},

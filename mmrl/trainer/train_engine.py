@@ -41,6 +41,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -56,6 +57,8 @@ ADAM_EPS = 1e-6
 PRECISIONS = ("fp32", "bf16", "fp16")
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 ZERO_RANKS = "zero_partitions"  # a DeepSpeed checkpoint's number of per-rank optimizer files
+SHARDED = "sharded_optimizer"  # a checkpoint's optimizer in torch.distributed.checkpoint files: their folder
+SHARDED_FOLDER = "optimizer"
 
 
 @dataclass
@@ -68,6 +71,10 @@ class TrainEngineConfig:
     offload_params: bool = False  # parameters on the CPU between uses (ZeRO-3; fsdp: CPUOffloadPolicy)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     gradient_checkpointing: bool = False  # recompute activations in backward (HF models)
+    #: where the engine splits the optimizer state over the ranks, each rank writes its own part to a
+    #: checkpoint (FSDP2: torch.distributed.checkpoint files, which resume at any world size; DeepSpeed
+    #: ZeRO: its partition); ``full`` (FSDP2 only) gathers the whole state to rank 0 instead
+    optimizer_checkpoint: Literal["sharded", "full"] = "sharded"
 
     def validate(self, device: str | torch.device | None = None) -> None:
         if self.backend not in ("torch", "deepspeed", "fsdp"):
@@ -76,6 +83,13 @@ class TrainEngineConfig:
             raise ConfigError(f"'precision' = {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(f"'zero_stage' = {self.zero_stage!r} is not one of: 0, 1, 2, 3")
+        if self.optimizer_checkpoint not in ("sharded", "full"):
+            raise ConfigError(f"'optimizer_checkpoint' = {self.optimizer_checkpoint!r} is not one of: sharded, full")
+        if self.backend == "deepspeed" and self.optimizer_checkpoint == "full":
+            raise ConfigError(
+                "'optimizer_checkpoint' = 'full' needs backend: fsdp (DeepSpeed ZeRO writes each rank's partition: "
+                "use sharded)"
+            )
         if self.backend == "fsdp":
             if self.offload_optimizer:
                 raise ConfigError(
@@ -235,16 +249,43 @@ class TrainEngine:
         whole model's and optimizer's on rank 0 (FSDP2 gathers them there); nothing for the others."""
         return contextlib.nullcontext()
 
-    def shard_state(self) -> dict | None:
-        """Inside `checkpoint_state`: the part of the optimizer state this rank alone holds, which
-        every rank writes to the checkpoint as its own file (DeepSpeed ZeRO 1-3 on N ranks: its
-        partition), or None where `state_dict` on rank 0 is the whole state."""
-        return None
+    @property
+    def writes_own_state(self) -> bool:
+        """Whether every rank writes its own part of the optimizer state into a checkpoint
+        (`write_own_state`); False where `state_dict` on rank 0 is the whole state."""
+        return False
+
+    def write_own_state(self, folder: Path) -> list[str]:
+        """Every rank, inside `checkpoint_state`, when `writes_own_state`: write this rank's part of
+        the optimizer state into the checkpoint's temporary ``folder``, durably (it may be collective).
+        Returns, on rank 0, the names (relative to ``folder``) of the files every rank wrote, which
+        the checkpoint's ``COMPLETE`` marker then lists."""
+        raise NotImplementedError(f"{type(self).__name__} writes no optimizer state of its own")
+
+    def sharded_model(self) -> nn.Module:
+        """The module whose parameter names key the optimizer state of a sharded checkpoint
+        (``policy.<name>``, as FSDP2's root unit names them), for `get_optimizer_state_dict`."""
+        return _Objective(self.module)
 
     def load_optimizer(self, sd: dict, folder) -> None:
         """Restore the optimizer from what checkpoint ``folder`` holds: ``sd`` (its `state_dict`)
-        and, where the engine keeps them, the ranks' own files (`shard_state`)."""
-        self.load_state_dict(sd)
+        and, where the ranks wrote them, their own files (`write_own_state`). FSDP2's sharded
+        files load at any world size and into any engine but DeepSpeed's (resharded by
+        `torch.distributed.checkpoint`)."""
+        from mmrl.trainer.checkpoint import CheckpointError
+
+        if ZERO_RANKS in sd:
+            raise CheckpointError(
+                f"checkpoint {folder} holds the optimizer partitions of a DeepSpeed ZeRO run on {sd[ZERO_RANKS]} "
+                f"rank(s): resume it with trainer.engine.backend=deepspeed on {sd[ZERO_RANKS]} rank(s) (its weights "
+                "alone load anywhere: mmrl eval, mmrl export)"
+            )
+        if SHARDED in sd:
+            load_sharded_optimizer(self.sharded_model(), self.optimizer, Path(folder) / sd[SHARDED])
+        elif named(sd):  # FSDP2's whole state, keyed by parameter name
+            load_named_optimizer(self.sharded_model(), self.optimizer, sd)
+        else:
+            self.load_state_dict(sd)
 
     def module_state_dict(self, exclude=()) -> dict:
         """A copy of the module's whole state dict (ZeRO-3: gathered), but the keys in ``exclude``."""
@@ -301,6 +342,9 @@ class DDPEngine(TorchEngine):
     def loss(self, objective, mb, algo) -> tuple[torch.Tensor, dict]:
         return self.ddp(lambda policy: objective(policy, mb, algo))
 
+    def sharded_model(self) -> nn.Module:
+        return self.ddp.module
+
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
         return collective_step(self.optimizer, loss, max_norm)
 
@@ -313,8 +357,10 @@ class FSDPEngine(TrainEngine):
     gathered when the objective runs (the objective is the root's forward, as in `DDPEngine`).
     ``precision: bf16`` computes in bf16 with fp32 gradient reduction (`MixedPrecisionPolicy`);
     ``offload_params`` keeps the shards and the optimizer step on the CPU (`CPUOffloadPolicy`).
-    Checkpoints hold the whole model and the whole optimizer state (gathered to rank 0), so they
-    resume at any world size and export like any other. Without a launcher it starts a
+    Checkpoints hold the whole model (gathered to rank 0), so they export like any other, and the
+    optimizer state as each rank's shards in `torch.distributed.checkpoint` files (``optimizer/``:
+    no rank ever holds the whole Adam state; they load at any world size, resharded), or with
+    ``optimizer_checkpoint: full`` gathered whole to rank 0. Without a launcher it starts a
     one-process group itself."""
 
     def __init__(self, cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None):
@@ -371,7 +417,8 @@ class FSDPEngine(TrainEngine):
         whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
         model = get_model_state_dict(self.root, options=whole)
         # before the first step there is no state; torch would create it by a step (Adam's count 1)
-        optim = get_optimizer_state_dict(self.root, self.optimizer, options=whole) if self.optimizer.state else {}
+        gather = self.optimizer.state and not self.writes_own_state
+        optim = get_optimizer_state_dict(self.root, self.optimizer, options=whole) if gather else {}
         self._gathered = ({_unprefixed(k): v for k, v in model.items()}, optim)
         try:
             yield
@@ -386,7 +433,31 @@ class FSDPEngine(TrainEngine):
     def state_dict(self) -> dict:
         if self._gathered is None:
             raise RuntimeError("FSDPEngine.state_dict runs inside checkpoint_state() (entered by every rank)")
+        if self.writes_own_state:  # the ranks' files hold it (none before the first step)
+            return {SHARDED: SHARDED_FOLDER} if self.optimizer.state else {}
         return self._gathered[1]
+
+    @property
+    def writes_own_state(self) -> bool:
+        return self.cfg.optimizer_checkpoint == "sharded"
+
+    def write_own_state(self, folder: Path) -> list[str]:
+        from torch.distributed.checkpoint import FileSystemWriter, save
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        from mmrl.utils.faults import fault_point
+
+        if not self.optimizer.state:  # saved before the first step (on every rank alike)
+            return []
+        where = Path(folder) / SHARDED_FOLDER
+        # each rank writes its shards and fsyncs them; rank 0 writes .metadata once every rank has
+        save({"optimizer": get_optimizer_state_dict(self.root, self.optimizer)}, storage_writer=FileSystemWriter(where))
+        for own in sorted(where.glob(f"__{current().rank}_*.distcp")):
+            fault_point("ckpt.mid_shard", own)
+        return sorted(str(f.relative_to(folder)) for f in where.rglob("*") if f.is_file()) if current().main else []
+
+    def sharded_model(self) -> nn.Module:
+        return self.root
 
     def load_module_state_dict(self, sd: dict) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -396,11 +467,56 @@ class FSDPEngine(TrainEngine):
 
     def load_state_dict(self, sd: dict) -> None:
         """The whole optimizer state every rank read from a checkpoint, each keeping its shards."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
         if not sd:  # saved before the first step
             return
-        set_optimizer_state_dict(self.root, self.optimizer, sd, options=StateDictOptions(full_state_dict=True))
+        load_named_optimizer(self.root, self.optimizer, sd)
+
+
+def load_sharded_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    """Load ``optimizer``'s state from the `torch.distributed.checkpoint` files in ``folder`` (FSDP2's
+    sharded checkpoint), whatever world size wrote them: each rank reads the parts of the saved
+    shards its own parameters (FSDP2 shards, or whole tensors) cover. ``model`` names the parameters
+    (`TrainEngine.sharded_model`). Collective on N ranks; one process needs no process group."""
+    from torch.distributed.checkpoint import FileSystemReader, load
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    from mmrl.trainer.checkpoint import CheckpointError
+
+    if not (folder / ".metadata").exists():
+        raise CheckpointError(f"{folder} has no .metadata: not a torch.distributed.checkpoint folder")
+    reader = FileSystemReader(folder)
+    saved = {k.split(".", 2)[2] for k in reader.read_metadata().state_dict_metadata if k.startswith("optimizer.state.")}
+    # the template of this world's layout (an optimizer without state gets it from a zero-lr step),
+    # less the parameters that had no state when saved (no gradient yet: a critic a warm start skips)
+    template: dict[str, Any] = dict(get_optimizer_state_dict(model, optimizer))
+    state: dict[str, dict] = template["state"]
+    template["state"] = {
+        fqn: {k: v for k, v in entry.items() if f"{fqn}.{k}" in saved}
+        for fqn, entry in state.items()
+        if any(f"{fqn}.{k}" in saved for k in entry)
+    }
+    wanted = {"optimizer": template}
+    load(wanted, storage_reader=reader)
+    # not strict: a parameter without saved state starts without state, as it was
+    set_optimizer_state_dict(model, optimizer, template, options=StateDictOptions(strict=False))
+
+
+def named(sd: dict) -> bool:
+    """Whether optimizer state dict ``sd`` keys its parameters by name (`get_optimizer_state_dict`'s
+    format: FSDP2's whole state), not by position (``torch.optim.Optimizer.state_dict``'s)."""
+    return any(isinstance(p, str) for g in sd.get("param_groups", ()) for p in g["params"])
+
+
+def load_named_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, sd: dict) -> None:
+    """Load the whole, name-keyed optimizer state ``sd`` (FSDP2's, gathered) into ``optimizer``,
+    whose parameters ``model`` names: every rank keeps its own shards of it under FSDP2."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, sd, options=StateDictOptions(full_state_dict=True, strict=False))
 
 
 def framework_units(module: nn.Module) -> set[str]:
@@ -466,7 +582,7 @@ class DeepSpeedTrainEngine(TrainEngine):
 
     On N ranks DeepSpeed averages the gradients over them (as DDP does) and ZeRO 1-3 split the
     optimizer state (ZeRO-3 the parameters too). A checkpoint then holds the whole model (gathered
-    to rank 0) and, in one file per rank, that rank's optimizer partition (`shard_state`): it resumes
+    to rank 0) and, in one file per rank, that rank's optimizer partition (`write_own_state`): it resumes
     on the same number of ranks, and exports at any. ZeRO-3 rollouts and evaluations run on weights
     gathered once, with the per-module hooks set aside (the ranks make different numbers of policy
     calls there; TRL generates under ZeRO-3 the same way)."""
@@ -550,12 +666,25 @@ class DeepSpeedTrainEngine(TrainEngine):
         """Whether each rank holds its own part of the optimizer state (ZeRO 1-3 on N ranks)."""
         return self.world > 1 and self.cfg.zero_stage >= 1
 
-    def shard_state(self) -> dict | None:
-        return self._own_state() if self._partitioned else None
+    @property
+    def writes_own_state(self) -> bool:
+        return self._partitioned
+
+    def write_own_state(self, folder: Path) -> list[str]:
+        from mmrl.trainer.checkpoint import SHARD, write_shard
+
+        write_shard(folder, current().rank, self._own_state())
+        return [SHARD.format(r) for r in range(self.world)]
 
     def load_optimizer(self, sd: dict, folder) -> None:
         from mmrl.trainer.checkpoint import CheckpointError, read_shard
 
+        if SHARDED in sd:
+            raise CheckpointError(
+                f"checkpoint {folder} holds an FSDP2 optimizer state in torch.distributed.checkpoint shards, which "
+                "DeepSpeed does not read: resume it with trainer.engine.backend=fsdp (or torch) on any number of "
+                "ranks (its weights alone load anywhere: mmrl eval, mmrl export)"
+            )
         saved = sd.get(ZERO_RANKS, 1)
         if self._partitioned or saved > 1:
             if saved != self.world:
@@ -573,7 +702,7 @@ class DeepSpeedTrainEngine(TrainEngine):
 
     def state_dict(self) -> dict:
         """This rank's partition under ZeRO (its fp32 groups detached, so the dict can be copied);
-        on N ranks with ZeRO 1-3, only their count (each rank's partition is its `shard_state`)."""
+        on N ranks with ZeRO 1-3, only their count (each rank writes its partition: `write_own_state`)."""
         if self._partitioned:
             return {ZERO_RANKS: self.world}
         return self._own_state()

@@ -530,18 +530,18 @@ class Trainer:
             extra["policy_spec"] = self.policy.build_spec
         engine = self.optimizer  # built on every rank at the same point (DDP's start is collective)
         with engine.checkpoint_state():  # every rank: FSDP2 / ZeRO-3 gather the whole model to rank 0
-            shard = engine.shard_state()  # ZeRO on N ranks: each rank's optimizer partition, its own file
-            if shard is not None:
+            own = None
+            if engine.writes_own_state:  # FSDP2, ZeRO on N ranks: each rank writes its optimizer part
                 if self.ranks.main:
                     ckpt.begin(self.out_dir, self.state.iteration)
                 distributed.barrier()  # the folder exists before any rank writes into it
-                ckpt.write_shard(self.out_dir, self.state.iteration, self.ranks.rank, shard)
-                distributed.barrier()  # every rank's file is durable before rank 0 writes COMPLETE
+                own = engine.write_own_state(ckpt.staging(self.out_dir, self.state.iteration))
+                distributed.barrier()  # every rank's files are durable before rank 0 writes COMPLETE
             if self.ranks.main:  # rank 0 writes the checkpoint; the others wait for it
-                self.write_checkpoint(engine, extra, shards=self.ranks.world if shard is not None else 0)
+                self.write_checkpoint(engine, extra, own=own)
         distributed.barrier()
 
-    def write_checkpoint(self, engine: TrainEngine, extra: dict, shards: int = 0) -> None:
+    def write_checkpoint(self, engine: TrainEngine, extra: dict, own: list | None = None) -> None:
         try:
             ckpt.save(
                 self.out_dir,
@@ -551,7 +551,7 @@ class Trainer:
                 self.state,
                 keep=self.cfg.trainer.keep_checkpoints,
                 extra=extra,
-                shards=shards,
+                own=own,
             )
         except (OSError, RuntimeError) as exc:
             if not disk_full(exc, self.out_dir):

@@ -18,7 +18,7 @@ Points, in the order a run reaches them (`POINTS` holds the same list; `configur
 
 mmrl/trainer/checkpoint.py `save` (every save of ``iter_N``):
   ckpt.after_tmp_mkdir      the temporary folder ``.iter_N.tmp`` was just made, empty
-  ckpt.mid_shard            (N ranks, DeepSpeed ZeRO) a rank's ``optimizer.rankNNNNN.pt`` half written
+  ckpt.mid_shard            (N ranks: ZeRO, FSDP2) a rank's own optimizer file half written
   ckpt.mid_weights          ``model.safetensors`` half written
   ckpt.mid_state            ``state.pt`` half written
   ckpt.after_state          ``state.pt`` written (not yet fsynced)

@@ -180,6 +180,59 @@ def test_fsdp_wraps_the_blocks_the_hugging_face_models_name():
             os.environ.update(env)
 
 
+@pytest.mark.parametrize("kind", ["sharded", "full"])
+def test_fsdp_checkpointed_optimizer_resumes_in_the_torch_engine_exactly(kind, tmp_path):
+    """An FSDP2 engine's checkpointed optimizer (``sharded``: torch.distributed.checkpoint files, each
+    rank its own shards; ``full``: gathered whole) loads into a plain torch engine in a process with
+    no process group, and the two then take the same steps bit for bit (FSDP2 on one rank is the
+    torch engine's Adam)."""
+    batch, env = demo_batch(), dict(os.environ)
+    assert not torch.distributed.is_initialized()
+
+    def train(engine, policy, batch, steps):  # through engine.loss: FSDP2 gathers its root unit there
+        for s in steps:
+            torch.manual_seed(s)
+            loss, _ = engine.loss(lambda module, mb, algo: (module.supervised_loss(mb).mean(), {}), batch, None)
+            assert engine.step(loss, max_norm=1.0)
+
+    try:
+        policy = make_policy()
+        fsdp = build_train_engine(TrainEngineConfig(backend="fsdp", optimizer_checkpoint=kind), policy, 3e-3, "cpu")
+        train(fsdp, policy, batch, [0, 1])
+        with fsdp.checkpoint_state():
+            own = fsdp.write_own_state(tmp_path) if fsdp.writes_own_state else []
+            buf = io.BytesIO()
+            torch.save(fsdp.state_dict(), buf)  # as state.pt holds it
+            weights = {k: v.clone() for k, v in fsdp.module_state_dict().items()}  # one rank: views
+        assert kind == "full" or sorted(own) == ["optimizer/.metadata", "optimizer/__0_0.distcp"]
+        train(fsdp, policy, batch, [2, 3])
+        with fsdp.checkpoint_state():
+            expected = fsdp.module_state_dict()
+    finally:
+        torch.distributed.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(env)
+    twin = make_policy(seed=1)
+    twin.load_state_dict(weights)
+    engine = build_train_engine(TrainEngineConfig(), twin, 3e-3, "cpu")
+    buf.seek(0)
+    engine.load_optimizer(torch.load(buf, weights_only=False), tmp_path)
+    train(engine, twin, batch, [2, 3])
+    assert all(torch.equal(v, expected[k]) for k, v in twin.state_dict().items())
+
+
+def test_optimizer_checkpoint_errors_name_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="'optimizer_checkpoint' = 'full' needs backend: fsdp"):
+        TrainEngineConfig(backend="deepspeed", optimizer_checkpoint="full").validate()
+    engine = build_train_engine(TrainEngineConfig(), make_policy(), 3e-3, "cpu")
+    from mmrl.trainer.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="DeepSpeed ZeRO run on 2 rank.*backend=deepspeed on 2 rank"):
+        engine.load_optimizer({train_engine.ZERO_RANKS: 2}, tmp_path)
+    with pytest.raises(CheckpointError, match="no .metadata"):
+        engine.load_optimizer({train_engine.SHARDED: "optimizer"}, tmp_path)
+
+
 # ---- DeepSpeed on CPU ------------------------------------------------------------------------------
 def make_policy(seed=0):
     torch.manual_seed(seed)
