@@ -42,10 +42,19 @@ def _terminate(signum, frame):
 def cmd_train(args) -> int:
     import signal
 
+    from mmrl import distributed
     from mmrl.experiment import build_trainer, load_experiment
     from mmrl.utils import jsonio
 
     cfg = load_experiment(args.config, args.overrides)
+    if cfg.placement.train_ranks > 1 and not distributed.launched().distributed:  # Ray starts the ranks
+        from mmrl.experiment import check_ranks
+        from mmrl.placement.ray_train import train_on_ray
+
+        check_ranks(cfg, distributed.Ranks(world=cfg.placement.train_ranks))  # one line, before Ray starts
+        cfg.placement.check_backend()
+        print(jsonio.dumps(train_on_ray(args.config, list(args.overrides), cfg)))
+        return 0
     signal.signal(signal.SIGTERM, _terminate)
     trainer = None
     try:
@@ -62,8 +71,6 @@ def cmd_train(args) -> int:
                 file=sys.stderr,
             )
         return 143 if isinstance(exc, Terminated) else 130
-    from mmrl import distributed
-
     if distributed.current().main:
         print(jsonio.dumps(results))
     return 0

@@ -12,6 +12,7 @@ collection is laid out; the policy (inference and update) lives on ``run.device`
 Backends: ``local`` (worker processes on this machine, the default) and ``ray`` (one Ray actor
 per sim worker, in a Ray placement group of one bundle per worker, placed by ``ray_strategy``:
 ``PACK`` on as few nodes as possible, ``SPREAD`` across nodes; needs ``pip install 'mmrl[ray]'``).
+With ``ray``, ``train_ranks`` > 1 has Ray Train start the training ranks too (`mmrl.placement.ray_train`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ class PlacementConfig:
     step_timeout_s: float | None = None
     # ray backend: how the placement group's bundles (one per sim worker) spread over the nodes
     ray_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    # ray backend: training ranks Ray Train starts as one torch.distributed group, each running the
+    # trainer as a torchrun rank would (`mmrl.placement.ray_train`); 1 = this process trains (as under
+    # torchrun, whose ranks each set 1)
+    train_ranks: int = 1
+    train_cpus_per_rank: float = 1.0  # CPUs Ray reserves for each training rank (and 1 GPU on cuda)
+    train_max_restarts: int = 0  # times Ray restarts the failed group, each resuming from its checkpoint
 
     def __post_init__(self) -> None:
         self.validate()
@@ -89,6 +96,17 @@ class PlacementConfig:
             raise ConfigError(
                 f"placement.ray_strategy = {self.ray_strategy!r} is not one of: {', '.join(RAY_STRATEGIES)}"
             )
+        for key in ("train_ranks", "train_max_restarts"):
+            value, least = getattr(self, key), 1 if key == "train_ranks" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"placement.{key} = {value!r} must be an int >= {least}")
+        if self.train_ranks > 1 and self.backend != "ray":
+            raise ConfigError(
+                f"placement.train_ranks = {self.train_ranks} needs placement.backend=ray (or launch the ranks with "
+                "torchrun --nproc_per_node N and leave train_ranks 1)"
+            )
+        if not self.train_cpus_per_rank > 0:
+            raise ConfigError(f"placement.train_cpus_per_rank = {self.train_cpus_per_rank} must be > 0")
         gpu_index = self.render_device.startswith("cuda:") and self.render_device != "cuda:0"
         if self.backend == "ray" and gpu_index:
             raise ConfigError(

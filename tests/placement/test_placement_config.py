@@ -28,6 +28,9 @@ def test_defaults_are_collocated_local_cpu():
         ({"max_restarts": -1}, "must be >= 0"),
         ({"ray_strategy": "spread"}, "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD"),
         ({"backend": "ray", "render_device": "cuda:1"}, "valid: cpu, cuda"),
+        ({"train_ranks": 2}, "train_ranks = 2 needs placement.backend=ray (or launch the ranks with torchrun"),
+        ({"backend": "ray", "train_ranks": 0}, "train_ranks = 0 must be an int >= 1"),
+        ({"backend": "ray", "train_cpus_per_rank": 0}, "train_cpus_per_rank = 0 must be > 0"),
     ],
 )
 def test_bad_values_list_the_valid_ones(kwargs, expected):
@@ -60,3 +63,23 @@ def test_ray_backend_names_what_is_missing(monkeypatch):
 def test_collocated_starts_no_workers():
     with pytest.raises(ValueError, match="valid modes for workers: disaggregated, hybrid"):
         start_sim_workers(registered_sim("reach"), 8, PlacementConfig())
+
+
+def test_a_ray_training_failure_names_the_rank_that_died_first():
+    """Ray Train reports every rank's error; the ranks that only lost their peer in a collective are
+    summed up after the one that died (`mmrl.placement.ray_train.describe_failure`)."""
+    from mmrl.placement.ray_train import describe_failure
+
+    class WorkerGroupError(Exception):
+        pass
+
+    err = WorkerGroupError("2 workers failed")
+    err.worker_failures = {  # type: ignore[attr-defined]  # as Ray Train's error carries them
+        0: RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:21935. This is typically ..."),
+        1: WorkerGroupError("The actor is dead because its worker process has died. Worker exit type: ..."),
+        2: ValueError("bad reward: nan\nValueError: reward term 'x' returned nan. More text"),
+    }
+    assert describe_failure(err) == (
+        "rank 1: WorkerGroupError: its process died (killed, crashed, or its node was lost); "
+        "rank 2: ValueError: ValueError: reward term 'x' returned nan (then rank(s) 0 lost it in a collective)"
+    )
