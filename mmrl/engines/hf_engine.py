@@ -102,11 +102,16 @@ class HFEngine(RolloutEngine):
     def load_weights(self, named_tensors: Iterable) -> None:
         if self.shares_trainer_weights:
             return  # the trainer's module is the engine's: already up to date
-        state = {k: v.detach().to(self.device) for k, v in named_tensors}
-        missing = set(state) - set(self.model.state_dict())
-        if missing:
-            raise KeyError(f"weights not in the engine's model: {sorted(missing)[:5]}")
-        self.model.load_state_dict(state, strict=False)
+        own = self.model.state_dict()
+        unknown = []
+        with torch.no_grad():
+            for name, tensor in named_tensors:  # one at a time: a stream holds one tensor beyond the models
+                if name in own:
+                    own[name].copy_(tensor)
+                else:
+                    unknown.append(name)
+        if unknown:
+            raise KeyError(f"weights not in the engine's model: {sorted(unknown)[:5]}")
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:

@@ -52,6 +52,7 @@ under ``if __name__ == "__main__":``.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -63,6 +64,7 @@ from mmrl.engines.base import Generation, GenRequest, RolloutEngine, SamplingCon
 
 #: KV-cache size given to vLLM on CPU when neither gpu_memory_utilization nor kv_cache_memory_bytes is set
 CPU_KV_CACHE_BYTES = 512 * 2**20
+BUCKET_BYTES = 256 << 20  # a weight sync's bucket (whole layers); verl's default bucket is of this order
 
 INSTALL_HINT = (
     "vLLM is not installed in this environment. On CPU-only machines run `bash scripts/setup_vllm.sh` "
@@ -183,12 +185,16 @@ class VLLMEngine(RolloutEngine):
         return gens
 
     # ---- weight sync ------------------------------------------------------------------------
-    def load_weights(self, named_tensors: Iterable) -> None:
-        """Load HF-named tensors (full or merged-LoRA weights) into every worker's model in place."""
-        packed = [pack_tensor(name, t) for name, t in named_tensors]
-        if not packed:
+    def load_weights(self, named_tensors: Iterable, bucket_bytes: int = BUCKET_BYTES) -> None:
+        """Load HF-named tensors (full or merged-LoRA weights) into every worker's model in place,
+        consumed from the iterable in buckets of about ``bucket_bytes`` (whole layers: `layer_of`),
+        so that a stream (`mmrl.policies.vlm.stream_weights`) never holds a whole copy here."""
+        sent = 0
+        for bucket in layer_buckets(named_tensors, bucket_bytes):
+            self.llm.collective_rpc("mmrl_reload_weights", args=([pack_tensor(n, t) for n, t in bucket],))
+            sent += len(bucket)
+        if not sent:
             return
-        self.llm.collective_rpc("mmrl_reload_weights", args=(packed,))
         # Stale state computed with the old weights: the encoder cache (image embeddings; the workers
         # drop their copy in reload_weights, but the scheduler's bookkeeping must be reset too, or the
         # next image request hits "Encoder cache miss") and the prefix cache (KV blocks).
@@ -243,6 +249,36 @@ class VLLMEngine(RolloutEngine):
 
 
 # ---- weight transport ------------------------------------------------------------------------
+
+
+def layer_of(name: str) -> str:
+    """The layer an HF weight name belongs to: the name up to its first numeric part
+    (``model.text_model.layers.3``), else its module (``model.connector.modality_projection.proj``).
+    vLLM packs a layer's tensors together (q / k / v into one), so a bucket keeps layers whole."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return ".".join(parts[:-1])
+
+
+def layer_buckets(named_tensors: Iterable, bucket_bytes: int) -> Iterable[list]:
+    """``(name, tensor)`` pairs grouped in lists of whole layers (`layer_of`), a list closed once
+    it holds ``bucket_bytes``; consumed lazily, so one bucket exists at a time."""
+    bucket: list = []
+    size, layer = 0, None
+    for name, tensor in named_tensors:
+        this = layer_of(name)
+        if bucket and size >= bucket_bytes and this != layer:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += tensor.numel() * tensor.element_size()
+        layer = this
+    if bucket:
+        yield bucket
+
+
 # vLLM's RPC (msgpack from the client to the engine core, then pickle over shared memory to the
 # workers) cannot carry torch tensors as utility-call arguments in 0.32: the engine core decodes them
 # as untyped memoryviews, which the worker broadcast fails to pickle ("cannot pickle memoryview
@@ -274,7 +310,15 @@ class VLLMWorkerExtension:
         ``reload_weights``: name mapping, qkv / gate-up packing, then the encoder / multi-modal caches
         and LoRA state are dropped). Returns the number of tensors received."""
         weights = [unpack_tensor(p) for p in packed]
-        self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        # a bucket is part of the model by design: vLLM's warning listing the weights it did not get
+        # would repeat at every bucket (a name the model lacks still raises in its load_weights)
+        log = logging.getLogger("vllm.model_executor.model_loader.reload.inplace")
+        level = log.level
+        log.setLevel(logging.ERROR)
+        try:
+            self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        finally:
+            log.setLevel(level)
         return len(weights)
 
 

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import copy
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -223,7 +224,7 @@ class VLMPolicy(Policy[VLMConfig]):
 
     def _push_weights(self) -> None:
         if self._engine is not None and self.cfg.engine != "hf":
-            self._engine.load_weights(merged_state_dict(self.model).items())
+            self._engine.load_weights(stream_weights(self.model))  # tensor by tensor, gathered from shards
 
     def question_text(self, question: str, num_images: int) -> str:
         text = self.cfg.prompt.format(question=question)
@@ -495,10 +496,68 @@ def add_lora(model: HFModel, cfg: VLMConfig) -> HFModel:
 @torch.no_grad()
 def merged_state_dict(model: HFModel) -> dict[str, torch.Tensor]:
     """HF-named weights with LoRA merged in (what a rollout engine loads); the model is unchanged."""
+    return dict(stream_weights(model))
+
+
+def stream_weights(model: HFModel) -> Iterator[tuple[str, torch.Tensor]]:
+    """The HF-named weights a rollout engine loads, LoRA merged in, one tensor at a time, so that a
+    weight sync holds one tensor beyond the model and the engine, never a second model:
+
+    * a LoRA layer's weight is its base weight plus the adapter's delta, computed as peft's
+      ``merge_and_unload`` computes and adds it (`get_delta_weight`), the model untouched;
+    * a sharded tensor (FSDP2's `DTensor`) is gathered whole when its turn comes: every rank must
+      run the loop, in the same order, as for any collective.
+
+    LoRA variants that merge otherwise (DoRA, a LoRA bias, several active adapters, trained copies of
+    whole modules: ``modules_to_save``) go through a
+    merged copy of the model (`merge_and_unload` on a deep copy), which a sharded model refuses."""
     if not hasattr(model, "get_base_model"):
-        return {k: v.detach() for k, v in model.state_dict().items()}
-    merged = copy.deepcopy(model).merge_and_unload()
-    return {k: v.detach() for k, v in merged.state_dict().items()}
+        for key, value in model.state_dict().items():
+            yield key, _whole(value.detach())
+        return
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    layers: dict[str, Any] = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+    saved_copies = any("modules_to_save" in name for name, _ in base.named_modules())
+    if saved_copies or not all(_plain_lora(m) for m in layers.values()):
+        if any(_is_sharded(p) for p in model.parameters()):
+            raise NotImplementedError(
+                "streaming the merged weights of a sharded model supports plain LoRA (one adapter, no DoRA, no "
+                "LoRA bias): use those, or trainer.engine.backend=torch / deepspeed"
+            )
+        for key, value in copy.deepcopy(model).merge_and_unload().state_dict().items():
+            yield key, value.detach()
+        return
+    for key, value in base.state_dict().items():
+        if ".lora_" in key:  # the adapter's own tensors: merged into their base weight below
+            continue
+        owner, found, leaf = key.partition(".base_layer.")
+        tensor = _whole(value.detach())
+        if found and leaf == "weight" and owner in layers:
+            layer = layers[owner]
+            (adapter,) = layer.active_adapters
+            with torch.no_grad():
+                tensor = tensor + _whole(layer.get_delta_weight(adapter)).to(tensor.dtype)
+        yield key.replace(".base_layer.", "."), tensor
+
+
+def _plain_lora(layer) -> bool:
+    """Whether peft merges ``layer`` as base weight + `get_delta_weight` (one adapter, no DoRA, no bias)."""
+    adapters = list(layer.active_adapters)
+    if len(adapters) != 1 or layer.merged:
+        return False
+    (a,) = adapters
+    return not getattr(layer, "use_dora", {}).get(a, False) and not getattr(layer, "lora_bias", {}).get(a, False)
+
+
+def _is_sharded(t) -> bool:
+    return type(t).__name__ == "DTensor" or type(getattr(t, "data", None)).__name__ == "DTensor"
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a sharded `DTensor` gathered whole (collective)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
 def pad_right(
@@ -534,4 +593,12 @@ def collate_pixels(entries: list[dict], device, dtype) -> dict[str, torch.Tensor
     return out
 
 
-__all__ = ["VLMConfig", "VLMPolicy", "load_vlm", "lora_targets", "merged_state_dict", "collate_pixels"]
+__all__ = [
+    "VLMConfig",
+    "VLMPolicy",
+    "load_vlm",
+    "lora_targets",
+    "merged_state_dict",
+    "stream_weights",
+    "collate_pixels",
+]

@@ -200,8 +200,9 @@ def test_load_lora_needs_enable_lora(engine, tmp_path):
 
 
 def test_load_weights_syncs_perturbed_model(engine, tiny, requests):
-    """Perturb every HF weight (vision tower, connector, LM), push them with `load_weights`: the
-    engine's log-probs follow the perturbed model; pushing the originals back restores the samples."""
+    """Perturb every HF weight (vision tower, connector, LM), push them with `load_weights` one layer
+    per bucket (each reload partial): the engine's log-probs follow the perturbed model; pushing the
+    originals back in one bucket restores the samples."""
     model, processor, _ = tiny
     original = {k: v.clone() for k, v in model.state_dict().items()}
     sampling = SamplingConfig(n=2, temperature=1.0, max_new_tokens=MAX_NEW, seed=5)
@@ -214,7 +215,7 @@ def test_load_weights_syncs_perturbed_model(engine, tiny, requests):
         # the perturbation matters: the perturbed HF model disagrees with the old engine outputs
         stale = _max_diff(engine, model, processor, requests, before)
         assert stale > 100 * LOGP_TOL, stale
-        engine.load_weights(model.state_dict().items())
+        engine.load_weights(model.state_dict().items(), bucket_bytes=1)  # one layer per reload: a partial one each
         after = engine.generate(requests, sampling)
         _check_generations(after, len(requests), 2, model.config.text_config.vocab_size)
         synced = _max_diff(engine, model, processor, requests, after)

@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from mmrl.policies.vlm import VLMConfig, VLMPolicy, collate_pixels, lora_targets
+from mmrl.policies.vlm import VLMConfig, VLMPolicy, collate_pixels, lora_targets, stream_weights
 from mmrl.simulator import Completions
 from simulators.qa import QASim
 
@@ -116,3 +116,29 @@ def test_collate_pads_pixel_tensors_of_different_sizes():
     assert out["pixel_values"][0, 1].abs().sum() == 0 and out["pixel_values"][1, :, :, 2:].abs().sum() == 0
     assert out["pixel_values"][0, 0, :, :4, :4].eq(1).all() and out["pixel_values"][0, 0, :, :, 4:].eq(0).all()
     assert out["grid"].tolist() == [[1, 2, 2], [1, 4, 4]] and out["grid"].dtype == torch.long
+
+
+def test_streamed_weights_are_peft_merge_and_unload_exactly(sim):
+    """The weights a sync streams tensor by tensor (`stream_weights`: base + peft's delta per LoRA
+    layer, no copy of the model) are the state dict of peft's ``merge_and_unload`` on a copy."""
+    import copy
+
+    pol = make(sim, finetune="lora")
+    with torch.no_grad():  # a trained adapter: lora_B starts at zero, which would hide a missed merge
+        for name, p in pol.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    expected = copy.deepcopy(pol.model).merge_and_unload().state_dict()
+    streamed = list(stream_weights(pol.model))
+    assert [k for k, _ in streamed] == list(expected)
+    assert all(torch.equal(v, expected[k]) for k, v in streamed)
+    base = {k.replace(".base_layer.", "."): v for k, v in pol.model.get_base_model().state_dict().items()}
+    changed = [k for k, v in streamed if not torch.equal(v, base[k])]  # the LoRA layers' weights, deltas added
+    adapted = [n for n, _ in pol.model.get_base_model().named_modules() if n.endswith(".base_layer")]
+    assert len(changed) == len(adapted) == 15 and all(k.endswith(".weight") for k in changed)
+    # a rollout engine holding its own copy (disaggregated) takes the stream tensor by tensor
+    from mmrl.engines.hf_engine import HFEngine
+
+    engine = HFEngine(copy.deepcopy(pol.model).unload(), pol.processor, shares_trainer_weights=False)
+    engine.load_weights(stream_weights(pol.model))
+    assert all(torch.equal(v, expected[k]) for k, v in engine.model.state_dict().items())
