@@ -6,11 +6,12 @@ from mmrl.version import __version__  # noqa: F401  (mmrl.__version__)
 _prefer_passive_waits()  # before torch is imported: sleeping OpenMP waits (mmrl.utils.threads)
 
 
-def train(config, *overrides: str, reward=None) -> dict:
-    """Train an experiment (`mmrl.api.train`): ``mmrl.train("configs/x.yaml", "trainer.lr=1e-4", reward=fn)``."""
+def train(config, *overrides: str, reward=None, reward_weights=None) -> dict:
+    """Train an experiment (`mmrl.api.train`): ``mmrl.train("configs/x.yaml", "trainer.lr=1e-4", reward=fn)``;
+    several rewards as TRL takes them: ``reward=[f, g], reward_weights=[1.0, 0.5]``."""
     from mmrl.api import train as _train
 
-    return _train(config, *overrides, reward=reward)
+    return _train(config, *overrides, reward=reward, reward_weights=reward_weights)
 
 
 def evaluate(run_or_checkpoint, *overrides: str) -> dict:

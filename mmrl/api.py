@@ -10,8 +10,9 @@
     policy = mmrl.load_policy("runs/vlm_quickstart")  # for inference: no simulator is built
 
 ``config`` is a YAML path, a dict or an `ExperimentConfig`; ``overrides`` are ``key=value`` strings as
-on the command line. ``reward`` is any callable or `mmrl.reward.Reward` (or ``{reward: weight}`` for
-several): it replaces the config's ``reward`` section. A function defined in an importable module is
+on the command line. ``reward`` is any callable or `mmrl.reward.Reward`, or several: a list (TRL's
+``reward_funcs``, with ``reward_weights`` a list of as many weights, 1 each by default) or a mapping
+``{reward: weight}``; it replaces the config's ``reward`` section. A function defined in an importable module is
 recorded in the run's config as ``module:function``, so the run resumes from any process; one
 defined in ``__main__`` (a notebook, a script) is recorded under ``mmrl.api:`` and a resume needs the
 same ``reward=`` again.
@@ -35,14 +36,22 @@ def reward_reference(obj) -> str:
         owner = sys.modules.get(module)
         if owner is not None and getattr(owner, qualname, None) is obj:
             return f"{module}:{qualname}"
-    name = qualname or type(obj).__name__
-    name = name.replace("<", "").replace(">", "").replace(".", "_") or "reward"
+    base = getattr(obj, "__name__", None) or type(obj).__name__  # what TRL logs it as: rewards/<name>/...
+    base = base.replace("<", "").replace(">", "").replace(".", "_") or "reward"
+    name, n = base, 1
+    while USER_REWARDS.get(name, obj) is not obj:  # another function of that name was given before
+        n += 1
+        name = f"{base}_{n}"
     USER_REWARDS[name] = obj
     setattr(sys.modules[__name__], name, obj)  # so that import_reference("mmrl.api:name") finds it
     return f"{__name__}:{name}"
 
 
-def _config(config, overrides, reward):
+def _ref(r) -> str:
+    return r if isinstance(r, str) else reward_reference(r)
+
+
+def _config(config, overrides, reward, reward_weights=None):
     import yaml
 
     from mmrl.config import to_dict
@@ -57,26 +66,27 @@ def _config(config, overrides, reward):
         data = yaml.safe_load(path.read_text()) if path.is_file() else None
         if data is None:
             return load_experiment(config, overrides)  # its one-line error: file not found / empty
+    if reward_weights is not None and not isinstance(reward, (list, tuple)):
+        raise TypeError("reward_weights weighs a list of rewards (TRL's reward_funcs): pass reward=[f, g, ...]")
     if reward is not None:
         section = dict(data.get("reward") or {})
         if isinstance(reward, dict):
-            section.update(
-                type="weighted_sum",
-                weights={reward_reference(r) if not isinstance(r, str) else r: w for r, w in reward.items()},
-                kwargs={},
-            )
+            section.update(type="weighted_sum", weights={_ref(r): w for r, w in reward.items()}, kwargs={})
+        elif isinstance(reward, (list, tuple)):  # TRL: reward_funcs=[f, g], reward_weights=[1.0, 0.5]
+            weights = [1.0] * len(reward) if reward_weights is None else [float(w) for w in reward_weights]
+            section.update(type=[_ref(r) for r in reward], weights=weights, kwargs={})
         else:
-            section.update(type=reward_reference(reward), kwargs={}, weights={})
+            section.update(type=_ref(reward), kwargs={}, weights={})
         data["reward"] = section
     return load_experiment(data, overrides)
 
 
-def train(config, *overrides: str, reward=None) -> dict:
+def train(config, *overrides: str, reward=None, reward_weights=None) -> dict:
     """Train like ``mmrl train CONFIG OVERRIDES...`` (resuming the run folder's newest checkpoint);
     returns the held-out results (``{"start": {...}, "final": {...}}``)."""
     from mmrl.experiment import build_trainer
 
-    return build_trainer(_config(config, overrides, reward)).run()
+    return build_trainer(_config(config, overrides, reward, reward_weights)).run()
 
 
 def evaluate(run_or_checkpoint, *overrides: str) -> dict:

@@ -190,20 +190,24 @@ class RewardConfig:
     reward. None (no section) = the simulator's own task reward alone."""
 
     # a registered reward (`mmrl list`), or any Python function, TRL style (fn(completions | images,
-    # prompts=..., **dataset columns) -> list[float]), as 'module.path:function' or 'path/file.py:function'
-    type: str | None = None
+    # prompts=..., **dataset columns) -> list[float]), as 'module.path:function' or 'path/file.py:function';
+    # or a list of them, TRL's reward_funcs (summed, with `weights` a list as TRL's reward_weights)
+    type: str | list[str] | None = None
     # its constructor arguments (a function: keyword arguments bound to it); with `weights`, one
     # mapping per part: {part: {arg: value}}
     kwargs: dict[str, Any] = field(default_factory=dict)
     success_threshold: float | None = None  # success = score >= this (None: the task's success only)
     # several rewards summed with weights, {registered name or reference: weight}, each part logged
-    # (rewards/<part>/mean); `type` is then weighted_sum (or left out)
-    weights: dict[str, float] = field(default_factory=dict)
+    # (rewards/<part>/mean); `type` is then weighted_sum (or left out). With `type` a list: a list of
+    # weights, one per function (TRL's reward_weights; none = 1 each)
+    weights: dict[str, float] | list[float] = field(default_factory=dict)
     # robot simulators: when the frames are scored (null = the defaults: each episode's last frame)
     frames: FrameRewardConfig | None = None
     combine: CombineConfig = field(default_factory=CombineConfig)
 
     def validate(self) -> None:
+        if isinstance(self.type, list) or isinstance(self.weights, list):
+            self._from_lists()
         if self.weights:
             if self.type not in (None, "weighted_sum"):
                 raise ConfigError(
@@ -224,7 +228,33 @@ class RewardConfig:
                 "'type' is required: a registered reward (`mmrl list`), a function "
                 "('module.path:function' or 'path/file.py:function'), or 'weights' for several"
             )
+        assert isinstance(self.type, str)  # a list became weights above
         check_reward_name(self.type, "type")
+
+    def _from_lists(self) -> None:
+        """TRL's form, ``type: [f, g]`` (reward_funcs) with ``weights: [1.0, 0.5]`` (reward_weights),
+        as the mapping form ``weights: {f: 1.0, g: 0.5}`` (a list of one is that reward alone)."""
+        if not isinstance(self.type, list):
+            raise ConfigError(
+                f"'weights' = {self.weights} is a list, TRL's reward_weights: give 'type' the list of reward "
+                "functions they weigh (reward_funcs), or make 'weights' a mapping {reward: weight}"
+            )
+        funcs = self.type
+        weights = [1.0] * len(funcs) if isinstance(self.weights, dict) and not self.weights else self.weights
+        if not funcs:
+            raise ConfigError("'type' is an empty list: name at least one reward")
+        if not isinstance(weights, list) or len(weights) != len(funcs):
+            raise ConfigError(
+                f"'weights' must be a list of {len(funcs)} numbers, one per reward in 'type' (TRL's reward_weights), "
+                f"got {weights!r}"
+            )
+        repeated = sorted({f for f in funcs if funcs.count(f) > 1})
+        if repeated:
+            raise ConfigError(f"'type' names {repeated} twice: each reward once (add the weights instead)")
+        if len(funcs) == 1 and weights == [1.0]:
+            self.type, self.weights = funcs[0], {}
+        else:
+            self.type, self.weights = None, dict(zip(funcs, (float(w) for w in weights)))
 
 
 def check_reward_name(name: str, key: str) -> None:

@@ -120,14 +120,23 @@ class WeightedSum(Reward):
         return torch.where(torch.isnan(stacked).all(0), torch.full_like(total, float("nan")), total)
 
 
+MESSAGES = "messages"  # a text sample's meta key holding its prompt as chat messages (TRL's conversational form)
+
+
 class FunctionReward(Reward):
     """Any Python callable as a reward, as TRL takes them: ``fn(samples, prompts=[...], **columns)``
     returns one score per sample (a list of floats, a tensor or an array). ``samples`` are the
     completions (text) or the uint8 images ``[B, H, W, 3]``; ``columns`` are the keys of the samples'
-    ``meta`` (the dataset's ground truth and extra columns, e.g. ``answer``), each a list over the
-    batch (None where a sample lacks it). ``fn`` gets the keywords its signature names, or all of
-    them if it takes ``**kwargs``. A None score (TRL's "does not apply") becomes NaN: in a weighted
-    sum the other parts decide; alone, the episode is dropped and counted by the trainer."""
+    ``meta`` (the dataset's ground truth and extra columns, e.g. ``answer``, ``solution``), each a
+    list over the batch (None where a sample lacks it). ``fn`` gets the keywords its signature names,
+    or all of them if it takes ``**kwargs``. A None score (TRL's "does not apply") becomes NaN: in a
+    weighted sum the other parts decide; alone, the episode is dropped and counted by the trainer.
+
+    Completions take the form TRL gives them for the same data: strings for prompts that are strings
+    (TRL's standard format); for prompts that are chat messages (TRL's conversational format: the
+    dataset's samples carry them as ``meta["messages"]``) each completion is
+    ``[{"role": "assistant", "content": text}]`` and ``prompts`` are the messages, so `trl.rewards`'
+    functions (``completion[0]["content"]``) run unchanged."""
 
     def __init__(self, fn, kind: str, name: str | None = None, **bound):
         import inspect
@@ -155,11 +164,24 @@ class FunctionReward(Reward):
         self._names = set(params)
 
     def score(self, samples, prompts, meta) -> torch.Tensor:
-        keys = sorted({k for m in meta for k in m})
+        conversational = self.kind == "text" and bool(meta) and all(isinstance(m.get(MESSAGES), list) for m in meta)
+        keys = sorted({k for m in meta for k in m} - ({MESSAGES} if conversational else set()))
+        if conversational:  # as TRL passes them for chat prompts
+            prompts = [m[MESSAGES] for m in meta]
+            samples = [[{"role": "assistant", "content": c}] for c in samples]
         offered = {"prompts": prompts, **{k: [m.get(k) for m in meta] for k in keys}, **self.bound}
         offered.pop(self._first, None)  # the samples travel positionally
         kwargs = offered if self._takes_all else {k: v for k, v in offered.items() if k in self._names}
-        out = self.fn(list(samples) if self.kind == "text" else samples, **kwargs)
+        try:
+            out = self.fn(list(samples) if self.kind == "text" else samples, **kwargs)
+        except (TypeError, IndexError, KeyError) as exc:
+            if self.kind != "text" or conversational:
+                raise
+            raise type(exc)(
+                f"{exc} (the completions are strings: the dataset's prompts are strings, TRL's standard format; "
+                "a reward that reads completion[0]['content'] needs conversational prompts, chat messages "
+                "[{'role': 'user', 'content': ...}] in the prompt column)"
+            ) from exc
         if isinstance(out, torch.Tensor):
             return out.detach().float().cpu().reshape(-1)
         values = [float("nan") if v is None else v for v in (out.tolist() if hasattr(out, "tolist") else list(out))]

@@ -448,6 +448,8 @@ def parse_record(
             )
         prompt = strip_placeholders(value)
     # -- ground truth, meta, SFT target -------------------------------------------------------
+    if answer_key == "answer" and "answer" not in rec and rec.get("solution") is not None:
+        answer_key = "solution"  # TRL's column for the ground truth (its accuracy_reward reads `solution`)
     answer = None if answer_key is None else _check_answer(rec, where, answer_key, exclude=tuple(used))
     meta, dropped = {}, []
     for k, v in rec.items():
