@@ -228,7 +228,21 @@ def cmd_check(args) -> int:
             else None
         )
 
-    if args.kind == "reward":
+    if args.kind == "reward" and ":" in args.name:  # a function, as reward.type takes it (TRL style)
+        from mmrl.checks.reward import check_reward
+        from mmrl.trainer.reward_stage import reward_model
+
+        kind = kwargs.pop("kind", "text")
+        if kind not in ("text", "image"):
+            print(f"error: kind={kind!r}: a function reward scores 'text' (completions) or 'image'", file=sys.stderr)
+            return 2
+        try:
+            reward = reward_model(args.name, kwargs, kind)
+        except (ValueError, TypeError) as exc:  # a reference that does not import, a non-callable
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        passed = check_reward(reward, kind=kind)
+    elif args.kind == "reward":
         from mmrl.checks.reward import check_reward
         from mmrl.registry import REWARDS
 
@@ -316,7 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check", help="run a contract checker")
     p.add_argument("kind", help="simulator, reward or policy")
     p.add_argument("name")
-    p.add_argument("overrides", nargs="*", help="constructor (policy: config) arguments key=value")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        help="constructor (policy: config) arguments key=value; a function reward (path/file.py:fn): "
+        "kind=text|image and its bound keywords",
+    )
     p.set_defaults(fn=cmd_check)
     args = parser.parse_args(argv)
     from mmrl.config import ConfigError

@@ -123,5 +123,15 @@ def recorded_in(name: str) -> str | None:
 def load_dataset(name: str, **kwargs: Any):
     """Build dataset ``name`` (see `mmrl list`) with the builder's keyword arguments; an argument it
     does not declare is a `ConfigError` naming the valid ones."""
+    from mmrl.errors import DatasetError, DatasetFileNotFoundError, UserError
+
     check_dataset_arguments(name, kwargs)
-    return DATASETS.get(name)(**kwargs)
+    build = DATASETS.get(name)
+    try:
+        return build(**kwargs)
+    except UserError:
+        raise
+    except FileNotFoundError as exc:  # the builder's account of the data: one line, no traceback
+        raise DatasetFileNotFoundError(f"dataset '{name}': {exc}") from exc
+    except ValueError as exc:
+        raise DatasetError(f"dataset '{name}': {exc}") from exc

@@ -19,3 +19,12 @@ class RunLockedError(UserError):
 
 class ConfigChangedError(UserError):
     """A resume with a config that differs from the checkpoint's in keys that change training."""
+
+
+class DatasetError(UserError, ValueError):
+    """A dataset's files or arguments are not what its builder reads (a missing column, a bad row,
+    a file not found); the message names the dataset, the file and row, and the mapping that fixes it."""
+
+
+class DatasetFileNotFoundError(UserError, FileNotFoundError):
+    """A dataset's file is not where its arguments say; the message names it and where it comes from."""

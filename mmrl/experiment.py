@@ -208,6 +208,7 @@ class RewardConfig:
     def validate(self) -> None:
         if isinstance(self.type, list) or isinstance(self.weights, list):
             self._from_lists()
+        assert isinstance(self.weights, dict) and not isinstance(self.type, list)  # the lists became this
         if self.weights:
             if self.type not in (None, "weighted_sum"):
                 raise ConfigError(
@@ -607,6 +608,7 @@ def build_reward(cfg: ExperimentConfig):
     if r is None:
         return None
     frames = r.frames.scoring() if r.frames is not None else None
+    assert isinstance(r.weights, dict) and not isinstance(r.type, list)  # RewardConfig.validate made them so
     return build_reward_stage(
         r.type,
         dict(r.kwargs),

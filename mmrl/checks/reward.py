@@ -40,7 +40,11 @@ TOL = 1e-4
 IMAGE_PROMPTS = ['a red sign that says "cat"', 'a poster with the word "hello"', 'a cube labelled "42"']
 TEXT_COMPLETIONS = ["42", "The answer is \\boxed{7}.", "It is a red cube."]
 TEXT_PROMPTS = ["What is 6 times 7?", "How many cubes are there?", "What color is the cube?"]
-TEXT_META = [{"answer": "42"}, {"answer": "7"}, {"answer": "red"}]
+TEXT_META = [
+    {"answer": "42", "solution": "42"},
+    {"answer": "7", "solution": "7"},
+    {"answer": "red", "solution": "red"},
+]  # TRL names it solution
 
 
 class _Checker:

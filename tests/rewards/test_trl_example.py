@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from mmrl.config import ConfigError  # noqa: E402
-from mmrl.experiment import RewardConfig, build_trainer, load_experiment  # noqa: E402
-from mmrl.reward import as_reward  # noqa: E402
-from tests.trainer.test_vlm_training import TINY  # noqa: E402
+from mmrl.config import ConfigError
+from mmrl.experiment import RewardConfig, build_trainer, load_experiment
+from mmrl.reward import as_reward
+from tests.trainer.test_vlm_training import TINY
 
 #: TRL's documented example of a reward for the standard format (completions are strings)
 TRL_REWARD_FILE = textwrap.dedent("""
@@ -151,3 +151,14 @@ def test_trl_list_forms_become_the_weighted_mapping():
     one = RewardConfig(type=["short_answer"])
     one.validate()
     assert one.type == "short_answer" and one.weights == {}
+
+
+def test_mmrl_check_reward_takes_a_function_as_reward_type_does(tmp_path, capsys):
+    from mmrl.cli import main
+
+    (tmp_path / "my_trl_rewards.py").write_text(TRL_REWARD_FILE)
+    assert main(["check", "reward", f"{tmp_path}/my_trl_rewards.py:reward_len"]) == 0
+    assert "passed 8 contract checks" in capsys.readouterr().out
+    assert main(["check", "reward", f"{tmp_path}/my_trl_rewards.py:nope"]) == 2
+    assert "has no 'nope'" in capsys.readouterr().err
+    assert main(["check", "reward", f"{tmp_path}/my_trl_rewards.py:reward_len", "kind=video"]) == 2
