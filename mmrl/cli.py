@@ -276,6 +276,30 @@ def cmd_check(args) -> int:
     return 0
 
 
+OVERRIDING = ("train", "eval")  # commands whose trailing arguments are dotted config overrides
+KEEP = ("-h", "--help", "--version")
+
+
+def dotted_overrides(argv: list[str]) -> list[str]:
+    """``--key=value`` and ``--key value`` after ``train`` / ``eval`` as the overrides ``key=value``
+    (the spelling of TRL's, accelerate's and LeRobot's command lines)."""
+    if not argv or argv[0] not in OVERRIDING:
+        return argv
+    out, i = [argv[0]], 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and arg not in KEEP and len(arg) > 2:
+            key, eq, value = arg[2:].partition("=")
+            if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value, i = argv[i + 1], i + 1
+            elif not eq:
+                value = "true"  # a bare flag, as --gradient_checkpointing is
+            arg = f"{key}={value}"
+        out.append(arg)
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mmrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -284,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser.add_argument("--version", action="version", version=f"mmrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    argv_now = sys.argv[1:] if argv is None else argv
+    argv_now = dotted_overrides(sys.argv[1:] if argv is None else list(argv))
+    argv = argv_now
     wants_help = bool(argv_now) and argv_now[0] == "train" and ("-h" in argv_now or "--help" in argv_now)
     p = sub.add_parser(
         "train",

@@ -347,10 +347,10 @@ def _build(cls: type, data: Any, path: str, base: Any) -> Any:
     fields, hints = _fields(cls), typing.get_type_hints(cls)
     for k in (k for k in data if k not in fields):
         where = (f"under '{path}'" if path else "at the top level") + (f" (type '{variant}')" if variant else "")
-        raise ConfigError(
-            f"unknown config key '{_join(path, str(k))}'. Valid keys {where}: "
-            f"{', '.join(sorted(fields))}{_suggest(k, sorted(fields))}"
-        )
+        foreign = getattr(cls, "FOREIGN_NAMES", {}).get(str(k))  # another tool's name for a key of ours
+        hint = f" (mmrl's name for it: {foreign})" if foreign else _suggest(k, sorted(fields))
+        valid = ", ".join(sorted(fields))
+        raise ConfigError(f"unknown config key '{_join(path, str(k))}'. Valid keys {where}: {valid}{hint}")
     kwargs = {}
     for name, f in fields.items():
         key = _join(path, name)

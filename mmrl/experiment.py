@@ -442,6 +442,51 @@ class TrainerConfig:
 
 @dataclass
 class ExperimentConfig:
+    #: what TRL's GRPOConfig, accelerate and LeRobot's train command call keys of ours: an unknown key
+    #: of that name is answered with ours (`mmrl.config`), never silently mapped
+    FOREIGN_NAMES = {
+        "learning_rate": "trainer.lr",
+        "lr": "trainer.lr",
+        "num_generations": "algorithm.group_size",
+        "max_completion_length": "policy.max_new_tokens",
+        "max_prompt_length": "policy.max_prompt_tokens",
+        "temperature": "policy.temperature",
+        "top_p": "policy.top_p",
+        "top_k": "policy.top_k",
+        "beta": "algorithm.kl_coef",
+        "epsilon": "algorithm.clip_low",
+        "epsilon_high": "algorithm.clip_high",
+        "loss_type": "algorithm.loss_agg",
+        "num_iterations": "algorithm.epochs",
+        "per_device_train_batch_size": "algorithm.minibatch_size (per rank)",
+        "max_grad_norm": "algorithm.max_grad_norm",
+        "max_steps": "trainer.iterations",
+        "steps": "trainer.iterations",
+        "num_train_epochs": "trainer.iterations",
+        "save_steps": "trainer.checkpoint_every",
+        "save_freq": "trainer.checkpoint_every",
+        "eval_steps": "trainer.eval_every",
+        "eval_freq": "trainer.eval_every",
+        "save_total_limit": "trainer.keep_checkpoints",
+        "resume_from_checkpoint": "trainer.resume",
+        "gradient_checkpointing": "trainer.engine.gradient_checkpointing",
+        "bf16": "trainer.engine.precision=bf16",
+        "deepspeed": "trainer.engine.backend=deepspeed",
+        "use_vllm": "policy.engine=vllm",
+        "model_name_or_path": "policy.model",
+        "output_dir": "run.output_dir",
+        "run_name": "run.name",
+        "job_name": "run.name",
+        "seed": "run.seed",
+        "report_to": "run.wandb=true",
+        "reward_funcs": "reward.type (a list)",
+        "reward_weights": "reward.weights (a list)",
+        "dataset_name": "sim.kwargs.dataset_kwargs.path (sim.kwargs.dataset=vlm_records)",
+        "env": "sim",
+        "dataset": "warm_start.dataset (demonstrations) or sim.kwargs.dataset (questions)",
+        "batch_size": "algorithm.minibatch_size",
+    }
+
     run: RunConfig = field(default_factory=RunConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     reward: RewardConfig | None = None
