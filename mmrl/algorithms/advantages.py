@@ -130,6 +130,19 @@ def _group_stats(rewards: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor
     return mean[index], var.sqrt()[index], count[index]
 
 
+def group_reward_stats(returns: Tensor, group: Tensor) -> dict[str, float]:
+    """TRL's GRPO reward statistics of a batch of episodes in groups (returns ``[M]``, group ids
+    ``[M]``): ``reward_std``, the mean over the groups of their unbiased std, and
+    ``frac_reward_zero_std``, the fraction of groups whose returns are all equal (no GRPO signal)."""
+    index, num = _group_index(group)
+    r = returns.to(torch.promote_types(returns.dtype, torch.float32))
+    count = _group_sum(torch.ones_like(r), index, num)
+    mean = _group_sum(r, index, num) / count
+    std = (_group_sum((r - mean[index]) ** 2, index, num) / (count - 1).clamp(min=1)).sqrt()
+    zero = torch.isclose(std, torch.zeros_like(std))
+    return {"reward_std": float(std.mean()), "frac_reward_zero_std": float(zero.float().mean())}
+
+
 # --------------------------------------------------------------------------------------------------
 # group-based (outcome) estimators
 # --------------------------------------------------------------------------------------------------

@@ -339,9 +339,10 @@ class RewardStage:
             for k, v in parts.items():
                 v = v.float()
                 ok = torch.isfinite(v)
-                acc = self._sums.setdefault(k, [0.0, 0])
+                acc = self._sums.setdefault(k, [0.0, 0, 0.0])
                 acc[0] += float(v[ok].sum())
                 acc[1] += int(ok.sum())
+                acc[2] += float(v[ok].double().pow(2).sum())
 
     def _record_completions(self, samples, prompts, score, parts) -> None:
         tokens = samples.num_tokens if isinstance(samples, Completions) else [None] * len(samples)
@@ -356,11 +357,15 @@ class RewardStage:
 
     def drain(self) -> dict:
         """What was scored since the last drain, as TRL logs it; then forgets it:
-        ``rewards/<part>/mean`` over the finite scores (one per part of a weighted sum, else the
-        reward's own); for text, ``completions/{mean,min,max}_length`` (tokens) and ``completions``,
+        ``rewards/<part>/mean`` and ``/std`` over the finite scores (one per part of a weighted sum,
+        else the reward's own); for text, ``completions/{mean,min,max}_length`` (tokens) and ``completions``,
         the first `SAMPLE_ROWS` rows of prompt, completion and rewards (the completions table)."""
         with self._lock:
-            out: dict = {f"rewards/{k}/mean": total / n for k, (total, n) in self._sums.items() if n}
+            out: dict = {}
+            for k, (total, n, squares) in self._sums.items():
+                if n:  # TRL's rewards/<name>/mean and /std (unbiased) over the finite scores
+                    out[f"rewards/{k}/mean"] = total / n
+                    out[f"rewards/{k}/std"] = max(squares - total * total / n, 0.0) ** 0.5 / max(n - 1, 1) ** 0.5
             if self._lengths:
                 out.update(
                     {

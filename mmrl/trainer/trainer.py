@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from mmrl import distributed
+from mmrl.algorithms.advantages import group_reward_stats
 from mmrl.algorithms.normalization import RewardScaler, explained_variance
 from mmrl.batch import Batch
 from mmrl.errors import TrainingError, UserError
@@ -262,6 +263,7 @@ class Trainer:
                 f"trained on them. Newest complete checkpoint: {self.newest_checkpoint()}; fix the "
                 "simulator and run the same command to resume"
             )
+        grouped = self.group_stats(batch)  # of the rewards as scored, before any scaling
         batch = self.scale_rewards(batch)
         batch = compute_advantages(batch, self.cfg.algorithm, info.get("last_values"))
         metrics = self.update(batch, gen)
@@ -269,7 +271,7 @@ class Trainer:
         self.sync()
         self.state.iteration = it + 1
         self.state.rl_seconds += time.time() - t0
-        metrics.update(self.rollout_metrics(info), iter_s=time.time() - t0)
+        metrics.update(self.rollout_metrics(info), **grouped, iter_s=time.time() - t0)
         if self.reward_stage is not None:  # TRL's rewards/<name>/mean, one per part of a weighted sum
             metrics.update({f"train/{k}": v for k, v in self.reward_stage.drain().items()})
         self.logger.log(self.state.iteration, metrics)
@@ -475,6 +477,14 @@ class Trainer:
         if self.ranks.main:
             jsonio.write_json(self.out_dir / "results.json", self.state.results)
         return res
+
+    def group_stats(self, batch: Batch) -> dict:
+        """GRPO groups' reward statistics as TRL logs them (`group_reward_stats`): ``train/reward_std``
+        and ``train/frac_reward_zero_std``; nothing without groups."""
+        if self.cfg.algorithm.group_size <= 1 or "group" not in batch:
+            return {}
+        returns = (batch["rewards"] * batch["valid"]).sum(0)
+        return {f"train/{k}": v for k, v in group_reward_stats(returns, batch["group"][0]).items()}
 
     def rollout_metrics(self, info: dict) -> dict:
         """What the iteration's rollout showed: episode statistics (of the episodes that ended in

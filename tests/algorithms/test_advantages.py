@@ -234,3 +234,16 @@ def test_reinforce_pp_skips_masked_tokens_inside_response():
     adv = reinforce_pp_advantages(rewards, mask, gamma=0.5, eps=0.0)
     std = 1.1086778913041726
     assert_close(adv, t([[-0.625 / std, 0.0, 1.375 / std], [-1.125 / std, 0.375 / std, 0.0]]))
+
+
+def test_group_reward_stats_are_trls():
+    """TRL's reward_std (mean of the groups' unbiased stds) and frac_reward_zero_std (groups whose
+    rewards are all equal)."""
+    from mmrl.algorithms.advantages import group_reward_stats
+
+    returns = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.5, 0.5, 2.0, 0.0])
+    group = torch.tensor([7, 7, 3, 3, 9, 9, 4, 4])
+    stats = group_reward_stats(returns, group)
+    stds = [torch.tensor(g).std().item() for g in ([1.0, 0.0], [1.0, 1.0], [0.5, 0.5], [2.0, 0.0])]
+    assert stats["reward_std"] == pytest.approx(sum(stds) / 4)
+    assert stats["frac_reward_zero_std"] == 0.5

@@ -73,6 +73,9 @@ def test_trl_rewards_and_a_conversational_dataset_train_unchanged(tmp_path):
     for r in rows:  # each TRL function scored every completion (think_format: 0, no <think> from a tiny model)
         assert 0.0 <= r["train/rewards/accuracy_reward/mean"] <= 1.0
         assert r["train/rewards/think_format_reward/mean"] == 0.0
+        # the statistics TRL users look for: per function std, reward std over groups, dead groups
+        assert r["train/rewards/think_format_reward/std"] == 0.0 and r["train/rewards/accuracy_reward/std"] >= 0
+        assert r["train/reward_std"] >= 0 and 0.0 <= r["train/frac_reward_zero_std"] <= 1.0
 
 
 def test_a_trl_reward_file_and_a_standard_dataset_train_from_python(tmp_path, monkeypatch):
