@@ -6,12 +6,20 @@ from mmrl.version import __version__  # noqa: F401  (mmrl.__version__)
 _prefer_passive_waits()  # before torch is imported: sleeping OpenMP waits (mmrl.utils.threads)
 
 
-def train(config, *overrides: str, reward=None, reward_weights=None) -> dict:
+def train(config, *overrides: str, reward=None, reward_weights=None, train_dataset=None, eval_dataset=None) -> dict:
     """Train an experiment (`mmrl.api.train`): ``mmrl.train("configs/x.yaml", "trainer.lr=1e-4", reward=fn)``;
-    several rewards as TRL takes them: ``reward=[f, g], reward_weights=[1.0, 0.5]``."""
+    several rewards as TRL takes them: ``reward=[f, g], reward_weights=[1.0, 0.5]``; a Hugging Face
+    ``Dataset`` of questions: ``train_dataset=ds`` (and ``eval_dataset``)."""
     from mmrl.api import train as _train
 
-    return _train(config, *overrides, reward=reward, reward_weights=reward_weights)
+    return _train(
+        config,
+        *overrides,
+        reward=reward,
+        reward_weights=reward_weights,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+    )
 
 
 def evaluate(run_or_checkpoint, *overrides: str) -> dict:

@@ -81,12 +81,45 @@ def _config(config, overrides, reward, reward_weights=None):
     return load_experiment(data, overrides)
 
 
-def train(config, *overrides: str, reward=None, reward_weights=None) -> dict:
+def train(config, *overrides: str, reward=None, reward_weights=None, train_dataset=None, eval_dataset=None) -> dict:
     """Train like ``mmrl train CONFIG OVERRIDES...`` (resuming the run folder's newest checkpoint);
-    returns the held-out results (``{"start": {...}, "final": {...}}``)."""
+    returns the held-out results (``{"start": {...}, "final": {...}}``).
+
+    ``train_dataset`` / ``eval_dataset``: Hugging Face `datasets.Dataset` objects of VLM questions, as
+    TRL's GRPOTrainer takes them (columns as `vlm_records` reads them: ``prompt``, ``image(s)``,
+    ``answer`` or ``solution``, ...). They are saved in the run folder (``data/``, `save_to_disk`)
+    and the simulator reads them from there (``sim.kwargs.dataset=vlm_records``), so the run's config
+    names them and the run resumes from any process; column names go in overrides
+    (``sim.kwargs.dataset_kwargs.prompt_key=problem``)."""
     from mmrl.experiment import build_trainer
 
+    if train_dataset is not None:
+        overrides = (*_saved_datasets(config, overrides, reward, train_dataset, eval_dataset), *overrides)
+    elif eval_dataset is not None:
+        raise TypeError("eval_dataset needs train_dataset (the questions RL trains on)")
     return build_trainer(_config(config, overrides, reward, reward_weights)).run()
+
+
+def _saved_datasets(config, overrides, reward, train_dataset, eval_dataset) -> list[str]:
+    """Save ``train_dataset`` (and ``eval_dataset``) as one DatasetDict in the run folder's
+    ``data/`` (written aside, then renamed into place) and return the overrides that read it."""
+    import importlib
+    import shutil
+
+    from mmrl.experiment import output_dir
+
+    hf = importlib.import_module("datasets")  # Hugging Face's (the repository's datasets/ is no package)
+    if not hasattr(hf, "DatasetDict"):
+        raise ImportError("train_dataset= takes a Hugging Face datasets.Dataset: pip install datasets")
+    DatasetDict = hf.DatasetDict
+    folder = output_dir(_config(config, overrides, reward)) / "data"
+    tmp = folder.with_name("data.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    splits = {"train": train_dataset, **({"eval": eval_dataset} if eval_dataset is not None else {})}
+    DatasetDict(splits).save_to_disk(str(tmp))
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return ["sim.kwargs.dataset=vlm_records", f"sim.kwargs.dataset_kwargs={{path: {folder.resolve()}}}"]
 
 
 def evaluate(run_or_checkpoint, *overrides: str) -> dict:

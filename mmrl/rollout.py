@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from mmrl.batch import Batch
 from mmrl.distributed import Ranks, gather_objects
@@ -303,6 +304,7 @@ def evaluate_policy(
     n = sim.num_envs
     batch = n * ranks.world  # episodes per round, over the ranks
     first = ranks.rank * n  # this rank's first episode of a round
+    bar = tqdm(total=num_episodes, desc="eval", unit="ep", leave=False, dynamic_ncols=True, disable=not ranks.main)
     while done < num_episodes:
         seeds = [seed + done + first + i for i in range(n)]
         want_video = video_path is not None and done == 0
@@ -322,7 +324,9 @@ def evaluate_policy(
         if want_video:
             assert video_path is not None  # want_video says so
             write_video(info["frames"], video_path, info["captions"], info["frame_success"])
+        bar.update(min(batch, num_episodes - done))
         done += min(batch, num_episodes - done)
+    bar.close()
     policy.train(was_training)
     if ranks.distributed:  # every rank's episodes, in the order one process plays them: round by round
         rounds = [part for rnd in zip(*gather_objects(rounds)) for part in rnd]

@@ -59,6 +59,9 @@ def build(
     instructions: list[str] = []
     episode_success = torch.zeros(num_episodes, dtype=torch.bool)
     vocab: list[str] = []
+    from tqdm import tqdm
+
+    bar = tqdm(total=num_episodes, desc="demonstrations", unit="ep", dynamic_ncols=True)
     for start in range(0, num_episodes, batch_size):
         n = min(batch_size, num_episodes - start)
         sim = ReachSim(num_envs=n, seed=seed + start, **sim_kwargs)
@@ -77,11 +80,13 @@ def build(
             instructions.extend(obs.instruction[i] for i in rows.tolist())
             res = sim.step_chunk(chunk)
             ended = active & res.done
+            bar.update(int(ended.sum()))
             episode_success[(ended & res.success).nonzero().flatten().cpu() + start] = True
             active &= ~res.done
             obs = res.obs
             step += 1
         sim.close()
+    bar.close()
     out = {k: torch.cat(v) for k, v in parts.items()}
     order = torch.argsort(out["episode"] * (out["step"].max() + 1) + out["step"])
     if not keep_failed:

@@ -660,6 +660,8 @@ def _local_parts(path, data_files, split: str | None) -> tuple[str, dict[str, Ca
         what = str(files["train"][0]) + (f" (+{len(files['train']) - 1} more)" if len(files["train"]) > 1 else "")
     elif base.is_file():
         files, named, what = {"train": [base]}, False, str(base)
+    elif base.is_dir() and saved_by_datasets(base):  # Dataset / DatasetDict .save_to_disk(folder)
+        return _saved_parts(base)
     elif base.is_dir():
         (files, named), what = _folder_splits(base, split), str(base)
     else:
@@ -679,6 +681,30 @@ def _local_parts(path, data_files, split: str | None) -> tuple[str, dict[str, Ca
     for i, v in enumerate(column):
         by_split["train" if v is None else str(v)].append(i)
     return what, {k: (lambda ix=ix: _Part(what, rows, ix)) for k, ix in by_split.items()}
+
+
+def saved_by_datasets(folder: Path) -> bool:
+    """Whether ``folder`` is what Hugging Face ``Dataset.save_to_disk`` (``dataset_info.json`` and
+    ``state.json``) or ``DatasetDict.save_to_disk`` (``dataset_dict.json``) writes."""
+    return (folder / "dataset_dict.json").is_file() or (
+        (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file()
+    )
+
+
+def _saved_parts(folder: Path) -> tuple[str, dict[str, Callable[[], _Part]]]:
+    """The splits of a ``save_to_disk`` folder (a `DatasetDict`'s, or a `Dataset`'s as "train"), read
+    by ``datasets.load_from_disk``; images come back decoded by the dataset's features, as from the hub."""
+    try:
+        hf = _hf_datasets()
+    except ImportError:
+        raise ImportError(
+            f"{folder} was written by Hugging Face datasets' save_to_disk: pip install datasets"
+        ) from None
+    loaded = hf.load_from_disk(str(folder))
+    what = str(folder)
+    if isinstance(loaded, hf.DatasetDict):
+        return what, {str(k): (lambda k=k: _Part(f"{what} [{k}]", hf=loaded[k])) for k in loaded}
+    return what, {"train": lambda: _Part(what, hf=loaded)}
 
 
 def _hub_parts(path: str, subset: str | None, data_files) -> tuple[str, dict[str, Callable[[], _Part]]]:

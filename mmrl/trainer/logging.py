@@ -25,6 +25,7 @@ class RunLogger:
         self.out_dir = out_dir
         self.jsonl = open(out_dir / "metrics.jsonl", "a", buffering=1)
         self.tb = self._writer()
+        self._phases: dict = {}  # TensorBoard writers of the phases before RL (tb/<phase>)
         if config is not None:  # TensorBoard's text tab shows the run's resolved config
             import yaml
 
@@ -37,10 +38,10 @@ class RunLogger:
                 raise ImportError("run.wandb=true needs wandb: pip install 'mmrl[wandb]'") from exc
             self.wandb = wandb.init(project=wandb_project, dir=str(out_dir), config=config, name=name, resume="allow")
 
-    def _writer(self, purge_step: int | None = None):
+    def _writer(self, purge_step: int | None = None, sub: str | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
-        return SummaryWriter(str(self.out_dir / "tb"), purge_step=purge_step)
+        return SummaryWriter(str(self.out_dir / "tb" / sub if sub else self.out_dir / "tb"), purge_step=purge_step)
 
     def rewind(self, step: int) -> None:
         """Forget what was logged after ``step`` (a resumed run redoes those steps). The kept rows
@@ -71,12 +72,27 @@ class RunLogger:
                 row.pop("step")
                 self._to_tensorboard(step, row, tables=False)
 
-    def log(self, step: int, metrics: dict) -> None:
+    def log(self, step: int, metrics: dict, phase: str | None = None, phase_step: int = 0) -> None:
+        """One row of ``metrics`` at iteration ``step``. A ``phase`` before the RL iterations (the
+        warm start) keeps its rows before them in the log (``step`` < 0, with ``phase`` and
+        ``phase_step``), and shows them in TensorBoard as a run of its own, ``tb/<phase>``, at
+        ``phase_step`` >= 0 (W&B gets their last values in the run's summary: its steps only grow)."""
         clean = {k: _scalar(v) for k, v in metrics.items()}
-        row = jsonio.dumps({"step": step, **clean}) + "\n"  # strict JSON: NaN is written null
+        where = {"phase": phase, "phase_step": phase_step} if phase else {}
+        row = jsonio.dumps({"step": step, **where, **clean}) + "\n"  # strict JSON: NaN is written null
         self.jsonl.write(row)  # line-buffered: on disk (in the page cache) once written
         fault_point("log.mid_row", self.jsonl.name, cut=len(row) // 2)
         fault_point("log.after_row", self.jsonl.name)
+        if phase:
+            writer = self._phases.get(phase)
+            if writer is None:  # a phase (re)started in this process: what an earlier try logged goes
+                writer = self._phases[phase] = self._writer(purge_step=0, sub=phase)
+            for k, v in clean.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    writer.add_scalar(k, v, phase_step)
+            if self.wandb is not None:
+                self.wandb.summary.update({k: v for k, v in clean.items() if isinstance(v, (int, float))})
+            return
         self._to_tensorboard(step, clean)
         if self.wandb is not None:
             import wandb
@@ -118,6 +134,8 @@ class RunLogger:
     def close(self) -> None:
         self.jsonl.close()
         self.tb.close()
+        for writer in self._phases.values():
+            writer.close()
         if self.wandb is not None:
             self.wandb.finish()
 
@@ -183,7 +201,7 @@ class SilentLogger:
     def rewind(self, step: int) -> None:
         pass
 
-    def log(self, step: int, metrics: dict) -> None:
+    def log(self, step: int, metrics: dict, phase: str | None = None, phase_step: int = 0) -> None:
         pass
 
     def media(self, step: int, key: str, video: Path) -> None:

@@ -295,6 +295,13 @@ class Trainer:
             # the RL runs in, configured as it is (image size, time limit, ...), when the dataset
             # records in that simulator; warm_start.kwargs (checked strictly) wins
             same_sim = recorded_in(ws.dataset) == self.cfg.sim.type
+            rl_data = self.cfg.sim.kwargs.get("dataset")
+            if rl_data is not None and rl_data != ws.dataset:  # say it: the user's data is not this
+                self.log_line(
+                    f"warm start: supervised on {ws.num_episodes} examples of '{ws.dataset}' (warm_start.dataset), "
+                    f"not of the RL data '{rl_data}' (sim.kwargs.dataset); set warm_start.dataset=null to skip "
+                    "it, or point warm_start at your own data"
+                )
             context = declared_kwargs(
                 ws.dataset,
                 num_episodes=ws.num_episodes,
@@ -327,7 +334,7 @@ class Trainer:
             sched.step()
             if step % 25 == 0 or step == ws.steps - 1:
                 bar.set_postfix(loss=f"{loss.item():.4f}")
-                self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()})
+                self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()}, phase="warm_start", phase_step=step)
         opt.zero_grad(set_to_none=True)  # no warm-start gradient may reach the RL engine's first step
 
     def collect(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:

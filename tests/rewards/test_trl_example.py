@@ -165,3 +165,37 @@ def test_mmrl_check_reward_takes_a_function_as_reward_type_does(tmp_path, capsys
     assert main(["check", "reward", f"{tmp_path}/my_trl_rewards.py:nope"]) == 2
     assert "has no 'nope'" in capsys.readouterr().err
     assert main(["check", "reward", f"{tmp_path}/my_trl_rewards.py:reward_len", "kind=video"]) == 2
+
+
+def test_a_hugging_face_dataset_object_and_a_save_to_disk_folder_train(tmp_path, capsys):
+    """Issue 31: TRL's train_dataset= (a datasets.Dataset) is accepted, saved in the run folder so the
+    run's config names it; a save_to_disk folder is a vlm_records path; and the quickstart says when its
+    warm start is on its demo questions, not the user's data."""
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    import mmrl
+
+    rows = [
+        {
+            "prompt": f"How many shapes are there in picture {i}?",
+            "image": Image.new("RGB", (32, 32), (9 * i, 0, 0)),
+            "solution": str(i % 3),
+        }
+        for i in range(12)
+    ]
+    ds = datasets.Dataset.from_list(rows)
+    tiny = [f"run.output_dir={tmp_path}", "run.name=hf", *(o for o in TINY if "dataset_kwargs" not in o)]
+    mmrl.train("configs/vlm_quickstart.yaml", *tiny, train_dataset=ds, eval_dataset=ds.select(range(4)))
+    out = capsys.readouterr().out
+    assert (
+        "warm start: supervised on 16 examples of 'shapes_vqa' (warm_start.dataset), not of the RL data 'vlm_records'"
+        in out
+    )
+    assert (tmp_path / "hf" / "data" / "dataset_dict.json").is_file() and len(train_rows(tmp_path, "hf")) == 2
+    from mmrl.data import load_dataset
+
+    saved = load_dataset("vlm_records", path=str(tmp_path / "hf" / "data"), split="eval")
+    assert (
+        len(saved["prompt"]) == 4 and saved["meta"][1]["answer"] == "1" and saved["images"][0][0].shape == (32, 32, 3)
+    )

@@ -92,3 +92,15 @@ def test_grids_are_rows_of_tiles_of_a_sane_size(tmp_path):
     small = torch.zeros(2, 3, 16, 16, 3, dtype=torch.uint8)
     write_video(small, tmp_path / "s.mp4")
     assert imageio.imread(str(tmp_path / "s.png")).shape == (2 * 128, 2 * 128, 3)
+
+
+def test_long_work_shows_progress(capsys):
+    """Issue 31: no silent stretch: generating demonstrations and evaluating show progress bars."""
+    from mmrl.data import load_dataset
+
+    load_dataset("reach_demos", num_episodes=6, batch_size=4)
+    assert "demonstrations: 100%" in capsys.readouterr().err
+    torch.manual_seed(0)
+    policy = FlowVLAPolicy(FlowVLAConfig(chunk_size=4, num_steps=2), action_dim=2, state_dim=2)
+    evaluate_policy(policy, ReachSim(num_envs=4, seed=0), num_episodes=8, seed=100)
+    assert "eval: 100%" in capsys.readouterr().err
