@@ -146,6 +146,19 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_init(args) -> int:
+    from mmrl.examples import example_names, write_example
+
+    if not args.name:
+        print("example configs (mmrl init NAME):")
+        for name in example_names():
+            print(f"  {name}")
+        return 0
+    target = write_example(args.name, args.to, args.force)
+    print(f"wrote {target}; train it with: mmrl train {target}")
+    return 0
+
+
 def cmd_list(args) -> int:
     from mmrl.flow import steps
     from mmrl.registry import ALL, _first_line
@@ -352,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_config)
     p = sub.add_parser("list", help="list registered components")
     p.set_defaults(fn=cmd_list)
+    p = sub.add_parser("init", help="write an example experiment config into this folder (mmrl init quickstart)")
+    p.add_argument("name", nargs="?", help="the example (without a name: the list)")
+    p.add_argument("--to", default=".", help="the folder (or .yaml path) to write it to")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(fn=cmd_init)
     p = sub.add_parser("check", help="run a contract checker")
     p.add_argument("kind", help="simulator, reward or policy")
     p.add_argument("name")

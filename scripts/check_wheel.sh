@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build mmrl's wheel, install it (not editable) with the pinned CPU torch into a clean virtual
-# environment and, from a folder outside the source tree, list the components and train a short
-# quickstart: the installed package alone must find its simulators, rewards and dataset recipes.
+# environment and, from a folder outside the source tree, list the components, write the quickstart
+# config (mmrl init) and train it briefly: the installed package alone must find its simulators,
+# rewards, dataset recipes and example configs.
 # Usage: bash scripts/check_wheel.sh          (PYTHON=python3.11 by default; pip's cache is reused)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,7 @@ want = [p.relative_to(repo).as_posix() for top in ("mmrl", "simulators", "reward
         for p in (repo / top).rglob("*.py") if "__pycache__" not in p.parts]
 want += ["mmrl_datasets/" + p.relative_to(repo / "datasets").as_posix() for p in (repo / "datasets").glob("*/*")
          if p.is_file() and p.suffix != ".pyc"]
+want += ["mmrl_configs/" + p.name for p in (repo / "configs").glob("*.yaml")]
 missing = sorted(set(want) - names)
 bad = sorted(n for n in names if n.split("/")[0] == "datasets" or n.startswith("mmrl_datasets/__init__"))
 if missing or bad:
@@ -55,7 +57,7 @@ V="$tmp/venv/bin/python"
 echo "installed into a clean venv ($((SECONDS - t0)) s)"
 
 # 4. from outside the source tree: nothing may come from the checkout
-mkdir "$tmp/run" && cp configs/quickstart.yaml "$tmp/run/"
+mkdir "$tmp/run"
 cd "$tmp/run"
 unset PYTHONPATH
 "$V" - <<'EOF'
@@ -73,6 +75,8 @@ for want in "reach_demos" "reach " "objectives" "flow samplers"; do
   grep -q "$want" list.txt || { cat list.txt; echo "mmrl list lacks '$want'" >&2; exit 1; }
 done
 "$tmp/venv/bin/mmrl" list >/dev/null  # the console script too
+"$tmp/venv/bin/mmrl" init quickstart  # a pip user's config: the example the wheel ships
+[ -f quickstart.yaml ] || { echo "mmrl init quickstart wrote no quickstart.yaml" >&2; exit 1; }
 "$V" -m mmrl train quickstart.yaml run.threads=1 trainer.iterations=2 warm_start.steps=5 \
   warm_start.num_episodes=8 warm_start.batch_size=8 sim.num_envs=8 sim.eval_num_envs=8 \
   trainer.eval_episodes=8 trainer.video_episodes=0 algorithm.minibatch_size=16 > train.log 2>&1 \

@@ -1,0 +1,49 @@
+"""The example experiment configs (the repository's ``configs/``), for a pip user with no checkout.
+
+A wheel ships ``configs/*.yaml`` as the data folder ``mmrl_configs`` (pyproject.toml), as it ships
+``datasets/`` as ``mmrl_datasets``; `configs_dir` finds it, or ``configs/`` beside the ``mmrl``
+package in a source checkout. ``mmrl init NAME`` writes one into the current folder (`write_example`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+from mmrl.config import _suggest
+from mmrl.errors import UserError
+
+INSTALLED_NAME = "mmrl_configs"  # what a wheel installs configs/ as (pyproject.toml, package-dir)
+
+
+def configs_dir() -> Path:
+    """``configs/`` of a source checkout (an editable install included), else the wheel's ``mmrl_configs``."""
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file() and (root / "configs").is_dir():
+        return root / "configs"
+    spec = importlib.util.find_spec(INSTALLED_NAME)  # a namespace package: locates, imports nothing
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        if any(Path(location).glob("*.yaml")):
+            return Path(location)
+    return root / "configs"
+
+
+def example_names() -> list[str]:
+    return sorted(p.stem for p in configs_dir().glob("*.yaml"))
+
+
+def write_example(name: str, dest: str | Path = ".", force: bool = False) -> Path:
+    """Copy example ``name`` (``quickstart``, ``vlm_quickstart``, ...) to ``dest`` (a folder, or a
+    ``.yaml`` path); an existing file is kept unless ``force``. Returns the file written."""
+    names = example_names()
+    name = name.removesuffix(".yaml")
+    if name not in names:
+        raise UserError(f"no example config '{name}'{_suggest(name, names)}; examples: {', '.join(names)}")
+    dest = Path(dest)
+    target = dest if dest.suffix in (".yaml", ".yml") else dest / f"{name}.yaml"
+    if target.exists() and not force:
+        raise UserError(f"{target} exists: keep it, or pass --force to overwrite it with the example")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(configs_dir() / f"{name}.yaml", target)
+    return target
