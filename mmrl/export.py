@@ -43,7 +43,7 @@ def model_card(
         "",
         f"# {run_name}",
         "",
-        f"A `{family}` policy RL-fine-tuned with [mmrl](https://github.com/mmrl), exported as **{fmt}**.",
+        f"A `{family}` policy RL-fine-tuned with mmrl {_version()}, exported as **{fmt}**.",
         "",
     ]
     if results:
@@ -64,6 +64,15 @@ def model_card(
     return "\n".join(lines)
 
 
+ADAPTER_FORMATS = ("peft adapter", "diffusers lora")  # what --adapter (merge=False) writes for a LoRA run
+
+
+def _version() -> str:
+    from mmrl.version import __version__
+
+    return __version__
+
+
 def export(run_or_checkpoint, to, merge: bool = True, push_to_hub: str | None = None, private: bool = True) -> Path:
     """Export the newest complete checkpoint of a run folder (or the checkpoint folder given) to
     ``to``; with ``push_to_hub`` (``user/repo``) upload the folder too. Returns ``to``."""
@@ -75,6 +84,8 @@ def export(run_or_checkpoint, to, merge: bool = True, push_to_hub: str | None = 
     policy = policy_from_checkpoint(path)
     to = Path(to)
     fmt = policy.export_pretrained(to, merge=merge)
+    if not merge and fmt not in ADAPTER_FORMATS:  # --adapter: said, not silently ignored
+        print(f"note: --adapter wrote the whole model ({fmt}): {target} trained no LoRA adapter (a full fine-tune)")
     run_dir = path.parent.parent
     results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else None
     spec = policy.build_spec

@@ -70,13 +70,18 @@ def test_a_lora_vlm_exports_merged_for_transformers_and_as_a_peft_adapter(lora_r
     assert "library_name: peft" in (tmp_path / "adapter" / "README.md").read_text()
 
 
-def test_other_families_export_safetensors_that_load_back(tmp_path):
+def test_other_families_export_safetensors_that_load_back(tmp_path, capsys):
     from safetensors.torch import load_file
 
     import mmrl
 
     trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0"))
     trainer.run()
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "t"), "--to", str(tmp_path / "y"), "--adapter"]) == 0
+    assert "note: --adapter wrote the whole model (mmrl (safetensors" in capsys.readouterr().out  # said, not ignored
+    card = (tmp_path / "y" / "README.md").read_text()
+    assert "RL-fine-tuned with mmrl " in card and "github.com/mmrl" not in card  # no placeholder link
     assert main(["export", str(tmp_path / "t"), "--to", str(tmp_path / "x")]) == 0
     weights = load_file(str(tmp_path / "x" / "model.safetensors"))
     mine = trainer.policy.state_dict()

@@ -107,6 +107,31 @@ CLI_CASES = [
         ["train", "configs/vlm_quickstart.yaml", "sim.kwargs.dataset_kwargs={num_sample: 64}"],
         ["dataset 'shapes_vqa' has no argument 'num_sample'", "did you mean 'num_samples'"],
     ),
+    (
+        "VLM data without a ground-truth column (no answer, no solution)",
+        [
+            "train",
+            "configs/vlm_quickstart.yaml",
+            "sim.kwargs.dataset=vlm_records",
+            "sim.kwargs.dataset_kwargs={path: {tmp}/qa.jsonl}",
+        ],
+        ["dataset 'vlm_records'", "qa.jsonl, line 1: no 'answer' column (its columns: prompt, result)", "answer_key"],
+    ),
+    (
+        "TRL's reward_weights not one per reward_funcs",
+        ["train", "configs/vlm_quickstart.yaml", "reward.type=[short_answer, counting]", "reward.weights=[1.0]"],
+        ["'weights' must be a list of 2 numbers, one per reward in 'type' (TRL's reward_weights)"],
+    ),
+    (
+        "a reward function file that is not there",
+        ["train", "configs/vlm_quickstart.yaml", "reward.type={tmp}/nope.py:accuracy"],
+        ["reward file", "nope.py not found"],
+    ),
+    (
+        "another tool's name for a key (TRL's learning_rate)",
+        ["train", *QUICK, "--learning_rate", "1e-4"],
+        ["unknown config key 'learning_rate'", "mmrl's name for it: trainer.lr"],
+    ),
     ("eval with no checkpoint", ["eval", *QUICK, "checkpoint={tmp}/nothing"], ["does not exist", "checkpoint=PATH"]),
     (
         "eval on a folder of an empty state.pt (no completion marker)",
@@ -141,6 +166,7 @@ def trained(tmp_path_factory):
 
 def prepare(tmp: Path, out: Path) -> None:
     (tmp / "file").write_text("a file where a folder should be")
+    (tmp / "qa.jsonl").write_text('{"prompt": "What is 1+1?", "result": "2"}\n')
     (tmp / "empty").mkdir()
     (tmp / "empty" / "state.pt").write_bytes(b"")
     (tmp / "random").mkdir()
