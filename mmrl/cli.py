@@ -49,7 +49,7 @@ def cmd_train(args) -> int:
     cfg = load_experiment(args.config, args.overrides)
     if cfg.placement.train_ranks > 1 and not distributed.launched().distributed:  # Ray starts the ranks
         from mmrl.experiment import check_ranks
-        from mmrl.placement.ray_train import train_on_ray
+        from mmrl.ray_train import train_on_ray
 
         check_ranks(cfg, distributed.Ranks(world=cfg.placement.train_ranks))  # one line, before Ray starts
         cfg.placement.check_backend()

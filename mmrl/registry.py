@@ -10,17 +10,22 @@ Third-party packages add components through entry points, one group per registry
     my_sim = "my_pkg.sim:MySimulator"
 
 or a whole module whose import registers several components (group ``mmrl.plugins``). The core
-finds its own adapter packages (``simulators``, ``rewards``) the same way: pyproject.toml lists them
-under ``mmrl.plugins``, so nothing under ``mmrl/`` imports an adapter.
+imports its own adapter packages by name, never a class of theirs (`load_plugin_modules`): the
+repository's ``simulators/`` and ``rewards/``, which a wheel installs as ``mmrl_simulators`` and
+``mmrl_rewards`` (top-level names that belong to mmrl; `adapter_package` says which is here), so that
+an installed mmrl never takes the names ``simulators`` / ``rewards`` from another project.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from mmrl.capabilities import Component
@@ -139,16 +144,52 @@ class Registry:
 
 
 _PLUGIN_MODULES_LOADED = False
+ADAPTER_PACKAGES = ("simulators", "rewards")  # the repository's adapter folders (registered on import)
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def adapter_package(name: str) -> str:
+    """The import name of adapter package ``name`` (``simulators``, ``rewards``) here: itself in a
+    source checkout (an editable install included; imported from the checkout's folder), else
+    ``mmrl_<name>``, as a wheel installs it."""
+    folder = _ROOT / name
+    if not ((_ROOT / "pyproject.toml").is_file() and (folder / "__init__.py").is_file()):
+        return f"mmrl_{name}"
+    if name not in sys.modules:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != folder:
+            # not on sys.path (a console script's), or another project's: the checkout's, by location
+            spec = importlib.util.spec_from_file_location(
+                name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+            )
+            assert spec is not None and spec.loader is not None  # a .py path always gets a source loader
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+    return name
+
+
+def adapter(module: str) -> Any:
+    """An adapter module by its repository name (``"simulators.reach"``), wherever it is installed:
+    how one adapter, or a dataset recipe, imports another (`adapter_package`)."""
+    top, _, rest = module.partition(".")
+    package = adapter_package(top)
+    return importlib.import_module(f"{package}.{rest}" if rest else package)
 
 
 def load_plugin_modules() -> None:
-    """Import every module of the ``mmrl.plugins`` entry-point group once (each registers its
-    components on import). A plugin that fails to import is reported, not fatal to the others."""
+    """Import mmrl's own adapter packages (`ADAPTER_PACKAGES`), then every module of the
+    ``mmrl.plugins`` entry-point group, once (each registers its components on import). A plugin
+    that fails to import is reported, not fatal to the others."""
     global _PLUGIN_MODULES_LOADED
     if _PLUGIN_MODULES_LOADED:
         return
     _PLUGIN_MODULES_LOADED = True
+    for name in ADAPTER_PACKAGES:
+        adapter(name)
     for ep in metadata.entry_points(group="mmrl.plugins"):
+        if ep.value in ADAPTER_PACKAGES:  # an older install's entry point for a built-in: imported above
+            continue
         try:
             ep.load()
         except ImportError as exc:
@@ -161,8 +202,8 @@ def _first_line(obj: Any) -> str:
 
 
 POLICIES = Registry("policy", "mmrl.policies", ("mmrl.policies",))
-SIMULATORS = Registry("simulator", "mmrl.simulators")  # built-ins: the `simulators` package (mmrl.plugins)
-REWARDS = Registry("reward", "mmrl.rewards")  # built-ins: the `rewards` package (mmrl.plugins)
+SIMULATORS = Registry("simulator", "mmrl.simulators")  # built-ins: the `simulators` package (adapter_package)
+REWARDS = Registry("reward", "mmrl.rewards")  # built-ins: the `rewards` package (adapter_package)
 #: estimate(batch, algo, last_values) -> (advantages, returns), as `mmrl.capabilities.Component`s
 ADVANTAGES = Registry("advantage estimator", "mmrl.advantages", ("mmrl.algorithms",), entry_type=Component)
 #: objective(policy, minibatch, algo) -> (loss, metrics), as `mmrl.capabilities.Component`s

@@ -38,43 +38,43 @@ from mmrl.reward import Reward, RewardError, WeightedSum
 
 REWARDS.register(
     "clip_score",
-    "rewards.clip_score:CLIPScore",
+    f"{__name__}.clip_score:CLIPScore",
     extra="clip",
     description="CLIP cosine similarity between image and prompt (open_clip; default ViT-L-14 / openai)",
 )
 REWARDS.register(
     "pickscore",
-    "rewards.pickscore:PickScore",
+    f"{__name__}.pickscore:PickScore",
     extra="vlm",
     description="PickScore v1 human-preference score (transformers CLIPModel yuvalkirstain/PickScore_v1)",
 )
 REWARDS.register(
     "aesthetic",
-    "rewards.aesthetic:AestheticScore",
+    f"{__name__}.aesthetic:AestheticScore",
     extra="clip",
     description="LAION aesthetic predictor v2 (sac+logos+ava1 MLP on CLIP ViT-L/14 image embeddings)",
 )
 REWARDS.register(
     "jpeg_compressibility",
-    "rewards.jpeg:JpegCompressibility",
+    f"{__name__}.jpeg:JpegCompressibility",
     extra="vlm",
     description="negative JPEG size in kB at quality 95 (DDPO compressibility)",
 )
 REWARDS.register(
     "jpeg_incompressibility",
-    "rewards.jpeg:JpegIncompressibility",
+    f"{__name__}.jpeg:JpegIncompressibility",
     extra="vlm",
     description="JPEG size in kB at quality 95 (DDPO incompressibility)",
 )
 REWARDS.register(
     "ocr",
-    "rewards.ocr:OCRScore",
+    f"{__name__}.ocr:OCRScore",
     extra="ocr",
     description="1 - normalised edit distance between OCR'd text and the quoted target text (rapidocr / tesseract)",
 )
 REWARDS.register(
     "shapes",
-    "rewards.shapes:ShapesReward",
+    f"{__name__}.shapes:ShapesReward",
     description="programmatic prompt following for the synthetic shapes dataset "
     "(colour, count, shape, position, purity)",
 )
@@ -85,71 +85,71 @@ REWARDS.register(
 )
 REWARDS.register(
     "http",
-    "rewards.http:RemoteReward",
+    f"{__name__}.http:RemoteReward",
     description="a reward served over HTTP by `python -m rewards.http NAME` (stdlib client)",
 )
 REWARDS.register(
     "math_answer",
-    "rewards.verifiable:MathAnswer",
+    f"{__name__}.verifiable:MathAnswer",
     description="1/0: the last \\boxed{} / <answer> / number matches meta['answer'] (fractions; rel_tol decimals)",
 )
 REWARDS.register(
     "multiple_choice",
-    "rewards.verifiable:MultipleChoice",
+    f"{__name__}.verifiable:MultipleChoice",
     description="1/0: the chosen letter (\\boxed{B}, Answer: (B), a lone B, or an option text) matches meta['answer']",
 )
 REWARDS.register(
     "counting",
-    "rewards.verifiable:Counting",
+    f"{__name__}.verifiable:Counting",
     description="1/0: the integer answer (digits or zero..twenty in words) matches meta['answer']",
 )
 REWARDS.register(
     "short_answer",
-    "rewards.verifiable:ShortAnswer",
+    f"{__name__}.verifiable:ShortAnswer",
     description="1/0: normalised exact match of a short word / number answer (case, punctuation, articles, "
     "<answer>/\\boxed{}, number words) with meta['answer']",
 )
 REWARDS.register(
     "grounding_iou",
-    "rewards.verifiable:GroundingIoU",
+    f"{__name__}.verifiable:GroundingIoU",
     description="IoU of the predicted [x1, y1, x2, y2] box with meta['box'] (1/0 with threshold)",
 )
 REWARDS.register(
     "format",
-    "rewards.verifiable:FormatReward",
+    f"{__name__}.verifiable:FormatReward",
     description="1/0: the completion is <think>...</think> <answer>...</answer> (or just <answer>...</answer>)",
 )
 REWARDS.register(
     "overlong_penalty",
-    "rewards.verifiable:OverlongPenalty",
+    f"{__name__}.verifiable:OverlongPenalty",
     description="DAPO soft overlong punishment in [-1, 0] over the last cache_length tokens before max_length",
 )
 REWARDS.register(
     "math_with_format",
-    "rewards.verifiable:MathWithFormat",
+    f"{__name__}.verifiable:MathWithFormat",
     description="(1 - format_weight) * math_answer + format_weight * format, each part reported",
 )
 REWARDS.register(
     "clip_contrast_goal",
-    "rewards.clip_goal:CLIPContrastGoal",
+    f"{__name__}.clip_goal:CLIPContrastGoal",
     extra="clip",
     description="VLM-RL contrasting language goal (positive vs negative goal text) CLIP reward in [0, 1]",
 )
 REWARDS.register(
     "clip_goal_baseline",
-    "rewards.clip_goal:CLIPGoalBaseline",
+    f"{__name__}.clip_goal:CLIPGoalBaseline",
     extra="clip",
     description="VLM-RM goal-baseline regularised CLIP reward 1 - 0.5||(aP + (1-a)I)(s - g)||^2",
 )
 REWARDS.register(
     "clip_cosine",
-    "rewards.clip_goal:CLIPCosine",
+    f"{__name__}.clip_goal:CLIPCosine",
     extra="clip",
     description="CLIP cosine between image and instruction (open_clip; default ViT-B-32 / laion2b_s34b_b79k)",
 )
 REWARDS.register(
     "vlm_judge",
-    "rewards.vlm_judge:VLMJudge",
+    f"{__name__}.vlm_judge:VLMJudge",
     extra="vlm",
     description="VLM judge: a templated yes/no or 0-10 question per image, parsed to [0, 1] (callable or HTTP)",
 )

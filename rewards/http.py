@@ -50,6 +50,9 @@ import torch
 
 from mmrl.reward import Reward, RewardError
 
+#: this module as `python -m` runs it: rewards.http in the repository, mmrl_rewards.http in a wheel
+MODULE = f"{__package__ or 'rewards'}.http"
+
 
 class RemoteRewardError(RewardError):
     """The reward server could not be reached or failed; the message names the URL."""
@@ -169,7 +172,7 @@ def parse_scores(body: bytes, n: int, url: str) -> list[float]:
     if not isinstance(scores, list):
         raise RemoteRewardError(
             f"reward server at {url} answered POST /score without a 'scores' list (got {_preview(answer)}); "
-            f'it must answer {{"scores": [one number per sample]}}: is {url} a rewards.http server?'
+            f'it must answer {{"scores": [one number per sample]}}: is {url} a {MODULE} server?'
         )
     if len(scores) != n:
         raise RemoteRewardError(
@@ -196,12 +199,12 @@ def _parse_json(body: bytes, url: str, request: str) -> dict:
     except ValueError as exc:  # JSONDecodeError and bad UTF-8 both
         raise RemoteRewardError(
             f"reward server at {url} answered {request} with invalid JSON ({exc}): {_preview(body)}; is {url} a "
-            "rewards.http server (`python -m rewards.http REWARD_NAME`)?"
+            f"{MODULE} server (`python -m {MODULE} REWARD_NAME`)?"
         ) from None
     if not isinstance(answer, dict):
         raise RemoteRewardError(
             f"reward server at {url} answered {request} with JSON {type(answer).__name__} {_preview(answer)}, not an "
-            f"object; is {url} a rewards.http server (`python -m rewards.http REWARD_NAME`)?"
+            f"object; is {url} a {MODULE} server (`python -m {MODULE} REWARD_NAME`)?"
         )
     return answer
 
@@ -296,8 +299,8 @@ class RemoteReward(Reward):
             except http.client.HTTPException as exc:  # answered, but not with an HTTP response
                 raise RemoteRewardError(
                     f"reward server at {self.url} answered {method} {path} with a broken HTTP response "
-                    f"({type(exc).__name__}: {_preview(str(exc))}); is {self.url} a rewards.http server "
-                    "(`python -m rewards.http REWARD_NAME`)?"
+                    f"({type(exc).__name__}: {_preview(str(exc))}); is {self.url} a {MODULE} server "
+                    f"(`python -m {MODULE} REWARD_NAME`)?"
                 ) from None
             except OSError as exc:  # a read timed out, the connection was reset, ...
                 failure = self._unreachable(exc, attempts)
@@ -315,7 +318,7 @@ class RemoteReward(Reward):
             )
         if exc.code < 500:
             return RemoteRewardError(
-                f"reward server at {self.url} answered {exc.code}: {err}; is {self.url} a rewards.http server "
+                f"reward server at {self.url} answered {exc.code}: {err}; is {self.url} a {MODULE} server "
                 "(GET /info, POST /score)?"
             )
         return RemoteRewardError(
@@ -332,7 +335,7 @@ class RemoteReward(Reward):
             )
         return RemoteRewardError(
             f"reward server at {self.url} is unreachable ({reason}; {_tries(attempts)}); start one with "
-            f"`python -m rewards.http REWARD_NAME --port PORT`"
+            f"`python -m {MODULE} REWARD_NAME --port PORT`"
         )
 
 

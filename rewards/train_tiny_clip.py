@@ -42,7 +42,7 @@ import torch.nn.functional as F
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rewards.clip_score import OPENAI_MEAN, OPENAI_STD, clip_pixels
+from .clip_score import OPENAI_MEAN, OPENAI_STD, clip_pixels
 
 REACH_CLIP_CONFIG = {
     "embed_dim": 64,
@@ -67,7 +67,7 @@ WINDOW_QUANTILES = ((0.05, 0.95), (0.2, 0.8), (0.05, 0.5), (0.5, 0.95))
 # ----------------------------------------------------------------------------- model
 def build_model(config: dict | None = None, seed: int = 0):
     """A fresh ``open_clip.model.CLIP`` of ``config`` (default `REACH_CLIP_CONFIG`) and its tokenizer."""
-    from rewards.clip_score import import_open_clip
+    from .clip_score import import_open_clip
 
     open_clip = import_open_clip()
     cfg = json.loads(json.dumps(config or REACH_CLIP_CONFIG))
@@ -97,7 +97,7 @@ def save_model(model, cfg: dict, out_dir: str | Path, info: dict) -> Path:
 
 def load_model(out_dir: str | Path):
     """``(model, tokenizer)`` saved by `save_model` (eval mode, CPU)."""
-    from rewards.clip_score import import_open_clip
+    from .clip_score import import_open_clip
 
     open_clip = import_open_clip()
     name = f"local-dir:{Path(out_dir)}"
@@ -216,7 +216,9 @@ def train_tiny_clip(
 # ----------------------------------------------------------------------------- zero-shot goal reward
 def goal_meta(instructions: Sequence[str], wording: tuple[str, str] = GOAL_WORDINGS[0]) -> list[dict]:
     """Per instruction ``{"positive_goal", "negative_goal"}`` from ``wording`` and its colour word."""
-    from simulators.reach import PALETTE
+    from mmrl.registry import adapter
+
+    PALETTE = adapter("simulators.reach").PALETTE
 
     out = []
     for text in instructions:
@@ -237,7 +239,7 @@ def goal_contrast(
     batch_size: int = 1024,
 ) -> torch.Tensor:
     """``d = c_neg - c_pos`` ``[B]`` of frames under a wording: what `CLIPContrastGoal` windows."""
-    from rewards.clip_goal import CLIPContrastGoal
+    from .clip_goal import CLIPContrastGoal
 
     reward = CLIPContrastGoal(model=model, tokenizer=tokenizer, positive=None, negative=None, raw=True, device="cpu")
     meta = goal_meta(instructions, wording)
@@ -261,7 +263,7 @@ def select_goal_setting(
 ) -> dict:
     """The (wording, window) whose windowed CLG reward correlates best with ``success`` on validation
     frames. ``d_by_wording``: wording index -> ``d`` ``[B]``. Returns the choice and every candidate's score."""
-    from rewards.clip_goal import contrast_goal_reward
+    from .clip_goal import contrast_goal_reward
 
     scores = []
     for w, d in d_by_wording.items():

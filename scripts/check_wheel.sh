@@ -37,13 +37,17 @@ import sys, zipfile
 from pathlib import Path
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 repo = Path(sys.argv[2])
-want = [p.relative_to(repo).as_posix() for top in ("mmrl", "simulators", "rewards")
+want = [p.relative_to(repo).as_posix() for top in ("mmrl",)
         for p in (repo / top).rglob("*.py") if "__pycache__" not in p.parts]
 want += ["mmrl_datasets/" + p.relative_to(repo / "datasets").as_posix() for p in (repo / "datasets").glob("*/*")
          if p.is_file() and p.suffix != ".pyc"]
 want += ["mmrl_configs/" + p.name for p in (repo / "configs").glob("*.yaml")]
+for top in ("simulators", "rewards"):  # the adapters, under names that belong to mmrl
+    want += [f"mmrl_{top}/" + p.relative_to(repo / top).as_posix() for p in (repo / top).rglob("*.py")
+             if "__pycache__" not in p.parts]
 missing = sorted(set(want) - names)
-bad = sorted(n for n in names if n.split("/")[0] == "datasets" or n.startswith("mmrl_datasets/__init__"))
+bad = sorted(n for n in names if n.split("/")[0] in ("datasets", "simulators", "rewards")
+             or n.startswith("mmrl_datasets/__init__"))
 if missing or bad:
     sys.exit(f"wheel is wrong: missing {missing[:10]}{' ...' if len(missing) > 10 else ''}; must not hold {bad}")
 print(f"wheel holds {len(want)} source and recipe files, as expected")
@@ -67,7 +71,8 @@ import mmrl, mmrl.data
 site = Path(sysconfig.get_paths()["purelib"])
 assert Path(mmrl.__file__).is_relative_to(site), f"mmrl imported from {mmrl.__file__}, not the wheel in {site}"
 assert mmrl.data.DATASETS_DIR == site / "mmrl_datasets", mmrl.data.DATASETS_DIR
-assert importlib.util.find_spec("datasets") is None, "the wheel must not install a top-level `datasets`"
+for name in ("datasets", "simulators", "rewards"):  # names other projects use: never taken by mmrl
+    assert importlib.util.find_spec(name) is None, f"the wheel must not install a top-level `{name}`"
 print(f"mmrl from {Path(mmrl.__file__).parent}, recipes from {mmrl.data.DATASETS_DIR}")
 EOF
 "$V" -m mmrl list > list.txt

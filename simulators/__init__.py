@@ -11,20 +11,20 @@ from mmrl.simulator import Observation, Simulator, StepResult
 
 SIMULATORS.register(
     "reach",
-    "simulators.reach:ReachSim",
+    f"{__name__}.reach:ReachSim",
     description="embedded pure-torch batched reach-the-named-target task (RGB + instruction)",
 )
 
 SIMULATORS.register(
     "gym",
-    "simulators.gym_env:GymSim",
+    f"{__name__}.gym_env:GymSim",
     description="any registered gymnasium env id through gymnasium vector envs (images from render())",
     extra="gym",
 )
 
 SIMULATORS.register(
     "libero",
-    "simulators.libero:LiberoSim",
+    f"{__name__}.libero:LiberoSim",
     description="LIBERO manipulation suites (robosuite/MuJoCo; spatial, object, goal, 10, 90); "
     "scene assets via MMRL_LIBERO_ASSETS",
     extra="libero",
@@ -32,20 +32,20 @@ SIMULATORS.register(
 
 SIMULATORS.register(
     "maniskill",
-    "simulators.maniskill:ManiSkillSim",
+    f"{__name__}.maniskill:ManiSkillSim",
     description="ManiSkill3 tasks (PickCube-v1, ...): GPU-batched on CUDA, one worker process per env on CPU",
     extra="sim",
 )
 
 SIMULATORS.register(
     "prompts",
-    "simulators.prompts:PromptSim",
+    f"{__name__}.prompts:PromptSim",
     description="single-turn prompt -> image tasks scored by a reward model (diffusion alignment)",
 )
 
 SIMULATORS.register(
     "qa",
-    "simulators.qa:QASim",
+    f"{__name__}.qa:QASim",
     description="visual question answering with a checkable answer scored by a text reward (VLM RL)",
 )
 

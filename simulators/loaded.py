@@ -79,7 +79,7 @@ def loaded_reach(
     num_envs: int, seed: int = 0, device: str = "cpu", work: int = 0, delay_s: float = 0.0, **kwargs
 ) -> LoadedSim:
     """A `LoadedSim` around `simulators.reach.ReachSim` (a picklable worker factory target)."""
-    from simulators.reach import ReachSim  # (an adapter may import another adapter)
+    from .reach import ReachSim
 
     return LoadedSim(ReachSim(num_envs=num_envs, seed=seed, device=device, **kwargs), work, delay_s)
 

@@ -24,11 +24,19 @@ import torch
 
 try:
     from mmrl.policies.processing import resize_images
-    from simulators.libero import DEMO_CAMERAS, IMAGE_FLIPS, SUITES, TaskInfo, ensure_libero_config, list_tasks
+    from mmrl.registry import adapter
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from mmrl.policies.processing import resize_images
-    from simulators.libero import DEMO_CAMERAS, IMAGE_FLIPS, SUITES, TaskInfo, ensure_libero_config, list_tasks
+    from mmrl.registry import adapter
+
+_libero = adapter("simulators.libero")  # simulators/libero.py, wherever mmrl installed it (mmrl_simulators in a wheel)
+DEMO_CAMERAS = _libero.DEMO_CAMERAS
+IMAGE_FLIPS = _libero.IMAGE_FLIPS
+SUITES = _libero.SUITES
+TaskInfo = _libero.TaskInfo
+ensure_libero_config = _libero.ensure_libero_config
+list_tasks = _libero.list_tasks
 
 ROOT_ENV = "MMRL_LIBERO_DATASETS"
 CAMERAS = DEMO_CAMERAS  # (simulator camera name, key under data/demo_<i>/obs), in image order

@@ -56,42 +56,27 @@ from pathlib import Path
 import numpy as np
 
 try:
-    from simulators.libero import (
-        DEMO_CAMERAS,
-        MAX_EPISODE_STEPS,
-        SUITES,
-        LiberoSim,
-        TaskInfo,
-        _build_env,
-        _EnvRunner,
-        _EnvSpec,
-        check_assets,
-        ensure_libero_config,
-        list_tasks,
-        load_init_states,
-        offscreen_env_kwargs,
-        proprio_state,
-        resolve_render_backend,
-    )
+    from mmrl.registry import adapter
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from simulators.libero import (
-        DEMO_CAMERAS,
-        MAX_EPISODE_STEPS,
-        SUITES,
-        LiberoSim,
-        TaskInfo,
-        _build_env,
-        _EnvRunner,
-        _EnvSpec,
-        check_assets,
-        ensure_libero_config,
-        list_tasks,
-        load_init_states,
-        offscreen_env_kwargs,
-        proprio_state,
-        resolve_render_backend,
-    )
+    from mmrl.registry import adapter
+
+_libero = adapter("simulators.libero")  # simulators/libero.py, wherever mmrl installed it (mmrl_simulators in a wheel)
+DEMO_CAMERAS = _libero.DEMO_CAMERAS
+MAX_EPISODE_STEPS = _libero.MAX_EPISODE_STEPS
+SUITES = _libero.SUITES
+LiberoSim = _libero.LiberoSim
+TaskInfo = _libero.TaskInfo
+_build_env = _libero._build_env
+_EnvRunner = _libero._EnvRunner
+_EnvSpec = _libero._EnvSpec
+check_assets = _libero.check_assets
+ensure_libero_config = _libero.ensure_libero_config
+list_tasks = _libero.list_tasks
+load_init_states = _libero.load_init_states
+offscreen_env_kwargs = _libero.offscreen_env_kwargs
+proprio_state = _libero.proprio_state
+resolve_render_backend = _libero.resolve_render_backend
 
 CAMERAS = DEMO_CAMERAS  # (simulator camera name, key under data/demo_<i>/obs), in image order
 SUPPORTED = (

@@ -20,10 +20,13 @@ import torch
 SIMULATOR = "reach"
 
 try:
-    from simulators.reach import ReachSim
+    from mmrl.registry import adapter
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from simulators.reach import ReachSim
+    from mmrl.registry import adapter
+
+_reach = adapter("simulators.reach")  # simulators/reach.py, wherever mmrl installed it (mmrl_simulators in a wheel)
+ReachSim = _reach.ReachSim
 
 
 def build(

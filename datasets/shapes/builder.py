@@ -21,10 +21,19 @@ from pathlib import Path
 import torch
 
 try:
-    from rewards.shapes import BACKGROUND, COLORS, POSITIONS, SHAPES, TAGS, describe, make_meta
+    from mmrl.registry import adapter
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from rewards.shapes import BACKGROUND, COLORS, POSITIONS, SHAPES, TAGS, describe, make_meta
+    from mmrl.registry import adapter
+
+_shapes = adapter("rewards.shapes")  # rewards/shapes.py, wherever mmrl installed it (mmrl_rewards in a wheel)
+BACKGROUND = _shapes.BACKGROUND
+COLORS = _shapes.COLORS
+POSITIONS = _shapes.POSITIONS
+SHAPES = _shapes.SHAPES
+TAGS = _shapes.TAGS
+describe = _shapes.describe
+make_meta = _shapes.make_meta
 
 CHUNK = 1024  # samples drawn per generator; sample i depends only on (seed, i), not on num_samples
 DEFAULT_TAG_WEIGHTS = {"single": 0.2, "position": 0.3, "counting": 0.2, "color_attr": 0.3}

@@ -12,10 +12,14 @@ import sys
 from pathlib import Path
 
 try:
-    from rewards.shapes import describe, make_meta
+    from mmrl.registry import adapter
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from rewards.shapes import describe, make_meta
+    from mmrl.registry import adapter
+
+_shapes = adapter("rewards.shapes")  # rewards/shapes.py, wherever mmrl installed it (mmrl_rewards in a wheel)
+describe = _shapes.describe
+make_meta = _shapes.make_meta
 
 
 def _shapes_builder():

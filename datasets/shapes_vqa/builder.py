@@ -26,10 +26,14 @@ from pathlib import Path
 import torch
 
 try:
-    from rewards.shapes import COLORS, SHAPES
+    from mmrl.registry import adapter
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from rewards.shapes import COLORS, SHAPES
+    from mmrl.registry import adapter
+
+_shapes = adapter("rewards.shapes")  # rewards/shapes.py, wherever mmrl installed it (mmrl_rewards in a wheel)
+COLORS = _shapes.COLORS
+SHAPES = _shapes.SHAPES
 
 TASKS = ("count", "count_color", "color", "compare")
 SPLITS = ("train", "val", "eval")

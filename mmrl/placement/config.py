@@ -12,7 +12,7 @@ collection is laid out; the policy (inference and update) lives on ``run.device`
 Backends: ``local`` (worker processes on this machine, the default) and ``ray`` (one Ray actor
 per sim worker, in a Ray placement group of one bundle per worker, placed by ``ray_strategy``:
 ``PACK`` on as few nodes as possible, ``SPREAD`` across nodes; needs ``pip install 'mmrl[ray]'``).
-With ``ray``, ``train_ranks`` > 1 has Ray Train start the training ranks too (`mmrl.placement.ray_train`).
+With ``ray``, ``train_ranks`` > 1 has Ray Train start the training ranks too (`mmrl.ray_train`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class PlacementConfig:
     # ray backend: how the placement group's bundles (one per sim worker) spread over the nodes
     ray_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     # ray backend: training ranks Ray Train starts as one torch.distributed group, each running the
-    # trainer as a torchrun rank would (`mmrl.placement.ray_train`); 1 = this process trains (as under
+    # trainer as a torchrun rank would (`mmrl.ray_train`); 1 = this process trains (as under
     # torchrun, whose ranks each set 1)
     train_ranks: int = 1
     train_cpus_per_rank: float = 1.0  # CPUs Ray reserves for each training rank (and 1 GPU on cuda)

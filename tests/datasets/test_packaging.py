@@ -26,15 +26,23 @@ def _setuptools() -> dict:
 
 
 def test_every_package_folder_is_listed():
+    """Every package folder ships, the adapters under names that belong to mmrl (issue 31: a wheel
+    must not take the top-level names `simulators` / `rewards` from other projects)."""
     st = _setuptools()
+    installed_as = {"simulators": "mmrl_simulators", "rewards": "mmrl_rewards"}
     found = {
-        ".".join(p.parent.relative_to(ROOT).parts)
+        ".".join(
+            [installed_as.get(p.parent.relative_to(ROOT).parts[0], p.parent.relative_to(ROOT).parts[0])]
+            + list(p.parent.relative_to(ROOT).parts[1:])
+        )
         for top in ("mmrl", "simulators", "rewards")
         for p in (ROOT / top).rglob("__init__.py")
     }
     missing = sorted(found - set(st["packages"]))
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml (the wheel lacks them)"
-    assert "datasets" not in st["packages"] and not (ROOT / "datasets" / "__init__.py").exists()
+    assert all(st["package-dir"][v] == k for k, v in installed_as.items())
+    assert not {"datasets", "simulators", "rewards"} & set(st["packages"])
+    assert not (ROOT / "datasets" / "__init__.py").exists()
 
 
 def test_every_recipe_file_ships_as_mmrl_datasets():
@@ -51,17 +59,22 @@ def test_recipes_found_in_a_wheel_layout(tmp_path):
     """mmrl and mmrl_datasets side by side as pip installs them: the recipes load from there, and a
     builder that imports another by path (shapes_prompts -> shapes) works."""
     site = tmp_path / "site"
-    shutil.copytree(ROOT / "mmrl", site / "mmrl", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "datasets", site / "mmrl_datasets", ignore=shutil.ignore_patterns("__pycache__"))
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "mmrl", site / "mmrl", ignore=ignore)
+    for folder, name in (("datasets", "mmrl_datasets"), ("simulators", "mmrl_simulators"), ("rewards", "mmrl_rewards")):
+        shutil.copytree(ROOT / folder, site / name, ignore=ignore)
     code = (
-        "import mmrl.data as d; print(d.__file__); print(d.DATASETS_DIR); "
-        "print(len(d.load_dataset('shapes_prompts', split='eval')['prompt']))"
+        "import importlib.util, mmrl.data as d; print(d.__file__); print(d.DATASETS_DIR); "
+        "print(len(d.load_dataset('shapes_prompts', split='eval')['prompt'])); "
+        "from mmrl.registry import SIMULATORS; print(SIMULATORS.get('reach').__module__); "
+        "print(importlib.util.find_spec('simulators'), importlib.util.find_spec('rewards'))"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}  # ROOT: rewards, simulators
+    env = {**os.environ, "PYTHONPATH": str(site)}  # the wheel's layout alone
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr
-    module, folder, count = out.stdout.split()
+    module, folder, count, reach, *specs = out.stdout.split()
     assert Path(module).is_relative_to(site) and Path(folder) == site / "mmrl_datasets"
-    assert int(count) > 0
+    assert int(count) > 0  # shapes_prompts reads rewards/shapes.py as mmrl_rewards.shapes
+    assert reach == "mmrl_simulators.reach" and specs == ["None", "None"]  # no top-level simulators / rewards

@@ -67,8 +67,8 @@ def test_collocated_starts_no_workers():
 
 def test_a_ray_training_failure_names_the_rank_that_died_first():
     """Ray Train reports every rank's error; the ranks that only lost their peer in a collective are
-    summed up after the one that died (`mmrl.placement.ray_train.describe_failure`)."""
-    from mmrl.placement.ray_train import describe_failure
+    summed up after the one that died (`mmrl.ray_train.describe_failure`)."""
+    from mmrl.ray_train import describe_failure
 
     class WorkerGroupError(Exception):
         pass

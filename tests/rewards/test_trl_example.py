@@ -85,19 +85,19 @@ def test_a_trl_reward_file_and_a_standard_dataset_train_from_python(tmp_path, mo
     monkeypatch.syspath_prepend(str(tmp_path))
     from my_trl_rewards import reward_len
 
-    def exact(completions, solution, **kwargs):  # the solution column arrives as TRL passes it
+    def exact_solution(completions, solution, **kwargs):  # the solution column arrives as TRL passes it
         return [float(c.strip() == s) for c, s in zip(completions, solution)]
 
     data = trl_dataset(tmp_path, conversational=False)
     mmrl.train(
         "configs/vlm_quickstart.yaml",
         *overrides(tmp_path, data, "std"),
-        reward=[reward_len, exact],
+        reward=[reward_len, exact_solution],
         reward_weights=[0.1, 1.0],
     )
     rows = train_rows(tmp_path, "std")
     assert len(rows) == 2 and all(r["train/rewards/reward_len/mean"] < 0 for r in rows)
-    assert all(0.0 <= r["train/rewards/exact/mean"] <= 1.0 for r in rows)
+    assert all(0.0 <= r["train/rewards/exact_solution/mean"] <= 1.0 for r in rows)
     saved = (tmp_path / "std" / "checkpoints" / "iter_000002" / "config.yaml").read_text()
     assert "my_trl_rewards:reward_len: 0.1" in saved  # recorded by reference: the run resumes anywhere
 
