@@ -18,22 +18,17 @@ from typing import Any
 
 from mmrl.config import ConfigError, _suggest
 from mmrl.registry import DATASETS
+from mmrl.utils.shipped import shipped_folder
 
 INSTALLED_NAME = "mmrl_datasets"  # what a wheel installs datasets/ as (pyproject.toml, package-dir)
 
 
 def datasets_dir() -> Path:
     """The folder of dataset recipes: ``datasets/`` beside the ``mmrl`` package in a source checkout
-    (an editable install included), else the ``mmrl_datasets`` folder a wheel installs. Never found
-    through an import of ``datasets``, which is Hugging Face's."""
-    root = Path(__file__).resolve().parent.parent
-    if (root / "pyproject.toml").is_file() and (root / "datasets").is_dir():
-        return root / "datasets"
-    spec = importlib.util.find_spec(INSTALLED_NAME)  # a namespace package: locates, imports nothing
-    for location in (spec.submodule_search_locations or []) if spec is not None else []:
-        if any(Path(location).glob("*/builder.py")):
-            return Path(location)
-    return root / "datasets"  # not there: no built-in dataset is registered
+    (an editable install included), else the ``mmrl_datasets`` folder a wheel installs (neither: no
+    built-in dataset is registered). Never found through an import of ``datasets``, which is Hugging
+    Face's."""
+    return shipped_folder("datasets", INSTALLED_NAME, "*/builder.py")
 
 
 DATASETS_DIR = datasets_dir()

@@ -7,26 +7,19 @@ package in a source checkout. ``mmrl init NAME`` writes one into the current fol
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 from mmrl.config import _suggest
 from mmrl.errors import UserError
+from mmrl.utils.shipped import shipped_folder
 
 INSTALLED_NAME = "mmrl_configs"  # what a wheel installs configs/ as (pyproject.toml, package-dir)
 
 
 def configs_dir() -> Path:
     """``configs/`` of a source checkout (an editable install included), else the wheel's ``mmrl_configs``."""
-    root = Path(__file__).resolve().parent.parent
-    if (root / "pyproject.toml").is_file() and (root / "configs").is_dir():
-        return root / "configs"
-    spec = importlib.util.find_spec(INSTALLED_NAME)  # a namespace package: locates, imports nothing
-    for location in (spec.submodule_search_locations or []) if spec is not None else []:
-        if any(Path(location).glob("*.yaml")):
-            return Path(location)
-    return root / "configs"
+    return shipped_folder("configs", INSTALLED_NAME, "*.yaml")
 
 
 def example_names() -> list[str]:
