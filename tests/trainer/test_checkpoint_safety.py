@@ -168,11 +168,12 @@ def test_resume_hashes_the_newest_checkpoint_once(tmp_path, monkeypatch):
     trainer.close()
 
 
-def tensorboard_scalars(out: Path) -> dict[tuple[str, int], list[float]]:
-    """Every scalar point TensorBoard shows for the run (purges applied, as its reader does)."""
+def tensorboard_scalars(out: Path, run: str = "") -> dict[tuple[str, int], list[float]]:
+    """Every scalar point TensorBoard shows for the run (purges applied, as its reader does); ``run``:
+    a phase's own TensorBoard run (``tb/warm_start``)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0}).Reload()
+    events = EventAccumulator(str(out / "tb" / run), size_guidance={"scalars": 0}).Reload()
     points: dict[tuple[str, int], list[float]] = {}
     for tag in events.Tags()["scalars"]:
         for e in events.Scalars(tag):
@@ -202,12 +203,18 @@ def test_tensorboard_shows_each_point_once_after_a_kill_between_two_saves(tmp_pa
     assert any(k.startswith("eval/") for r in at_2 for k in r) and any(k.startswith("train/") for r in at_2 for k in r)
     run(tmp_path, "trainer.iterations=2", "trainer.checkpoint_every=1")
     assert_no_duplicate_rows(tmp_path)
-    want = {
-        (k, r["step"]): v for r in rows(tmp_path) for k, v in r.items() if k != "step" and isinstance(v, (int, float))
-    }
-    assert any(k.startswith("train/") and step == 2 for k, step in want)
-    points = tensorboard_scalars(tmp_path / "t")
-    twice = {key: values for key, values in points.items() if len(values) > 1}
-    assert not twice, f"TensorBoard shows these points more than once: {sorted(twice)[:5]}"
-    assert points.keys() == want.keys(), sorted(set(points) ^ set(want))[:5]
-    assert all(points[key][0] == pytest.approx(want[key], rel=1e-6) for key in want)
+    logged = rows(tmp_path)
+    for phase, step_key in (("", "step"), ("warm_start", "phase_step")):  # the RL run, the warm start's run
+        want = {
+            (k, r[step_key]): v
+            for r in logged
+            if r.get("phase", "") == phase
+            for k, v in r.items()
+            if k not in ("step", "phase", "phase_step") and isinstance(v, (int, float))
+        }
+        assert want and (phase or any(k.startswith("train/") and step == 2 for k, step in want))
+        points = tensorboard_scalars(tmp_path / "t", phase)
+        twice = {key: values for key, values in points.items() if len(values) > 1}
+        assert not twice, f"TensorBoard shows these points more than once: {sorted(twice)[:5]}"
+        assert points.keys() == want.keys(), sorted(set(points) ^ set(want))[:5]
+        assert all(points[key][0] == pytest.approx(want[key], rel=1e-6) for key in want)
