@@ -116,8 +116,8 @@ def _group_sum(x: Tensor, index: Tensor, num: int) -> Tensor:
     return torch.zeros(num, dtype=x.dtype, device=x.device).index_add_(0, index, x)
 
 
-def _group_stats(rewards: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-sample (group mean, unbiased group std, group size), all ``[M]``.
+def _per_group(rewards: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(each sample's group index ``[M]``, and per group ``[G]``: mean, unbiased std, size).
 
     The std of a single-sample group is reported as 0 (instead of NaN).
     """
@@ -127,18 +127,20 @@ def _group_stats(rewards: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor
     mean = _group_sum(r, index, num) / count
     sq = _group_sum((r - mean[index]) ** 2, index, num)
     var = sq / (count - 1).clamp(min=1)
-    return mean[index], var.sqrt()[index], count[index]
+    return index, mean, var.sqrt(), count
+
+
+def _group_stats(rewards: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-sample (group mean, unbiased group std, group size), all ``[M]`` (`_per_group`)."""
+    index, mean, std, count = _per_group(rewards, group)
+    return mean[index], std[index], count[index]
 
 
 def group_reward_stats(returns: Tensor, group: Tensor) -> dict[str, float]:
     """TRL's GRPO reward statistics of a batch of episodes in groups (returns ``[M]``, group ids
     ``[M]``): ``reward_std``, the mean over the groups of their unbiased std, and
     ``frac_reward_zero_std``, the fraction of groups whose returns are all equal (no GRPO signal)."""
-    index, num = _group_index(group)
-    r = returns.to(torch.promote_types(returns.dtype, torch.float32))
-    count = _group_sum(torch.ones_like(r), index, num)
-    mean = _group_sum(r, index, num) / count
-    std = (_group_sum((r - mean[index]) ** 2, index, num) / (count - 1).clamp(min=1)).sqrt()
+    _, _, std, _ = _per_group(returns, group)
     zero = torch.isclose(std, torch.zeros_like(std))
     return {"reward_std": float(std.mean()), "frac_reward_zero_std": float(zero.float().mean())}
 

@@ -87,9 +87,7 @@ class RunLogger:
             writer = self._phases.get(phase)
             if writer is None:  # a phase (re)started in this process: what an earlier try logged goes
                 writer = self._phases[phase] = self._writer(purge_step=0, sub=phase)
-            for k, v in clean.items():
-                if isinstance(v, (int, float)) and math.isfinite(v):
-                    writer.add_scalar(k, v, phase_step)
+            self._to_tensorboard(phase_step, clean, tables=False, writer=writer)
             if self.wandb is not None:
                 self.wandb.summary.update({k: v for k, v in clean.items() if isinstance(v, (int, float))})
             return
@@ -105,12 +103,13 @@ class RunLogger:
                 step=step,
             )
 
-    def _to_tensorboard(self, step: int, clean: dict, tables: bool = True) -> None:
+    def _to_tensorboard(self, step: int, clean: dict, tables: bool = True, writer=None) -> None:
+        writer = self.tb if writer is None else writer  # a phase's own run (tb/<phase>), else the run's
         for k, v in clean.items():
             if isinstance(v, (int, float)) and math.isfinite(v):
-                self.tb.add_scalar(k, v, step)
+                writer.add_scalar(k, v, step)
             elif tables and _is_table(v):  # e.g. the completions of a VLM iteration: a markdown table
-                self.tb.add_text(k, _markdown(v), step)
+                writer.add_text(k, _markdown(v), step)
 
     def media(self, step: int, key: str, video: Path) -> None:
         """An evaluation's video and its still grid (the PNG beside it): the grid as a TensorBoard
