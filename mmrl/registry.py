@@ -145,15 +145,16 @@ class Registry:
 
 _PLUGIN_MODULES_LOADED = False
 ADAPTER_PACKAGES = ("simulators", "rewards")  # the repository's adapter folders (registered on import)
-_ROOT = Path(__file__).resolve().parent.parent
 
 
 def adapter_package(name: str) -> str:
     """The import name of adapter package ``name`` (``simulators``, ``rewards``) here: itself in a
     source checkout (an editable install included; imported from the checkout's folder), else
     ``mmrl_<name>``, as a wheel installs it."""
-    folder = _ROOT / name
-    if not ((_ROOT / "pyproject.toml").is_file() and (folder / "__init__.py").is_file()):
+    from mmrl.utils.shipped import checkout_folder
+
+    folder = checkout_folder(name)
+    if folder is None or not (folder / "__init__.py").is_file():
         return f"mmrl_{name}"
     if name not in sys.modules:
         spec = importlib.util.find_spec(name)

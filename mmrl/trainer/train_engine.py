@@ -280,6 +280,8 @@ class TrainEngine:
                 f"rank(s): resume it with trainer.engine.backend=deepspeed on {sd[ZERO_RANKS]} rank(s) (its weights "
                 "alone load anywhere: mmrl eval, mmrl export)"
             )
+        if not sd:  # saved before the first step (FSDP2): no state yet, in any engine
+            return
         if SHARDED in sd:
             load_sharded_optimizer(self.sharded_model(), self.optimizer, Path(folder) / sd[SHARDED])
         elif named(sd):  # FSDP2's whole state, keyed by parameter name
@@ -467,9 +469,8 @@ class FSDPEngine(TrainEngine):
 
     def load_state_dict(self, sd: dict) -> None:
         """The whole optimizer state every rank read from a checkpoint, each keeping its shards."""
-        if not sd:  # saved before the first step
-            return
-        load_named_optimizer(self.root, self.optimizer, sd)
+        if sd:  # (empty: saved before the first step)
+            load_named_optimizer(self.root, self.optimizer, sd)
 
 
 def load_sharded_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:

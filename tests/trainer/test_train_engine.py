@@ -231,6 +231,8 @@ def test_optimizer_checkpoint_errors_name_the_fix(tmp_path):
         engine.load_optimizer({train_engine.ZERO_RANKS: 2}, tmp_path)
     with pytest.raises(CheckpointError, match="no .metadata"):
         engine.load_optimizer({train_engine.SHARDED: "optimizer"}, tmp_path)
+    engine.load_optimizer({}, tmp_path)  # an FSDP2 checkpoint saved before the first step: nothing to load
+    assert not engine.optimizer.state
 
 
 # ---- DeepSpeed on CPU ------------------------------------------------------------------------------
