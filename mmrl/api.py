@@ -144,7 +144,8 @@ def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) 
         load_experiment,
         output_dir,
     )
-    from mmrl.trainer.evaluation import evaluate_suite, load_checkpoint_policy, resolve_checkpoint
+    from mmrl.trainer.checkpoint import recorded_config
+    from mmrl.trainer.evaluation import evaluate_suite, load_checkpoint_policy, resolve_checkpoint, run_folder_of
     from mmrl.trainer.trainer import run_generator
     from mmrl.utils import jsonio
 
@@ -152,12 +153,13 @@ def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) 
     # a run or checkpoint folder: its own config
     if target.is_dir() or target.name in ("state.pt", "model.safetensors"):
         path = resolve_checkpoint(str(target), target)
-        cfg = load_experiment(path / "config.yaml", overrides)
-        out = path.parent.parent  # the run folder the checkpoint belongs to
+        cfg = load_experiment(recorded_config(path), overrides)
+        out = run_folder_of(path)
     else:
         cfg = load_experiment(target, overrides)
         path = resolve_checkpoint(checkpoint, output_dir(cfg))  # checked before any simulator is built
-        out = output_dir(cfg)
+        # the report (and videos) go with the checkpoint evaluated, never into another run's folder
+        out = run_folder_of(path) if checkpoint else output_dir(cfg)
     check_device_available("run.device", cfg.run.device)
     tasks = eval_tasks(cfg)
     t, seed = cfg.trainer, cfg.run.seed + 1

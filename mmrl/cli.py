@@ -140,7 +140,9 @@ def cmd_config(args) -> int:
 def cmd_export(args) -> int:
     from mmrl.export import export
 
-    out = export(args.run, args.to, merge=not args.adapter, push_to_hub=args.push_to_hub, private=not args.public)
+    out = export(
+        args.run, args.to, merge=not args.adapter, push_to_hub=args.push_to_hub, private=not args.public, force=args.force
+    )
     pushed = f" and pushed to https://huggingface.co/{args.push_to_hub}" if args.push_to_hub else ""
     print(f"exported to {out}{pushed}")
     return 0
@@ -350,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run", help="a run folder (its newest complete checkpoint) or a checkpoint folder")
-    p.add_argument("--to", required=True, help="the folder to write")
+    p.add_argument("--to", required=True, help="the folder to write (new or empty; see --force)")
+    p.add_argument(
+        "--force", action="store_true", help="write into a non-empty folder (never one inside a run's checkpoints)"
+    )
     p.add_argument(
         "--adapter",
         action="store_true",

@@ -44,6 +44,12 @@ class RunConfig:
             )
         if not _valid_device(self.device):
             raise ConfigError(f"'device' = {self.device!r} is not a device; valid: cpu, cuda, cuda:<index>, mps")
+        # the run folder is output_dir/name: a name that is a path would write elsewhere
+        if not self.name or "/" in self.name or "\\" in self.name or self.name in (".", ".."):
+            raise ConfigError(
+                f"'name' = {self.name!r} is not a folder name (the run folder is run.output_dir/run.name): use a "
+                "plain name such as run.name=my_run, and run.output_dir=PATH for where runs go"
+            )
 
 
 @dataclass
@@ -598,7 +604,7 @@ class ExperimentConfig:
             )
 
 
-def load_experiment(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+def load_experiment(path: str | Path | dict | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
     return load_config(ExperimentConfig, path, overrides)
 
 

@@ -27,6 +27,9 @@ and only ones of earlier iterations. Resume (`load_latest`) scans the folder, ta
 checkpoint that verifies, says which, and falls back past a corrupt one naming it; it also cuts
 ``metrics.jsonl`` back to its length at that save (recorded in ``state.pt``), so rows logged after
 the save, such as an evaluation between two saves of one iteration, are logged once when redone.
+``COMPLETE`` also records the config the checkpoint was trained with (`recorded_config`), and the
+sha256 of ``config.yaml``, which is a copy for people to read: an edited or broken ``config.yaml`` is
+said and never trusted, and never blocks a resume whose weights are intact.
 Every step of a save is a named fault point (`mmrl.utils.faults`) that tests kill the process at.
 
 With N ranks rank 0 writes the checkpoint; an engine whose ranks each hold their own part of the
@@ -58,6 +61,7 @@ from mmrl.utils.weights import SPEC, fingerprint, load_weights, read_metadata, s
 
 MARKER = "COMPLETE"
 WEIGHTS = "model.safetensors"
+CONFIG = "config.yaml"
 STATE = "state.pt"
 SHARD = "optimizer.rank{:05d}.pt"  # a rank's own optimizer partition (DeepSpeed ZeRO on N ranks)
 NONTENSOR = "mmrl.nontensor"  # model.safetensors metadata: names of the state dict's entries in state.pt
@@ -116,7 +120,7 @@ def save(
     ``own``: None, or the files (relative paths) the ranks wrote into the folder `begin` made
     (`TrainEngine.write_own_state`), all of them complete (the caller's barrier); the marker lists
     and checks them with the rest. Keeps the ``keep`` newest iterations."""
-    from mmrl.config import save_config
+    from mmrl.config import save_config, to_dict
 
     root = Path(out_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -165,6 +169,8 @@ def save(
     marker = {
         "files": {f: {"sha256": _sha256(tmp / f), "bytes": (tmp / f).stat().st_size} for f in (WEIGHTS, STATE, *own)},
         "iteration": state.iteration,
+        "config": to_dict(cfg),  # what resume, eval and export trust (config.yaml is a copy to read)
+        "config_sha256": _sha256(tmp / CONFIG),
     }
     (tmp / MARKER).write_text(json.dumps(marker))
     fault_point("ckpt.mid_marker", tmp / MARKER)
@@ -229,6 +235,42 @@ def verify(folder: Path) -> str | None:
         if file.stat().st_size != expected["bytes"] or _sha256(file) != expected["sha256"]:
             return f"{file} does not match its checksum (truncated or corrupted)"
     return None
+
+
+def recorded_config(folder: Path, log=print) -> dict:
+    """The config (a plain dict) checkpoint ``folder`` was trained with: the one its ``COMPLETE``
+    marker records. Its ``config.yaml`` is a copy for people: changed or broken since the save, it
+    is said (``log``) and not used. A checkpoint of an older mmrl (no recorded config) has only
+    ``config.yaml``: unreadable, it raises `mmrl.errors.UserError` in one line."""
+    import yaml
+
+    from mmrl.errors import UserError
+
+    folder = Path(folder)
+    file = folder / CONFIG
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        marker = {}
+    if isinstance(marker, dict) and isinstance(marker.get("config"), dict):
+        if not file.is_file() or _sha256(file) != marker.get("config_sha256"):
+            what = "is missing" if not file.is_file() else "was changed after the checkpoint was saved"
+            log(
+                f"warning: {file} {what}; it is a copy for reading, and the config recorded in "
+                f"{folder / MARKER} is used (to change a value, pass it as an override: key=value)"
+            )
+        return marker["config"]
+    try:
+        data = yaml.safe_load(file.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        why = str(exc).replace("\n", " ")[:200]
+        raise UserError(
+            f"{file} cannot be read ({type(exc).__name__}: {why}); this checkpoint of an older mmrl records "
+            "its config nowhere else: restore the file, or evaluate it with a config: mmrl eval CONFIG checkpoint=PATH"
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{file} holds {type(data).__name__}, not a config: restore the file")
+    return data
 
 
 def latest_path(out_dir: Path) -> Path | None:
@@ -396,6 +438,13 @@ def load_latest(
         np.random.set_state(data["rng"]["numpy"])
         random.setstate(data["rng"]["python"])
         if writer:
+            had, has = data.get("log_bytes") or 0, log_size(out_dir)
+            if has < had:  # the log this checkpoint saw lost rows outside mmrl: said, never silent
+                log(
+                    f"warning: {Path(out_dir) / 'metrics.jsonl'} holds {has} bytes, fewer than the {had} it held "
+                    f"when {path.name} was saved: rows logged before that checkpoint were deleted or cut short "
+                    "outside mmrl and are gone from it; the run resumes and logs from here"
+                )
             cut_log(out_dir, data.get("log_bytes"))  # rows logged after this save are redone
         return data["state"], data.get("extra", {}), path
     if found:

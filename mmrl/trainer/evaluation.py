@@ -81,9 +81,10 @@ def evaluate_suite(
     return report
 
 
-def resolve_checkpoint(given: str | None, run_dir: Path) -> Path:
-    """The checkpoint folder ``mmrl eval`` loads: ``checkpoint=`` a checkpoint folder, its
-    ``state.pt``, a run folder or its ``checkpoints/`` (their newest complete checkpoint), or
+def resolve_checkpoint(given: str | None, run_dir: Path, log=None) -> Path:
+    """The checkpoint folder ``mmrl eval`` / ``mmrl export`` load: ``checkpoint=`` a checkpoint
+    folder, its ``state.pt``, a run folder or its ``checkpoints/`` (their newest complete
+    checkpoint, saying on ``log``, stderr by default, each newer one passed over and why), or
     nothing (the configured run's). Raises `UserError` naming what was looked at and why."""
     from mmrl.errors import UserError
     from mmrl.trainer import checkpoint as ckpt
@@ -95,6 +96,8 @@ def resolve_checkpoint(given: str | None, run_dir: Path) -> Path:
         root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
         good, problems = ckpt.newest_complete(root)
         if good is not None:
+            for why in problems:  # never an older checkpoint in silence
+                (log or _to_stderr)(f"warning: using {good.name}, not the newer {why}")
             return good
         if not problems:
             raise UserError(
@@ -117,11 +120,23 @@ def resolve_checkpoint(given: str | None, run_dir: Path) -> Path:
     return path
 
 
+def _to_stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr)
+
+
+def run_folder_of(checkpoint: Path) -> Path:
+    """The run folder a checkpoint folder belongs to (``RUN/checkpoints/iter_N``), or the checkpoint
+    folder itself when it stands alone."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint
+
+
 def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
     """Load the weights of checkpoint folder ``path`` into ``policy``, built from ``cfg``. A file
     that is not a checkpoint, or weights of another policy config, raise `UserError`: the latter
     names the differing config keys and the command that evaluates with the checkpoint's own config."""
-    import yaml
 
     from mmrl.config import to_dict
     from mmrl.errors import UserError
@@ -145,16 +160,18 @@ def load_checkpoint_policy(path: Path, policy, cfg) -> dict:
     except ckpt.CheckpointError as exc:  # trained on other base weights: its own line
         raise UserError(str(exc)) from None
     except RuntimeError as exc:
-        saved = Path(path) / "config.yaml"
+        try:
+            old = {"policy": ckpt.recorded_config(Path(path), log=lambda _: None).get("policy", {})}
+        except UserError:  # no config to compare with: the mismatch alone is said
+            old = None
         hint = ""
-        if saved.exists():
-            old = {"policy": (yaml.safe_load(saved.read_text()) or {}).get("policy", {})}
+        if old is not None:
             diff = [
                 f"{k} {a!r} (checkpoint) vs {b!r}" for k, a, b in config_changes(old, {"policy": to_dict(cfg.policy)})
             ]
             hint = (
                 f" ({', '.join(diff[:6])})" if diff else ""
-            ) + f". Evaluate it with the config it was trained with: mmrl eval {saved} checkpoint={path}"
+            ) + f". Evaluate it with the config it was trained with: mmrl eval {path}"
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         raise UserError(
             f"checkpoint {path} holds weights of another policy config: {len(lines) - 1} "

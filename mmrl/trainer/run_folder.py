@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
 
 from mmrl.errors import ConfigChangedError, RunLockedError, UserError
 
@@ -32,6 +31,7 @@ HISTORY = "config_history.jsonl"
 #: keys (or prefixes ending in '.') that a resume may change: they do not change what is trained
 RESUMABLE = (
     "run.output_dir",
+    "run.name",  # a run folder copied or renamed resumes under its new name
     "run.wandb",
     "run.wandb_project",
     "run.threads",
@@ -47,6 +47,7 @@ RESUMABLE = (
     "sim.eval_tasks",
     "sim.eval_kwargs.",
     "placement.step_timeout_s",
+    "reward.timeout_s",
     "placement.max_restarts",
     "placement.torch_threads",
     "placement.ray_strategy",
@@ -168,9 +169,11 @@ def check_resume_config(cfg, checkpoint: Path | None) -> list[tuple[str, object,
     and the two ways out."""
     from mmrl.config import to_dict
 
-    if checkpoint is None or not (Path(checkpoint) / "config.yaml").exists():
+    from mmrl.trainer.checkpoint import recorded_config
+
+    if checkpoint is None:
         return []
-    saved = yaml.safe_load((Path(checkpoint) / "config.yaml").read_text()) or {}
+    saved = recorded_config(Path(checkpoint))
     changes = config_changes(saved, to_dict(cfg))
     if not changes or cfg.trainer.accept_config_change:
         return changes

@@ -22,6 +22,7 @@ from mmrl.experiment import build_trainer
 from mmrl.trainer import checkpoint
 from tests.trainer.test_trainer import TINY, params, tiny_cfg
 
+TABLE_TITLE = "Issue 18 and after: config, data and checkpoints"
 QUICK = ["configs/quickstart.yaml", *TINY, "trainer.video_episodes=0"]
 GEN = [
     "sim.num_envs=8",
@@ -196,7 +197,8 @@ def test_bad_input_is_one_clear_line(case, argv, words, trained, tmp_path, capsy
 def test_eval_accepts_a_run_folder(trained, tmp_path, capsys):
     rc = main(["eval", *QUICK, f"run.output_dir={tmp_path}", "run.name=t", f"checkpoint={trained}"])
     assert rc == 0
-    report = json.loads((tmp_path / "t" / "eval_report.json").read_text())
+    assert not (tmp_path / "t").exists()  # the report goes with the checkpoint (issue 32), not the config's run
+    report = json.loads((trained / "eval_report.json").read_text())
     assert report["checkpoint"].endswith("iter_000002")
     for file in ("model.safetensors", "state.pt"):  # or one file of a checkpoint: its folder, its config
         assert main(["eval", str(trained / "checkpoints" / "iter_000002" / file)]) == 0

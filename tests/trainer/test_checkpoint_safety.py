@@ -164,7 +164,8 @@ def test_resume_hashes_the_newest_checkpoint_once(tmp_path, monkeypatch):
     trainer = build_trainer(tiny_cfg(tmp_path, "trainer.video_episodes=0", "trainer.iterations=1"))
     trainer.resume()
     assert trainer.state.iteration == 1
-    assert sorted(hashed) == ["model.safetensors", "state.pt"]
+    # each file once (config.yaml, a few KB: against the config COMPLETE records, `recorded_config`)
+    assert sorted(hashed) == ["config.yaml", "model.safetensors", "state.pt"]
     trainer.close()
 
 
