@@ -61,6 +61,35 @@ SHARDED = "sharded_optimizer"  # a checkpoint's optimizer in torch.distributed.c
 SHARDED_FOLDER = "optimizer"
 
 
+def autocast(device_type: str, precision: str):
+    """The context the policy runs in at ``precision`` (fp32 / bf16 / fp16) on a device of type
+    ``device_type``: torch's autocast, nothing for fp32. On the CPU also without torch's attention
+    fast path: `nn.MultiheadAttention` / `nn.Transformer` stand it down under CUDA autocast only (they
+    ask ``torch.is_autocast_enabled()``, CUDA's), so an eval-mode rollout took it in fp32 while the
+    train-mode log-probs ran in bf16: a PPO ratio about 1% off 1 before any update."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    cast = torch.autocast(device_type, dtype=HALF[precision])
+    if device_type != "cpu":
+        return cast
+    stack = contextlib.ExitStack()
+    stack.enter_context(cast)
+    stack.enter_context(_without_mha_fastpath())
+    return stack
+
+
+@contextlib.contextmanager
+def _without_mha_fastpath():
+    """torch's attention fast path off inside (restored after): the slow path autocasts like the
+    rest of the model."""
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
+
+
 @dataclass
 class TrainEngineConfig:
     """How the policy is optimized (the trainer's ``engine`` section)."""
@@ -229,10 +258,8 @@ class TrainEngine:
         return self.optimizer.param_groups
 
     def autocast(self):
-        """bf16 / fp16 autocast on the engine's device; nothing for fp32."""
-        if self.cfg.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=HALF[self.cfg.precision])
+        """bf16 / fp16 autocast on the engine's device; nothing for fp32 (`autocast`)."""
+        return autocast(self.device.type, self.cfg.precision)
 
     def full_params(self):
         """Context in which every parameter is whole (ZeRO-3 gathers them; changes are kept)."""

@@ -495,3 +495,36 @@ def test_value_lr_reaches_the_trainer_and_follows_the_schedule(tmp_path):
     critic = {id(p) for p in trainer.policy.value_head.parameters()}
     assert {id(p) for p in trainer.optimizer.param_groups[1]["params"]} == critic
     trainer.close()
+
+
+@pytest.mark.parametrize("method", ["sde", "cps", "noise"])
+def test_bf16_on_the_cpu_gives_ratio_1_before_an_update(method):
+    """The rollout (eval mode) and the recompute (train mode) under the trainer's bf16 autocast on the
+    CPU take the same kernels: nn.Transformer's fast path, which CPU autocast does not stop, is off
+    (it made the ratio about 1% off 1; found by scripts/device_check.py's dry run)."""
+    from mmrl.experiment import build_policy, build_sim, load_experiment
+    from mmrl.trainer.train_engine import autocast
+
+    level = 0.0 if method == "noise" else 0.5
+    cfg = load_experiment(
+        "configs/quickstart.yaml",
+        [
+            "policy.dim=16",
+            "policy.expert_dim=16",
+            "policy.expert_layers=1",
+            f"policy.method={method}",
+            f"policy.noise_level={level}",
+        ],
+    )
+    sim = build_sim(cfg, 8, seed=0)
+    torch.manual_seed(0)
+    policy = build_policy(cfg, sim)
+    obs = sim.reset(0)
+    with autocast("cpu", "bf16"):
+        policy.eval()
+        batch = policy.rollout(obs, torch.Generator().manual_seed(0)).batch
+        policy.train()
+        with torch.no_grad():
+            logp = policy.evaluate(batch).logp
+    assert torch.exp(logp.float() - batch["old_logp"].float()).sub(1).abs().max() < 1e-3
+    assert torch.backends.mha.get_fastpath_enabled()  # restored after

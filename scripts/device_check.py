@@ -1,0 +1,652 @@
+"""The device check (issue 30): what users run on a GPU, run once on a GPU, as one prepared script.
+
+    python scripts/device_check.py --out DIR               # on a CUDA machine (scripts/device_check.sh)
+    python scripts/device_check.py --cpu --tiny --out DIR  # the CPU dry run: every step, tiny, ~2 minutes
+    python scripts/device_check.py --cpu --tiny --only flow vlm --hide device
+
+Every step runs mmrl's real code (the configs in ``configs/``, `mmrl.experiment.build_trainer`, the
+policies' ``rollout`` / ``evaluate``, the contract checker, ``torchrun``) in its own subprocess
+under a time limit, so one that fails or hangs costs only its own minutes; what is left of the
+run's ``--budget`` caps each step's limit, and a step that would get less than `MIN_STEP_S` is
+skipped, saying so. Steps (`STEPS`):
+
+- ``quickstart``: configs/quickstart.yaml (the embedded ``reach`` simulator, pure torch) on the
+  device at 128 / 1024 / 4096 envs: raw env steps/s (random action chunks), env steps/s with the
+  quickstart's flow VLA choosing every chunk, and a short run of the trainer (the config's warm
+  start, then a fixed number of RL iterations): seconds per RL iteration, RL env steps/s and
+  held-out success before and after RL.
+- ``flow``: the flow samplers behind the flow VLA on the device, in fp32 and under bf16 autocast:
+  the PPO ratio before an update (``rollout`` then ``evaluate``: ratio - 1) for Flow-SDE, CPS and
+  Flow-Noise, ODE == SDE with noise level 0 (`mmrl.flow.sample`), the policy contract checker
+  (``mmrl check policy``) of the flow VLA and the diffusion policy, and a quickstart iteration
+  trained with ``trainer.engine.precision=bf16``.
+- ``diffusion``: one Flow-GRPO and one AWM run (warm start, then RL iterations) of the built-in
+  tiny text-to-image generator (configs/diffusion_shapes_*.yaml).
+- ``diffusers``: the same for tiny random-weight SD3 and FLUX pipelines with LoRA (needs diffusers).
+- ``vlm``: configs/vlm_quickstart.yaml (a tiny SmolVLM, Hugging Face generate as the rollout
+  engine) with LoRA: SFT warm start, GRPO iterations, log-probs recomputed against the rollout's.
+- ``lerobot``: configs/reach_smolvla_flow_noise.yaml with tiny LeRobot SmolVLA and PI05 models
+  (needs lerobot, which runs on Python >= 3.12).
+- ``distributed``: ``torchrun --nproc_per_node 1`` of the quickstart with the FSDP2 engine, which
+  starts a process group of one: NCCL on CUDA, gloo on the CPU.
+
+``--cpu --tiny`` runs every step on the CPU with tiny settings (CI's dry run:
+tests/test_device_check.py), so the script cannot rot between the times a GPU is lent. ``--hide
+device`` hides the packages the GPU machine lacks (`ABSENT_ON_DEVICE`) from every step, to find
+here an import the GPU machine would fail. A step that needs a package this Python lacks is
+skipped, naming it.
+
+Output, under ``--out`` (default ``$OUT``, else ``device_check_out``): ``device_check.json`` (the
+commit, the device, torch, and per step: status ok / failed / skipped, seconds, figures, and the
+reason or the last lines of the error), rewritten after every step, and ``device_check.log`` (every
+step's output). The exit status is 1 when a step failed. ``--inject STEP=raise|hang`` makes a step
+fail or hang on purpose (the test of the time-boxing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+JSON_NAME, LOG_NAME = "device_check.json", "device_check.log"
+MIN_STEP_S = 20.0  # a step that would get less time than this is skipped
+TINY_TIMEOUT_S = 240.0  # a --tiny step's limit (10-30 s on 2 quiet cores; a loaded CI machine is slower)
+ERROR_LINES = 25  # the lines of a failed step's output kept in the JSON
+#: what the GPU machine lacks (/work/shared/ENVIRONMENT.md) among what a step might import; diffusers
+#: travels as a wheel (scripts/device_check.sh) and lerobot is skipped by its own step
+ABSENT_ON_DEVICE = (
+    "gymnasium",
+    "datasets",
+    "imageio_ffmpeg",
+    "deepspeed",
+    "ray",
+    "open_clip",
+    "vllm",
+    "mujoco",
+    "mani_skill",
+    "sapien",
+    "libero",
+)
+HIDE_ENV = "MMRL_DEVICE_CHECK_HIDE"  # comma-separated modules the step processes treat as absent
+
+
+# ---- what a step gets and gives --------------------------------------------------------------
+class Skip(Exception):
+    """The step cannot run here (a package is missing); its message says why."""
+
+
+@dataclass
+class Context:
+    """What a step runs with, in its own process."""
+
+    device: str  # "cuda" or "cpu"
+    tiny: bool  # tiny settings: the code path in seconds, no figure worth quoting
+    scratch: Path  # run folders and tiny models (a temporary folder)
+    overrides: list[str] = field(default_factory=list)  # --set STEP:KEY=VALUE of this step, for every run
+    problems: list[str] = field(default_factory=list)  # failed expectations: the step fails, figures kept
+
+    def pick(self, full, tiny):
+        """``tiny`` under --tiny, else ``full``."""
+        return tiny if self.tiny else full
+
+    def expect(self, ok: bool, problem: str) -> None:
+        """Record a failed expectation (the step goes on, and is marked failed at its end)."""
+        if not ok:
+            self.problems.append(problem)
+
+    def synchronize(self) -> None:
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+
+def needs(*modules: str) -> None:
+    """`Skip` naming the first of ``modules`` this Python cannot import."""
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            raise Skip(f"needs the Python package '{name}', which is not installed here")
+
+
+def train(ctx: Context, config: str, name: str, overrides: list[str]) -> dict:
+    """Train ``configs/<config>.yaml`` with ``overrides`` in a fresh run folder on the step's device
+    (no videos, no resume); the figures of its results."""
+    from mmrl.experiment import build_trainer, load_experiment
+
+    base = [
+        f"run.device={ctx.device}",
+        f"run.output_dir={ctx.scratch}",
+        f"run.name={name}",
+        "trainer.resume=false",
+        "trainer.video_episodes=0",
+        *(["run.threads=1"] if ctx.device == "cpu" else []),
+    ]
+    cfg = load_experiment(ROOT / "configs" / f"{config}.yaml", [*base, *overrides, *ctx.overrides])
+    t0 = time.perf_counter()
+    results = build_trainer(cfg).run()
+    wall = time.perf_counter() - t0
+    start, final = results["start"], results["final"]
+    held_out = {
+        f"{when}_{key}": round(float(res[key]), 4)
+        for key in ("success_rate", "return")
+        for when, res in (("start", start), ("final", final))
+        if key in res
+    }
+    return {
+        "wall_s": round(wall, 2),
+        "iterations": final["iteration"],
+        "iteration_s": round(final["rl_seconds"] / max(final["iteration"], 1), 4),
+        "rl_env_steps_per_s": round(final["env_steps"] / max(final["rl_seconds"], 1e-9), 1),
+        **held_out,
+        "eval_episodes": final["episodes"],
+    }
+
+
+def max_abs(a, b=None) -> float:
+    """Largest absolute value of ``a`` (or of ``a - b``), as a float."""
+    d = a.detach().float() if b is None else (a.detach().float() - b.detach().to(a.device).float())
+    return float(d.abs().max()) if d.numel() else 0.0
+
+
+# ---- the steps -------------------------------------------------------------------------------
+TINY_QUICKSTART = [  # the quickstart shrunk to seconds on 2 cores (tests/reliability/kill_harness.py's)
+    "sim.kwargs={max_episode_steps: 12}",
+    "policy.dim=16",
+    "policy.expert_dim=16",
+    "policy.expert_layers=1",
+    "policy.num_steps=3",
+    "warm_start.num_episodes=4",
+    "warm_start.steps=3",
+    "warm_start.batch_size=8",
+    "algorithm.minibatch_size=16",
+    "algorithm.epochs=1",
+    "trainer.eval_episodes=8",
+    "sim.eval_num_envs=8",
+]
+
+
+def env_steps_per_s(ctx: Context, sim, choose: Callable, chunk: int, seconds: float) -> float:
+    """Executed env steps (envs x chunk) per second of ``sim.step_chunk(choose(obs))``, after one
+    warm-up chunk: wall time, with the device synchronised before and after."""
+    obs = sim.step_chunk(choose(sim.reset(0))).obs
+    ctx.synchronize()
+    steps, t0 = 0, time.perf_counter()
+    while steps == 0 or time.perf_counter() - t0 < seconds:
+        obs = sim.step_chunk(choose(obs)).obs
+        steps += sim.num_envs * chunk
+    ctx.synchronize()
+    return steps / (time.perf_counter() - t0)
+
+
+def sim_throughput(ctx: Context, n: int, overrides: list[str], seconds: float) -> dict:
+    """Env steps/s of the quickstart's ``reach`` with ``n`` envs on the device: random action chunks
+    (raw) and chunks the quickstart's flow VLA chooses (no gradients), as in a training rollout."""
+    import torch
+
+    from mmrl.experiment import build_policy, build_sim, load_experiment
+
+    cfg = load_experiment(
+        ROOT / "configs" / "quickstart.yaml", [*overrides, f"run.device={ctx.device}", *ctx.overrides]
+    )
+    sim = build_sim(cfg, n, seed=0)
+    torch.manual_seed(0)
+    policy = build_policy(cfg, sim).eval()
+    chunk = policy.chunk_size
+    gen = torch.Generator(device=ctx.device).manual_seed(0)
+
+    def random_chunk(obs):
+        return torch.rand((n, chunk, sim.action_dim), generator=gen, device=ctx.device) * 2 - 1
+
+    def policy_chunk(obs):
+        return policy.rollout(obs, gen).actions
+
+    raw = env_steps_per_s(ctx, sim, random_chunk, chunk, seconds)
+    with torch.no_grad():
+        with_policy = env_steps_per_s(ctx, sim, policy_chunk, chunk, seconds)
+    sim.close()
+    return {"raw_env_steps_per_s": round(raw, 1), "policy_env_steps_per_s": round(with_policy, 1)}
+
+
+def step_quickstart(ctx: Context) -> dict:
+    """Env steps/s (raw, policy in the loop) and a short RL run of the quickstart per env count."""
+    tiny = ctx.pick([], TINY_QUICKSTART)
+    iterations = ctx.pick(5, 1)
+    figures: dict = {"rl_iterations": iterations}
+    for n in ctx.pick([128, 1024, 4096], [8, 32]):
+        envs = [*tiny, f"sim.num_envs={n}"]
+        row = sim_throughput(ctx, n, envs, seconds=ctx.pick(3.0, 0.3))
+        row.update(train(ctx, "quickstart", f"quickstart_{n}", [*envs, f"trainer.iterations={iterations}"]))
+        figures[str(n)] = row
+        print(f"quickstart {n} envs: {row}", flush=True)
+    return figures
+
+
+def flow_vla(ctx: Context, method: str, noise_level: float):
+    """The quickstart's flow VLA with ``method`` on the device, and a reach observation for it."""
+    import torch
+
+    from mmrl.experiment import build_policy, build_sim, load_experiment
+
+    tiny = ctx.pick([], ["policy.dim=16", "policy.expert_dim=16", "policy.expert_layers=1"])
+    overrides = [*tiny, f"policy.method={method}", f"policy.noise_level={noise_level}", f"run.device={ctx.device}"]
+    cfg = load_experiment(ROOT / "configs" / "quickstart.yaml", [*overrides, *ctx.overrides])
+    sim = build_sim(cfg, ctx.pick(256, 8), seed=0)
+    torch.manual_seed(0)
+    policy = build_policy(cfg, sim)
+    obs = sim.reset(0)
+    sim.close()
+    return policy, obs
+
+
+def step_flow(ctx: Context) -> dict:
+    """Ratio 1 before an update and ODE == SDE at noise level 0, fp32 and bf16 autocast; the contract
+    checker of the flow VLA and the diffusion policy; a bf16 quickstart iteration."""
+    import torch
+
+    from mmrl.checks.policy import check_policy
+    from mmrl.flow import sample
+    from mmrl.trainer.train_engine import autocast as engine_autocast
+
+    # the contexts the trainer runs the policy in (`mmrl.trainer.train_engine.autocast`); fp32: the
+    # CPU tests' tolerances; bf16: rollout and recompute take the same kernels, a little more
+    precisions = {prec: (lambda prec=prec: engine_autocast(ctx.device, prec)) for prec in ("fp32", "bf16")}
+    ratio_tol = {"fp32": 1e-4, "bf16": 1e-3}
+    ode_tol = {"fp32": 1e-6, "bf16": 1e-3}
+    figures: dict = {}
+    for method, level in (("sde", 0.5), ("cps", 0.5), ("noise", 0.0)):
+        policy, obs = flow_vla(ctx, method, level)
+        for prec, autocast in precisions.items():
+            gen = torch.Generator(device=ctx.device).manual_seed(0)
+            with autocast():
+                policy.eval()
+                batch = policy.rollout(obs, gen).batch
+                policy.train()
+                with torch.no_grad():
+                    logp = policy.evaluate(batch).logp
+            dev = max_abs(torch.exp(logp.float() - batch["old_logp"].float()) - 1)
+            figures[f"ratio_minus_1_{method}_{prec}"] = dev
+            ctx.expect(dev <= ratio_tol[prec], f"{method} {prec}: |ratio - 1| = {dev:.3g} > {ratio_tol[prec]}")
+    policy, obs = flow_vla(ctx, "sde", 0.0)
+    policy.eval()
+    prefix, mask = policy.encode(obs.image, obs.instruction, obs.state)
+    noise = torch.randn(prefix.shape[0], policy.chunk_size, policy.action_dim, device=prefix.device)
+    for prec, autocast in precisions.items():
+        with autocast():
+            ode = sample(policy.model_fn(prefix, mask, "ode"), noise, policy.grid, "ode")
+            sde = sample(
+                policy.model_fn(prefix, mask, "sde"),
+                noise,
+                policy.grid,
+                "sde",
+                noise_level=0.0,
+                generator=torch.Generator(device=ctx.device).manual_seed(5),
+            )
+        diff = max_abs(sde.chain, ode.chain)
+        figures[f"ode_minus_sde_a0_{prec}"] = diff
+        ctx.expect(diff <= ode_tol[prec], f"{prec}: SDE at noise level 0 is {diff:.3g} from the ODE")
+    for name in ("flow_vla", "diffusion"):
+        result = check_policy(name, device=ctx.device, verbose=True)
+        figures[f"policy_check_{name}_failed"] = len(result.failed)
+        ctx.expect(result.ok, f"mmrl check policy {name} on {ctx.device}: failed {', '.join(result.failed)}")
+    bf16 = [
+        "trainer.engine.precision=bf16",
+        "trainer.iterations=1",
+        *ctx.pick(["warm_start.steps=100"], TINY_QUICKSTART),
+    ]
+    figures["bf16_quickstart"] = train(ctx, "quickstart", "flow_bf16", [*bf16, f"sim.num_envs={ctx.pick(256, 8)}"])
+    return figures
+
+
+TINY_DIFFUSION = [
+    "sim.num_envs=8",
+    "sim.eval_num_envs=8",
+    "algorithm.group_size=4",
+    "algorithm.minibatch_size=8",
+    "algorithm.epochs=1",
+    "trainer.eval_episodes=8",
+]
+
+
+def step_diffusion(ctx: Context) -> dict:
+    """One short Flow-GRPO and one AWM run of the built-in tiny generator."""
+    tiny = ctx.pick(
+        ["warm_start.num_episodes=2000", "warm_start.steps=100"],
+        [*TINY_DIFFUSION, "policy.width=16", "policy.num_steps=3", "policy.eval_num_steps=3"]
+        + ["warm_start.num_episodes=64", "warm_start.steps=2", "warm_start.batch_size=8"],
+    )
+    runs = [f"trainer.iterations={ctx.pick(2, 1)}", "trainer.eval_every=0", *tiny]
+    return {
+        objective: train(ctx, f"diffusion_shapes_{objective}", f"diffusion_{objective}", runs)
+        for objective in ("flow_grpo", "awm")
+    }
+
+
+def step_diffusers(ctx: Context) -> dict:
+    """One short Flow-GRPO and one AWM run of tiny random-weight SD3 and FLUX pipelines with LoRA."""
+    from mmrl.tiny.tiny_diffusers import tiny_flux_pipeline, tiny_sd3_pipeline
+
+    figures: dict = {}
+    for family, build in (("sd3", tiny_sd3_pipeline), ("flux", tiny_flux_pipeline)):
+        folder = build(ctx.scratch / f"tiny_{family}")
+        model = [f"policy.model={folder}", "policy.lora_rank=4", "policy.lora_alpha=8", "policy.guidance_scale=1.0"]
+        # random weights draw nothing the shapes reward scores: JPEG size varies per image
+        runs = [*model, "warm_start.dataset=null", "reward={type: jpeg_compressibility}", "trainer.eval_every=0"]
+        runs += [f"trainer.iterations={ctx.pick(2, 1)}", "policy.num_steps=4", "policy.eval_num_steps=4"]
+        runs += ctx.pick([], TINY_DIFFUSION)
+        for objective in ("flow_grpo", "awm"):
+            figures[f"{family}_{objective}"] = train(
+                ctx, f"diffusion_shapes_{objective}", f"{family}_{objective}", runs
+            )
+    return figures
+
+
+def step_vlm(ctx: Context) -> dict:
+    """The VLM quickstart with LoRA: SFT, GRPO iterations with log-probs recomputed (HF generate)."""
+    tiny = ctx.pick(
+        ["sim.eval_num_envs=128", "trainer.eval_episodes=128"],
+        [
+            "sim.num_envs=8",
+            "sim.eval_num_envs=8",
+            "algorithm.group_size=4",
+            "algorithm.minibatch_size=8",
+            "sim.kwargs.dataset_kwargs={num_samples: 64, tasks: [count]}",
+            "warm_start.num_episodes=16",
+            "warm_start.steps=2",
+            "warm_start.batch_size=4",
+            "trainer.eval_episodes=8",
+        ],
+    )
+    runs = ["policy.finetune=lora", "policy.recompute_logp=true", "trainer.eval_every=0", *tiny]
+    figures = train(ctx, "vlm_quickstart", "vlm", [*runs, f"trainer.iterations={ctx.pick(3, 1)}"])
+    rows = [json.loads(line) for line in (ctx.scratch / "vlm" / "metrics.jsonl").read_text().splitlines()]
+    mismatch = [r["train/logp_mismatch_max"] for r in rows if "train/logp_mismatch_max" in r]
+    figures["logp_mismatch_max"] = max(mismatch) if mismatch else math.nan
+    return figures
+
+
+def step_lerobot(ctx: Context) -> dict:
+    """A short run of configs/reach_smolvla_flow_noise.yaml with tiny SmolVLA and PI05 models."""
+    tiny = ctx.pick(
+        ["sim.num_envs=128", "warm_start.num_episodes=256", "warm_start.steps=50", "trainer.eval_episodes=128"],
+        [
+            "sim.num_envs=4",
+            "sim.eval_num_envs=4",
+            "sim.kwargs={image_size: 32, max_episode_steps: 8}",
+            "warm_start.num_episodes=4",
+            "warm_start.steps=2",
+            "warm_start.batch_size=4",
+            "warm_start.warmup_steps=0",
+            "algorithm.minibatch_size=8",
+            "algorithm.epochs=1",
+            "trainer.eval_episodes=4",
+        ],
+    )
+    small = "policy.tiny={image_size: 32, patch_size: 8, hidden: 32, layers: 2, horizon: 4}"
+    runs = [*tiny, *ctx.pick([], [small, "policy.chunk_size=2"]), f"trainer.iterations={ctx.pick(2, 1)}"]
+    return {
+        family: train(ctx, "reach_smolvla_flow_noise", f"lerobot_{family}", [f"policy.model=tiny:{family}", *runs])
+        for family in ("smolvla", "pi05")
+    }
+
+
+def step_distributed(ctx: Context) -> dict:
+    """``torchrun --nproc_per_node 1`` of this script's `distributed_worker` (the quickstart with the
+    FSDP2 engine, which starts a process group of one); its figures."""
+    result = ctx.scratch / "distributed.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", __file__]
+    cmd += [*worker_flags(ctx), "--worker", "distributed", "--result", str(result)]
+    print(" ".join(cmd), flush=True)
+    rc = subprocess.run(cmd, cwd=ROOT).returncode  # the worker's output goes to this step's log
+    if not result.exists():
+        raise RuntimeError(f"torchrun exited {rc} before its worker wrote a result (the output above says why)")
+    outcome = json.loads(result.read_text())
+    if outcome["status"] != "ok" or rc:
+        raise RuntimeError(f"the torchrun worker: {outcome.get('error') or outcome.get('reason')} (exit {rc})")
+    return outcome["figures"]
+
+
+def distributed_worker(ctx: Context) -> dict:
+    """Under torchrun: the quickstart with ``trainer.engine.backend=fsdp``; the process group's backend."""
+    import torch.distributed as dist
+
+    tiny = ctx.pick(["sim.num_envs=1024", "warm_start.steps=100"], [*TINY_QUICKSTART, "sim.num_envs=8"])
+    figures = train(ctx, "quickstart", "distributed", [*tiny, "trainer.engine.backend=fsdp", "trainer.iterations=2"])
+    figures.update(backend=dist.get_backend(), world_size=dist.get_world_size())
+    dist.destroy_process_group()
+    expected = "nccl" if ctx.device == "cuda" else "gloo"
+    ctx.expect(figures["backend"] == expected, f"process group backend {figures['backend']}, expected {expected}")
+    return figures
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    run: Callable[[Context], dict]
+    timeout_s: float  # on the GPU (--tiny: `TINY_TIMEOUT_S`)
+    needs: tuple[str, ...] = ()  # Python packages beyond mmrl's own dependencies; skipped without them
+
+
+STEPS = [
+    Step("quickstart", step_quickstart, 170),
+    Step("flow", step_flow, 60),
+    Step("diffusion", step_diffusion, 60),
+    Step("diffusers", step_diffusers, 60, needs=("diffusers", "peft", "transformers")),
+    Step("vlm", step_vlm, 60, needs=("transformers", "peft")),
+    Step("lerobot", step_lerobot, 60, needs=("lerobot",)),
+    Step("distributed", step_distributed, 60),
+]
+WORKERS = {"distributed": distributed_worker}
+
+
+# ---- one step, in its own process ------------------------------------------------------------
+def hide_modules(names: list[str]) -> None:
+    """Make ``names`` absent in this process: ``import`` raises ModuleNotFoundError and
+    ``importlib.util.find_spec`` answers None (a None entry in ``sys.modules``)."""
+    for name in names:
+        sys.modules[name] = None  # type: ignore[assignment]
+
+
+def child_main(args: argparse.Namespace) -> int:
+    """Run one step (or a worker) and write its outcome to ``--result``: 0 ok or skipped, 1 failed."""
+    hide_modules([n for n in os.environ.get(HIDE_ENV, "").split(",") if n])
+    name = args.step or args.worker
+    ctx = Context(
+        device="cpu" if args.cpu else "cuda",
+        tiny=args.tiny,
+        scratch=Path(args.scratch) if args.scratch else Path(tempfile.mkdtemp(prefix="mmrl_device_check_")),
+        overrides=[kv.split(":", 1)[1] for kv in args.set if kv.split(":", 1)[0] == name],
+    )
+    outcome: dict = {"status": "ok", "figures": {}}
+    try:
+        injected = dict(kv.split("=", 1) for kv in args.inject).get(name)
+        if injected == "raise":
+            raise RuntimeError(f"injected failure of step {name} (--inject {name}=raise)")
+        if injected == "hang":
+            print(f"step {name} hangs on purpose (--inject {name}=hang)", flush=True)
+            time.sleep(1e6)
+        if ctx.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise Skip("no CUDA device here (run with --cpu for the CPU dry run)")
+        if args.worker:
+            outcome["figures"] = WORKERS[name](ctx)
+        else:
+            step = next(s for s in STEPS if s.name == name)
+            needs(*step.needs)
+            outcome["figures"] = step.run(ctx)
+        if ctx.device == "cuda":  # this process's peak (a torchrun worker reports its own)
+            import torch
+
+            outcome["figures"].setdefault("gpu_peak_memory_gib", round(torch.cuda.max_memory_allocated() / 2**30, 3))
+        if ctx.problems:
+            outcome.update(status="failed", error="; ".join(ctx.problems))
+    except Skip as exc:
+        outcome = {"status": "skipped", "reason": str(exc), "figures": {}}
+    except BaseException as exc:  # reported to the parent, with the traceback in the log
+        traceback.print_exc()
+        outcome = {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "figures": outcome["figures"]}
+    sys.stdout.flush()
+    Path(args.result).write_text(json.dumps(outcome, default=float))
+    return 0 if outcome["status"] != "failed" else 1
+
+
+def worker_flags(ctx: Context) -> list[str]:
+    """The flags that give a worker process the step's context."""
+    flags = ["--scratch", str(ctx.scratch), *(["--cpu"] if ctx.device == "cpu" else [])]
+    flags += ["--tiny"] if ctx.tiny else []
+    return flags + (["--set", *(f"distributed:{o}" for o in ctx.overrides)] if ctx.overrides else [])
+
+
+# ---- the run: every step, time-boxed ---------------------------------------------------------
+def nonfinite(figures, path: str = "") -> list[str]:
+    """The keys (dotted) of non-finite numbers in nested ``figures``."""
+    if isinstance(figures, dict):
+        return [k for key, v in figures.items() for k in nonfinite(v, f"{path}{key}.")]
+    if isinstance(figures, float) and not math.isfinite(figures):
+        return [path.rstrip(".")]
+    return []
+
+
+def tail(text: str, lines: int = ERROR_LINES) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_step(step: Step, args: argparse.Namespace, timeout: float, scratch: Path, log) -> dict:
+    """Run ``step`` in a subprocess (its own process group, killed whole at ``timeout``); its entry."""
+    result = scratch / f"{step.name}.result.json"
+    output = scratch / f"{step.name}.log"
+    cmd = [sys.executable, __file__, *args.child_flags, "--step", step.name, "--result", str(result)]
+    cmd += ["--scratch", str(scratch / step.name)]
+    (scratch / step.name).mkdir()
+    t0 = time.perf_counter()
+    with open(output, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = None
+    seconds = round(time.perf_counter() - t0, 2)
+    with contextlib.suppress(ProcessLookupError):  # what it started and left behind (torchrun workers)
+        os.killpg(proc.pid, signal.SIGKILL)
+    text = output.read_text(errors="replace")
+    log.write(f"\n===== step {step.name} ({seconds} s, limit {timeout:.0f} s) =====\n{text}")
+    log.flush()
+    if rc is None:
+        return {
+            "status": "failed",
+            "seconds": seconds,
+            "figures": {},
+            "error": f"timed out after {timeout:.0f} s\n" + tail(text),
+        }
+    entry = json.loads(result.read_text()) if result.exists() else {"status": "failed", "figures": {}}
+    entry["seconds"] = seconds
+    if entry["status"] == "failed" or rc != 0:
+        entry.update(status="failed", error=f"{entry.get('error', f'exit status {rc}')}\n{tail(text)}")
+    elif bad := nonfinite(entry["figures"]):
+        entry.update(status="failed", error=f"non-finite figures: {', '.join(bad)}")
+    return entry
+
+
+def environment(cpu: bool) -> dict:
+    """The commit, the device and the versions the figures were measured with."""
+    import torch
+
+    commit = os.environ.get("MMRL_COMMIT")
+    if not commit:
+        git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+        commit = git.stdout.strip() if git.returncode == 0 else "unknown (no .git here: set MMRL_COMMIT)"
+    cuda = torch.cuda.is_available() and not cpu
+    return {
+        "commit": commit,
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def parent_main(args: argparse.Namespace) -> int:
+    out = Path(args.out or os.environ.get("OUT") or "device_check_out").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    hidden = [m for item in args.hide for m in (ABSENT_ON_DEVICE if item == "device" else item.split(",")) if m]
+    os.environ[HIDE_ENV] = ",".join(hidden)
+    if args.cpu:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.update(PYTHONUNBUFFERED="1", TQDM_DISABLE="1")
+    budget = args.budget or (900.0 if args.tiny else 450.0)
+    report = {
+        **environment(args.cpu),
+        "mode": {"cpu": args.cpu, "tiny": args.tiny, "budget_s": budget, "hidden": hidden},
+        "steps": {},
+    }
+    chosen = [s for s in STEPS if not args.only or s.name in args.only]
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="mmrl_device_check_") as tmp, open(out / LOG_NAME, "w") as log:
+        for step in chosen:
+            left = budget - (time.perf_counter() - t_start)
+            limit = min(TINY_TIMEOUT_S if args.tiny else step.timeout_s, args.step_timeout or math.inf, left)
+            if limit < min(MIN_STEP_S, args.step_timeout or MIN_STEP_S):
+                entry = {"status": "skipped", "seconds": 0.0, "figures": {}}
+                entry["reason"] = f"the run's budget of {budget:.0f} s is spent ({left:.0f} s left)"
+            else:
+                entry = run_step(step, args, limit, Path(tmp), log)
+            report["steps"][step.name] = entry
+            report["seconds"] = round(time.perf_counter() - t_start, 2)
+            (out / JSON_NAME).write_text(json.dumps(report, indent=1, default=float))
+            why = (entry.get("reason") or entry.get("error") or "").split("\n")[0]
+            print(f"{step.name:12s} {entry['status']:8s} {entry['seconds']:7.1f} s  {why}", flush=True)
+    failed = [name for name, e in report["steps"].items() if e["status"] == "failed"]
+    print(f"{len(chosen)} steps in {report['seconds']:.0f} s, failed: {', '.join(failed) or 'none'}; {out / JSON_NAME}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu", action="store_true", help="run every step on the CPU (the dry run)")
+    p.add_argument("--tiny", action="store_true", help="tiny settings: the code paths in seconds")
+    p.add_argument("--out", help="folder of the JSON and the log (default: $OUT, else device_check_out)")
+    p.add_argument("--only", nargs="*", choices=[s.name for s in STEPS], help="run these steps only")
+    p.add_argument("--budget", type=float, help="seconds for the whole run (default 450; --tiny 900)")
+    p.add_argument("--step-timeout", type=float, help="cap every step's time limit at this many seconds")
+    p.add_argument("--hide", nargs="*", default=[], help="modules to treat as absent ('device': ABSENT_ON_DEVICE)")
+    p.add_argument("--set", nargs="*", default=[], help="STEP:KEY=VALUE config overrides of a step's runs")
+    p.add_argument("--inject", nargs="*", default=[], help="STEP=raise|hang: make a step fail on purpose")
+    p.add_argument("--step", help=argparse.SUPPRESS)  # internal: run this step (a child process)
+    p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)  # internal: under torchrun
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    p.add_argument("--scratch", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.step or args.worker:
+        return child_main(args)
+    args.child_flags = [*(["--cpu"] if args.cpu else []), *(["--tiny"] if args.tiny else [])]
+    args.child_flags += [
+        *(["--set", *args.set] if args.set else []),
+        *(["--inject", *args.inject] if args.inject else []),
+    ]
+    return parent_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
