@@ -141,7 +141,12 @@ def cmd_export(args) -> int:
     from mmrl.export import export
 
     out = export(
-        args.run, args.to, merge=not args.adapter, push_to_hub=args.push_to_hub, private=not args.public, force=args.force
+        args.run,
+        args.to,
+        merge=not args.adapter,
+        push_to_hub=args.push_to_hub,
+        private=not args.public,
+        force=args.force,
     )
     pushed = f" and pushed to https://huggingface.co/{args.push_to_hub}" if args.push_to_hub else ""
     print(f"exported to {out}{pushed}")
@@ -256,7 +261,11 @@ def cmd_check(args) -> int:
         except (ValueError, TypeError) as exc:  # a reference that does not import, a non-callable
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        passed = check_reward(reward, kind=kind)
+        try:
+            passed = check_reward(reward, kind=kind)
+        except AssertionError as exc:  # user code that failed a check: its one line, as `check policy` says it
+            print(f"reward '{args.name}' FAILED {exc}", file=sys.stderr)
+            return 1
     elif args.kind == "reward":
         from mmrl.checks.reward import check_reward
         from mmrl.registry import REWARDS

@@ -210,8 +210,21 @@ class RewardConfig:
     # robot simulators: when the frames are scored (null = the defaults: each episode's last frame)
     frames: FrameRewardConfig | None = None
     combine: CombineConfig = field(default_factory=CombineConfig)
+    # how long one call of a reward function (a Python function given as the reward, user code) may
+    # take before the run stops with an error naming it: null (default) = automatic, max(120 s, 20 x
+    # its slowest call so far), as placement.step_timeout_s (`mmrl.utils.deadline`); a number = a
+    # fixed limit in seconds; .inf = wait forever (the function then runs in the caller's thread, as
+    # code that needs the main thread, e.g. signal.alarm, must). Registered rewards are not limited.
+    timeout_s: float | None = None
 
     def validate(self) -> None:
+        if self.timeout_s is not None and not self.timeout_s > 0:  # (NaN is not > 0)
+            from mmrl.utils.deadline import AUTO_TIMEOUT_FACTOR, AUTO_TIMEOUT_FLOOR_S
+
+            raise ConfigError(
+                f"reward.timeout_s = {self.timeout_s} must be seconds > 0, .inf (wait forever) or null "
+                f"(automatic: max({AUTO_TIMEOUT_FLOOR_S:g} s, {AUTO_TIMEOUT_FACTOR:g} x the slowest call so far))"
+            )
         if isinstance(self.type, list) or isinstance(self.weights, list):
             self._from_lists()
         assert isinstance(self.weights, dict) and not isinstance(self.type, list)  # the lists became this
@@ -669,6 +682,7 @@ def build_reward(cfg: ExperimentConfig):
         r.combine.synthesis(),
         r.combine.failure_term,
         frames,
+        r.timeout_s,
     )
 
 

@@ -73,7 +73,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from mmrl.simulator import Observation, Simulator, StepResult, check_observation
+from mmrl.simulator import Observation, Simulator, StepResult, check_observation, check_step_result
 
 try:
     import gymnasium as gym
@@ -276,7 +276,7 @@ class SimulatorVectorEnv(gym.vector.VectorEnv):
         if not self._reset_done:
             raise gym.error.ResetNeeded("call reset() before step()")
         res = self.sim.step_chunk(self._actions(actions))
-        check_observation(self.sim, res.obs)
+        check_step_result(self.sim, res)
         obs = self._observations(res.obs)
         terminated = res.terminated.detach().cpu().numpy().astype(bool)
         truncated = res.truncated.detach().cpu().numpy().astype(bool)

@@ -21,13 +21,28 @@ checkpoint. The stage also scores robot simulators' rendered frames with image r
 
 from __future__ import annotations
 
+import functools
+import math
+import reprlib
+import traceback
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
+
+from mmrl.errors import UserError
+from mmrl.utils.deadline import CallLimit, CallTimedOut
 
 
 class RewardError(RuntimeError):
     """A reward model failed while scoring a batch (the message names the reward)."""
+
+
+class RewardFunctionError(UserError, RewardError):
+    """A user's reward function (`FunctionReward`) raised, returned something other than one score
+    per sample, or ran past its time limit: one line naming the function (file:name), what it did
+    and what was expected. Not a bug of mmrl: the trainer stops the run with it, the newest complete
+    checkpoint kept."""
 
 
 class Reward:
@@ -101,6 +116,8 @@ class WeightedSum(Reward):
         for key, reward in self.items:
             try:
                 out[key] = reward(samples, prompts, meta)
+            except UserError:  # a user's function: its own one line names it
+                raise
             except Exception as exc:  # name the failing part
                 raise RewardError(f"reward '{key}' failed: {exc}") from exc
         return out
@@ -136,7 +153,16 @@ class FunctionReward(Reward):
     (TRL's standard format); for prompts that are chat messages (TRL's conversational format: the
     dataset's samples carry them as ``meta["messages"]``) each completion is
     ``[{"role": "assistant", "content": text}]`` and ``prompts`` are the messages, so `trl.rewards`'
-    functions (``completion[0]["content"]``) run unchanged."""
+    functions (``completion[0]["content"]``) run unchanged.
+
+    The function is user code: it runs under a time limit (`time_limit`, ``reward.timeout_s``:
+    automatic by default, see `mmrl.utils.deadline`), and when it raises, runs past the limit or
+    returns anything but one number (or None) per sample, `RewardFunctionError` says so in one line
+    naming it by ``file:name`` (`where`)."""
+
+    #: how the function's calls are limited; `mmrl.trainer.reward_stage.build_reward_stage` sets
+    #: ``reward.timeout_s``'s
+    time_limit: CallLimit
 
     def __init__(self, fn, kind: str, name: str | None = None, **bound):
         import inspect
@@ -148,6 +174,8 @@ class FunctionReward(Reward):
         self.fn, self.kind, self.bound = fn, kind, bound
         fn_name: str = getattr(fn, "__name__", type(fn).__name__)
         self.name = name or fn_name
+        self.where = describe_callable(fn)
+        self.time_limit = CallLimit(None, "reward.timeout_s")
         params: Mapping[str, inspect.Parameter]
         try:
             params = inspect.signature(fn).parameters
@@ -172,22 +200,149 @@ class FunctionReward(Reward):
         offered = {"prompts": prompts, **{k: [m.get(k) for m in meta] for k in keys}, **self.bound}
         offered.pop(self._first, None)  # the samples travel positionally
         kwargs = offered if self._takes_all else {k: v for k, v in offered.items() if k in self._names}
+        grad = torch.is_grad_enabled()  # thread-local: the limited call runs in its own thread
+
+        def call():
+            with torch.set_grad_enabled(grad):
+                return self.fn(list(samples) if self.kind == "text" else samples, **kwargs)
+
         try:
-            out = self.fn(list(samples) if self.kind == "text" else samples, **kwargs)
-        except (TypeError, IndexError, KeyError) as exc:
-            if self.kind != "text" or conversational:
-                raise
-            raise type(exc)(
-                f"{exc} (the completions are strings: the dataset's prompts are strings, TRL's standard format; "
-                "a reward that reads completion[0]['content'] needs conversational prompts, chat messages "
-                "[{'role': 'user', 'content': ...}] in the prompt column)"
+            out = self.time_limit.call(call)
+        except CallTimedOut as exc:
+            raise RewardFunctionError(
+                f"reward function {self.where} did not return within {exc.limit_s:g} s ({exc.why}) scoring "
+                f"{_count(len(prompts), 'sample')}; it is left running and the run stops: fix the function, or "
+                f"{self.time_limit.hint()}"
+            ) from None
+        except Exception as exc:
+            hint = ""
+            if isinstance(exc, (TypeError, IndexError, KeyError)) and self.kind == "text" and not conversational:
+                hint = (
+                    " (the completions are strings: the dataset's prompts are strings, TRL's standard format; "
+                    "a reward that reads completion[0]['content'] needs conversational prompts, chat messages "
+                    "[{'role': 'user', 'content': ...}] in the prompt column)"
+                )
+            elif "main thread" in str(exc):  # e.g. signal.alarm: the limited call runs in a thread of its own
+                hint = (
+                    f" (a time-limited function runs in a thread of its own; {self.time_limit.setting}=.inf runs "
+                    "it in the caller's thread, without a limit)"
+                )
+            raise RewardFunctionError(
+                f"reward function {self.where} raised {type(exc).__name__}: {_one_line(str(exc))} at "
+                f"{_raised_at(exc, self.fn)} scoring {_count(len(prompts), 'sample')}{hint}; "
+                f"fix the function{self._check_hint()}"
             ) from exc
-        if isinstance(out, torch.Tensor):
-            return out.detach().float().cpu().reshape(-1)
-        values = [float("nan") if v is None else v for v in (out.tolist() if hasattr(out, "tolist") else list(out))]
-        if len(values) != len(prompts):
-            raise ValueError(f"reward function {self.name} returned {len(values)} scores for {len(prompts)} samples")
-        return torch.tensor(values, dtype=torch.float32)
+        return self._scores(out, len(prompts))
+
+    def _check_hint(self) -> str:
+        """How to try the function alone (a top-level function of a .py file)."""
+        file, _, name = self.where.rpartition(":")
+        if not file.endswith(".py") or "." in name:
+            return ""
+        return f" (`mmrl check reward {self.where} kind={self.kind}` tries it on examples)"
+
+    def _scores(self, out, n: int) -> torch.Tensor:
+        """The function's answer ``out`` as float32 ``[n]`` (None = NaN), or `RewardFunctionError`
+        saying what it returned and what was expected."""
+        expected = (
+            f"it must return one score per sample: a list of {_count(n, 'number')} (None where it does not apply), "
+            f"or an array / tensor of shape ({n},)"
+        )
+        if isinstance(out, torch.Tensor) or (hasattr(out, "shape") and hasattr(out, "tolist")):  # an array
+            shape = tuple(out.shape)
+            if (len(shape) > 1 and sum(d != 1 for d in shape) > 1) or math.prod(shape) != n:
+                raise RewardFunctionError(
+                    f"reward function {self.where} returned a {type(out).__name__} of shape {shape} for "
+                    f"{_count(n, 'sample')}; {expected}"
+                )
+            if isinstance(out, torch.Tensor):
+                out = out.detach().cpu()
+            values = out.reshape(-1).tolist() if hasattr(out, "reshape") else list(out.tolist())
+        elif out is None or isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__"):
+            raise RewardFunctionError(
+                f"reward function {self.where} returned {_preview(out)} ({type(out).__name__}) for "
+                f"{_count(n, 'sample')}; {expected}"
+            )
+        else:
+            values = list(out)
+        if len(values) != n:
+            raise RewardFunctionError(
+                f"reward function {self.where} returned {_count(len(values), 'score')} for "
+                f"{_count(n, 'sample')}; {expected}"
+            )
+        scores = []
+        for i, v in enumerate(values):
+            try:
+                if isinstance(v, (str, bytes)):
+                    raise TypeError
+                scores.append(float("nan") if v is None else float(v))
+            except (TypeError, ValueError):
+                raise RewardFunctionError(
+                    f"reward function {self.where} returned {_preview(v)} ({type(v).__name__}) as the score of "
+                    f"sample {i} (of {_preview(out)}); scores must be numbers (float, int, bool) or None"
+                ) from None
+        return torch.tensor(scores, dtype=torch.float32)
+
+
+def describe_callable(fn) -> str:
+    """``file:name`` of a function (the file relative to the current folder when inside it), for
+    messages; ``module:name`` for a callable without Python code (a builtin, a callable object)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__
+    name = name.replace("<locals>.", "")
+    code = _code_of(fn)
+    if code is None:
+        return f"{getattr(fn, '__module__', None) or type(fn).__module__}:{name}"
+    return f"{_short_path(code.co_filename)}:{name}"
+
+
+def _code_of(fn):
+    """The code of a function, of a partial's function or of a callable object's ``__call__`` (None
+    for a builtin)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    code = getattr(fn, "__code__", None)
+    if code is None and not isinstance(fn, type):
+        code = getattr(vars(type(fn)).get("__call__"), "__code__", None)
+    return code
+
+
+def _short_path(filename: str) -> str:
+    try:
+        return str(Path(filename).resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return filename
+
+
+def _raised_at(exc: BaseException, fn) -> str:
+    """``file:line`` where ``exc`` was raised in ``fn``'s own file (its innermost frame there),
+    and the innermost frame of all when that is elsewhere (a library the function called)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    code = _code_of(fn)
+    own = [f for f in frames if code is not None and f.filename == code.co_filename]
+    if not frames:
+        return "an unknown line"
+    inner = frames[-1]
+    if not own:
+        return f"{_short_path(inner.filename)}:{inner.lineno}"
+    at = f"{_short_path(own[-1].filename)}:{own[-1].lineno}"
+    return at if own[-1] is inner else f"{at} (in {_short_path(inner.filename)}:{inner.lineno})"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _preview(value) -> str:
+    short = reprlib.Repr()
+    short.maxstring, short.maxother, short.maxlist = 40, 40, 4
+    return _one_line(short.repr(value), 120)
 
 
 def import_reference(ref: str):
@@ -208,19 +363,39 @@ def import_reference(ref: str):
         spec = importlib.util.spec_from_file_location(f"mmrl_user_{path.stem}", path)
         assert spec is not None and spec.loader is not None  # a .py path always gets a source loader
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # user code: one line naming the file and line, no traceback
+            raise ValueError(_import_failure(f"reward file {path}", ref, exc, path)) from None
     else:
         try:
             module = importlib.import_module(where)
         except ImportError as exc:
+            if exc.name is None or not where.startswith(exc.name):  # the module imports what is missing
+                raise ValueError(_import_failure(f"module {where!r}", ref, exc)) from None
             raise ValueError(
                 f"cannot import module {where!r} (from {ref!r}): {exc}; install it or give a file: "
                 "'path/to/file.py:function'"
             ) from None
+        except Exception as exc:
+            raise ValueError(_import_failure(f"module {where!r}", ref, exc)) from None
     if not hasattr(module, attr):
         found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
         raise ValueError(f"{where} has no {attr!r} (from {ref!r}); callables there: {', '.join(found) or 'none'}")
     return getattr(module, attr)
+
+
+def _import_failure(what: str, ref: str, exc: Exception, path: Path | None = None) -> str:
+    """One line for code (``what``, the file ``path`` if known) that failed to import: a syntax
+    error's file and line, or the exception and the innermost line of its traceback."""
+    if isinstance(exc, SyntaxError):
+        file = exc.filename
+        same = file is None or (path is not None and Path(file).resolve() == path.resolve())
+        at = f"line {exc.lineno}" if same or file is None else f"{_short_path(file)}:{exc.lineno}"
+        return f"{what} has a syntax error at {at}: {exc.msg} (from {ref!r}); fix the file"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    at = f" at {_short_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    return f"{what} failed to import: {type(exc).__name__}: {_one_line(str(exc))}{at} (from {ref!r}); fix the file"
 
 
 def as_reward(obj, kind: str, name: str | None = None, **bound) -> Reward:

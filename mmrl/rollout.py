@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from mmrl.batch import Batch
 from mmrl.distributed import Ranks, gather_objects
-from mmrl.simulator import Observation, Simulator, check_observation
+from mmrl.simulator import Observation, Simulator, check_observation, check_step_result
 from mmrl.utils.rows import batch_rows
 
 
@@ -52,6 +52,7 @@ def act(policy, sim, obs: Observation, generator, mode: str, alive: torch.Tensor
     actions_here = actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions
     traced = reward is not None and reward.traced
     res = sim.step_chunk(actions_here, trace=True) if traced else sim.step_chunk(actions_here)
+    check_step_result(sim, res)
     if reward is not None:
         res = reward(res, obs, actions, alive, episodes)
     return batch, res
@@ -305,28 +306,32 @@ def evaluate_policy(
     batch = n * ranks.world  # episodes per round, over the ranks
     first = ranks.rank * n  # this rank's first episode of a round
     bar = tqdm(total=num_episodes, desc="eval", unit="ep", leave=False, dynamic_ncols=True, disable=not ranks.main)
-    while done < num_episodes:
-        seeds = [seed + done + first + i for i in range(n)]
-        want_video = video_path is not None and done == 0
-        with batch_rows(first, n, batch):
-            _, info = collect_episodes(
-                policy,
-                sim,
-                seeds,
-                generator,
-                mode="eval",
-                frames_of=min(video_envs, n) if want_video else 0,
-                reward=reward,
+    try:  # the bar cleared whatever happens: an error's line starts a line of its own
+        while done < num_episodes:
+            seeds = [seed + done + first + i for i in range(n)]
+            want_video = video_path is not None and done == 0
+            with batch_rows(first, n, batch):
+                _, info = collect_episodes(
+                    policy,
+                    sim,
+                    seeds,
+                    generator,
+                    mode="eval",
+                    frames_of=min(video_envs, n) if want_video else 0,
+                    reward=reward,
+                )
+            take = max(0, min(n, num_episodes - done - first))  # of this rank's episodes, those in the set
+            task = info["task"][:take] if "task" in info else None
+            rounds.append(
+                (info["success"][:take].cpu(), info["return"][:take].cpu(), info["length"][:take].cpu(), task)
             )
-        take = max(0, min(n, num_episodes - done - first))  # of this rank's episodes, those in the set
-        task = info["task"][:take] if "task" in info else None
-        rounds.append((info["success"][:take].cpu(), info["return"][:take].cpu(), info["length"][:take].cpu(), task))
-        if want_video:
-            assert video_path is not None  # want_video says so
-            write_video(info["frames"], video_path, info["captions"], info["frame_success"])
-        bar.update(min(batch, num_episodes - done))
-        done += min(batch, num_episodes - done)
-    bar.close()
+            if want_video:
+                assert video_path is not None  # want_video says so
+                write_video(info["frames"], video_path, info["captions"], info["frame_success"])
+            bar.update(min(batch, num_episodes - done))
+            done += min(batch, num_episodes - done)
+    finally:
+        bar.close()
     policy.train(was_training)
     if ranks.distributed:  # every rank's episodes, in the order one process plays them: round by round
         rounds = [part for rnd in zip(*gather_objects(rounds)) for part in rnd]

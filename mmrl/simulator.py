@@ -227,20 +227,59 @@ class Simulator:
         raise NotImplementedError
 
 
-def check_observation(sim, obs: Observation) -> None:
+def check_observation(sim, obs: Observation, name: str | None = None) -> None:
     """The boundary check of every reset the trainer makes: ``obs.image`` is uint8 ``[N, *image_shape]``
-    as ``sim`` declares. A simulator that returns other images fails here, naming both shapes,
-    instead of training a policy built for the declared ones."""
+    as ``sim`` declares. A simulator that returns other images fails here, naming both shapes (and
+    ``name``, default its class), instead of training a policy built for the declared ones."""
     want = (sim.num_envs, *tuple(sim.image_shape))
     got = tuple(obs.image.shape)
     if got != want or obs.image.dtype != torch.uint8:
         from mmrl.errors import UserError
 
         raise UserError(
-            f"simulator {type(sim).__name__} returned images {obs.image.dtype} {list(got)} but declares "
+            f"simulator {name or type(sim).__name__} returned images {obs.image.dtype} {list(got)} but declares "
             f"uint8 {list(want)} (num_envs, *image_shape): fix its image_shape or its rendering "
             "(`mmrl check simulator NAME` runs the full contract)"
         )
+
+
+#: what every `StepResult` holds beside its observations: field -> dtype kind, each ``[N]``
+STEP_FIELDS = {"reward": "float", "terminated": "bool", "truncated": "bool", "success": "bool"}
+
+
+def step_result_problem(res: Any, n: int) -> str | None:
+    """The first way ``res`` breaks the contract of a step's outcome (a `StepResult` whose
+    `STEP_FIELDS` are tensors of their dtype kind, shape ``[n]``), or None. Shared by the trainer's
+    boundary check (`check_step_result`) and the contract checker (`mmrl check simulator`)."""
+    if not isinstance(res, StepResult):
+        return f"must return a StepResult, got {type(res).__name__}"
+    for name, kind in STEP_FIELDS.items():
+        t = getattr(res, name)
+        if not isinstance(t, torch.Tensor):
+            return f"{name} must be a tensor, got {type(t).__name__}"
+        if not (t.is_floating_point() if kind == "float" else t.dtype == torch.bool):
+            return f"{name} must be {kind}, got {t.dtype}"
+        if tuple(t.shape) != (n,):
+            return f"{name} shape {tuple(t.shape)} != [N] ({n},)"
+    return None
+
+
+def check_step_result(sim, res: Any, name: str | None = None) -> None:
+    """The boundary check of every step the trainer takes: reward float ``[N]`` and terminated /
+    truncated / success bool ``[N]`` (`step_result_problem`), and the observation (`check_observation`).
+    A simulator that returns anything else fails here in one line naming it, instead of deep in the
+    trainer with a broadcast error, or training on rewards that mean something else. ``name``: what
+    to call the simulator (default: its class)."""
+    problem = step_result_problem(res, sim.num_envs)
+    if problem is not None:
+        from mmrl.errors import UserError
+
+        raise UserError(
+            f"simulator {name or type(sim).__name__} returned a step against its contract: {problem} (a step "
+            f"gives reward float [N] and terminated / truncated / success bool [N], N = num_envs = {sim.num_envs}): "
+            "fix what its step_chunk returns (`mmrl check simulator NAME` runs the full contract)"
+        )
+    check_observation(sim, res.obs, name)
 
 
 def reset_seeds(seed: int | list[int] | None, n: int, next_seed: int) -> tuple[list[int], int]:

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import difflib
 import functools
 import inspect
 import io
@@ -80,6 +81,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from gymnasium.utils import EzPickle
 
+from mmrl.errors import UserError
 from mmrl.simulator import Observation, Simulator, StepResult
 
 
@@ -357,6 +359,7 @@ class GymSim(Simulator):
             raise ValueError(f"GymSim: vectorization must be 'sync' or 'async', got {vectorization!r}")
         if num_envs < 1 or image_size < 1:
             raise ValueError(f"GymSim: num_envs and image_size must be positive, got {num_envs}, {image_size}")
+        check_env_id(env_id)
         self.num_envs = int(num_envs)
         self.env_id = env_id
         self.image_size = int(image_size)
@@ -517,6 +520,38 @@ def unknown_arguments_message(unknown: dict, env_kwargs: dict | None = None) -> 
         f"{names} {verb} of simulator 'gym'; arguments of the gymnasium env go under env_kwargs: "
         f"env_kwargs={ {**(env_kwargs or {}), **unknown}!r} (in a config: sim.kwargs.env_kwargs). "
         f"Valid: {valid}"
+    )
+
+
+def check_env_id(env_id: str) -> None:
+    """`UserError` (one line) for an ``env_id`` gymnasium has not registered, found as ``gym.make``
+    finds it (a ``module:EnvId`` id imports ``module`` first), naming the closest registered ids."""
+    find = getattr(gym.envs.registration, "_find_spec", gym.spec)  # gym.make's own lookup
+    try:
+        find(env_id)
+        return
+    except ModuleNotFoundError as exc:
+        raise UserError(
+            f"simulator 'gym': env_id {env_id!r} names a module to import first, which is not installed "
+            f"({str(exc).split('. ')[0]}): install the package that registers the environment"
+        ) from None
+    except gym.error.Error:
+        pass
+    ids = sorted(gym.envs.registry)
+    name = env_id.split(":")[-1]
+    lower = {i.lower(): i for i in ids}
+    close = difflib.get_close_matches(name, ids, n=5, cutoff=0.5) or [
+        lower[c] for c in difflib.get_close_matches(name.lower(), list(lower), n=5, cutoff=0.5)
+    ]
+    hint = (
+        f"close registered ids: {', '.join(close)}"
+        if close
+        else f"no registered id is close ({len(ids)} are registered)"
+    )
+    raise UserError(
+        f"simulator 'gym': env_id {env_id!r} is not a registered gymnasium environment; {hint}. Use one "
+        f"(sim.kwargs.env_id in a config, gym:<id> on the command line; `python -c 'import gymnasium; "
+        f"gymnasium.pprint_registry()'` lists them all; another package's environment is 'package:EnvId')"
     )
 
 

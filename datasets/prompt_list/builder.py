@@ -14,6 +14,8 @@ import json
 import random
 from pathlib import Path
 
+from mmrl.data import MAX_RECORD_BYTES, check_record_limit, text_lines
+
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
@@ -26,12 +28,16 @@ def _existing_file(path, hint: str = "") -> Path:
     return p
 
 
-def read_lines(path, comments: bool = True, hint: str = "") -> list[tuple[int, str]]:
+def read_lines(
+    path, comments: bool = True, hint: str = "", max_record_bytes: int = MAX_RECORD_BYTES, limit_arg: str | None = None
+) -> list[tuple[int, str]]:
     """(line number, prompt) for each non-blank line of a UTF-8 text file, stripped; lines
-    starting with ``#`` are skipped when ``comments``. ValueError when there is no prompt."""
+    starting with ``#`` are skipped when ``comments``. ValueError when there is no prompt, and
+    naming the line for one that is not UTF-8 or is longer than ``max_record_bytes`` (`mmrl.data.text_lines`;
+    ``limit_arg``: the dataset argument that raises the limit)."""
     p = _existing_file(path, hint)
     out = []
-    for i, line in enumerate(p.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    for i, line in text_lines(p, max_record_bytes, limit_arg):
         line = line.strip()
         if line and not (comments and line.startswith("#")):
             out.append((i, line))
@@ -40,14 +46,21 @@ def read_lines(path, comments: bool = True, hint: str = "") -> list[tuple[int, s
     return out
 
 
-def read_jsonl(path, key: str | tuple[str, ...] = "prompt", hint: str = "") -> list[tuple[int, dict]]:
+def read_jsonl(
+    path,
+    key: str | tuple[str, ...] = "prompt",
+    hint: str = "",
+    max_record_bytes: int = MAX_RECORD_BYTES,
+    limit_arg: str | None = None,
+) -> list[tuple[int, dict]]:
     """(line number, record) for each non-blank line of a JSONL file. Every record must be a JSON
     object with a string under ``key`` (or under one of several keys, the first present wins; the
-    record then gets it under ``"prompt"``). Errors name the file and the line number."""
+    record then gets it under ``"prompt"``). Errors name the file and the line number; a line is
+    checked against ``max_record_bytes`` before it is parsed (as in `read_lines`)."""
     p = _existing_file(path, hint)
     keys = (key,) if isinstance(key, str) else tuple(key)
     out = []
-    for i, line in enumerate(p.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    for i, line in text_lines(p, max_record_bytes, limit_arg):
         if not line.strip():
             continue
         try:
@@ -105,24 +118,27 @@ def build(
     comments: bool = True,
     split: str = "train",
     eval_path=None,
+    max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> dict:
     """Prompts from ``path``: ``format`` "text", "jsonl" or "auto" (".jsonl"/".ndjson" -> JSONL,
     anything else text). Text meta is ``{}``; JSONL meta is the record's other keys. ``dedupe``
     keeps the first of repeated prompts, ``shuffle`` shuffles with ``seed``, ``num_prompts`` keeps
     the first n. ``comments=False`` keeps lines starting with "#". ``split="eval"`` reads
     ``eval_path`` instead when it is given (held-out prompts for evaluation), else ``path``.
+    ``max_record_bytes``: the most bytes one line may hold (checked before it is parsed).
     """
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    check_record_limit(max_record_bytes)
     if split == "eval" and eval_path is not None:
         path = eval_path
     fmt = detect_format(path) if format == "auto" else format
     if fmt == "jsonl":
-        rows = read_jsonl(path)
+        rows = read_jsonl(path, max_record_bytes=max_record_bytes, limit_arg="max_record_bytes")
         prompts = [r["prompt"] for _, r in rows]
         metas = [{k: v for k, v in r.items() if k != "prompt"} for _, r in rows]
     elif fmt == "text":
-        rows = read_lines(path, comments=comments)
+        rows = read_lines(path, comments=comments, max_record_bytes=max_record_bytes, limit_arg="max_record_bytes")
         prompts = [text for _, text in rows]
         metas = [{} for _ in rows]
     else:

@@ -4,7 +4,7 @@ pixel-budget / hub-row helpers the public VLM recipes share.
 
 ``build(path=None, split=None, data_files=None, subset=None, prompt_key="prompt", answer_key="answer",
 image_key=None, eval_fraction=0.0, num_samples=None, shuffle=False, seed=0, min_pixels=None,
-max_pixels=None, factor=28)`` returns a dict of lists, one entry per sample::
+max_pixels=None, factor=28, max_record_bytes=MAX_RECORD_BYTES)`` returns a dict of lists, one entry per sample::
 
     {"prompt":   [str],                        # the question text, image placeholders removed
      "images":   [[uint8 tensor [H, W, 3]]],    # the sample's images, in order (may be empty)
@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from mmrl.data import MAX_RECORD_BYTES, check_record_limit, read_jsonl_records
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -487,26 +489,6 @@ def _pq():
     return pq
 
 
-def read_jsonl_records(path: Path) -> list[tuple[str, Any]]:
-    """(where, record) per non-blank line; a ``.json`` file holding one JSON array is read too."""
-    text = path.read_text(encoding="utf-8-sig")
-    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-        return [(f"{path}, record {i}", r) for i, r in enumerate(records)]
-    out = []
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((f"{path}, line {i}", json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}, line {i}: not valid JSON ({exc.msg})") from None
-    return out
-
-
 def read_parquet_records(path: Path, limit: int | None = None) -> list[tuple[str, dict]]:
     pq = _pq()
     out: list[tuple[str, dict]] = []
@@ -535,7 +517,7 @@ def read_csv_records(path: Path) -> list[tuple[str, dict]]:
     return [(f"{path}, line {i + 2}", row) for i, row in enumerate(table.to_pylist())]
 
 
-def read_rows(files: Sequence[Path]) -> list[tuple[str, Any, Path]]:
+def read_rows(files: Sequence[Path], max_record_bytes: int = MAX_RECORD_BYTES) -> list[tuple[str, Any, Path]]:
     """(where, row, folder relative image paths resolve against) for every row of ``files``."""
     rows: list[tuple[str, Any, Path]] = []
     for f in files:
@@ -543,7 +525,7 @@ def read_rows(files: Sequence[Path]) -> list[tuple[str, Any, Path]]:
         if suffix in PARQUET_SUFFIXES:
             found = read_parquet_records(f)
         elif suffix in JSONL_SUFFIXES or suffix == ".json":
-            found = read_jsonl_records(f)
+            found = read_jsonl_records(f, max_record_bytes)
         elif suffix in CSV_SUFFIXES:
             found = read_csv_records(f)
         else:
@@ -640,9 +622,14 @@ class _Part:
         return [(f"{self.what}, row {i}", row, None) for i, row in zip(rows, self._hf.select(rows))]
 
 
-def _local_parts(path, data_files, split: str | None) -> tuple[str, dict[str, Callable[[], _Part]]]:
+def _local_parts(path, data_files, split: str | None, limit: int) -> tuple[str, dict[str, Callable[[], _Part]]]:
     """(what to call the data in messages, split -> a maker of its rows) of local files. A single
-    file or a list of files is one split, "train", unless its rows carry a ``split`` column."""
+    file or a list of files is one split, "train", unless its rows carry a ``split`` column (a JSON
+    line holds at most ``limit`` bytes)."""
+
+    def rows_of(files):
+        return read_rows(files, limit)
+
     base = None
     if path is not None:
         base = Path(path).expanduser()
@@ -655,7 +642,7 @@ def _local_parts(path, data_files, split: str | None) -> tuple[str, dict[str, Ca
         if isinstance(data_files, dict):
             files = {str(k): _expand_files(v, base) for k, v in data_files.items()}
             what = f"data_files {{{', '.join(files)}}}"
-            return what, {k: (lambda fs=fs, k=k: _Part(f"{what} [{k}]", read_rows(fs))) for k, fs in files.items()}
+            return what, {k: (lambda fs=fs, k=k: _Part(f"{what} [{k}]", rows_of(fs))) for k, fs in files.items()}
         files, named = {"train": _expand_files(data_files, base)}, False
         what = str(files["train"][0]) + (f" (+{len(files['train']) - 1} more)" if len(files["train"]) > 1 else "")
     elif base.is_file():
@@ -670,8 +657,8 @@ def _local_parts(path, data_files, split: str | None) -> tuple[str, dict[str, Ca
             f"of them, or a hub dataset id)"
         )
     if named:
-        return what, {k: (lambda fs=fs, k=k: _Part(f"{what} [{k}]", read_rows(fs))) for k, fs in files.items()}
-    rows = read_rows(files["train"])
+        return what, {k: (lambda fs=fs, k=k: _Part(f"{what} [{k}]", rows_of(fs))) for k, fs in files.items()}
+    rows = rows_of(files["train"])
     if not rows:
         raise ValueError(f"no records in {what}: the file is empty")
     column = [r.get("split") if isinstance(r, dict) else None for _, r, _ in rows]
@@ -820,6 +807,7 @@ def build(
     min_pixels: int | None = None,
     max_pixels: int | None = None,
     factor: int = 28,
+    max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> dict:
     """Your VLM data -> ``{"prompt", "images", "meta", "solution"}`` (see the module docstring and CARD.md).
 
@@ -831,9 +819,11 @@ def build(
     ``prompt_key`` / ``answer_key`` / ``image_key``: the columns (see `parse_record`). ``eval_fraction``:
     hold this fraction out of "train" as the evaluation split when the data has none. ``shuffle`` uses
     ``random.Random(seed)``; ``num_samples`` keeps the first n after it. Images are decoded only for the
-    rows kept, resized by `fit_pixels` when ``min_pixels`` or ``max_pixels`` is given."""
+    rows kept, resized by `fit_pixels` when ``min_pixels`` or ``max_pixels`` is given.
+    ``max_record_bytes``: the most bytes a JSON line may hold, checked before it is parsed."""
     if not 0 <= eval_fraction < 1:
         raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
+    check_record_limit(max_record_bytes)
     for arg, key in (("prompt_key", prompt_key), ("answer_key", answer_key), ("image_key", image_key)):
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError(f"{arg} must be a column name, got {key!r}")
@@ -855,7 +845,7 @@ def build(
                 f"subset={subset!r} names a configuration of a hub dataset, but {path or data_files} "
                 f"is local; drop subset"
             )
-        what, parts = _local_parts(path, data_files, split)
+        what, parts = _local_parts(path, data_files, split, max_record_bytes)
     name, hold = choose_split(list(parts), split, eval_fraction, what)
     part = parts[name]()
     positions = list(range(len(part.indices)))

@@ -45,7 +45,15 @@ from typing import Any, NoReturn
 
 import torch
 
-from mmrl.simulator import ACTION_TYPES, Completions, Observation, Simulator, StepResult
+from mmrl.simulator import (
+    ACTION_TYPES,
+    STEP_FIELDS,
+    Completions,
+    Observation,
+    Simulator,
+    StepResult,
+    step_result_problem,
+)
 
 
 def supports_trace(sim) -> bool:
@@ -168,19 +176,11 @@ class _Checker:
             self.ensure(all(len(s) > 0 for s in ins), f"{what}.instruction has an empty string")
 
     def step_result(self, res: Any, what: str) -> None:
-        n = self.sim.num_envs
-        self.ensure(isinstance(res, StepResult), f"{what} must return a StepResult, got {type(res).__name__}")
-        r = res.reward
-        self.ensure(isinstance(r, torch.Tensor), f"{what}: reward must be a tensor, got {type(r).__name__}")
-        self.ensure(r.is_floating_point(), f"{what}: reward must be float, got {r.dtype}")
-        self.ensure(tuple(r.shape) == (n,), f"{what}: reward shape {tuple(r.shape)} != [N] ({n},)")
-        self.ensure(torch.isfinite(r).all(), f"{what}: reward has NaN/inf")
-        self.ensure(self.on_device(r), f"{what}: reward is on {r.device}, sim.device is {self.sim.device}")
-        for name in ("terminated", "truncated", "success"):
+        problem = step_result_problem(res, self.sim.num_envs)  # the trainer's boundary check, shared
+        self.ensure(problem is None, f"{what}: {problem}")
+        self.ensure(torch.isfinite(res.reward).all(), f"{what}: reward has NaN/inf")
+        for name in STEP_FIELDS:
             t = getattr(res, name)
-            self.ensure(isinstance(t, torch.Tensor), f"{what}: {name} must be a tensor")
-            self.ensure(t.dtype == torch.bool, f"{what}: {name} must be bool, got {t.dtype}")
-            self.ensure(tuple(t.shape) == (n,), f"{what}: {name} shape {tuple(t.shape)} != [N] ({n},)")
             self.ensure(self.on_device(t), f"{what}: {name} is on {t.device}, sim.device is {self.sim.device}")
         self.obs(res.obs, f"{what}.obs")
         done = res.terminated | res.truncated

@@ -51,7 +51,7 @@ import torch
 from mmrl.batch import Batch
 from mmrl.placement.worker import WorkerBase, WorkerCrashed, close_workers
 from mmrl.rollout import episode_info, episode_tasks, step_record, truncation_values
-from mmrl.simulator import StepResult
+from mmrl.simulator import StepResult, check_step_result
 from mmrl.utils.rows import sub_rows
 
 
@@ -142,6 +142,9 @@ def _collect(policy, workers: list[WorkerBase], seeds: list[int], generator, mod
                 t0 = time.perf_counter()
                 try:
                     res = workers[s].result()
+                    check_step_result(
+                        workers[s], res, f"{(workers[s].meta or {}).get('class')} (worker {workers[s].name!r})"
+                    )
                 except WorkerCrashed:
                     lost[s] |= alive[s]  # its episodes in progress are gone
                     alive[s] &= ~lost[s]

@@ -53,6 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mmrl.utils import deadline
+
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.context import SpawnProcess
@@ -60,9 +62,10 @@ if TYPE_CHECKING:
 STARTUP_TIMEOUT_S = 120.0  # spawn + import torch + build the simulator
 # the automatic time limit of a call (placement.step_timeout_s = null): at least the floor (which is
 # all a method never answered yet gets: its first call may include warm-up), else this many times
-# the slowest answer of that method so far. Read at each call, so a test may patch them.
-AUTO_TIMEOUT_FLOOR_S = 120.0
-AUTO_TIMEOUT_FACTOR = 20.0
+# the slowest answer of that method so far; the rule and its defaults are `mmrl.utils.deadline`'s,
+# shared with user code's limits. Read at each call, so a test may patch them here.
+AUTO_TIMEOUT_FLOOR_S = deadline.AUTO_TIMEOUT_FLOOR_S
+AUTO_TIMEOUT_FACTOR = deadline.AUTO_TIMEOUT_FACTOR
 READ_GRACE_S = 5.0  # an answer that started arriving gets at least this long to arrive whole
 SET_TIMEOUT_HINT = (
     "set placement.step_timeout_s=SECONDS for a fixed limit, or placement.step_timeout_s=.inf to wait forever"
@@ -75,7 +78,7 @@ def auto_timeout_s(slowest_s: float | None, floor_s: float | None = None, factor
     ``floor_s`` / ``factor`` default to ``AUTO_TIMEOUT_FLOOR_S`` / ``AUTO_TIMEOUT_FACTOR``."""
     floor_s = AUTO_TIMEOUT_FLOOR_S if floor_s is None else floor_s
     factor = AUTO_TIMEOUT_FACTOR if factor is None else factor
-    return floor_s if slowest_s is None else max(floor_s, factor * slowest_s)
+    return deadline.auto_timeout_s(slowest_s, floor_s, factor)
 
 
 class WorkerError(RuntimeError):
@@ -153,6 +156,7 @@ SHAPE_KEYS = (
 
 def sim_meta(sim) -> dict:
     return {
+        "class": type(sim).__name__,  # for messages
         "num_envs": int(sim.num_envs),
         "action_dim": int(sim.action_dim),
         "action_type": str(sim.action_type),

@@ -43,6 +43,7 @@ import torch
 
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
+from mmrl.config import check_range
 from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
 from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
@@ -83,6 +84,9 @@ class DiffusionConfig(PolicyConfig):
     awm_ema_coef: float = 0.0  # ||v - v_ema||^2 regulariser of AWM
     ema_decay: float = 0.95
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
+
+    def validate(self) -> None:
+        check_range(self, {"num_steps": ">=1", "eval_num_steps": ">=1"})  # denoising transitions: at least one
 
 
 #: ``(x, t, cond) -> v``: the generator, its EMA weights, or its reference

@@ -27,6 +27,7 @@ from torch import nn
 from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
+from mmrl.config import check_range
 from mmrl.flow import (
     FlowNoiseHead,
     awm_loss,
@@ -82,6 +83,9 @@ class FlowVLAConfig(PolicyConfig):
     # running mean / std normalisation of the state vector (statistics saved with the weights,
     # updated after each RL iteration's update, frozen during the warm start's first use)
     obs_norm: bool = True
+
+    def validate(self) -> None:
+        check_range(self, {"num_steps": ">=1"})  # integration steps of the flow: at least one
 
 
 class PrefixBackbone(Protocol):

@@ -96,8 +96,8 @@ def resolve_checkpoint(given: str | None, run_dir: Path, log=None) -> Path:
         root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
         good, problems = ckpt.newest_complete(root)
         if good is not None:
-            for why in problems:  # never an older checkpoint in silence
-                (log or _to_stderr)(f"warning: using {good.name}, not the newer {why}")
+            for skipped in problems:  # never an older checkpoint in silence
+                (log or _to_stderr)(f"warning: using {good.name}, not the newer {skipped}")
             return good
         if not problems:
             raise UserError(

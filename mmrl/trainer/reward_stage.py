@@ -35,8 +35,10 @@ from dataclasses import dataclass, field
 import torch
 
 from mmrl.algorithms.reward_synthesis import RewardSynthesis
-from mmrl.reward import Reward, RewardError, WeightedSum, as_reward, import_reference
+from mmrl.errors import UserError
+from mmrl.reward import FunctionReward, Reward, RewardError, WeightedSum, as_reward, import_reference
 from mmrl.simulator import Completions, Observation, StepResult
+from mmrl.utils.deadline import CallLimit
 
 #: the stage's kind by the simulator's action type, and the reward kind each stage kind scores
 KINDS = {"text": "text", "image": "image", "chunk": "frame"}
@@ -223,6 +225,8 @@ class RewardStage:
             else:
                 score = self.model(samples, prompts, meta)
                 parts = {self.name: score}
+        except UserError:  # a user's reward function: its one line names it, what it did and the fix
+            raise
         except Exception as exc:
             raise RewardError(
                 f"reward '{self.name}' failed on {len(prompts)} samples (first prompt {prompts[0]!r}): "
@@ -421,12 +425,13 @@ def build_reward_stage(
     combine: RewardSynthesis | None = None,
     failure_term: str | None = None,
     frames: FrameScoring | None = None,
+    timeout_s: float | None = None,
 ) -> RewardStage:
     """The stage of an experiment's ``reward:`` section (`mmrl.experiment.RewardConfig` holds the
     fields) for a simulator whose actions are ``action_type``: one model (``type``) or a weighted
-    sum (``weights``, with per-part ``kwargs``), checked with its `Reward.preflight` before any work."""
-    from mmrl.errors import UserError
-
+    sum (``weights``, with per-part ``kwargs``), checked with its `Reward.preflight` before any work.
+    ``timeout_s`` limits each call of a user's reward function (`FunctionReward`; None: automatic,
+    ``inf``: none; see `mmrl.utils.deadline`)."""
     kind = KINDS[action_type]
     if weights:
         parts = {n.rpartition(":")[2]: reward_model(n, kwargs.get(n), MODEL_KIND[kind]) for n in weights}
@@ -436,6 +441,9 @@ def build_reward_stage(
         assert type is not None, "RewardConfig.validate: a reward section names a type or weights"
         model = reward_model(type, kwargs, MODEL_KIND[kind])
         name = type.rpartition(":")[2]
+    for part in [r for _, r in model.items] if isinstance(model, WeightedSum) else [model]:
+        if isinstance(part, FunctionReward):  # user code: limited (registered models are mmrl's)
+            part.time_limit = CallLimit(timeout_s, "reward.timeout_s")
     try:
         model.preflight()  # e.g. a reward server that does not answer: said before any work
     except RewardError as exc:

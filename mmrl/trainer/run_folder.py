@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from mmrl.errors import ConfigChangedError, RunLockedError, UserError
 
 LOCK = ".lock"
@@ -168,7 +167,6 @@ def check_resume_config(cfg, checkpoint: Path | None) -> list[tuple[str, object,
     returns them (the caller records them). Otherwise raises `ConfigChangedError` naming the keys
     and the two ways out."""
     from mmrl.config import to_dict
-
     from mmrl.trainer.checkpoint import recorded_config
 
     if checkpoint is None:

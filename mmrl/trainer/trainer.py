@@ -145,8 +145,20 @@ class Trainer:
 
     # ---- the loop, top to bottom ------------------------------------------------------------
     def run(self) -> dict:
+        from mmrl.reward import RewardFunctionError
+
         try:
             return self._run()
+        except RewardFunctionError as exc:  # user code failed (or hung): nothing of the run was wrong
+            raise TrainingError(
+                f"{exc}; newest complete checkpoint: {self.newest_checkpoint()}; run the same command to resume"
+            ) from exc
+        except UserError:
+            raise
+        except Exception as exc:  # a full disk while writing the log, the results, a video: one line
+            if not disk_full(exc, self.out_dir):
+                raise
+            raise self.disk_full_error(str(getattr(exc, "filename", None) or "the run's logs and results")) from None
         finally:
             self.close()
 
@@ -570,14 +582,23 @@ class Trainer:
                 extra=extra,
                 own=own,
             )
-        except (OSError, RuntimeError) as exc:
+        except Exception as exc:  # OSError, torch's RuntimeError, safetensors' SafetensorError, ...
             if not disk_full(exc, self.out_dir):
                 raise
-            raise UserError(
-                f"no space left on the device of {self.out_dir} while writing checkpoint iter_"
-                f"{self.state.iteration:06d}: free some space and run the same command to resume "
-                f"(newest complete checkpoint: {self.newest_checkpoint()})"
-            ) from None
+            raise self.disk_full_error(f"checkpoint iter_{self.state.iteration:06d}") from None
+
+    def disk_full_error(self, writing: str) -> UserError:
+        """The one line for a full disk: what was being written, and that nothing is lost."""
+        newest = self.newest_checkpoint()
+        kept = (
+            f"nothing is lost: the newest complete checkpoint, {newest}, is whole"
+            if newest != "none"
+            else "no checkpoint was complete yet (resuming starts the run over)"
+        )
+        return UserError(
+            f"no space left on the device of {self.out_dir} while writing {writing}; {kept}: free some space "
+            "and run the same command to resume"
+        )
 
     def resume(self) -> None:
         """Restore the newest complete checkpoint of the run folder (``trainer.resume``), or start
@@ -628,13 +649,15 @@ def run_generator(seed: int, purpose: str, index: int = 0, device="cpu") -> torc
 
 
 def disk_full(exc: BaseException, folder: Path, min_free: int = 64 << 20) -> bool:
-    """Whether ``exc`` (raised while writing in ``folder``) means the disk is full: ENOSPC, or a
-    write error of torch's serialiser ("file write failed", "iostream error"), which loses the
-    errno, with less than ``min_free`` bytes left."""
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
+    """Whether ``exc`` (raised while writing in ``folder``) means the disk is full: ENOSPC or EDQUOT
+    (safetensors' writer gives it as "(os error 28)"), or a write error of torch's serialiser ("file
+    write failed", "iostream error", "unexpected pos"), which loses the errno, with less than
+    ``min_free`` bytes left."""
+    codes = (errno.ENOSPC, errno.EDQUOT)
     text = str(exc)
-    if not any(s in text for s in ("write failed", "iostream", "No space left")):
+    if (isinstance(exc, OSError) and exc.errno in codes) or any(f"(os error {c})" in text for c in codes):
+        return True
+    if not any(s in text for s in ("write failed", "iostream", "No space left", "unexpected pos")):
         return False
     try:
         return shutil.disk_usage(folder).free < min_free

@@ -42,8 +42,9 @@ CASES: list[tuple[str, list[str], list[str]]] = [
 
 
 def prepare(tmp: Path, out: Path) -> None:
-    """``model.txt``: a file; ``full/``: a folder with a file in it; ``old_format/``: a checkpoint of the trained run as an
-    older mmrl wrote it (no config recorded in COMPLETE), its config.yaml then broken."""
+    """``model.txt``: a file; ``full/``: a folder with a file in it; ``old_format/``: a checkpoint of
+    the trained run as an older mmrl wrote it (no config recorded in COMPLETE), its config.yaml then
+    broken."""
     (tmp / "model.txt").write_text("a file where the export's folder would go")
     (tmp / "full").mkdir(exist_ok=True)
     (tmp / "full" / "notes.txt").write_text("the user's own file")

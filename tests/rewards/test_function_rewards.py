@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from mmrl.config import ConfigError
 from mmrl.experiment import build_reward, build_trainer, load_experiment
-from mmrl.reward import FunctionReward, WeightedSum, as_reward, import_reference
+from mmrl.reward import FunctionReward, RewardFunctionError, WeightedSum, as_reward, import_reference
 from tests.trainer.test_vlm_training import TINY
 
 REWARDS_PY = textwrap.dedent('''
@@ -56,7 +56,7 @@ def test_a_plain_function_scores_with_the_dataset_columns_as_keywords():
     assert reward(["2", "3"], ["p", "q"], [{"answer": "2"}, {"answer": "4"}]).tolist() == [1.0, 0.0]
     # a numpy array or tensor is fine too; a wrong count names the function
     assert as_reward(lambda c, **k: torch.ones(len(c)), "text")(["a"], ["p"]).tolist() == [1.0]
-    with pytest.raises(ValueError, match="returned 1 scores for 2 samples"):
+    with pytest.raises(RewardFunctionError, match="returned 1 score for 2 samples"):
         as_reward(lambda c, **k: [1.0], "text", name="short")(["a", "b"], ["p", "q"])
 
 

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 from mmrl.config import ConfigError
 from mmrl.experiment import RewardConfig, build_trainer, load_experiment
-from mmrl.reward import as_reward
+from mmrl.reward import RewardFunctionError, as_reward
 from tests.trainer.test_vlm_training import TINY
 
 #: TRL's documented example of a reward for the standard format (completions are strings)
@@ -125,7 +125,7 @@ def test_a_conversational_reward_on_string_prompts_says_why_in_one_line():
         return [float(len(c[0]["content"])) for c in completions]
 
     with pytest.raises(
-        TypeError, match=r"the completions are strings: the dataset's prompts are strings.*chat messages"
+        RewardFunctionError, match=r"the completions are strings: the dataset's prompts are strings.*chat messages"
     ):
         as_reward(conversational_only, "text")(["2"], ["1+1?"], [{}])
 
