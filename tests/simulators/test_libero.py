@@ -497,7 +497,8 @@ def test_mmrl_eval_reports_every_task(libero_cfg, tmp_path):
         tmp_path / "ck", exp, pol, build_train_engine(exp.trainer.engine, pol, 1e-3, "cpu"), TrainState()
     )
     assert main(["eval", str(tmp_path / "c.yaml"), f"checkpoint={ck}"]) == 0
-    report = json.loads((tmp_path / "ev" / "eval_report.json").read_text())
+    # the report goes with the checkpoint, into its run folder (issue 32), not the config's run.name
+    report = json.loads((tmp_path / "ck" / "eval_report.json").read_text())
     tasks = L.list_tasks("libero_spatial")
     assert [r["task"] for r in report["tasks"]] == [1, 3]
     assert [r["instruction"] for r in report["tasks"]] == [tasks[1].language, tasks[3].language]
