@@ -177,12 +177,12 @@ def prepare(tmp: Path, out: Path) -> None:
         state.write_bytes(state.read_bytes()[:100])  # truncated behind its completion marker
 
 
-@pytest.mark.parametrize("case,argv,words", CLI_CASES, ids=[c[0] for c in CLI_CASES])
-def test_bad_input_is_one_clear_line(case, argv, words, trained, tmp_path, capsys):
-    prepare(tmp_path, trained)
+def assert_one_clear_line(argv, words, trained: Path, tmp_path: Path, capsys) -> None:
+    """Run ``mmrl ARGV`` ({out}: the trained run, {tmp}: ``tmp_path``, a `train` writing there): exit 2,
+    one ``error:`` line holding ``words``, no traceback; a `train` case trained and wrote nothing."""
     argv = [a.replace("{out}", str(trained)).replace("{tmp}", str(tmp_path)) for a in argv]
-    if argv[0] == "train":
-        argv.insert(2, f"run.output_dir={tmp_path}") if not any("run.output_dir" in a for a in argv) else None
+    if argv[0] == "train" and not any("run.output_dir" in a for a in argv):
+        argv.insert(2, f"run.output_dir={tmp_path}")
     rc = main(argv)
     err = capsys.readouterr().err.strip()
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
@@ -192,6 +192,12 @@ def test_bad_input_is_one_clear_line(case, argv, words, trained, tmp_path, capsy
         assert w in lines[0], lines[0]
     if argv[0] == "train":  # known before any work: nothing was trained or written
         assert not list(tmp_path.glob("*/checkpoints"))
+
+
+@pytest.mark.parametrize("case,argv,words", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_bad_input_is_one_clear_line(case, argv, words, trained, tmp_path, capsys):
+    prepare(tmp_path, trained)
+    assert_one_clear_line(argv, words, trained, tmp_path, capsys)
 
 
 def test_eval_accepts_a_run_folder(trained, tmp_path, capsys):

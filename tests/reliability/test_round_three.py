@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mmrl.cli import main
 from tests.reliability import cases_data, cases_export, cases_user_code
-from tests.reliability.test_bad_inputs import trained  # noqa: F401  (the shared trained-run fixture)
+from tests.reliability.test_bad_inputs import (
+    assert_one_clear_line,
+    trained,  # noqa: F401  (the shared trained-run fixture)
+)
 
 TABLE_TITLE = "Issue 32: export, eval, user code and data files"
 MODULES = (cases_export, cases_user_code, cases_data)
@@ -26,15 +28,4 @@ def prepare(tmp: Path, out: Path) -> None:
 @pytest.mark.parametrize("case,argv,words", CLI_CASES, ids=[c[0] for c in CLI_CASES])
 def test_bad_input_is_one_clear_line(case, argv, words, trained, tmp_path, capsys):  # noqa: F811
     prepare(tmp_path, trained)
-    argv = [a.replace("{out}", str(trained)).replace("{tmp}", str(tmp_path)) for a in argv]
-    if argv[0] == "train" and not any("run.output_dir" in a for a in argv):
-        argv.insert(2, f"run.output_dir={tmp_path}")
-    rc = main(argv)
-    err = capsys.readouterr().err.strip()
-    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert rc == 2 and len(lines) == 1, err
-    assert "Traceback" not in err
-    for w in words:
-        assert w in lines[0], lines[0]
-    if argv[0] == "train":  # known before any work: nothing was trained or written
-        assert not list(tmp_path.glob("*/checkpoints"))
+    assert_one_clear_line(argv, words, trained, tmp_path, capsys)
