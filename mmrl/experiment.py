@@ -218,13 +218,11 @@ class RewardConfig:
     timeout_s: float | None = None
 
     def validate(self) -> None:
-        if self.timeout_s is not None and not self.timeout_s > 0:  # (NaN is not > 0)
-            from mmrl.utils.deadline import AUTO_TIMEOUT_FACTOR, AUTO_TIMEOUT_FLOOR_S
+        from mmrl.utils.deadline import timeout_problem
 
-            raise ConfigError(
-                f"reward.timeout_s = {self.timeout_s} must be seconds > 0, .inf (wait forever) or null "
-                f"(automatic: max({AUTO_TIMEOUT_FLOOR_S:g} s, {AUTO_TIMEOUT_FACTOR:g} x the slowest call so far))"
-            )
+        problem = timeout_problem("reward.timeout_s", self.timeout_s)
+        if problem:
+            raise ConfigError(problem)
         if isinstance(self.type, list) or isinstance(self.weights, list):
             self._from_lists()
         assert isinstance(self.weights, dict) and not isinstance(self.type, list)  # the lists became this

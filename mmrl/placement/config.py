@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mmrl.config import ConfigError
+from mmrl.utils.deadline import timeout_problem
 
 MODES = ("collocated", "disaggregated", "hybrid")
 BACKENDS = ("local", "ray")
@@ -84,14 +85,9 @@ class PlacementConfig:
             raise ConfigError(f"placement.torch_threads = {self.torch_threads} must be >= 0")
         if self.max_restarts < 0:
             raise ConfigError(f"placement.max_restarts = {self.max_restarts} must be >= 0")
-        if self.step_timeout_s is not None and not self.step_timeout_s > 0:  # (NaN is not > 0)
-            from mmrl.placement.worker import AUTO_TIMEOUT_FACTOR, AUTO_TIMEOUT_FLOOR_S
-
-            raise ConfigError(
-                f"placement.step_timeout_s = {self.step_timeout_s} must be seconds > 0, "
-                f".inf (wait forever) or null (automatic: max({AUTO_TIMEOUT_FLOOR_S:g} s, "
-                f"{AUTO_TIMEOUT_FACTOR:g} x the slowest call so far))"
-            )
+        problem = timeout_problem("placement.step_timeout_s", self.step_timeout_s)
+        if problem:
+            raise ConfigError(problem)
         if self.ray_strategy not in RAY_STRATEGIES:
             raise ConfigError(
                 f"placement.ray_strategy = {self.ray_strategy!r} is not one of: {', '.join(RAY_STRATEGIES)}"

@@ -40,6 +40,17 @@ def auto_timeout_s(slowest_s: float | None, floor_s: float | None = None, factor
     return floor_s if slowest_s is None else max(floor_s, factor * slowest_s)
 
 
+def timeout_problem(setting: str, timeout_s: float | None) -> str | None:
+    """Why ``timeout_s``, the value of the time-limit setting ``setting`` (``placement.step_timeout_s``,
+    ``reward.timeout_s``), is not one: seconds > 0, inf or None (automatic); None when it is."""
+    if timeout_s is None or timeout_s > 0:  # (NaN is not > 0)
+        return None
+    return (
+        f"{setting} = {timeout_s} must be seconds > 0, .inf (wait forever) or null (automatic: "
+        f"max({AUTO_TIMEOUT_FLOOR_S:g} s, {AUTO_TIMEOUT_FACTOR:g} x the slowest call so far))"
+    )
+
+
 class CallTimedOut(Exception):
     """A call ran past its time limit; it is left running in its daemon thread."""
 
@@ -54,8 +65,9 @@ class CallLimit:
     ``inf`` = none. ``setting`` names the config key that sets it, for the messages."""
 
     def __init__(self, timeout_s: float | None = None, setting: str = "timeout_s"):
-        if timeout_s is not None and not timeout_s > 0:  # (NaN is not > 0)
-            raise ValueError(f"{setting} = {timeout_s} must be seconds > 0, .inf or null (automatic)")
+        problem = timeout_problem(setting, timeout_s)
+        if problem:
+            raise ValueError(problem)
         self.timeout_s, self.setting = timeout_s, setting
         self.slowest_s: float | None = None  # the slowest call that returned (automatic limit)
 
@@ -112,4 +124,11 @@ class CallLimit:
         return box.pop("value")
 
 
-__all__ = ["AUTO_TIMEOUT_FLOOR_S", "AUTO_TIMEOUT_FACTOR", "auto_timeout_s", "CallLimit", "CallTimedOut"]
+__all__ = [
+    "AUTO_TIMEOUT_FLOOR_S",
+    "AUTO_TIMEOUT_FACTOR",
+    "auto_timeout_s",
+    "timeout_problem",
+    "CallLimit",
+    "CallTimedOut",
+]
