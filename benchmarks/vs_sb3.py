@@ -2,14 +2,24 @@
 
     pip install 'stable-baselines3==2.9.2'      # benchmark-only (the `bench` extra), never a runtime dependency
     python benchmarks/vs_sb3.py                  # Pendulum-v1 and InvertedPendulum-v5, 3 seeds each
-    python benchmarks/vs_sb3.py --seeds 1 --tasks Pendulum-v1 --env-steps 20000
+    python benchmarks/vs_sb3.py --tasks mujoco --jobs 2   # HalfCheetah, Hopper, Walker2d, Ant, Swimmer (300k steps)
+    python benchmarks/vs_sb3.py --seeds 1 --tasks Reacher-v5 --env-steps 100000   # any gymnasium id
+    python benchmarks/vs_sb3.py --validation ...     # choose settings: other training seeds, other episodes
     python benchmarks/vs_sb3.py --smoke              # seconds: one update per run, no figure
+
+Any registered gymnasium id runs: Pendulum and InvertedPendulum from their own configs, every other id
+from the state template (``configs/gym_inverted_pendulum.yaml`` with the env id swapped in, as a user
+copying it would) at ``--env-steps`` (default 300k, where SB3's defaults learn the MuJoCo
+locomotion tasks). ``--validation`` trains seeds 100, 101, ... and evaluates on episodes from reset
+seed 2e9: settings are chosen there, and the reported figures (seeds 0, 1, ..., episodes from 1e9)
+never choose anything.
 
 Identical work on both sides, per task and seed: the same gymnasium env id, the same number of
 environment steps of training, then the same held-out episodes (reset seeds ``1e9 + e``, e <
 ``--eval-episodes``) played with the deterministic policy (SB3: ``predict(deterministic=True)``;
-mmrl: the flow policy's ODE sample / the Gaussian's mean). Every run is a fresh subprocess with one
-torch thread; the sides alternate order seed by seed.
+mmrl: the flow policy's ``eval_method: mean``, the rollout chain's means from zero noise / the
+Gaussian's mean). Every run is a fresh subprocess with one torch thread; the sides alternate order
+seed by seed.
 
 - ``sb3``: ``PPO("MlpPolicy", env_id, seed=seed)`` with SB3's published defaults (1 env, 2048 steps
   per update, 10 epochs of minibatches of 64, lr 3e-4, gamma 0.99, GAE 0.95, clip 0.2, no
@@ -46,21 +56,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "VS_SB3_RESULT "
 EVAL_SEED = 1_000_000_000  # mmrl's trainer.eval_seed: held-out episode e resets with EVAL_SEED + e
+# tasks with a config of their own and the budget of the README's figures; any other gymnasium id
+# runs from the template of its observation kind with ``--env-steps`` (default DEFAULT_ENV_STEPS)
 TASKS = {
     "Pendulum-v1": {"config": "configs/gym_pendulum.yaml", "env_steps": 100_000},
     "InvertedPendulum-v5": {"config": "configs/gym_inverted_pendulum.yaml", "env_steps": 50_000},
 }
+TEMPLATE_STATE = "configs/gym_inverted_pendulum.yaml"  # state observations: the env id swapped in
+MUJOCO_LOCOMOTION = "HalfCheetah-v5,Hopper-v5,Walker2d-v5,Ant-v5,Swimmer-v5"
+DEFAULT_ENV_STEPS = 300_000
+VALIDATION_SEED0, VALIDATION_EVAL_SEED = 100, 2_000_000_000  # --validation: other seeds, other episodes
 SIDES = ("sb3", "flow", "gaussian")
 
 
 # ----------------------------------------------------------------------------------- the sides
-def play(act, env_id: str, episodes: int) -> list[float]:
-    """Returns of ``episodes`` held-out episodes of ``act(obs) -> action`` (reset seeds EVAL_SEED + e)."""
+def play(act, env_id: str, episodes: int, eval_seed: int = EVAL_SEED) -> list[float]:
+    """Returns of ``episodes`` held-out episodes of ``act(obs) -> action`` (reset seeds eval_seed + e)."""
     import gymnasium as gym
 
     env, out = gym.make(env_id), []
     for e in range(episodes):
-        obs, _ = env.reset(seed=EVAL_SEED + e)
+        obs, _ = env.reset(seed=eval_seed + e)
         total, done = 0.0, False
         while not done:
             obs, reward, terminated, truncated, _ = env.step(act(obs))
@@ -71,7 +87,7 @@ def play(act, env_id: str, episodes: int) -> list[float]:
     return out
 
 
-def run_sb3(task: str, seed: int, env_steps: int, episodes: int) -> dict:
+def run_sb3(task: str, seed: int, env_steps: int, episodes: int, eval_seed: int) -> dict:
     import torch
     from stable_baselines3 import PPO
 
@@ -80,17 +96,26 @@ def run_sb3(task: str, seed: int, env_steps: int, episodes: int) -> dict:
     t0 = time.perf_counter()
     model.learn(total_timesteps=env_steps)
     train_s = time.perf_counter() - t0
-    returns = play(lambda o: model.predict(o, deterministic=True)[0], task, episodes)
+    returns = play(lambda o: model.predict(o, deterministic=True)[0], task, episodes, eval_seed)
     return {"return": statistics.mean(returns), "train_s": train_s, "env_steps": int(model.num_timesteps)}
 
 
-def run_mmrl(task: str, seed: int, env_steps: int, episodes: int, policy: str, overrides: list[str]) -> dict:
-    sys.path.insert(0, str(ROOT))
+def task_config(task: str) -> dict:
+    """The experiment of ``task``: its own config, else the state template with its env id."""
     import yaml
 
+    data = yaml.safe_load((ROOT / TASKS.get(task, {}).get("config", TEMPLATE_STATE)).read_text())
+    data["sim"]["kwargs"]["env_id"] = task
+    return data
+
+
+def run_mmrl(
+    task: str, seed: int, env_steps: int, episodes: int, eval_seed: int, policy: str, overrides: list[str]
+) -> dict:
+    sys.path.insert(0, str(ROOT))
     from mmrl.experiment import build_trainer, load_experiment
 
-    data = yaml.safe_load((ROOT / TASKS[task]["config"]).read_text())
+    data = task_config(task)
     if policy == "gaussian":  # the same experiment with the Gaussian MLP's defaults as the policy
         data["policy"] = {"type": "gaussian"}
     cfg = load_experiment(
@@ -104,7 +129,7 @@ def run_mmrl(task: str, seed: int, env_steps: int, episodes: int, policy: str, o
             f"trainer.env_steps={env_steps}",
             "trainer.checkpoint_every=1000000",
             f"trainer.eval_episodes={episodes}",
-            f"trainer.eval_seed={EVAL_SEED}",
+            f"trainer.eval_seed={eval_seed}",
             *overrides,
         ],
     )
@@ -113,24 +138,25 @@ def run_mmrl(task: str, seed: int, env_steps: int, episodes: int, policy: str, o
     return {"return": final["return"], "train_s": final["rl_seconds"], "env_steps": final["env_steps"]}
 
 
-def run_random(task: str, episodes: int) -> dict:
+def run_random(task: str, episodes: int, eval_seed: int) -> dict:
     import gymnasium as gym
     import numpy as np
 
     space = gym.make(task).action_space
     rng = np.random.default_rng(0)
-    returns = play(lambda o: rng.uniform(space.low, space.high).astype(space.dtype), task, episodes)
+    returns = play(lambda o: rng.uniform(space.low, space.high).astype(space.dtype), task, episodes, eval_seed)
     return {"return": statistics.mean(returns)}
 
 
 # --------------------------------------------------------------------------------- orchestration
 def child(args: argparse.Namespace) -> None:
+    eval_seed = VALIDATION_EVAL_SEED if args.validation else EVAL_SEED
     if args.side == "sb3":
-        out = run_sb3(args.task, args.seed, args.env_steps, args.eval_episodes)
+        out = run_sb3(args.task, args.seed, args.env_steps, args.eval_episodes, eval_seed)
     elif args.side == "random":
-        out = run_random(args.task, args.eval_episodes)
+        out = run_random(args.task, args.eval_episodes, eval_seed)
     else:
-        out = run_mmrl(args.task, args.seed, args.env_steps, args.eval_episodes, args.side, args.overrides)
+        out = run_mmrl(args.task, args.seed, args.env_steps, args.eval_episodes, eval_seed, args.side, args.overrides)
     print(TAG + json.dumps(out), flush=True)
 
 
@@ -149,6 +175,7 @@ def spawn(side: str, task: str, seed: int, env_steps: int, args: argparse.Namesp
         str(env_steps),
         "--eval-episodes",
         str(args.eval_episodes),
+        *(["--validation"] if args.validation else []),
         *args.overrides,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
@@ -157,6 +184,20 @@ def spawn(side: str, task: str, seed: int, env_steps: int, args: argparse.Namesp
         if line.startswith(TAG):
             return json.loads(line[len(TAG) :])
     raise RuntimeError(f"{side} on {task} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def check_tasks(tasks: list[str]) -> None:
+    """Exit in one line, before any run, on an id gymnasium does not know (naming close ones)."""
+    import gymnasium as gym
+
+    ids = list(gym.registry)
+    for task in tasks:
+        if task not in gym.registry:
+            import difflib
+
+            close = difflib.get_close_matches(task, ids, n=3, cutoff=0.6)
+            hint = f"; close: {', '.join(close)}" if close else ""
+            sys.exit(f"--tasks: {task!r} is not a registered gymnasium id{hint}")
 
 
 def stats(values: list[float]) -> dict:
@@ -171,10 +212,20 @@ def main() -> None:
     from _smoke import parse_args, scratch
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task ids")
+    p.add_argument(
+        "--tasks",
+        default=",".join(TASKS),
+        help=f"comma-separated gymnasium ids (any registered id; 'mujoco' = {MUJOCO_LOCOMOTION})",
+    )
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--env-steps", type=int, default=None, help="override every task's training env steps")
     p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument(
+        "--validation",
+        action="store_true",
+        help=f"choose settings here: seeds from {VALIDATION_SEED0} and evaluation episodes from "
+        f"{VALIDATION_EVAL_SEED}, never those of the reported figures",
+    )
     p.add_argument("--sides", default=",".join(SIDES), help="which of sb3, flow, gaussian to run")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each one torch thread)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -198,12 +249,17 @@ def main() -> None:
     unknown = set(sides) - set(SIDES)
     if unknown:
         sys.exit(f"--sides: unknown {sorted(unknown)}; choose from {', '.join(SIDES)}")
-    figures: dict = {"load_avg_start": round(os.getloadavg()[0], 2)}
-    for task in args.tasks.split(","):
-        if task not in TASKS:
-            sys.exit(f"--tasks: unknown task {task!r}; choose from {', '.join(TASKS)}")
-        steps = args.env_steps or TASKS[task]["env_steps"]
-        jobs = [(seed, side) for seed in range(args.seeds) for side in (sides if seed % 2 == 0 else sides[::-1])]
+    tasks = [t for t in args.tasks.replace("mujoco", MUJOCO_LOCOMOTION).split(",") if t]
+    check_tasks(tasks)
+    seed0 = VALIDATION_SEED0 if args.validation else 0
+    figures: dict = {
+        "load_avg_start": round(os.getloadavg()[0], 2),
+        "split": "validation" if args.validation else "test",
+    }
+    for task in tasks:
+        steps = args.env_steps or TASKS.get(task, {}).get("env_steps", DEFAULT_ENV_STEPS)
+        seeds = range(seed0, seed0 + args.seeds)
+        jobs = [(seed, side) for seed in seeds for side in (sides if seed % 2 == 0 else sides[::-1])]
 
         def one(job, task=task, steps=steps):  # bound now: runs while this loop turn waits
             seed, side = job
@@ -217,7 +273,7 @@ def main() -> None:
 
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             done = dict(zip(jobs, pool.map(one, jobs)))
-        runs = {side: [done[(seed, side)] for seed in range(args.seeds)] for side in sides}
+        runs = {side: [done[(seed, side)] for seed in seeds] for side in sides}
         random = spawn("random", task, 0, steps, args)["return"]
         row: dict = {"env_steps": steps, "random_return": round(random, 2)}
         for side, rs in runs.items():

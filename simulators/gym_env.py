@@ -7,8 +7,11 @@ in a gymnasium vector env (``vectorization="sync"``: `SyncVectorEnv` in this pro
 
 Observations
     ``image`` uint8 ``[N, image_size, image_size, 3]``: each env's ``render()`` frame
-    (``render_mode="rgb_array"``) resized with antialiased bilinear interpolation (non-square frames
-    are stretched to a square). With ``render_images=False`` nothing is rendered and ``image`` is all
+    (``render_mode="rgb_array"``). MuJoCo envs render at ``image_size`` itself (``width`` and
+    ``height`` passed to ``gymnasium.make`` unless ``env_kwargs`` sets them): rendering 480 px frames
+    to shrink them costs most of an env step. Other envs' frames (classic control draws 500 or 600 px
+    with pygame) are resized with antialiased bilinear interpolation (non-square frames are
+    stretched to a square). With ``render_images=False`` nothing is rendered and ``image`` is all
     zeros (same shape; ``has_images = False``), which is much faster for state-only policies.
     Rendering classic-control envs needs ``pygame`` (``pip install "gymnasium[classic-control]"``).
     ``state`` float ``[N, D]``: the gym observation flattened with
@@ -221,10 +224,26 @@ class ContractEnv(gym.Wrapper):
         return self._observe(obs), float(reward), bool(terminated), bool(truncated), info
 
 
-def _make_env(env_id: str, render_images: bool, max_episode_steps: int | None, env_kwargs: dict) -> gym.Env:
+def renders_at_any_size(env_id: str) -> bool:
+    """Whether ``gymnasium.make(env_id, width=, height=)`` sets the render size: gymnasium's MuJoCo
+    envs (subclasses of ``MujocoEnv``, which takes both)."""
+    try:
+        from gymnasium.envs.mujoco import MujocoEnv
+    except ImportError:  # gymnasium without its MuJoCo extra
+        return False
+    entry = gym.spec(env_id).entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    return isinstance(cls, type) and issubclass(cls, MujocoEnv)
+
+
+def _make_env(
+    env_id: str, render_images: bool, max_episode_steps: int | None, env_kwargs: dict, image_size: int = 0
+) -> gym.Env:
     kwargs = dict(env_kwargs)
     if render_images:
         kwargs["render_mode"] = "rgb_array"
+        if image_size and not {"width", "height"} & set(kwargs) and renders_at_any_size(env_id):
+            kwargs.update(width=image_size, height=image_size)  # render at the size the policy reads
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     return ContractEnv(gym.make(env_id, **kwargs), env_id, render_images)
@@ -367,7 +386,9 @@ class GymSim(Simulator):
         self.render_images = bool(render_images)
         self.device = torch.device(device)
         self.instruction = instruction or f"control the {env_id} environment to maximise reward"
-        fn = functools.partial(_make_env, env_id, self.render_images, max_episode_steps, dict(env_kwargs or {}))
+        fn = functools.partial(
+            _make_env, env_id, self.render_images, max_episode_steps, dict(env_kwargs or {}), self.image_size
+        )
         vec_cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
         self._vec = vec_cls([fn] * self.num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self._closed = False

@@ -36,6 +36,7 @@ from mmrl.flow.noise_net import FlowNoiseHead
 from mmrl.flow.sampler import (
     FlowSample,
     chain_log_prob,
+    mean_path,
     noisy_steps,
     reduce_log_prob,
     sample,
@@ -63,6 +64,7 @@ __all__ = [
     "flow_matching_error",
     "flow_matching_loss",
     "gaussian_log_prob",
+    "mean_path",
     "noise_step",
     "noisy_steps",
     "ode_step",

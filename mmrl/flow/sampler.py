@@ -197,6 +197,33 @@ def sample(
         return FlowSample(x0=x, chain=torch.stack(chain, 1), stoch=mask, logp=torch.stack(logps, 1))
 
 
+@torch.no_grad()
+def mean_path(model_fn: ModelFn, noise: torch.Tensor, grid: torch.Tensor, method: str, noise_level: float = 0.0):
+    """The chain of ``method`` with its noise left out: every transition goes to its Gaussian's mean.
+
+    The deterministic counterpart of the stochastic sampler a policy was trained with, as a Gaussian
+    policy's mean is of its samples: from ``noise`` (zeros give one action per observation), step k
+    goes from ``grid[k]`` to ``grid[k+1]`` by the ``(mean, std)`` of :func:`transition`, keeping the
+    mean. ``"ode"`` and ``"noise"`` (whose mean is the Euler step) give the ODE sample; ``"sde"``
+    keeps its score correction and ``"cps"`` its re-weighting of the predicted noise, which the ODE
+    drops (at a large ``noise_level`` the ODE is then another policy than the one RL trained).
+    Returns a :class:`FlowSample` whose ``stoch`` is all False and ``logp`` 0 (no step was drawn),
+    as :func:`sample` with ``"ode"``.
+    """
+    if method not in STEP_METHODS:
+        raise ValueError(f"unknown flow method {method!r}; allowed: {STEP_METHODS}")
+    B, K = noise.shape[0], grid.shape[0] - 1
+    grid = grid.to(device=noise.device)
+    x, chain = noise, [noise]
+    for k in range(K):
+        v, std_model = model_fn(x, grid[k].repeat(B))
+        x = transition(method, x, v, grid[k], grid[k + 1], noise_level, std_model)[0].to(noise.dtype)
+        chain.append(x)
+    stoch = torch.zeros(B, K, dtype=torch.bool, device=noise.device)
+    logp = torch.zeros(B, K, *noise.shape[1:], dtype=compute_dtype(noise.dtype), device=noise.device)
+    return FlowSample(x0=x, chain=torch.stack(chain, 1), stoch=stoch, logp=logp)
+
+
 def chain_log_prob(
     model_fn: ModelFn,
     chain: torch.Tensor,

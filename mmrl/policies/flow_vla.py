@@ -33,6 +33,7 @@ from mmrl.flow import (
     awm_loss,
     chain_log_prob,
     flow_matching_loss,
+    mean_path,
     reduce_log_prob,
     sample,
     stochastic_mask,
@@ -74,7 +75,11 @@ class FlowVLAConfig(PolicyConfig):
     window: list[int] | None = None  # [start, end) transitions when stochastic == "window"
     noise_min_std: float = 0.08  # Flow-Noise bounds
     noise_max_std: float = 0.4
-    eval_method: Literal["ode", "sde", "cps", "noise"] = "ode"
+    # evaluation sampler: "ode" (the flow's ODE from a noise sample: a sample of the learned action
+    # distribution, as pi0's inference), "mean" (the rollout sampler's chain with its noise left
+    # out, from zero noise: one deterministic action per observation, as a Gaussian policy's mean),
+    # or a stochastic sampler
+    eval_method: Literal["ode", "mean", "sde", "cps", "noise"] = "ode"
     logp_level: Literal["chunk", "dim"] = "chunk"
     elem_reduce: Literal["sum", "mean"] = "sum"  # over the chunk's elements (chunk level only)
     step_reduce: Literal["sum", "mean"] = "sum"  # over the stochastic denoising steps
@@ -314,6 +319,11 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         b, dev = prefix.shape[0], prefix.device
         method = c.method if mode == "train" else c.eval_method
         noise = randn_rows((b, c.chunk_size, self.action_dim), generator=generator, device=dev)
+        if method == "mean":  # deterministic: the training sampler's means, from zero noise
+            out = mean_path(
+                self.model_fn(prefix, mask, c.method), torch.zeros_like(noise), self.grid, c.method, c.noise_level
+            )
+            return self._decision(obs, out, prefix, mask)
         stoch = stochastic_mask(
             b,
             c.num_steps,
@@ -331,6 +341,11 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             stoch=stoch,
             generator=generator,
         )
+        return self._decision(obs, out, prefix, mask)
+
+    def _decision(self, obs, out, prefix: torch.Tensor, mask: torch.Tensor) -> Decision:
+        """The `Decision` of a sampled chain ``out`` (`FlowSample`) for observations ``obs``."""
+        dev = prefix.device
         batch = Batch(
             actions=self.normalizer.unnormalize(out.x0),
             flow_chain=out.chain,

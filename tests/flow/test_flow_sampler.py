@@ -5,6 +5,7 @@ import torch
 
 from mmrl.flow import (
     chain_log_prob,
+    mean_path,
     noisy_steps,
     reduce_log_prob,
     sample,
@@ -162,3 +163,38 @@ def test_low_precision_chain_keeps_ratio_one(tiny_net):
     assert out.chain.dtype == torch.bfloat16 and out.logp.dtype == torch.float32
     re = chain_log_prob(net, out.chain, grid, out.stoch, "sde", 0.7, batch_steps=False)
     torch.testing.assert_close(torch.exp(re - out.logp), torch.ones_like(re), atol=1e-5, rtol=0)
+
+
+class _AffineNet(torch.nn.Module):
+    """v = x W + b(t): every transition's mean is affine in x, so the mean of many stochastic chains
+    from N(0, I) noise is the noise-free chain from zeros."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.w = torch.randn(3, 3, generator=g) * 0.3
+        self.b = torch.randn(3, generator=g)
+
+    def forward(self, x, t):
+        return x @ self.w + self.b * (1 + t.reshape(-1, 1, 1)), None
+
+
+@pytest.mark.parametrize("method", ["sde", "cps"])
+def test_mean_path_is_the_stochastic_sampler_without_its_noise(method):
+    net, grid = _AffineNet(), time_grid(4)
+    n = 200_000
+    noise = torch.randn(n, 1, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    net.w, net.b = net.w.double(), net.b.double()
+    samples = sample(net, noise, grid.double(), method, noise_level=0.8, generator=torch.Generator().manual_seed(1))
+    det = mean_path(net, torch.zeros(1, 1, 3, dtype=torch.float64), grid.double(), method, noise_level=0.8)
+    torch.testing.assert_close(samples.x0.mean(0), det.x0[0], atol=0.02, rtol=0)
+    ode = mean_path(net, torch.zeros(1, 1, 3, dtype=torch.float64), grid.double(), "ode")
+    assert (det.x0 - ode.x0).abs().max() > 0.05  # the correction the ODE drops is kept
+    assert not det.stoch.any() and torch.all(det.logp == 0) and det.chain.shape == (1, 5, 1, 3)
+
+
+@pytest.mark.parametrize("method,a", [("ode", 0.0), ("noise", 0.0), ("sde", 0.0)])
+def test_mean_path_of_an_euler_mean_is_the_ode(tiny_net, method, a):
+    grid, noise = time_grid(K, shift=2.0), _noise()
+    ode = sample(tiny_net, noise, grid, "ode")
+    torch.testing.assert_close(mean_path(tiny_net, noise, grid, method, a).chain, ode.chain)

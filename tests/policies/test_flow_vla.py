@@ -50,6 +50,27 @@ def test_eval_mode_is_deterministic_ode():
     assert not a["flow_stoch"].any()  # ODE: no stochastic transitions
 
 
+@pytest.mark.parametrize("method", ["sde", "noise"])
+def test_eval_method_mean_is_the_training_chain_without_noise_from_zero(method):
+    from mmrl.flow import mean_path
+
+    policy = make_policy(method=method, noise_level=1.5, eval_method="mean")
+    obs = make_obs()
+    a = policy.rollout(obs, generator=torch.Generator().manual_seed(5), mode="eval").batch
+    b = policy.rollout(obs, generator=torch.Generator().manual_seed(6), mode="eval").batch
+    torch.testing.assert_close(a["actions"], b["actions"])  # one action per observation, whatever the seed
+    assert not a["flow_stoch"].any() and torch.all(a["old_logp"] == 0)
+    prefix, mask = policy.encode(obs.image, obs.instruction, obs.state)
+    zeros = torch.zeros_like(a["flow_chain"][:, 0])
+    want = mean_path(policy.model_fn(prefix, mask, method), zeros, policy.grid, method, 1.5).x0
+    torch.testing.assert_close(a["actions"], policy.normalizer.unnormalize(want))
+    policy.cfg.eval_method = "ode"
+    ode = policy.rollout(obs, generator=torch.Generator().manual_seed(5), mode="eval").batch
+    assert not torch.allclose(a["actions"], ode["actions"])  # not the ODE from a noise sample
+    train = policy.rollout(obs, generator=torch.Generator().manual_seed(5)).batch
+    assert train["flow_stoch"].all()  # rollouts still sample
+
+
 def test_supervised_flow_matching_fits_a_fixed_batch():
     policy = make_policy()
     obs = make_obs(b=16)

@@ -185,6 +185,27 @@ def test_check_simulator_mujoco_with_images(monkeypatch):
     assert not any("skipped" in n for n in result.notes), result.notes
 
 
+@needs_mujoco
+def test_mujoco_renders_at_the_policy_size_unless_env_kwargs_set_it(monkeypatch):
+    for var in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.setenv(var, "")
+    sims = []
+    try:  # both open at once: a MuJoCo renderer made after another was closed draws black here (notes)
+        for kwargs in ({}, {"env_kwargs": {"width": 40, "height": 40}}):
+            sims.append(GymSim(1, env_id="InvertedPendulum-v5", image_size=24, max_episode_steps=4, **kwargs))
+    except RuntimeError as exc:
+        pytest.skip(f"no OpenGL for MuJoCo on this machine (EGL or OSMesa): {exc}")
+    try:
+        drawn = [sim._vec.single_observation_space["frame"].shape for sim in sims]  # what render() draws
+        assert drawn == [(24, 24, 3), (40, 40, 3)]
+        for sim in sims:
+            obs = sim.reset(0)
+            assert obs.image.shape == (1, 24, 24, 3) and obs.image.float().std() > 0
+    finally:
+        for sim in sims:
+            sim.close()
+
+
 def test_ezpickle_env_snapshot_is_refused_not_wrong():
     sim = GymSim(2, env_id="MmrlTest/EzCounter-v0", render_images=False)
     try:
