@@ -28,6 +28,15 @@ CHUNK = 4
 SETUPS = {
     "reach": ("reach", {}, [64, 256, 1024]),
     "gym:Pendulum-v1": ("gym", {"env_id": "Pendulum-v1", "image_size": 64}, [4, 8]),
+    # what pixels cost on a MuJoCo task: no image, frames drawn at the policy's 64 px, and frames drawn
+    # at 480 px then resized to 64 (what the adapter did before it passed width / height to MuJoCo)
+    "gym:HalfCheetah-v5/state": ("gym", {"env_id": "HalfCheetah-v5", "render_images": False}, [8]),
+    "gym:HalfCheetah-v5/64px": ("gym", {"env_id": "HalfCheetah-v5", "image_size": 64}, [8]),
+    "gym:HalfCheetah-v5/480px->64": (
+        "gym",
+        {"env_id": "HalfCheetah-v5", "image_size": 64, "env_kwargs": {"width": 480, "height": 480}},
+        [8],
+    ),
     "maniskill:PickCube-v1/state": ("maniskill", {"task": "PickCube-v1", "obs_mode": "state"}, [1, 2]),
     "maniskill:PickCube-v1/rgb": ("maniskill", {"task": "PickCube-v1", "obs_mode": "rgb"}, [1, 2]),
 }

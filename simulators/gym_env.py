@@ -216,6 +216,19 @@ class ContractEnv(gym.Wrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         return self._observe(obs), info
 
+    def close(self):
+        """Frees each MuJoCo renderer's GL objects in its own context, then the context. gymnasium
+        leaves both to garbage collection, whose order frees the ``MjrContext`` in whichever context
+        is current: another env's, whose framebuffers carry the same ids, which then draws black."""
+        renderer = vars(self.env.unwrapped).get("mujoco_renderer")
+        for viewer in list(getattr(renderer, "_viewers", {}).values()):
+            context, con = getattr(viewer, "opengl_context", None), getattr(viewer, "con", None)
+            if context is not None and con is not None:
+                viewer.make_context_current()
+                con.free()
+                context.free()
+        super().close()
+
     def step(self, action: np.ndarray):
         action = np.asarray(action)
         if self._last is not None and np.isnan(action).all():  # masked: this env sits out

@@ -190,7 +190,7 @@ def test_mujoco_renders_at_the_policy_size_unless_env_kwargs_set_it(monkeypatch)
     for var in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
         monkeypatch.setenv(var, "")
     sims = []
-    try:  # both open at once: a MuJoCo renderer made after another was closed draws black here (notes)
+    try:
         for kwargs in ({}, {"env_kwargs": {"width": 40, "height": 40}}):
             sims.append(GymSim(1, env_id="InvertedPendulum-v5", image_size=24, max_episode_steps=4, **kwargs))
     except RuntimeError as exc:
@@ -204,6 +204,40 @@ def test_mujoco_renders_at_the_policy_size_unless_env_kwargs_set_it(monkeypatch)
     finally:
         for sim in sims:
             sim.close()
+
+
+@needs_mujoco
+def test_a_closed_mujoco_sim_leaves_the_others_drawing(monkeypatch):
+    """Closing (then collecting) one rendering sim frees its GL objects in its own context: gymnasium
+    left them to the garbage collector, which freed them in the context of the sim drawing then,
+    whose framebuffers have the same ids, and every later frame of that sim was black."""
+    import gc
+
+    for var in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.setenv(var, "")
+
+    def make():
+        return GymSim(1, env_id="InvertedPendulum-v5", image_size=16, max_episode_steps=4)
+
+    try:
+        first, second = make(), make()
+    except RuntimeError as exc:
+        pytest.skip(f"no OpenGL for MuJoCo on this machine (EGL or OSMesa): {exc}")
+    try:
+        assert second.reset(0).image.float().std() > 0
+        first.close()
+        assert second.reset(0).image.float().std() > 0  # `second` is the current context now
+        del first
+        gc.collect()
+        assert second.reset(0).image.float().std() > 0
+        third = make()
+        second.close()
+        del second
+        gc.collect()
+        assert third.reset(0).image.float().std() > 0
+        third.close()
+    finally:
+        gc.collect()
 
 
 def test_ezpickle_env_snapshot_is_refused_not_wrong():
