@@ -2,6 +2,7 @@
 
     python benchmarks/quickstart.py                                  # configs/quickstart.yaml, seeds 0-4
     python benchmarks/quickstart.py --seeds 3 --config configs/quickstart_grpo.yaml
+    python benchmarks/quickstart.py --seed-list 0-5,10-14                 # the seeds named (issue 33's eleven)
     python benchmarks/quickstart.py --variants                       # + the Flow-Noise and GRPO configs
     python benchmarks/quickstart.py trainer.iterations=20            # dotted overrides for every run
     python benchmarks/quickstart.py --smoke                          # seconds: the code path, no figure
@@ -13,7 +14,8 @@ used to choose a setting (settings were chosen on validation episodes, reset see
 Baselines printed beside the result: the scripted expert's success on the same held-out episodes
 (the ceiling) and a random policy's (uniform actions).
 
-The last line is one JSON object: for the main config, per-seed lists ``sft_success``,
+The last line is one JSON object: for the main config, ``seeds`` and per-seed lists ``sft_success``
+(the warm start's held-out success, so its spread over seeds shows),
 ``rl_success``, ``gain`` (points), ``wall_s`` (whole run: demonstrations, warm start, RL and both
 evaluations), their means and stds, ``episodes`` (held-out episodes per evaluation), ``expert``,
 ``demonstrator`` and ``random`` success; with ``--variants``, the same per variant config under ``"variants"``.
@@ -72,15 +74,29 @@ def summary(runs: list[dict]) -> dict:
     return out
 
 
-def run_seeds(path: str, seeds: int, overrides: list[str]) -> dict:
+def parse_seed_list(text: str) -> list[int]:
+    """``"0-5,10-14"`` -> [0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14] (ranges inclusive, order kept)."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, _, hi = part.partition("-")
+        try:
+            seeds += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+        except ValueError:
+            raise SystemExit(f"--seed-list: {part!r} is not a seed or a range such as 10-14") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--seed-list: {text!r} names no seed or one seed twice")
+    return seeds
+
+
+def run_seeds(path: str, seeds: list[int], overrides: list[str]) -> dict:
     runs = []
-    for seed in range(seeds):
+    for seed in seeds:
         r = run_config(path, seed, overrides)
         r["gain"] = round(100 * (r["rl_success"] - r["sft_success"]), 2)
         runs.append(r)
-    s = summary(runs)
+    s = {"seeds": list(seeds), **summary(runs)}
     print(
-        f"{path}: held-out success over {seeds} seeds: warm start {s['sft_success_mean']:.3f} +- "
+        f"{path}: held-out success over {len(seeds)} seeds: warm start {s['sft_success_mean']:.3f} +- "
         f"{s['sft_success_std']:.3f} -> RL {s['rl_success_mean']:.3f} +- {s['rl_success_std']:.3f} "
         f"(per seed {s['sft_success']} -> {s['rl_success']})",
         flush=True,
@@ -127,11 +143,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/quickstart.yaml")
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
+    parser.add_argument("--seed-list", help="the seeds to run instead, e.g. 0-5,10-14")
     parser.add_argument("--variants", action="store_true", help="also run the Flow-Noise and GRPO configs")
     parser.add_argument("overrides", nargs="*", help="dotted overrides applied to every run")
     args = parse_args(parser, seeds=1)
     if args.smoke:  # the kill-resume harness's tiny quickstart, its run folders in a temporary folder
         args.overrides = [*TINY, f"run.output_dir={scratch()}", *args.overrides]
+    seeds = parse_seed_list(args.seed_list) if args.seed_list else list(range(args.seeds))
     load = os.getloadavg()[0]
     base = baselines(args.config, args.overrides)
     print(
@@ -139,10 +157,10 @@ def main() -> None:
         f"{base['demonstrator']:.3f}, random actions {base['random']:.3f}",
         flush=True,
     )
-    figures = run_seeds(args.config, args.seeds, args.overrides)
+    figures = run_seeds(args.config, seeds, args.overrides)
     figures.update(base, load_avg_start=round(load, 2))
     if args.variants:
-        figures["variants"] = {Path(v).stem: run_seeds(v, args.seeds, args.overrides) for v in VARIANTS}
+        figures["variants"] = {Path(v).stem: run_seeds(v, seeds, args.overrides) for v in VARIANTS}
     figures["load_avg_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
 

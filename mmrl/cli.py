@@ -167,14 +167,14 @@ def cmd_init(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from mmrl.flow import steps
+    from mmrl.flow import mean_path, steps
     from mmrl.registry import ALL, _first_line
 
     sections = {kind: registry.describe() for kind, registry in ALL.items()}
     # choices a config selects by name that are not registries
     sections["flow samplers (policy.method, policy.eval_method)"] = [
         (m, _first_line(getattr(steps, f"{m}_step"))) for m in steps.STEP_METHODS
-    ]
+    ] + [("mean", "policy.eval_method only: " + _first_line(mean_path))]
     sections["flow stochastic steps (policy.stochastic)"] = [
         ("all", "every denoising step"),
         ("one", "one random step per sample, ODE elsewhere"),
