@@ -187,17 +187,17 @@ def spawn(side: str, task: str, seed: int, env_steps: int, args: argparse.Namesp
 
 
 def check_tasks(tasks: list[str]) -> None:
-    """Exit in one line, before any run, on an id gymnasium does not know (naming close ones)."""
-    import gymnasium as gym
+    """Exit in one line, before any run, on an id gymnasium does not know: the gym adapter's own
+    check (`simulators.gym_env.check_env_id`, which names close ids)."""
+    sys.path.insert(0, str(ROOT))
+    from mmrl.errors import UserError
+    from simulators.gym_env import check_env_id
 
-    ids = list(gym.registry)
     for task in tasks:
-        if task not in gym.registry:
-            import difflib
-
-            close = difflib.get_close_matches(task, ids, n=3, cutoff=0.6)
-            hint = f"; close: {', '.join(close)}" if close else ""
-            sys.exit(f"--tasks: {task!r} is not a registered gymnasium id{hint}")
+        try:
+            check_env_id(task)
+        except UserError as err:
+            sys.exit(f"--tasks: {err}")
 
 
 def stats(values: list[float]) -> dict:

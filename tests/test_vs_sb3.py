@@ -42,8 +42,8 @@ def test_an_unknown_id_is_refused_naming_close_ones(vs_sb3):
     vs_sb3.check_tasks(["HalfCheetah-v5", "Pendulum-v1"])
     with pytest.raises(SystemExit) as err:
         vs_sb3.check_tasks(["Pendulum-v1", "HalfCheeta-v5"])
-    assert "'HalfCheeta-v5' is not a registered gymnasium id" in str(err.value)
-    assert "HalfCheetah-v5" in str(err.value).split("close:")[1]
+    assert "'HalfCheeta-v5' is not a registered gymnasium environment" in str(err.value)
+    assert "HalfCheetah-v5" in str(err.value).split("close registered ids:")[1]
 
 
 def test_the_validation_split_shares_nothing_with_the_reported_one(vs_sb3):
