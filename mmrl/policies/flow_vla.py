@@ -318,12 +318,12 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
         b, dev = prefix.shape[0], prefix.device
         method = c.method if mode == "train" else c.eval_method
-        noise = randn_rows((b, c.chunk_size, self.action_dim), generator=generator, device=dev)
-        if method == "mean":  # deterministic: the training sampler's means, from zero noise
-            out = mean_path(
-                self.model_fn(prefix, mask, c.method), torch.zeros_like(noise), self.grid, c.method, c.noise_level
-            )
+        shape = (b, c.chunk_size, self.action_dim)
+        if method == "mean":  # deterministic: the training sampler's means, from zero noise (none drawn)
+            zeros = torch.zeros(shape, device=dev)
+            out = mean_path(self.model_fn(prefix, mask, c.method), zeros, self.grid, c.method, c.noise_level)
             return self._decision(obs, out, prefix, mask)
+        noise = randn_rows(shape, generator=generator, device=dev)
         stoch = stochastic_mask(
             b,
             c.num_steps,
