@@ -13,6 +13,17 @@ from collections.abc import Iterator
 
 import torch
 
+def random_indices(high: int, n: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Row indices for a Batch: a permutation of ``range(high)`` (``n`` None) or ``n`` draws from it,
+    as a CPU tensor, which indexes rows on either device. They are drawn on ``generator``'s own
+    device: a run's generator lives on the run's device, and CUDA refuses a CUDA generator for a
+    draw on the CPU ("Expected a 'cpu' device type for generator but found 'cuda'")."""
+    device = generator.device if generator is not None else torch.device("cpu")
+    if n is None:
+        return torch.randperm(high, generator=generator, device=device).cpu()
+    return torch.randint(0, high, (n,), generator=generator, device=device).cpu()
+
+
 KEYS: dict[str, str] = {
     # observations (what the policy saw at each decision)
     "image": "uint8 [.., H, W, 3] camera image (several cameras: [.., V, H, W, 3])",
@@ -68,7 +79,7 @@ class Batch(dict):
 
     def minibatches(self, size: int, generator: torch.Generator | None = None) -> Iterator[Batch]:
         """Shuffled minibatches of ``size`` rows (the last one may be smaller)."""
-        perm = torch.randperm(self.size, generator=generator)
+        perm = random_indices(self.size, generator=generator)
         for start in range(0, self.size, size):
             yield self.index(perm[start : start + size])
 

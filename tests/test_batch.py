@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mmrl.batch import Batch
+from mmrl.batch import Batch, random_indices
 from mmrl.policies.base import decode_text, encode_text
 
 
@@ -26,3 +26,25 @@ def test_text_round_trip_and_overflow_error():
     assert decode_text(torch.stack([data, data])) == texts * 2  # any leading shape
     with pytest.raises(ValueError, match="exceeds the 8-byte text field"):
         encode_text(["a long instruction"], width=8)
+
+
+def test_row_indices_are_drawn_on_the_generators_device(monkeypatch):
+    """Issue 30's GPU run: the run's generator lives on the run's device, and CUDA refuses it for a
+    draw on the CPU, which failed every warm start and PPO shuffle on the GPU. No CUDA here: the
+    draws are watched, and each must ask for its generator's device."""
+    asked = []
+    for name in ("randperm", "randint"):
+        real = getattr(torch, name)
+
+        def spy(*args, real=real, **kwargs):
+            asked.append((kwargs["generator"].device, kwargs.get("device")))  # None: the CPU
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(torch, name, spy)
+    gen = torch.Generator().manual_seed(0)
+    perm = random_indices(12, generator=gen)
+    draws = random_indices(12, 30, torch.Generator().manual_seed(0))
+    list(Batch(x=torch.arange(12)).minibatches(5, gen))
+    assert len(asked) == 3 and all(g == d for g, d in asked)
+    assert sorted(perm.tolist()) == list(range(12)) and draws.shape == (30,) and draws.max() < 12
+    assert perm.device.type == "cpu" and draws.dtype == torch.long

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from mmrl import distributed
 from mmrl.algorithms.advantages import group_reward_stats
 from mmrl.algorithms.normalization import RewardScaler, explained_variance
-from mmrl.batch import Batch
+from mmrl.batch import Batch, random_indices
 from mmrl.errors import TrainingError, UserError
 from mmrl.registry import OBJECTIVES
 from mmrl.rollout import evaluate_policy, success_by_task, task_logs
@@ -340,7 +340,7 @@ class Trainer:
         self.policy.train()
         bar = tqdm(range(ws.steps), desc="warm start", dynamic_ncols=True, disable=not self.ranks.main)
         for step in bar:
-            idx = torch.randint(0, batch.size, (min(ws.batch_size, batch.size),), generator=gen)
+            idx = random_indices(batch.size, min(ws.batch_size, batch.size), gen)
             loss = self.policy.supervised_loss(batch.index(idx).to(self.device)).mean()
             self.optimizer_step(opt, loss)
             sched.step()
