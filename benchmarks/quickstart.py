@@ -120,11 +120,12 @@ def baselines(path: str, overrides: list[str]) -> dict:
     out = {}
     for name in ("expert", "demonstrator", "random"):
         sim.reset([t.eval_seed + e for e in range(t.eval_episodes)])
-        success = torch.zeros(sim.num_envs, dtype=torch.bool)
-        alive = torch.ones(sim.num_envs, dtype=torch.bool)
+        dev = getattr(sim, "device", "cpu")  # the sim's own device (run.device=cuda puts reach there)
+        success = torch.zeros(sim.num_envs, dtype=torch.bool, device=dev)
+        alive = torch.ones(sim.num_envs, dtype=torch.bool, device=dev)
         for _ in range(sim.max_episode_steps):
             if name == "random":
-                act = torch.rand(sim.num_envs, sim.action_dim, generator=gen) * 2 - 1
+                act = (torch.rand(sim.num_envs, sim.action_dim, generator=gen) * 2 - 1).to(dev)
             else:
                 act = sim.expert_action(speed=1.0 if name == "expert" else speed)
             res = sim.step(act)

@@ -9,7 +9,9 @@ stays a dense ``[T, N, ...]`` `Batch`; the simulator's auto reset keeps those ro
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -362,6 +364,9 @@ def tile_scale(h: int, w: int, low: int = TILE_MIN_PX, high: int = TILE_MAX_PX) 
     return (1, -(-side // high)) if side > high else (1, 1)
 
 
+_GIF_WARNED: set[Path] = set()  # videos already said to be GIFs (said once per file, not per evaluation)
+
+
 def write_video(
     frames: torch.Tensor,
     path: Path,
@@ -424,5 +429,16 @@ def write_video(
             band = slice(r * cell_h + th, (r + 1) * cell_h)
             out[:, band] = text[band][None]
     path.parent.mkdir(parents=True, exist_ok=True)
-    imageio.mimwrite(str(path), list(out), fps=fps, macro_block_size=1)
+    if path.suffix == ".mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
+        # Without its ffmpeg backend imageio hands ".mp4" to another plugin, which fails on `fps`.
+        gif = path.with_suffix(".gif")
+        if gif not in _GIF_WARNED:
+            _GIF_WARNED.add(gif)
+            print(f"mmrl: imageio-ffmpeg is not installed, so the evaluation video is written as {gif.name} "
+                  "instead of an mp4 (pip install imageio-ffmpeg for mp4)", file=sys.stderr, flush=True)
+        Image.fromarray(out[0]).save(
+            gif, save_all=True, append_images=[Image.fromarray(f) for f in out[1:]], duration=1000 // fps, loop=0
+        )
+    else:
+        imageio.mimwrite(str(path), list(out), fps=fps, macro_block_size=1)
     imageio.imwrite(str(path.with_suffix(".png")), out[-1])  # the last frames as a still grid

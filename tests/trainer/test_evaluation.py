@@ -104,3 +104,23 @@ def test_long_work_shows_progress(capsys):
     policy = FlowVLAPolicy(FlowVLAConfig(chunk_size=4, num_steps=2), action_dim=2, state_dim=2)
     evaluate_policy(policy, ReachSim(num_envs=4, seed=0), num_episodes=8, seed=100)
     assert "eval: 100%" in capsys.readouterr().err
+
+
+def test_video_without_imageio_ffmpeg_is_a_gif(tmp_path, monkeypatch, capsys):
+    """Issue 30's GPU machine had imageio without its ffmpeg backend: imageio gave ".mp4" to its TIFF
+    plugin, which failed on `fps` and killed the run at its first evaluation. Now the video is a
+    GIF (PIL, always there), said once per file on stderr."""
+    import sys
+
+    import mmrl.rollout
+
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # absent, as `find_spec` sees it
+    monkeypatch.setattr(mmrl.rollout, "_GIF_WARNED", set())
+    frames = torch.zeros(3, 2, 8, 8, 3, dtype=torch.uint8)
+    frames[1], frames[2] = 100, 200
+    for _ in range(2):
+        write_video(frames, tmp_path / "v.mp4", captions=["a", "b"])
+    assert not (tmp_path / "v.mp4").exists() and (tmp_path / "v.png").exists()
+    gif = imageio.mimread(str(tmp_path / "v.gif"))
+    assert len(gif) == 3 and gif[0][..., :3].mean() < 30 and gif[2][2:10, 2:10, :3].mean() > 150
+    assert capsys.readouterr().err.count("imageio-ffmpeg is not installed") == 1
