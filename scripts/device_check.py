@@ -29,6 +29,9 @@ skipped, saying so. Steps (`STEPS`):
   (needs lerobot, which runs on Python >= 3.12).
 - ``distributed``: ``torchrun --nproc_per_node 1`` of the quickstart with the FSDP2 engine, which
   starts a process group of one: NCCL on CUDA, gloo on the CPU.
+- ``benchmark``: the README's quickstart benchmark (benchmarks/quickstart.py, 3 seeds; ``--smoke``
+  with --tiny) as users run it, evaluation videos included: held-out success and wall time per seed
+  against the CPU figures in the README.
 
 ``--cpu --tiny`` runs every step on the CPU with tiny settings (CI's dry run:
 tests/test_device_check.py), so the script cannot rot between the times a GPU is lent. ``--hide
@@ -423,6 +426,29 @@ def step_distributed(ctx: Context) -> dict:
     return outcome["figures"]
 
 
+def step_benchmark(ctx: Context) -> dict:
+    """The README's quickstart benchmark (``benchmarks/quickstart.py``) on the device, as users run
+    it: baselines, warm start, RL and evaluation videos of 3 seeds (``--smoke`` with --tiny); its
+    JSON line."""
+    script = str(ROOT / "benchmarks" / "quickstart.py")
+    args = [*ctx.pick(["--seeds", "3"], ["--smoke", "trainer.video_episodes=4"]), f"run.device={ctx.device}"]
+    args += [*(["run.threads=1"] if ctx.device == "cpu" else []), *ctx.overrides]
+    # the benchmark in a Python that hides what this step hides (--hide: imageio-ffmpeg, say)
+    runner = "import os, runpy, sys; sys.modules.update(dict.fromkeys(filter(None, sys.argv[1].split(',')))); "
+    runner += "sys.argv = sys.argv[2:]; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
+    runner += "runpy.run_path(sys.argv[0], run_name='__main__')"
+    cmd = [sys.executable, "-c", runner, os.environ.get(HIDE_ENV, ""), script, *args]
+    print(" ".join([script, *args]), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)  # its stderr: this step's log
+    print(proc.stdout, flush=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"benchmarks/quickstart.py exited {proc.returncode} (its output above says why)")
+    figures = json.loads(lines[-1])
+    keep = ("seeds", "sft_success", "rl_success", "rl_success_mean", "rl_success_std", "wall_s", "wall_s_mean")
+    return {k: figures[k] for k in keep if k in figures}
+
+
 def distributed_worker(ctx: Context) -> dict:
     """Under torchrun: the quickstart with ``trainer.engine.backend=fsdp``; the process group's backend."""
     import torch.distributed as dist
@@ -452,6 +478,7 @@ STEPS = [
     Step("vlm", step_vlm, 60, needs=("transformers", "peft")),
     Step("lerobot", step_lerobot, 60, needs=("lerobot",)),
     Step("distributed", step_distributed, 60),
+    Step("benchmark", step_benchmark, 170),
 ]
 WORKERS = {"distributed": distributed_worker}
 
