@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import torch
 
+
 def random_indices(high: int, n: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Row indices for a Batch: a permutation of ``range(high)`` (``n`` None) or ``n`` draws from it,
     as a CPU tensor, which indexes rows on either device. They are drawn on ``generator``'s own

@@ -434,8 +434,12 @@ def write_video(
         gif = path.with_suffix(".gif")
         if gif not in _GIF_WARNED:
             _GIF_WARNED.add(gif)
-            print(f"mmrl: imageio-ffmpeg is not installed, so the evaluation video is written as {gif.name} "
-                  "instead of an mp4 (pip install imageio-ffmpeg for mp4)", file=sys.stderr, flush=True)
+            print(
+                f"mmrl: imageio-ffmpeg is not installed, so the evaluation video is written as {gif.name} "
+                "instead of an mp4 (pip install imageio-ffmpeg for mp4)",
+                file=sys.stderr,
+                flush=True,
+            )
         Image.fromarray(out[0]).save(
             gif, save_all=True, append_images=[Image.fromarray(f) for f in out[1:]], duration=1000 // fps, loop=0
         )
