@@ -23,6 +23,7 @@ NEEDS = {
     "groups": "groups of whole episodes sharing an initial state (algorithm.group_size >= 2, trainer.rollout_steps: 0)",
     "likelihood": "exact log-probs of the policy's actions (Policy.evaluate)",
     "likelihood_free": "a likelihood-free loss (Policy.likelihood_free_loss: advantage-weighted matching)",
+    "forward_process": "DiffusionNFT's forward-process loss (Policy.forward_process_loss) on its own clean samples",
 }
 #: granularity of a policy's ``old_logp`` (its log-prob shape after the batch dim)
 LOGP_LEVELS = {
@@ -48,6 +49,7 @@ class Capabilities:
     critic: bool = False
     likelihood: bool = True  # exact log-probs of its actions (PPO / GRPO ratios)
     likelihood_free: bool = False  # a likelihood-free loss (AWM)
+    forward_process: bool = False  # DiffusionNFT's loss (a flow-matching generator's own clean samples)
     kl_reference: str | None = None  # `KL_SOURCES`, or None: no reference to take a KL to
     asynchronous: bool = True  # a deep copy can roll out in a background thread (trainer.async_staleness)
     #: class names of the blocks that sharded data-parallel training wraps one by one (FSDP2
@@ -68,7 +70,12 @@ class Capabilities:
 
     def as_needs(self) -> frozenset[str]:
         """The `NEEDS` this policy satisfies (``groups`` comes from the collection, not the policy)."""
-        have = {"critic": self.critic, "likelihood": self.likelihood, "likelihood_free": self.likelihood_free}
+        have = {
+            "critic": self.critic,
+            "likelihood": self.likelihood,
+            "likelihood_free": self.likelihood_free,
+            "forward_process": self.forward_process,
+        }
         return frozenset(k for k, v in have.items() if v)
 
     def fix(self, capability: str, default: str) -> str:

@@ -322,7 +322,7 @@ class WarmStartConfig:
 
 @dataclass
 class AlgorithmConfig:
-    objective: str = "ppo"  # a registered objective (`mmrl list`): ppo (clipped ratio), awm (likelihood-free)
+    objective: str = "ppo"  # a registered objective (`mmrl list`): ppo (clipped ratio), awm, nft (likelihood-free)
     advantage: str = "gae"  # a registered estimator: gae (critic) or a group estimator: grpo, dr_grpo, rloo, ...
     group_size: int = 1  # episodes sharing an initial state (GRPO family)
     gamma: float = 0.99
@@ -590,6 +590,8 @@ class ExperimentConfig:
             "critic": "set policy.critic=true, or use a group estimator (grpo, rloo, ...)",
             "likelihood": "use an objective that needs no likelihood (algorithm.objective=awm)",
             "likelihood_free": "use algorithm.objective=ppo",
+            "forward_process": "DiffusionNFT is for flow-matching generators (policy.type: diffusion): "
+            "use algorithm.objective=awm or ppo",
         }
         for key, name, registry in (
             ("advantage", self.algorithm.advantage, ADVANTAGES),

@@ -392,7 +392,12 @@ def test_edge_values_that_are_right_still_load():
             "'algorithm.kl_coef' > 0 needs a reference model, which policy 'flow_vla' does not "
             "provide as configured: the flow VLA keeps no reference model",
         ),
-        (["algorithm.objective=trpo"], "'objective' = 'trpo' is not one of: awm, ppo"),
+        (
+            ["algorithm.objective=nft"],
+            "'algorithm.objective' = 'nft' needs DiffusionNFT's forward-process loss .*, which policy 'flow_vla' "
+            "does not have as configured: DiffusionNFT is for flow-matching generators",
+        ),
+        (["algorithm.objective=trpo"], "'objective' = 'trpo' is not one of: awm, nft, ppo"),
     ],
 )
 def test_what_a_policy_cannot_do_fails_at_load(overrides, message):

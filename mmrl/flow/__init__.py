@@ -31,7 +31,14 @@ Conventions
   log-probs (ratio == 1) before the first update.
 """
 
-from mmrl.flow.losses import awm_loss, flow_matching_error, flow_matching_loss, sample_times
+from mmrl.flow.losses import (
+    awm_loss,
+    flow_matching_error,
+    flow_matching_loss,
+    nft_loss,
+    nft_optimality,
+    sample_times,
+)
 from mmrl.flow.noise_net import FlowNoiseHead
 from mmrl.flow.sampler import (
     FlowSample,
@@ -58,6 +65,8 @@ __all__ = [
     "FlowNoiseHead",
     "FlowSample",
     "awm_loss",
+    "nft_loss",
+    "nft_optimality",
     "chain_log_prob",
     "compute_dtype",
     "cps_step",

@@ -1,5 +1,5 @@
-"""Likelihood-free flow-matching objectives: supervised flow matching and advantage-weighted
-matching (AWM).
+"""Likelihood-free flow-matching objectives: supervised flow matching, advantage-weighted
+matching (AWM) and DiffusionNFT's forward-process loss.
 
 Conventions as in ``mmrl/flow/__init__.py``: ``x_t = t * noise + (1 - t) * x0`` and the target
 velocity is ``noise - x0``. ``model_fn(x [N, *E], t [N]) -> (v [N, *E], std or None)``; ``std`` is
@@ -85,6 +85,23 @@ def flow_matching_loss(
     return flow_matching_error(model_fn, x0, t, noise, weights)
 
 
+def _times_and_noise(x0, num_timesteps, generator, t, noise, t_range) -> tuple[torch.Tensor, torch.Tensor]:
+    """``K`` stratified training times per sample ``t [B, K]``, ``t_j = lo + (hi - lo) (j + u_j) / K``
+    with ``u_j ~ U(0, 1)``, and fresh noise ``[B, K, *E]`` (each drawn unless given)."""
+    B, E = x0.shape[0], x0.shape[1:]
+    K = int(num_timesteps) if t is None else t.shape[1]
+    if K < 1:
+        raise ValueError(f"num_timesteps must be >= 1, got {num_timesteps}")
+    if t is None:
+        lo, hi = t_range
+        u = rand_rows((B, K), generator=generator, device=x0.device, dtype=x0.dtype)
+        j = torch.arange(K, device=x0.device, dtype=x0.dtype)
+        t = lo + (hi - lo) * (j + u) / K
+    if noise is None:
+        noise = randn_rows((B, K, *E), generator=generator, device=x0.device, dtype=x0.dtype)
+    return t, noise
+
+
 def awm_loss(
     model_fn: ModelFn,
     x0: torch.Tensor,
@@ -124,16 +141,8 @@ def awm_loss(
     if weighting not in AWM_WEIGHTINGS:
         raise ValueError(f"unknown AWM weighting {weighting!r}; allowed: {AWM_WEIGHTINGS}")
     B, E = x0.shape[0], x0.shape[1:]
-    K = int(num_timesteps) if t is None else t.shape[1]
-    if K < 1:
-        raise ValueError(f"num_timesteps must be >= 1, got {num_timesteps}")
-    if t is None:
-        lo, hi = t_range
-        u = rand_rows((B, K), generator=generator, device=x0.device, dtype=x0.dtype)
-        j = torch.arange(K, device=x0.device, dtype=x0.dtype)
-        t = lo + (hi - lo) * (j + u) / K
-    if noise is None:
-        noise = randn_rows((B, K, *E), generator=generator, device=x0.device, dtype=x0.dtype)
+    t, noise = _times_and_noise(x0, num_timesteps, generator, t, noise, t_range)
+    K = t.shape[1]
     x0_rep = x0.detach().repeat_interleave(K, 0)  # [B*K, *E]
     err = flow_matching_error(model_fn, x0_rep, t.reshape(-1), noise.reshape(B * K, *E))
     err = err.reshape(B, K)
@@ -145,3 +154,74 @@ def awm_loss(
         err = tt * (torch.sqrt(err + c * c) - c)
     adv = torch.as_tensor(advantages, device=err.device, dtype=err.dtype).detach().reshape(B)
     return adv * err.mean(1)
+
+
+def nft_optimality(advantages: torch.Tensor, adv_max: float) -> torch.Tensor:
+    """DiffusionNFT's optimality probability ``r = clamp(A, -m, m) / (2 m) + 1/2`` in [0, 1]: 1 for
+    the best samples (A >= m), 0 for the worst, 1/2 for an average one."""
+    if adv_max <= 0:
+        raise ValueError(f"the advantage bound of DiffusionNFT must be > 0, got {adv_max}")
+    return advantages.clamp(-adv_max, adv_max) / (2.0 * adv_max) + 0.5
+
+
+def nft_loss(
+    model_fn: ModelFn,
+    old_fn: ModelFn | None,
+    x0: torch.Tensor,
+    advantages: torch.Tensor,
+    beta: float = 1.0,
+    adv_max: float = 5.0,
+    num_timesteps: int = 1,
+    adaptive_weight: bool = True,
+    generator: torch.Generator | None = None,
+    t: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    t_range: tuple[float, float] = (0.0, 1.0),
+) -> torch.Tensor:
+    """DiffusionNFT's forward-process loss per sample ``[B]`` (Zheng et al. 2025, arXiv 2509.16117).
+
+    Trained on the policy's own clean samples ``x0`` (detached, from any sampler: no
+    log-likelihood, no SDE, no CFG needed). At fresh noise and times (as `awm_loss` draws them,
+    ``x_t = t noise + (1 - t) x0``) the current velocity ``v`` and the old one ``v_old`` (``old_fn``,
+    no gradient; None: ``v`` detached, the on-policy case) make two implicit policies::
+
+        v_pos = beta v + (1 - beta) v_old          v_neg = (1 + beta) v_old - beta v
+        x0_pos = x_t - t v_pos                     x0_neg = x_t - t v_neg
+        r = nft_optimality(A, adv_max)
+        loss_b = adv_max / beta * mean_j [ r  |x0_pos - x0|^2 / w_pos + (1 - r) |x0_neg - x0|^2 / w_neg ]
+
+    with ``|.|^2`` the mean over elements and, under ``adaptive_weight``, ``w = mean |x0_hat - x0|``
+    (no gradient, at least 1e-5) per row, else ``w = 1``: the positive policy is pulled onto the good
+    samples and the negative one onto the bad, which moves ``v`` towards the good and away from the
+    bad (the negative policy steps the other way). The factors are those of the authors'
+    reference implementation (NVlabs/DiffusionNFT).
+
+    One model call on ``[B*K, *E]`` rows, sample-major (as `awm_loss`). x0 ``[B, *E]``;
+    advantages ``[B]``; t ``[B, K]`` and noise ``[B, K, *E]`` override the draws.
+    """
+    if beta <= 0:
+        raise ValueError(f"DiffusionNFT's beta must be > 0, got {beta}")
+    B, E = x0.shape[0], x0.shape[1:]
+    t, noise = _times_and_noise(x0, num_timesteps, generator, t, noise, t_range)
+    K = t.shape[1]
+    x0_rep = x0.detach().repeat_interleave(K, 0)  # [B*K, *E]
+    tb = _per_row(t.reshape(-1), x0.ndim).to(x0.dtype)
+    x_t = tb * noise.reshape(B * K, *E) + (1.0 - tb) * x0_rep
+    v, _ = model_fn(x_t, t.reshape(-1))
+    if old_fn is None:
+        v_old = v.detach()
+    else:
+        with torch.no_grad():
+            v_old, _ = old_fn(x_t, t.reshape(-1))
+    v_pos = beta * v + (1.0 - beta) * v_old
+    v_neg = (1.0 + beta) * v_old - beta * v
+    errs = []
+    for v_hat in (v_pos, v_neg):
+        diff = (x_t - tb * v_hat) - x0_rep
+        w = diff.detach().abs().reshape(B * K, -1).mean(1).clamp(min=1e-5) if adaptive_weight else None
+        err = (diff**2).reshape(B * K, -1).mean(1)
+        errs.append((err / w if w is not None else err).reshape(B, K))
+    r = nft_optimality(
+        torch.as_tensor(advantages, device=x0.device, dtype=errs[0].dtype).detach().reshape(B, 1), adv_max
+    )
+    return adv_max / beta * (r * errs[0] + (1.0 - r) * errs[1]).mean(1)

@@ -13,6 +13,8 @@ evaluates log-probs / values / entropy of given actions:
 - ``supervised_loss(batch)`` -> per-sample loss for warm start on rows of ``warm_start_batch(data)``.
 - ``likelihood_free_loss(batch, advantages)`` -> per-sample loss for objectives that need no
   log-likelihood (advantage-weighted matching).
+- ``forward_process_loss(batch, advantages)`` -> per-sample DiffusionNFT loss on a generator's own
+  clean samples (``Capabilities.forward_process``).
 
 Observations cross into a `Batch` as tensors only: instruction strings are stored as padded UTF-8
 bytes (``encode_text`` / ``decode_text``) so they index, flatten and checkpoint like any tensor.
@@ -288,3 +290,7 @@ class Policy(nn.Module, Generic[C]):
     def likelihood_free_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
         """Per-sample loss [B] of an objective that needs no log-likelihood (advantage-weighted matching)."""
         raise NotImplementedError(f"{type(self).__name__} has no likelihood-free objective")
+
+    def forward_process_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
+        """Per-sample DiffusionNFT loss [B] on the rollout's own clean samples (`mmrl.flow.nft_loss`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no forward-process (DiffusionNFT) objective")

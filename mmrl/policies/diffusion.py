@@ -44,7 +44,16 @@ import torch
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
 from mmrl.config import check_range
-from mmrl.flow import awm_loss, chain_log_prob, flow_matching_loss, reduce_log_prob, sample, stochastic_mask, time_grid
+from mmrl.flow import (
+    awm_loss,
+    chain_log_prob,
+    flow_matching_loss,
+    nft_loss,
+    reduce_log_prob,
+    sample,
+    stochastic_mask,
+    time_grid,
+)
 from mmrl.flow.sampler import noisy_steps
 from mmrl.flow.steps import transition
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
@@ -83,11 +92,20 @@ class DiffusionConfig(PolicyConfig):
     awm_ref_coef: float = 0.0  # ||v - v_ref||^2 regulariser of AWM
     awm_ema_coef: float = 0.0  # ||v - v_ema||^2 regulariser of AWM
     ema_decay: float = 0.95
+    nft_beta: float = 1.0  # DiffusionNFT (algorithm.objective: nft): the implicit policies' step
+    nft_timesteps: int = 1  # stratified training times per sample
+    nft_adv_max: float = 5.0  # advantages mapped to optimality r in [0, 1] over [-nft_adv_max, nft_adv_max]
+    nft_adaptive_weight: bool = True  # each row's error over its mean |x0_hat - x0| (the reference's)
+    nft_old_decay: float = 0.0  # v_old: an EMA of the policy with this decay (0: the current policy, detached)
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
 
     def validate(self) -> None:
-        check_range(self, {"num_steps": ">=1", "eval_num_steps": ">=1"})  # denoising transitions: at least one
+        check_range(self, {"num_steps": ">=1", "eval_num_steps": ">=1", "nft_timesteps": ">=1"})
+        check_range(self, {"nft_beta": ">0", "nft_adv_max": ">0", "nft_old_decay": "0..1"})
 
+
+#: buffer-name prefixes of the policy's EMA copies: AWM's EMA, DiffusionNFT's old policy
+_COPY_PREFIX = {"ema": "ema__", "old": "nft_old__"}
 
 #: ``(x, t, cond) -> v``: the generator, its EMA weights, or its reference
 Velocity = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
@@ -126,6 +144,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
             logp="step" if cfg.logp_level == "step" else "decision",
             critic=False,
             likelihood_free=True,
+            forward_process=True,
             kl_reference="own" if cfg.kl_reference else None,
             fixes={
                 "critic": "the generator has no critic: use a group estimator (algorithm.advantage: "
@@ -155,24 +174,31 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         self.uses_adapter = bool(getattr(self.gen, "has_adapter", False))
         needs_ref = cfg.kl_reference or cfg.awm_ref_coef > 0
         self.ref = copy.deepcopy(self.gen).requires_grad_(False) if needs_ref and not self.uses_adapter else None
-        self._ema_keys = [k for k, p in self.gen.named_parameters() if p.requires_grad] if cfg.awm_ema_coef > 0 else []
-        for k, p in self.gen.named_parameters():  # EMA weights as buffers: saved in checkpoints
-            if k in self._ema_keys:
-                self.register_buffer("ema__" + k.replace(".", "__"), p.detach().clone())
+        trainable = [k for k, p in self.gen.named_parameters() if p.requires_grad]
+        # EMA copies of the trainable weights, as buffers (saved in checkpoints): AWM's regulariser
+        # ("ema__") and DiffusionNFT's old policy with nft_old_decay > 0 ("nft_old__")
+        self._copies = {
+            "ema": trainable if cfg.awm_ema_coef > 0 else [],
+            "old": trainable if cfg.nft_old_decay > 0 else [],
+        }
+        for which, prefix in _COPY_PREFIX.items():
+            for k, p in self.gen.named_parameters():
+                if k in self._copies[which]:
+                    self.register_buffer(prefix + k.replace(".", "__"), p.detach().clone())
         self.logp_shape = (cfg.num_steps,) if cfg.logp_level == "step" else ()
         self.register_buffer("grid", time_grid(cfg.num_steps, cfg.shift), persistent=False)
         self.register_buffer("eval_grid", time_grid(cfg.eval_num_steps, cfg.shift), persistent=False)
 
     # ---- velocity functions -------------------------------------------------------------------
-    def _ema_params(self) -> dict[str, torch.Tensor]:
-        return {k: getattr(self, "ema__" + k.replace(".", "__")) for k in self._ema_keys}
+    def _copy_params(self, which: str) -> dict[str, torch.Tensor]:
+        return {k: getattr(self, _COPY_PREFIX[which] + k.replace(".", "__")) for k in self._copies[which]}
 
     def _velocity(self, which: str) -> Velocity:
         if which == "policy":
             return self.gen
-        if which == "ema":  # the generator run with its EMA weights
+        if which in _COPY_PREFIX:  # the generator run with its EMA / old weights
             return lambda x, t, cond: torch.func.functional_call(
-                self.gen, self._ema_params(), (x, t, cond), strict=False
+                self.gen, self._copy_params(which), (x, t, cond), strict=False
             )
         if self.uses_adapter:
 
@@ -324,6 +350,23 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
                 loss = loss + coef * ((v - target) ** 2).mean((1, 2, 3)).reshape(len(loss), -1).mean(1)
         return loss
 
+    def forward_process_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
+        """DiffusionNFT (`mmrl.flow.nft_loss`) on the rollout's own clean samples, without CFG: the
+        policy against its old copy (``nft_old_decay > 0``) or against itself detached."""
+        c = self.cfg
+        cond = self.gen.encode(decode_text(batch["instruction"]))
+        old = self.model_fn(cond, None, 1.0, "old") if c.nft_old_decay > 0 else None
+        return nft_loss(
+            self.model_fn(cond, None, 1.0),
+            old,
+            batch["flow_chain"][:, -1],
+            advantages,
+            beta=c.nft_beta,
+            adv_max=c.nft_adv_max,
+            num_timesteps=c.nft_timesteps,
+            adaptive_weight=c.nft_adaptive_weight,
+        )
+
     def rebuilds_frozen_weights(self) -> bool:
         from mmrl.policies.diffusers_base import DiffusersGenerator
 
@@ -346,14 +389,16 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         if self.ref is not None:
             self.ref.load_state_dict(self.gen.state_dict())
         params = dict(self.gen.named_parameters())
-        for k, e in self._ema_params().items():
-            e.copy_(params[k].detach())
+        for which in _COPY_PREFIX:
+            for k, e in self._copy_params(which).items():
+                e.copy_(params[k].detach())
 
     @torch.no_grad()
     def after_step(self) -> None:
-        params, d = dict(self.gen.named_parameters()), self.cfg.ema_decay
-        for k, e in self._ema_params().items():
-            e.mul_(d).add_(params[k].detach(), alpha=1 - d)
+        params = dict(self.gen.named_parameters())
+        for which, d in (("ema", self.cfg.ema_decay), ("old", self.cfg.nft_old_decay)):
+            for k, e in self._copy_params(which).items():
+                e.mul_(d).add_(params[k].detach(), alpha=1 - d)
 
 
 def diffusers_family(model: str) -> str:

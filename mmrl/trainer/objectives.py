@@ -105,3 +105,11 @@ def awm_objective(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     per_sample = policy.likelihood_free_loss(mb, mb["advantages"])
     loss = per_sample.mean()
     return loss, {"awm_loss": loss.detach()}
+
+
+@component(OBJECTIVES, "nft", needs=("forward_process",))
+def nft_objective(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
+    """DiffusionNFT: the forward-process loss on the rollout's clean samples, weighted by their
+    optimality (their advantages mapped to [0, 1]); no log-likelihood, any sampler."""
+    loss = policy.forward_process_loss(mb, mb["advantages"]).mean()
+    return loss, {"nft_loss": loss.detach()}

@@ -84,18 +84,18 @@ def test_awm_regularisers_and_ema():
     adv = torch.zeros(4)
     torch.manual_seed(0)
     assert torch.allclose(pol.likelihood_free_loss(batch, adv), torch.zeros(4), atol=1e-7)  # v == v_ref == v_ema
-    before = {k: v.clone() for k, v in pol._ema_params().items()}
+    before = {k: v.clone() for k, v in pol._copy_params("ema").items()}
     with torch.no_grad():
         pol.gen.out[-1].bias.add_(0.2)
     pol.after_step()
     key = "out.2.bias"
-    assert torch.allclose(pol._ema_params()[key], 0.5 * before[key] + 0.5 * pol.gen.out[-1].bias)
+    assert torch.allclose(pol._copy_params("ema")[key], 0.5 * before[key] + 0.5 * pol.gen.out[-1].bias)
     torch.manual_seed(0)
     loss = pol.likelihood_free_loss(batch, adv)  # advantage 0: only the regularisers remain
     assert torch.allclose(loss, torch.full((4,), 0.2**2 + 0.1**2), atol=1e-5)
     assert "ema__out__2__bias" in pol.state_dict()  # EMA weights are checkpointed
     pol.after_warm_start()
-    assert torch.equal(pol._ema_params()[key], pol.gen.out[-1].bias)
+    assert torch.equal(pol._copy_params("ema")[key], pol.gen.out[-1].bias)
 
 
 def test_supervised_loss_and_size_mismatch():

@@ -13,7 +13,11 @@ import mmrl.data
 from mmrl.experiment import build_trainer, load_experiment
 from rewards.shapes import parse_prompt
 
-CONFIGS = ["configs/diffusion_shapes_flow_grpo.yaml", "configs/diffusion_shapes_awm.yaml"]
+CONFIGS = [
+    "configs/diffusion_shapes_flow_grpo.yaml",
+    "configs/diffusion_shapes_awm.yaml",
+    "configs/diffusion_shapes_nft.yaml",
+]
 TINY = [
     "run.threads=1",
     "policy.width=16",
