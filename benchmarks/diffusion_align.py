@@ -1,4 +1,4 @@
-"""Flow-GRPO vs advantage-weighted matching (AWM) on the embedded diffusion demo, same budget, per seed.
+"""Flow-GRPO vs the likelihood-free AWM and DiffusionNFT on the embedded diffusion demo, same budget, per seed.
 
     python benchmarks/diffusion_align.py                      # seeds 0-2, 150 iterations each, eval every 25
     python benchmarks/diffusion_align.py --seeds 2 --iterations 4 --eval-every 2 \\
@@ -10,9 +10,11 @@ order, the initial weights, the rollouts and the RL noise all change with it), o
 generator is pretrained by flow matching on the synthetic `shapes` images of the TRAIN prompts with
 noisy captions (half of them describe another train image of the same kind; the warm start of
 configs/diffusion_shapes_flow_grpo.yaml), so it follows its prompt only part of the time. From those
-same weights, configs/diffusion_shapes_flow_grpo.yaml (Flow-SDE rollouts, per-step PPO ratios) and
-configs/diffusion_shapes_awm.yaml (ODE rollouts, advantage-weighted flow matching) each run the same
-number of iterations with the same train prompts per iteration (8 prompts x 8 images), and the mean
+same weights, configs/diffusion_shapes_flow_grpo.yaml (Flow-SDE rollouts, per-step PPO ratios),
+configs/diffusion_shapes_awm.yaml (ODE rollouts, advantage-weighted flow matching) and
+configs/diffusion_shapes_nft.yaml (ODE rollouts, DiffusionNFT's forward-process loss; ``--methods``
+picks some of them, Flow-GRPO always runs) each run the same number of iterations with the same
+train prompts per iteration (8 prompts x 8 images), and the mean
 `shapes` reward over the 42 held-out prompts, each evaluated ``trainer.eval_episodes / 42`` times
 (3 by default; ODE, 16 steps), is measured every ``--eval-every`` iterations. No held-out prompt is
 ever trained on, pretrained on, or used to choose a setting. Sample grids are written at every
@@ -23,16 +25,17 @@ start of both runs), correct images of each prompt drawn by the dataset's render
 ceiling, 1.0 by construction) and the same correct images scored against another held-out prompt
 (a perfect painter that ignores its prompt).
 
-Time-to-reward (per seed): the level is ``pretrained + frac * (min(best Flow-GRPO, best AWM) -
-pretrained)`` (``--level-frac``, default 0.8): a level both reach. Each run's RL wall time
+Time-to-reward (per seed): the level is ``pretrained + frac * (min over the methods of their best -
+pretrained)`` (``--level-frac``, default 0.8): a level all reach. Each run's RL wall time
 (evaluation excluded) and training samples to first reach it are interpolated linearly between
-evaluations; the speedups are Flow-GRPO's divided by AWM's (null when a run never reaches the
-level). Times are wall-clock: the load average is printed; compare them only on an idle machine.
+evaluations; a method's speedups are Flow-GRPO's divided by its own (null when a run never reaches
+the level). Times are wall-clock: the load average is printed; compare them only on an idle machine.
 
-The last line is one JSON object: per-seed lists ``pretrained_reward``, ``flow_grpo_reward``,
-``awm_reward`` (final held-out rewards), ``flow_grpo_gain``, ``awm_gain``, ``awm_speedup_time``,
-``awm_speedup_samples``, ``level``, ``pretrain_s``, each with ``_mean`` and ``_std`` (speedups over
-the seeds where both runs reach the level), the baselines, the evaluation protocol and the curves.
+The last line is one JSON object: per-seed lists ``pretrained_reward``, ``<method>_reward`` (final
+held-out rewards), ``<method>_gain`` and, for AWM and DiffusionNFT (``nft``),
+``<method>_speedup_time`` and ``<method>_speedup_samples``, ``level``, ``pretrain_s``, each with
+``_mean`` and ``_std`` (speedups over the seeds where both runs reach the level), the baselines, the
+evaluation protocol and the curves.
 """
 
 from __future__ import annotations
@@ -48,7 +51,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CONFIGS = {"flow_grpo": "configs/diffusion_shapes_flow_grpo.yaml", "awm": "configs/diffusion_shapes_awm.yaml"}
+CONFIGS = {
+    "flow_grpo": "configs/diffusion_shapes_flow_grpo.yaml",
+    "awm": "configs/diffusion_shapes_awm.yaml",
+    "nft": "configs/diffusion_shapes_nft.yaml",
+}
+LABELS = {"flow_grpo": "Flow-GRPO", "awm": "AWM", "nft": "DiffusionNFT"}
 SMOKE = [
     "warm_start.steps=2",
     "warm_start.num_episodes=64",
@@ -57,17 +65,13 @@ SMOKE = [
     "trainer.eval_episodes=42",
     "trainer.video_episodes=4",
 ]  # --smoke: each held-out prompt once
-PER_SEED = (
-    "pretrained_reward",
-    "flow_grpo_reward",
-    "awm_reward",
-    "flow_grpo_gain",
-    "awm_gain",
-    "awm_speedup_time",
-    "awm_speedup_samples",
-    "level",
-    "pretrain_s",
-)
+
+
+def per_seed_keys(methods: list[str]) -> list[str]:
+    """The per-seed figures of the JSON line, for ``methods`` (Flow-GRPO first)."""
+    keys = ["pretrained_reward", *(f"{m}_reward" for m in methods), *(f"{m}_gain" for m in methods)]
+    keys += [f"{m}_speedup_{k}" for m in methods[1:] for k in ("time", "samples")]
+    return [*keys, "level", "pretrain_s"]
 
 
 def curve(results: dict) -> list[dict]:
@@ -129,7 +133,7 @@ def baselines(trainer) -> dict:
 
 
 def run_seed(seed: int, args) -> tuple[dict, dict]:
-    """Pretrain, then Flow-GRPO and AWM from the same weights; the seed's figures and protocol."""
+    """Pretrain, then each of ``args.methods`` from the same weights; the seed's figures and protocol."""
     from mmrl.experiment import build_trainer, load_experiment
 
     common = [
@@ -148,8 +152,9 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
     pretrain_s = time.time() - t0
     print(f"[seed {seed}] pretrained the generator in {pretrain_s:.0f} s", flush=True)
     curves, finals, protocol = {}, {}, {}
-    for name, path in CONFIGS.items():
-        trainer = build_trainer(load_experiment(ROOT / path, [*common, f"run.name={name}"]))
+    methods = args.methods
+    for name in methods:
+        trainer = build_trainer(load_experiment(ROOT / CONFIGS[name], [*common, f"run.name={name}"]))
         protocol[name] = eval_protocol(trainer)
         if name == "flow_grpo":
             protocol["baselines"] = baselines(trainer)
@@ -159,40 +164,34 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
         results = trainer.run()
         curves[name] = curve(results)
         finals[name] = results["final"]["return"]
-    if protocol["flow_grpo"] != protocol["awm"]:
-        raise ValueError(f"the two configs evaluate differently: {protocol['flow_grpo']} vs {protocol['awm']}")
+    for name in methods[1:]:
+        if protocol[name] != protocol["flow_grpo"]:
+            raise ValueError(
+                f"{name} evaluates differently from flow_grpo: {protocol[name]} vs {protocol['flow_grpo']}"
+            )
     start = curves["flow_grpo"][0]["reward"]
-    best = min(max(p["reward"] for p in curves[n]) for n in CONFIGS)
+    best = min(max(p["reward"] for p in curves[n]) for n in methods)
     level = start + args.level_frac * (best - start)
     print(f"\n[seed {seed}] mean held-out reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
-    print(f"{'iter':>5} | {'Flow-GRPO':>10} {'s':>7} {'samples':>8} | {'AWM':>10} {'s':>7} {'samples':>8}")
-    for g, a in zip(curves["flow_grpo"], curves["awm"]):
-        print(
-            f"{g['iteration']:5d} | {g['reward']:10.3f} {g['rl_seconds']:7.1f} {g['train_episodes']:8d} | "
-            f"{a['reward']:10.3f} {a['rl_seconds']:7.1f} {a['train_episodes']:8d}"
-        )
-    speed = {}
-    for key, label in (("rl_seconds", "time"), ("train_episodes", "samples")):
-        g, a = time_to(curves["flow_grpo"], level, key), time_to(curves["awm"], level, key)
-        speed[label] = round(g / a, 3) if g is not None and a not in (None, 0) else None
-        print(f"to reach {level:.3f}: Flow-GRPO {g} {key}, AWM {a} {key} -> AWM speedup {speed[label]}")
+    print(f"{'iter':>5} | " + " | ".join(f"{LABELS[m]:>12} {'s':>7} {'samples':>8}" for m in methods))
+    for points in zip(*(curves[m] for m in methods)):
+        cells = [f"{p['reward']:12.3f} {p['rl_seconds']:7.1f} {p['train_episodes']:8d}" for p in points]
+        print(f"{points[0]['iteration']:5d} | " + " | ".join(cells))
+    run: dict = {"pretrained_reward": round(start, 4)}
+    for m in methods:
+        run[f"{m}_reward"] = round(finals[m], 4)
+        run[f"{m}_gain"] = round(finals[m] - start, 4) + 0.0
+    for m in methods[1:]:
+        for key, label in (("rl_seconds", "time"), ("train_episodes", "samples")):
+            g, a = time_to(curves["flow_grpo"], level, key), time_to(curves[m], level, key)
+            run[f"{m}_speedup_{label}"] = round(g / a, 3) if g is not None and a not in (None, 0) else None
+            speedup = run[f"{m}_speedup_{label}"]
+            print(f"to reach {level:.3f}: Flow-GRPO {g} {key}, {LABELS[m]} {a} {key} -> speedup {speedup}")
+    gains = ", ".join(f"{LABELS[m]} {finals[m] - start:+.3f}" for m in methods)
     print(
-        f"[seed {seed}] reward gain over the pretrained generator: Flow-GRPO {finals['flow_grpo'] - start:+.3f}, "
-        f"AWM {finals['awm'] - start:+.3f}; load average {os.getloadavg()[0]:.2f}\n",
-        flush=True,
+        f"[seed {seed}] reward gain over the pretrained generator: {gains}; load {os.getloadavg()[0]:.2f}\n", flush=True
     )
-    run = {
-        "pretrained_reward": round(start, 4),
-        "flow_grpo_reward": round(finals["flow_grpo"], 4),
-        "awm_reward": round(finals["awm"], 4),
-        "flow_grpo_gain": round(finals["flow_grpo"] - start, 4) + 0.0,
-        "awm_gain": round(finals["awm"] - start, 4) + 0.0,
-        "awm_speedup_time": speed["time"],
-        "awm_speedup_samples": speed["samples"],
-        "level": round(level, 4),
-        "pretrain_s": round(pretrain_s, 1),
-        "curves": curves,
-    }
+    run.update(level=round(level, 4), pretrain_s=round(pretrain_s, 1), curves=curves)
     return run, {**protocol["flow_grpo"], **protocol["baselines"]}
 
 
@@ -204,6 +203,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=150)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--level-frac", type=float, default=0.8)
+    parser.add_argument(
+        "--methods", default="awm,nft", help="likelihood-free methods run beside Flow-GRPO (awm, nft; default both)"
+    )
     parser.add_argument("--output-dir", default="runs/bench_diffusion")
     parser.add_argument(
         "--set",
@@ -215,6 +217,11 @@ def main() -> None:
     args = parse_args(parser, seeds=1, iterations=2, eval_every=1, output_dir=scratch, set=SMOKE)
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
+    chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(chosen) - set(CONFIGS) - {"flow_grpo"})
+    if unknown:
+        parser.error(f"--methods: unknown {unknown}; choose from awm, nft")
+    args.methods = ["flow_grpo", *[m for m in CONFIGS if m in chosen and m != "flow_grpo"]]
 
     load_start = os.getloadavg()[0]
     runs, protocols = [], []
@@ -224,7 +231,7 @@ def main() -> None:
         protocols.append(protocol)
     protocol = protocols[0]  # the held-out episodes do not depend on the seed
     out = {"seeds": list(range(args.seeds))}
-    for key in PER_SEED:
+    for key in per_seed_keys(args.methods):
         out.update(summary(runs, key))
     print(
         f"held-out reward over {args.seeds} seeds ({protocol['eval_prompts']} held-out prompts x "
@@ -235,18 +242,15 @@ def main() -> None:
         f"  ceiling (correct images of each prompt) {protocol['gold_reward']:.3f}; "
         f"correct images of another prompt {protocol['prompt_ignoring_reward']:.3f}"
     )
-    for key, label in (
-        ("pretrained_reward", "pretrained (start)"),
-        ("flow_grpo_reward", "Flow-GRPO"),
-        ("awm_reward", "AWM"),
-        ("flow_grpo_gain", "Flow-GRPO gain"),
-        ("awm_gain", "AWM gain"),
-        ("awm_speedup_time", "AWM speedup (time)"),
-        ("awm_speedup_samples", "AWM speedup (samples)"),
-    ):
+    rows = [("pretrained_reward", "pretrained (start)")]
+    rows += [(f"{m}_reward", LABELS[m]) for m in args.methods] + [
+        (f"{m}_gain", f"{LABELS[m]} gain") for m in args.methods
+    ]
+    rows += [(f"{m}_speedup_{k}", f"{LABELS[m]} speedup ({k})") for m in args.methods[1:] for k in ("time", "samples")]
+    for key, label in rows:
         mean, std = out[f"{key}_mean"], out[f"{key}_std"]
         shown = "n/a" if mean is None else f"{mean:.3f} +- {std:.3f}"
-        print(f"  {label:22s} {shown:>16}   per seed {out[key]}")
+        print(f"  {label:30s} {shown:>16}   per seed {out[key]}")
     print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     out.update(
         protocol,
