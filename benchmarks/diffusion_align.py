@@ -195,6 +195,39 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
     return run, {**protocol["flow_grpo"], **protocol["baselines"]}
 
 
+def cost_table(args) -> dict:
+    """Seconds of RL per training sample (rollout, reward and update; evaluation excluded) of each
+    method with ``K`` denoising steps per training rollout, for each K of ``--cost-steps``: the same
+    prompts, groups and epochs, untrained weights (the cost does not depend on them), one torch thread."""
+    from mmrl.experiment import build_trainer, load_experiment
+
+    table: dict = {}
+    for name in args.methods:
+        for k in args.cost_steps:
+            overrides = [
+                f"run.output_dir={args.output_dir}/cost",
+                f"run.name={name}_K{k}",
+                "run.threads=1",
+                "trainer.resume=false",
+                "warm_start.dataset=null",
+                f"policy.num_steps={k}",
+                "policy.eval_num_steps=1",
+                f"trainer.iterations={args.cost_iterations}",
+                f"trainer.checkpoint_every={args.cost_iterations}",
+                "trainer.eval_episodes=42",
+                "sim.eval_num_envs=42",
+                "trainer.video_episodes=0",
+                *args.set,
+            ]
+            final = build_trainer(load_experiment(ROOT / CONFIGS[name], overrides)).run()["final"]
+            table.setdefault(name, {})[str(k)] = round(final["rl_seconds"] / max(final["train_episodes"], 1), 5)
+    print(f"\nseconds of RL per training sample at K denoising steps ({args.cost_iterations} iterations each):")
+    print(f"{'K':>4} | " + " | ".join(f"{LABELS[m]:>12}" for m in args.methods))
+    for k in args.cost_steps:
+        print(f"{k:4d} | " + " | ".join(f"{table[m][str(k)]:12.4f}" for m in args.methods))
+    return table
+
+
 def main() -> None:
     from _smoke import parse_args, scratch
 
@@ -208,15 +241,27 @@ def main() -> None:
     )
     parser.add_argument("--output-dir", default="runs/bench_diffusion")
     parser.add_argument(
+        "--cost-steps",
+        default="",
+        help="also measure seconds per training sample at these denoising steps, e.g. 8,16,32 (--seeds 0: only that)",
+    )
+    parser.add_argument("--cost-iterations", type=int, default=4, help="RL iterations per cost measurement")
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         help="a config override for both runs and the pretraining (repeatable)",
     )
-    args = parse_args(parser, seeds=1, iterations=2, eval_every=1, output_dir=scratch, set=SMOKE)
-    if args.seeds < 1:
-        parser.error("--seeds must be >= 1")
+    args = parse_args(
+        parser, seeds=1, iterations=2, eval_every=1, output_dir=scratch, set=SMOKE, cost_steps="2", cost_iterations=1
+    )
+    try:
+        args.cost_steps = [int(k) for k in args.cost_steps.split(",") if k.strip()]
+    except ValueError:
+        parser.error(f"--cost-steps: a comma-separated list of integers, got {args.cost_steps!r}")
+    if args.seeds < (0 if args.cost_steps else 1):
+        parser.error("--seeds must be >= 1 (0 only with --cost-steps)")
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = sorted(set(chosen) - set(CONFIGS) - {"flow_grpo"})
     if unknown:
@@ -224,6 +269,17 @@ def main() -> None:
     args.methods = ["flow_grpo", *[m for m in CONFIGS if m in chosen and m != "flow_grpo"]]
 
     load_start = os.getloadavg()[0]
+    out = seed_figures(args) if args.seeds else {}
+    if args.cost_steps:
+        out["cost_s_per_sample"] = cost_table(args)
+        out.update(cost_iterations=args.cost_iterations)
+    out.update(load_avg_start=round(load_start, 2), load_avg_end=round(os.getloadavg()[0], 2))
+    print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+    print(json.dumps(out))
+
+
+def seed_figures(args) -> dict:
+    """Every seed's runs; their per-seed figures with mean and std, the protocol and the curves."""
     runs, protocols = [], []
     for seed in range(args.seeds):
         run, protocol = run_seed(seed, args)
@@ -251,17 +307,14 @@ def main() -> None:
         mean, std = out[f"{key}_mean"], out[f"{key}_std"]
         shown = "n/a" if mean is None else f"{mean:.3f} +- {std:.3f}"
         print(f"  {label:30s} {shown:>16}   per seed {out[key]}")
-    print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     out.update(
         protocol,
         iterations=args.iterations,
         eval_every=args.eval_every,
         level_frac=args.level_frac,
-        load_avg_start=round(load_start, 2),
-        load_avg_end=round(os.getloadavg()[0], 2),
         curves=[r["curves"] for r in runs],
     )
-    print(json.dumps(out))
+    return out
 
 
 if __name__ == "__main__":
