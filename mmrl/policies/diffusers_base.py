@@ -17,7 +17,8 @@ or, for a LoRA with ``merge=False``, the adapter alone as diffusers' LoRA traini
 
 A subclass sets ``pipeline_class`` and ``latent_patch`` (the latent side must be a multiple of it) and
 implements ``encode(prompts) -> cond`` and ``forward(x, t, cond) -> v`` (`_per_sample` repeats a
-prompt's conditioning over the rows the samplers batch).
+prompt's conditioning over the rows the samplers batch); a pipeline whose VAE or attention modules
+are laid out otherwise (Wan's video VAE) overrides `latent_geometry` and `lora_targets`.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class DiffusersGenerator(TextToImageGenerator):
         max_sequence_length: int = 128,
     ):
         super().__init__()
-        factor = 2 ** (len(pipe.vae.config.block_out_channels) - 1)
+        factor, channels = self.latent_geometry(pipe)
         step = factor * self.latent_patch(pipe)
         if image_size % step:
             raise ValueError(f"image_size {image_size} must be a multiple of {step} for this pipeline")
@@ -75,22 +76,20 @@ class DiffusersGenerator(TextToImageGenerator):
             from peft import LoraConfig
 
             self.transformer.requires_grad_(False)
-            targets = sorted(
-                {
-                    name.split("transformer_blocks.")[-1].split(".", 1)[-1]
-                    for name, _ in self.transformer.named_modules()
-                    if any(name.endswith(t) for t in LORA_TARGETS)
-                }
-            )
             self.transformer.add_adapter(
-                LoraConfig(r=lora_rank, lora_alpha=lora_alpha, init_lora_weights="gaussian", target_modules=targets)
+                LoraConfig(
+                    r=lora_rank,
+                    lora_alpha=lora_alpha,
+                    init_lora_weights="gaussian",
+                    target_modules=self.lora_targets(self.transformer),
+                )
             )
         elif finetune == "full":
             self.transformer.requires_grad_(True)
         else:
             raise ValueError(f"finetune must be 'lora' or 'full', got {finetune!r}")
         self.vae_scale_factor = factor
-        self.latent_channels = pipe.vae.config.latent_channels
+        self.latent_channels = channels
         self.latent_size = image_size // factor
         self.max_sequence_length = max_sequence_length
         self.has_adapter = finetune == "lora"  # else the policy keeps a frozen copy as its reference
@@ -99,6 +98,23 @@ class DiffusersGenerator(TextToImageGenerator):
     def latent_patch(pipe) -> int:
         """The latent side must be a multiple of this (the transformer's patch size)."""
         return pipe.transformer.config.patch_size
+
+    @staticmethod
+    def latent_geometry(pipe) -> tuple[int, int]:
+        """``(spatial downsampling factor, latent channels)`` of the pipeline's VAE (an image
+        ``AutoencoderKL``: one halving per level after the first)."""
+        return 2 ** (len(pipe.vae.config.block_out_channels) - 1), pipe.vae.config.latent_channels
+
+    @staticmethod
+    def lora_targets(transformer: nn.Module) -> list[str]:
+        """The module names (as peft matches them, by suffix) given LoRA: `LORA_TARGETS` within a block."""
+        return sorted(
+            {
+                name.split("transformer_blocks.")[-1].split(".", 1)[-1]
+                for name, _ in transformer.named_modules()
+                if any(name.endswith(t) for t in LORA_TARGETS)
+            }
+        )
 
     @classmethod
     def from_pretrained(
@@ -123,7 +139,7 @@ class DiffusersGenerator(TextToImageGenerator):
         return [m for m in self.pipe.components.values() if isinstance(m, nn.Module) and m is not self.transformer]
 
     @property
-    def sample_shape(self) -> tuple[int, int, int]:
+    def sample_shape(self) -> tuple[int, ...]:
         return (self.latent_channels, self.latent_size, self.latent_size)
 
     def _apply(self, fn, *args, **kwargs):  # .to(device) moves the frozen pipeline parts too

@@ -22,8 +22,9 @@ class TextToImageGenerator(nn.Module):
     has_adapter: bool = False
 
     @property
-    def sample_shape(self) -> tuple[int, int, int]:
-        """One sample ``[C, H, W]``: the image itself (pixel space) or its VAE latent."""
+    def sample_shape(self) -> tuple[int, ...]:
+        """One sample: ``[C, H, W]``, the image itself (pixel space) or its VAE latent, or a video
+        latent ``[C, F, H, W]`` (`mmrl.policies.wan`)."""
         raise NotImplementedError
 
     def encode(self, prompts: list[str]) -> Any:
