@@ -53,6 +53,22 @@ def tiny_clip_tokenizer(folder: Path):
     return tok
 
 
+def tiny_t5_encoder_kwargs(tok) -> dict:
+    """The config of a one-layer T5-family text encoder (T5, UMT5) over tokenizer ``tok``."""
+    return dict(
+        vocab_size=len(tok),
+        d_model=32,
+        d_kv=8,
+        d_ff=37,
+        num_layers=1,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.pad_token_id,
+    )
+
+
 def tiny_sd3_pipeline(folder: str | Path, seed: int = 0, sample_size: int = 16) -> Path:
     """Build and save a tiny SD3 pipeline in ``folder``; returns the folder."""
     patch_torchvision()
@@ -172,21 +188,7 @@ def tiny_flux_pipeline(folder: str | Path, seed: int = 0, sample_size: int = 16,
         )
     )
     tok_2 = tiny_t5_tokenizer(folder / "_tokenizer_2")
-    t5 = T5EncoderModel(
-        T5Config(
-            vocab_size=len(tok_2),
-            d_model=32,
-            d_kv=8,
-            d_ff=37,
-            num_layers=1,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            pad_token_id=tok_2.pad_token_id,
-            eos_token_id=tok_2.eos_token_id,
-            # a config's extra keys go through its __post_init__(**kwargs), unseen by mypy
-            decoder_start_token_id=tok_2.pad_token_id,  # type: ignore[call-arg]
-        )
-    )
+    t5 = T5EncoderModel(T5Config(**tiny_t5_encoder_kwargs(tok_2)))
     vae = AutoencoderKL(
         sample_size=sample_size,
         in_channels=3,

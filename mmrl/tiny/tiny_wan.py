@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from mmrl.tiny.tiny_diffusers import tiny_t5_tokenizer
+from mmrl.tiny.tiny_diffusers import tiny_t5_encoder_kwargs, tiny_t5_tokenizer
 from mmrl.utils.compat import patch_torchvision
 
 #: the tiny VAE's per-channel latent statistics (Wan's VAE normalises latents per channel)
@@ -72,21 +72,7 @@ def tiny_wan_pipeline(folder: str | Path, seed: int = 0) -> Path:
         scale_factor_temporal=4,
     )
     tok = tiny_t5_tokenizer(folder / "_tokenizer")
-    text_encoder = UMT5EncoderModel(
-        UMT5Config(
-            vocab_size=len(tok),
-            d_model=32,
-            d_kv=8,
-            d_ff=37,
-            num_layers=1,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-            # a config's extra keys go through its __post_init__(**kwargs), unseen by mypy
-            decoder_start_token_id=tok.pad_token_id,  # type: ignore[call-arg]
-        )
-    )
+    text_encoder = UMT5EncoderModel(UMT5Config(**tiny_t5_encoder_kwargs(tok)))
     pipe = WanPipeline(
         tokenizer=tok,
         text_encoder=text_encoder,
