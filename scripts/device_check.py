@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import io
 import json
 import math
 import os
@@ -430,20 +431,24 @@ def step_benchmark(ctx: Context) -> dict:
     """The README's quickstart benchmark (``benchmarks/quickstart.py``) on the device, as users run
     it: baselines, warm start, RL and evaluation videos of 3 seeds (``--smoke`` with --tiny); its
     JSON line."""
-    script = str(ROOT / "benchmarks" / "quickstart.py")
+    import runpy
+
+    script = ROOT / "benchmarks" / "quickstart.py"
     args = [*ctx.pick(["--seeds", "3"], ["--smoke", "trainer.video_episodes=4"]), f"run.device={ctx.device}"]
     args += [*(["run.threads=1"] if ctx.device == "cpu" else []), *ctx.overrides]
-    # the benchmark in a Python that hides what this step hides (--hide: imageio-ffmpeg, say)
-    runner = "import os, runpy, sys; sys.modules.update(dict.fromkeys(filter(None, sys.argv[1].split(',')))); "
-    runner += "sys.argv = sys.argv[2:]; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
-    runner += "runpy.run_path(sys.argv[0], run_name='__main__')"
-    cmd = [sys.executable, "-c", runner, os.environ.get(HIDE_ENV, ""), script, *args]
-    print(" ".join([script, *args]), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)  # its stderr: this step's log
-    print(proc.stdout, flush=True)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode or not lines:
-        raise RuntimeError(f"benchmarks/quickstart.py exited {proc.returncode} (its output above says why)")
+    print(" ".join([str(script), *args]), flush=True)
+    # in this step's process, as `python benchmarks/quickstart.py ...`: what --hide hides stays hidden
+    out, argv, path = io.StringIO(), sys.argv, list(sys.path)
+    sys.argv, sys.path[:0] = [str(script), *args], [str(script.parent)]
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = argv, path
+        print(out.getvalue(), flush=True)
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError("benchmarks/quickstart.py printed no JSON line (its output above says why)")
     figures = json.loads(lines[-1])
     keep = ("seeds", "sft_success", "rl_success", "rl_success_mean", "rl_success_std", "wall_s", "wall_s_mean")
     return {k: figures[k] for k in keep if k in figures}
