@@ -45,6 +45,13 @@ Auto reset and chunks
     reward 0 and no flags. This works the same in the sync and async modes, so an env that ends
     mid-chunk really ignores the rest of its chunk (its new episode does not advance).
 
+Staggered episodes
+    ``stagger_episodes=True`` (training only: evaluation sims never stagger) cuts each env's first
+    episode, as a time limit would (``truncated``, so the trainer bootstraps it), at a length drawn
+    from the constructor's ``seed`` (`first_episode_limits`); later episodes run to the limit. Envs
+    reset together otherwise stay in step wherever episodes never end early (Swimmer, HalfCheetah),
+    and every fixed-length rollout of T steps then holds one T-step phase of the episode.
+
 Snapshots
     ``get_state`` pickles the sub-envs into bytes and ``set_state`` unpickles them (sync mode only), so
     every wrapper's state (the time limit's step count, ...) and each env's ``np_random`` come back.
@@ -152,6 +159,10 @@ class ContractEnv(gym.Wrapper):
 
     def __init__(self, env: gym.Env, env_id: str, render_images: bool):
         super().__init__(env)
+        # the first episode ends (truncated, as by the time limit) after this many steps: GymSim's
+        # stagger_episodes sets it; later episodes run to the env's own limit
+        self._first_limit: int | None = None
+        self._steps = 0
         self._inner_obs_space = env.observation_space
         self._inner_act_space = env.action_space
         self._render_images = render_images
@@ -213,6 +224,9 @@ class ContractEnv(gym.Wrapper):
         return out
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if self._steps:  # a reset after the first episode: the first-episode cut is spent
+            self._first_limit = None
+        self._steps = 0
         obs, info = self.env.reset(seed=seed, options=options)
         return self._observe(obs), info
 
@@ -234,6 +248,9 @@ class ContractEnv(gym.Wrapper):
         if self._last is not None and np.isnan(action).all():  # masked: this env sits out
             return self._last, 0.0, False, False, {}
         obs, reward, terminated, truncated, info = self.env.step(to_env_action(self._inner_act_space, action))
+        self._steps += 1
+        if self._first_limit is not None and self._steps >= self._first_limit:
+            truncated = True
         return self._observe(obs), float(reward), bool(terminated), bool(truncated), info
 
 
@@ -362,6 +379,18 @@ def _rebind_mujoco_renderers(envs: list) -> None:
             viewer.data = base.data
 
 
+def first_episode_limits(num_envs: int, max_episode_steps: int, seed: int) -> list[int | None]:
+    """Where each env's first episode is cut (``stagger_episodes``): env 0 runs to the time limit,
+    the others at lengths drawn uniformly from [1, max_episode_steps] with ``seed``. Envs reset
+    together stay in step (every env at step k of its episode at once) wherever episodes never end
+    early, as in Swimmer: every fixed-length rollout then holds one phase of the episode only. Cutting
+    the first episodes at random lengths spreads the envs over the whole episode, as IsaacGym's legged
+    robots randomise their first episode lengths."""
+    rng = np.random.default_rng([int(seed), 0x57A6])
+    cuts = rng.integers(1, max_episode_steps + 1, size=num_envs)
+    return [None if i == 0 else int(cuts[i]) for i in range(num_envs)]
+
+
 # ---------------------------------------------------------------------------- simulator
 class GymSim(Simulator):
     """Any registered gymnasium env id through a gymnasium vector env (images from render())."""
@@ -369,6 +398,7 @@ class GymSim(Simulator):
     name_arg = "env_id"  # `mmrl check simulator gym:CartPole-v1` sets env_id
     task_arg = "env_id"
     passthrough_arg = "env_kwargs"  # the gymnasium env's own constructor arguments
+    eval_kwargs = {"stagger_episodes": False}  # held-out episodes run to the env's own limit
 
     def __init__(
         self,
@@ -383,6 +413,7 @@ class GymSim(Simulator):
         max_episode_steps: int | None = None,
         env_kwargs: dict | None = None,
         success_key: str | None = None,
+        stagger_episodes: bool = False,
         **unknown: Any,  # only to say where env arguments go; not in the declared signature (below)
     ):
         if unknown:
@@ -411,6 +442,9 @@ class GymSim(Simulator):
             self.close()
             raise ValueError(f"GymSim: {env_id} has no time limit in its spec; pass max_episode_steps=<int>")
         self.max_episode_steps = int(steps)
+        self.stagger_episodes = bool(stagger_episodes)
+        if self.stagger_episodes:
+            self._vec.set_attr("_first_limit", first_episode_limits(self.num_envs, self.max_episode_steps, seed))
         self.action_dim = int(self._vec.single_action_space.shape[0])
         self.state_dim = int(self._vec.single_observation_space["state"].shape[0])
         self.image_shape = (self.image_size, self.image_size, 3)

@@ -413,6 +413,46 @@ def test_truncation_at_max_episode_steps():
         sim.close()
 
 
+def _episode_ends(sim, steps: int) -> list[list[int]]:
+    """The step counts at which each env's episodes ended (Counter: action -1 never ends one)."""
+    ends: list[list[int]] = [[] for _ in range(sim.num_envs)]
+    for t in range(1, steps + 1):
+        res = sim.step(-torch.ones(sim.num_envs, 1))
+        assert not res.terminated.any()
+        for i in res.truncated.nonzero().flatten().tolist():
+            ends[i].append(t)
+    return ends
+
+
+def test_staggered_first_episodes_spread_the_envs_over_the_episode():
+    """stagger_episodes cuts each env's first episode (truncated) at a seeded random length, env 0
+    at the time limit; every later episode runs to the limit, so the envs stay spread. Off (the
+    default, and always for evaluation: eval_kwargs), every env ends at the limit together."""
+    from simulators.gym_env import first_episode_limits
+
+    limits = first_episode_limits(8, 10, seed=3)
+    assert limits[0] is None and all(1 <= k <= 10 for k in limits[1:]) and len(set(limits[1:])) > 2
+    assert first_episode_limits(8, 10, seed=3) == limits and first_episode_limits(8, 10, seed=4) != limits
+    sim = GymSim(
+        8, env_id="MmrlTest/Counter-v0", render_images=False, max_episode_steps=10, seed=3, stagger_episodes=True
+    )
+    try:
+        sim.reset(0)  # the collector's first reset keeps the cuts
+        ends = _episode_ends(sim, 30)
+        for i, k in enumerate(limits):
+            first = k or 10
+            assert ends[i][:2] == [first, first + 10], (i, k, ends[i])
+    finally:
+        sim.close()
+    assert GymSim.eval_kwargs["stagger_episodes"] is False
+    sim = GymSim(8, env_id="MmrlTest/Counter-v0", render_images=False, max_episode_steps=10, seed=3)
+    try:
+        sim.reset(0)
+        assert _episode_ends(sim, 20) == [[10, 20]] * 8
+    finally:
+        sim.close()
+
+
 # ---------------------------------------------------------------------------- trainer smoke run
 @needs_pygame
 @pytest.mark.slow
