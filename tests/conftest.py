@@ -1,21 +1,12 @@
 """Shared test setup: GPU tests carry the `gpu` marker and are skipped with a reason on CPU
 machines; `killed_in_iteration` interrupts a training run mid-iteration (resume tests);
 `one_torch_thread` (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``) keeps a module
-on one intra-op thread, for tests whose work shares the 2 cores with worker processes. Under
-pytest-xdist (the README's test command runs ``-n 2``) every worker keeps one intra-op thread: two
-workers with two spinning threads each would fight over the 2 cores.
-"""
+on one intra-op thread, for tests whose work shares the 2 cores with worker processes."""
 
 import contextlib
-import os
 
 import pytest
 import torch
-
-
-def pytest_configure(config):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):
