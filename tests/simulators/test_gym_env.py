@@ -293,6 +293,7 @@ def test_the_declared_signature_keeps_unknown_arguments_out():
         "num_envs",
         "render_images",
         "seed",
+        "stagger_episodes",
         "success_key",
         "vectorization",
     ]
