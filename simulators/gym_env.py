@@ -442,8 +442,7 @@ class GymSim(Simulator):
             self.close()
             raise ValueError(f"GymSim: {env_id} has no time limit in its spec; pass max_episode_steps=<int>")
         self.max_episode_steps = int(steps)
-        self.stagger_episodes = bool(stagger_episodes)
-        if self.stagger_episodes:
+        if stagger_episodes:
             self._vec.set_attr("_first_limit", first_episode_limits(self.num_envs, self.max_episode_steps, seed))
         self.action_dim = int(self._vec.single_action_space.shape[0])
         self.state_dim = int(self._vec.single_observation_space["state"].shape[0])
