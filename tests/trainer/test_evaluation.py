@@ -94,9 +94,17 @@ def test_grids_are_rows_of_tiles_of_a_sane_size(tmp_path):
     assert imageio.imread(str(tmp_path / "s.png")).shape == (2 * 128, 2 * 128, 3)
 
 
-def test_long_work_shows_progress(capsys):
-    """Issue 31: no silent stretch: generating demonstrations and evaluating show progress bars."""
+def test_long_work_shows_progress(capsys, monkeypatch):
+    """Issue 31: no silent stretch: generating demonstrations and evaluating show progress bars.
+    The evaluation bar is transient (leave=False) and tqdm redraws at most every 0.1 s, so on a fast
+    machine an 8-episode evaluation never drew its 100% before it cleared (stop 43's CI): here the
+    bar draws every update (tqdm reads TQDM_MININTERVAL at import, too late for a test)."""
+    import functools
+
+    import mmrl.rollout
     from mmrl.data import load_dataset
+
+    monkeypatch.setattr(mmrl.rollout, "tqdm", functools.partial(mmrl.rollout.tqdm, mininterval=0))
 
     load_dataset("reach_demos", num_episodes=6, batch_size=4)
     assert "demonstrations: 100%" in capsys.readouterr().err
