@@ -302,12 +302,25 @@ class WarmStartConfig:
     lr: float = 1e-3
     schedule: Literal["constant", "cosine"] = "constant"  # cosine decays the lr to 0 over the steps
     warmup_steps: int = 0  # linear warm-up from 0 over the first steps, then the schedule (LeRobot's presets warm up)
+    # initialisations tried (a policy trained from random weights): each is trained `candidate_steps`
+    # on the same batches; the one with the lowest mean loss over the last third of them finishes
+    # the `steps` (the run's own weights are candidate 0, the others are built under derived seeds)
+    candidates: int = 1
+    candidate_steps: int = 0
     kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
     def validate(self) -> None:
-        check_range(self, {"num_episodes": ">=1", "steps": ">=0", "batch_size": ">=1", "lr": ">0"})
+        check_range(
+            self, {"num_episodes": ">=1", "steps": ">=0", "batch_size": ">=1", "lr": ">0", "candidates": ">=1"}
+        )
         if not 0 <= self.warmup_steps < max(self.steps, 1):
             raise ConfigError(f"'warmup_steps' = {self.warmup_steps} must be >= 0 and below 'steps' ({self.steps})")
+        if self.candidates > 1 and not 3 <= self.candidate_steps <= self.steps:
+            raise ConfigError(
+                f"'candidate_steps' = {self.candidate_steps} with candidates = {self.candidates}: each candidate "
+                f"trains that many of the {self.steps} steps before the best is kept, so set 3 <= candidate_steps "
+                f"<= steps (e.g. warm_start.candidate_steps={max(3, self.steps * 3 // 8)}), or candidates=1"
+            )
         if self.dataset is None:
             return
         from mmrl.data import check_dataset_arguments
@@ -795,7 +808,16 @@ def _build_trainer(cfg: ExperimentConfig, Trainer, folder):
         if remote:
             sim.close()
         raise
-    return Trainer(cfg, policy, sim, eval_sim, output_dir(cfg), reward=reward, run_folder=folder)
+    return Trainer(
+        cfg,
+        policy,
+        sim,
+        eval_sim,
+        output_dir(cfg),
+        reward=reward,
+        run_folder=folder,
+        policy_factory=lambda: build_policy(cfg, sim),
+    )
 
 
 def build_train_sim(cfg: ExperimentConfig):

@@ -15,6 +15,7 @@ same command reaches the same parameters as one that never stopped.
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import math
 import shutil
@@ -58,6 +59,8 @@ class TrainState:
     lost_episodes: int = 0  # episodes lost with a crashed sim worker (not trained on, not counted)
     nonfinite_episodes: int = 0  # episodes dropped for a non-finite reward (not trained on, not counted)
     results: dict = field(default_factory=dict)  # evaluation results by name
+    warm_start_candidate: int = 0  # the initialisation the warm start kept (warm_start.candidates)
+    warm_start_scores: list = field(default_factory=list)  # each candidate's score (`candidate_score`)
 
     def count(self, info: dict) -> None:
         """Add what a collection counted (`mmrl.trainer.collectors.COUNTS`) to the run's counters."""
@@ -80,9 +83,21 @@ def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) 
 
 class Trainer:
     def __init__(
-        self, cfg, policy, sim, eval_sim, out_dir: Path, logger: RunLogger | None = None, reward=None, run_folder=None
+        self,
+        cfg,
+        policy,
+        sim,
+        eval_sim,
+        out_dir: Path,
+        logger: RunLogger | None = None,
+        reward=None,
+        run_folder=None,
+        policy_factory=None,
     ):
         self.cfg, self.policy, self.sim, self.eval_sim = cfg, policy, sim, eval_sim
+        #: builds the configured policy again (its initial weights are drawn from the global torch
+        #: RNG): the warm start's other candidates (`warm_start.candidates`)
+        self.policy_factory = policy_factory
         #: the reward stage (`mmrl.trainer.reward_stage.RewardStage`): the reward model scoring each
         #: decision, in training and evaluation rollouts alike; None = the task reward alone
         self.reward_stage = reward
@@ -329,25 +344,106 @@ class Trainer:
         self.save()
 
     def supervised(self, data: dict, ws) -> None:
+        """``ws.steps`` of supervised training on ``data``; with ``ws.candidates`` > 1 the first
+        ``ws.candidate_steps`` of them are run from each initialisation, and the one whose loss
+        is lowest (`candidate_score`) finishes them."""
         batch = self.policy.warm_start_batch(data)
+        if ws.candidates > 1:
+            run = self.choose_initialisation(batch, ws)
+        else:
+            run = self.start_supervised(batch, ws)
+        self.supervised_steps(batch, ws, run, ws.steps, "warm_start", phase_offset=0)
+        run.opt.zero_grad(set_to_none=True)  # no warm-start gradient may reach the RL engine's first step
+
+    def start_supervised(self, batch: Batch, ws) -> SupervisedRun:
+        """The supervised run at step 0 from the policy's current weights: statistics from the
+        demonstrations, a fresh Adam and schedule, and the run's sampling streams from their start
+        (every candidate of `choose_initialisation` sees the same batches and noise)."""
         self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps)
         )
-        gen = self.generator("warm_start", 0)
         torch.manual_seed(self.cfg.run.seed)
+        return SupervisedRun(opt, sched, self.generator("warm_start", 0))
+
+    def supervised_steps(self, batch: Batch, ws, run: SupervisedRun, end: int, phase: str, phase_offset: int) -> list:
+        """Train from ``run.step`` up to step ``end``; returns the losses. Rows go to the log under
+        ``phase`` every 25 steps (and at the last), before the RL iterations."""
         self.policy.train()
-        bar = tqdm(range(ws.steps), desc="warm start", dynamic_ncols=True, disable=not self.ranks.main)
+        losses = []
+        desc = phase.replace("warm_start", "warm start").replace("_candidate_", ", candidate ")
+        bar = tqdm(range(run.step, end), desc=desc, dynamic_ncols=True, disable=not self.ranks.main)
         for step in bar:
-            idx = random_indices(batch.size, min(ws.batch_size, batch.size), gen)
+            idx = random_indices(batch.size, min(ws.batch_size, batch.size), run.gen)
             loss = self.policy.supervised_loss(batch.index(idx).to(self.device)).mean()
-            self.optimizer_step(opt, loss)
-            sched.step()
-            if step % 25 == 0 or step == ws.steps - 1:
-                bar.set_postfix(loss=f"{loss.item():.4f}")
-                self.logger.log(step - ws.steps, {"warm_start/loss": loss.item()}, phase="warm_start", phase_step=step)
-        opt.zero_grad(set_to_none=True)  # no warm-start gradient may reach the RL engine's first step
+            self.optimizer_step(run.opt, loss)
+            run.sched.step()
+            losses.append(loss.item())
+            if step % 25 == 0 or step == end - 1:
+                bar.set_postfix(loss=f"{losses[-1]:.4f}")
+                row = {"warm_start/loss": losses[-1]}
+                self.logger.log(step - ws.steps - phase_offset, row, phase=phase, phase_step=step)
+        run.step = end
+        return losses
+
+    def choose_initialisation(self, batch: Batch, ws) -> SupervisedRun:
+        """Train ``ws.candidates`` initialisations for ``ws.candidate_steps`` each, on the same
+        batches and noise, and go on from the one with the lowest `candidate_score`: where the
+        warm start succeeds depends on the initial weights (README, issue 33), and the loss tells
+        the failing ones early. Candidate 0 is the policy as built; candidate k > 0 is built again
+        under the derived seed `run_seed`(seed, "init", k). The choice is in the state
+        (``warm_start_candidate``, ``warm_start_scores``) and the log."""
+        if self.policy_factory is None:
+            raise UserError(
+                f"warm_start.candidates = {ws.candidates} needs the trainer to build the policy again "
+                "(mmrl.experiment.build_trainer passes it): set warm_start.candidates=1"
+            )
+        own = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        best: tuple | None = None  # (score, k, snapshot of the policy, optimizer, schedule and streams)
+        scores = []
+        for k in range(ws.candidates):
+            self.policy.load_state_dict(own if k == 0 else self.candidate_weights(k, own))
+            run = self.start_supervised(batch, ws)
+            losses = self.supervised_steps(
+                batch, ws, run, ws.candidate_steps, f"warm_start_candidate_{k}", phase_offset=(ws.candidates - k) * ws.steps
+            )
+            score = distributed.mean(candidate_score(losses))  # every rank keeps the same one
+            scores.append(score)
+            if best is None or score < best[0]:
+                best = (score, k, run.snapshot(self.policy))
+        assert best is not None
+        _, chosen, snap = best
+        self.state.warm_start_candidate, self.state.warm_start_scores = chosen, scores
+        shown = " / ".join(f"{s:.4f}" for s in scores)
+        self.log_line(
+            f"warm start: kept initialisation {chosen} of {ws.candidates} (mean loss over the last third of "
+            f"{ws.candidate_steps} steps: {shown}); it trains on to step {ws.steps}"
+        )
+        self.logger.log(
+            -ws.steps - 1,
+            {"warm_start/candidate": chosen, **{f"warm_start/candidate_{k}_score": s for k, s in enumerate(scores)}},
+            phase="warm_start",
+            phase_step=ws.candidate_steps,
+        )
+        return SupervisedRun.restore(self.policy, ws, snap)
+
+    def candidate_weights(self, k: int, own: dict) -> dict:
+        """Initial weights of candidate ``k`` > 0: the policy built again under a seed derived from
+        the run's, without moving the global RNG; an error if they equal the run's own (a policy
+        loaded from pretrained weights has nothing to choose between)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(run_seed(self.cfg.run.seed, "init", k))
+            fresh = self.policy_factory()
+        weights = {name: v.detach().to(own[name].device) for name, v in fresh.state_dict().items()}
+        del fresh
+        trained = [n for n, p in self.policy.named_parameters() if p.requires_grad]
+        if all(torch.equal(weights[n], own[n]) for n in trained if n in weights):
+            raise UserError(
+                f"warm_start.candidates = {self.cfg.warm_start.candidates}, but policy '{self.cfg.policy.type}' "
+                "builds the same trainable weights under every seed (pretrained): set warm_start.candidates=1"
+            )
+        return weights
 
     def collect(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
         """Round ``it`` of the collector, by the trained policy in eval mode (sampling stays
@@ -638,14 +734,67 @@ def _quiet(line: str) -> None:
     """Where a rank other than 0 writes its lines for the user: nowhere (rank 0 speaks for the run)."""
 
 
+def run_seed(seed: int, purpose: str, index: int = 0) -> int:
+    """The seed of a run's ``purpose`` ("rl", "warm_start", "eval", "update", "init") at ``index``:
+    a pure function of ``run.seed``."""
+    offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3, "init": 4}[purpose]
+    return seed * 7919 + offset * 104729 + index
+
+
 def run_generator(seed: int, purpose: str, index: int = 0, device="cpu") -> torch.Generator:
-    """The sampling generator of a run's ``purpose`` ("rl", "warm_start", "eval", "update") at
-    ``index``: a pure function of ``run.seed``, so that a resumed run, and ``mmrl eval`` of its
-    checkpoint (purpose "eval"), draw exactly what the original run drew."""
-    offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3}[purpose]
+    """The sampling generator of a run's ``purpose`` at ``index`` (`run_seed`), so that a resumed
+    run, and ``mmrl eval`` of its checkpoint (purpose "eval"), draw exactly what the original run drew."""
     g = torch.Generator(device=device)
-    g.manual_seed(seed * 7919 + offset * 104729 + index)
+    g.manual_seed(run_seed(seed, purpose, index))
     return g
+
+
+def candidate_score(losses: list[float]) -> float:
+    """How well a warm-start candidate trained: the mean of the last third of its losses (the
+    early ones say more about the initial weights than about where they are heading)."""
+    tail = losses[len(losses) - max(len(losses) // 3, 1) :]
+    return sum(tail) / len(tail)
+
+
+@dataclass
+class SupervisedRun:
+    """Where a supervised warm start stands: its optimizer, schedule, index generator and next step
+    (the global torch RNG, which draws the flow-matching noise, goes with it in a snapshot)."""
+
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
+    gen: torch.Generator
+    step: int = 0
+
+    def snapshot(self, policy) -> dict:
+        return {
+            "policy": {k: v.detach().clone() for k, v in policy.state_dict().items()},
+            "opt": copy.deepcopy(self.opt.state_dict()),
+            "sched": self.sched.state_dict(),
+            "gen": (self.gen.device, self.gen.get_state()),
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+            "step": self.step,
+        }
+
+    @classmethod
+    def restore(cls, policy, ws, snap: dict) -> SupervisedRun:
+        """The run of ``snap`` on ``policy``, with its own fresh optimizer over the policy's
+        parameters loaded from the snapshot."""
+        policy.load_state_dict(snap["policy"])
+        opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=ws.lr)
+        opt.load_state_dict(snap["opt"])
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps)
+        )
+        sched.load_state_dict(snap["sched"])
+        device, state = snap["gen"]
+        gen = torch.Generator(device=device)
+        gen.set_state(state)
+        torch.set_rng_state(snap["rng"])
+        if snap["cuda_rng"] is not None:
+            torch.cuda.set_rng_state_all(snap["cuda_rng"])
+        return cls(opt, sched, gen, snap["step"])
 
 
 def disk_full(exc: BaseException, folder: Path, min_free: int = 64 << 20) -> bool:

@@ -1,0 +1,117 @@
+"""``warm_start.candidates``: several initialisations trained on the same batches, the lowest loss
+kept (issue 33: where the quickstart's warm start succeeds depends on its initial weights). The
+kept candidate goes on exactly where it stood: picking the run's own weights gives the weights of
+a run without candidates, bit for bit, and a kill during the candidates resumes to the same end."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from mmrl.config import ConfigError
+from mmrl.errors import UserError
+from mmrl.experiment import build_trainer
+from mmrl.trainer import trainer as trainer_module
+from mmrl.trainer.trainer import Trainer, candidate_score
+from tests.trainer.test_trainer import params, tiny_cfg
+
+WARM = ["warm_start.steps=9", "trainer.video_episodes=0", "trainer.iterations=0"]
+
+
+def candidates(k: int, steps: int = 6) -> list[str]:
+    return [f"warm_start.candidates={k}", f"warm_start.candidate_steps={steps}"]
+
+
+def warm(tmp_path, *extra) -> Trainer:
+    trainer = build_trainer(tiny_cfg(tmp_path, *WARM, *extra))
+    trainer.run()
+    return trainer
+
+
+def same(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def forced(monkeypatch, scores: list[float]) -> None:
+    """Make candidate k score ``scores[k]``, whatever its losses."""
+    calls = iter(scores)
+    monkeypatch.setattr(trainer_module, "candidate_score", lambda losses: next(calls))
+
+
+def test_the_score_is_the_mean_of_the_last_third_of_the_losses():
+    assert candidate_score([9.0, 8.0, 7.0, 1.0, 2.0, 3.0]) == 2.5
+    assert candidate_score([9.0, 8.0, 7.0, 6.0, 1.0, 2.0, 3.0]) == 2.5
+    assert candidate_score([4.0]) == 4.0
+
+
+def test_the_candidate_with_the_lowest_loss_is_kept(tmp_path):
+    trainer = warm(tmp_path, *candidates(3))
+    scores = trainer.state.warm_start_scores
+    assert len(scores) == 3 and len(set(scores)) == 3  # three different initialisations
+    assert trainer.state.warm_start_candidate == min(range(3), key=scores.__getitem__)
+    logged = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    pick = [r for r in logged if "warm_start/candidate" in r]
+    assert len(pick) == 1 and pick[0]["warm_start/candidate"] == trainer.state.warm_start_candidate
+    assert {r["phase"] for r in logged if r["step"] < 0} == {
+        "warm_start",
+        "warm_start_candidate_0",
+        "warm_start_candidate_1",
+        "warm_start_candidate_2",
+    }
+    saved = torch.load(tmp_path / "t" / "checkpoints" / "iter_000000" / "state.pt", weights_only=False)
+    assert saved["state"]["warm_start_scores"] == scores  # the choice is in the checkpoint
+
+
+def test_keeping_the_run_s_own_weights_equals_a_run_without_candidates(tmp_path, monkeypatch):
+    alone = params(warm(tmp_path / "alone").policy)
+    forced(monkeypatch, [0.1, 0.5, 0.3])
+    first = warm(tmp_path / "first", *candidates(3))
+    assert first.state.warm_start_candidate == 0
+    assert same(params(first.policy), alone)  # its weights, optimizer, batches and noise went on
+
+
+def test_a_kept_candidate_goes_on_whatever_was_trained_after_it(tmp_path, monkeypatch):
+    alone = params(warm(tmp_path / "alone").policy)
+    forced(monkeypatch, [0.5, 0.1])
+    two = warm(tmp_path / "two", *candidates(2))
+    forced(monkeypatch, [0.5, 0.1, 0.3])
+    three = warm(tmp_path / "three", *candidates(3))
+    assert two.state.warm_start_candidate == three.state.warm_start_candidate == 1
+    assert same(params(two.policy), params(three.policy))
+    assert not same(params(two.policy), alone)
+
+
+def test_a_kill_during_the_candidates_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    extra = [*candidates(3), "trainer.iterations=1"]
+    straight = params(warm(tmp_path / "straight", *extra).policy)
+    real = Trainer.supervised_steps
+
+    def dies(self, batch, ws, run, end, phase, phase_offset):
+        if phase == "warm_start_candidate_1":
+            raise KeyboardInterrupt("killed during the second candidate")
+        return real(self, batch, ws, run, end, phase, phase_offset)
+
+    monkeypatch.setattr(Trainer, "supervised_steps", dies)
+    with pytest.raises(KeyboardInterrupt):
+        warm(tmp_path / "killed", *extra)
+    monkeypatch.setattr(Trainer, "supervised_steps", real)
+    resumed = warm(tmp_path / "killed", *extra)
+    assert same(params(resumed.policy), straight)
+    rows = (tmp_path / "killed" / "t" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == len(set(rows)), "a metrics row was logged twice"
+
+
+def test_candidates_need_steps_before_the_pick(tmp_path):
+    with pytest.raises(ConfigError, match=r"'candidate_steps' = 0 with candidates = 3.*candidate_steps="):
+        tiny_cfg(tmp_path, *WARM, "warm_start.candidates=3")
+
+
+def test_a_policy_that_builds_the_same_weights_under_every_seed_is_refused(tmp_path):
+    trainer = build_trainer(tiny_cfg(tmp_path, *WARM, *candidates(3)))
+    built = copy.deepcopy(trainer.policy)
+    trainer.policy_factory = lambda: copy.deepcopy(built)  # the same weights again, as a pretrained checkpoint
+    with pytest.raises(UserError, match="same trainable weights under every seed.*warm_start.candidates=1"):
+        trainer.run()
