@@ -15,7 +15,8 @@ Baselines printed beside the result: the scripted expert's success on the same h
 (the ceiling) and a random policy's (uniform actions).
 
 The last line is one JSON object: for the main config, ``seeds`` and per-seed lists ``sft_success``
-(the warm start's held-out success, so its spread over seeds shows),
+(the warm start's held-out success, so its spread over seeds shows), ``warm_start_candidate`` (the
+initialisation the warm start kept, 0 = the run's own weights: ``warm_start.candidates``),
 ``rl_success``, ``gain`` (points), ``wall_s`` (whole run: demonstrations, warm start, RL and both
 evaluations), their means and stds, ``episodes`` (held-out episodes per evaluation), ``expert``,
 ``demonstrator`` and ``random`` success; with ``--variants``, the same per variant config under ``"variants"``.
@@ -45,7 +46,8 @@ def run_config(path: str, seed: int, overrides: list[str]) -> dict:
     cfg = load_experiment(ROOT / path, [f"run.name={name}", f"run.seed={seed}", "trainer.resume=false", *overrides])
     shutil.rmtree(output_dir(cfg), ignore_errors=True)
     t0 = time.time()
-    results = build_trainer(cfg).run()
+    trainer = build_trainer(cfg)
+    results = trainer.run()
     wall = time.time() - t0
     curve = [json.loads(line) for line in (output_dir(cfg) / "metrics.jsonl").read_text().splitlines()]
     train_success = [round(r["train/success"], 2) for r in curve if "train/success" in r]
@@ -60,6 +62,7 @@ def run_config(path: str, seed: int, overrides: list[str]) -> dict:
         "rl_success": results["final"]["success_rate"],
         "episodes": results["final"]["episodes"],
         "wall_s": round(wall, 1),
+        "warm_start_candidate": trainer.state.warm_start_candidate,  # the initialisation kept (warm_start.candidates)
     }
 
 
@@ -94,7 +97,7 @@ def run_seeds(path: str, seeds: list[int], overrides: list[str]) -> dict:
         r = run_config(path, seed, overrides)
         r["gain"] = round(100 * (r["rl_success"] - r["sft_success"]), 2)
         runs.append(r)
-    s = {"seeds": list(seeds), **summary(runs)}
+    s = {"seeds": list(seeds), **summary(runs), "warm_start_candidate": [r["warm_start_candidate"] for r in runs]}
     print(
         f"{path}: held-out success over {len(seeds)} seeds: warm start {s['sft_success_mean']:.3f} +- "
         f"{s['sft_success_std']:.3f} -> RL {s['rl_success_mean']:.3f} +- {s['rl_success_std']:.3f} "

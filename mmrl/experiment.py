@@ -303,10 +303,14 @@ class WarmStartConfig:
     schedule: Literal["constant", "cosine"] = "constant"  # cosine decays the lr to 0 over the steps
     warmup_steps: int = 0  # linear warm-up from 0 over the first steps, then the schedule (LeRobot's presets warm up)
     # initialisations tried (a policy trained from random weights): each is trained `candidate_steps`
-    # on the same batches; the one with the lowest mean loss over the last third of them finishes
-    # the `steps` (the run's own weights are candidate 0, the others are built under derived seeds)
+    # (on its own batches and noise); the one with the lowest mean loss over the last third of them
+    # finishes the `steps` (the run's own weights are candidate 0, the others are built under derived seeds)
     candidates: int = 1
-    candidate_steps: int = 0
+    candidate_steps: int | None = None  # None: 3/8 of `steps` (300 of 800), at least 1
+
+    def steps_per_candidate(self) -> int:
+        """``candidate_steps``, or 3/8 of ``steps`` (at least 1) when it is unset."""
+        return self.candidate_steps if self.candidate_steps is not None else max(1, self.steps * 3 // 8)
     kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
     def validate(self) -> None:
@@ -315,11 +319,10 @@ class WarmStartConfig:
         )
         if not 0 <= self.warmup_steps < max(self.steps, 1):
             raise ConfigError(f"'warmup_steps' = {self.warmup_steps} must be >= 0 and below 'steps' ({self.steps})")
-        if self.candidates > 1 and not 3 <= self.candidate_steps <= self.steps:
+        if self.candidate_steps is not None and not 1 <= self.candidate_steps <= max(self.steps, 1):
             raise ConfigError(
-                f"'candidate_steps' = {self.candidate_steps} with candidates = {self.candidates}: each candidate "
-                f"trains that many of the {self.steps} steps before the best is kept, so set 3 <= candidate_steps "
-                f"<= steps (e.g. warm_start.candidate_steps={max(3, self.steps * 3 // 8)}), or candidates=1"
+                f"'candidate_steps' = {self.candidate_steps}: each candidate trains that many of the {self.steps} "
+                "steps before the best is kept, so set 1 <= candidate_steps <= steps, or leave it unset (3/8 of steps)"
             )
         if self.dataset is None:
             return

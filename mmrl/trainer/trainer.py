@@ -345,27 +345,30 @@ class Trainer:
 
     def supervised(self, data: dict, ws) -> None:
         """``ws.steps`` of supervised training on ``data``; with ``ws.candidates`` > 1 the first
-        ``ws.candidate_steps`` of them are run from each initialisation, and the one whose loss
+        ``ws.steps_per_candidate()`` of them are run from each initialisation, and the one whose loss
         is lowest (`candidate_score`) finishes them."""
         batch = self.policy.warm_start_batch(data)
-        if ws.candidates > 1:
+        if ws.candidates > 1 and ws.steps:
             run = self.choose_initialisation(batch, ws)
         else:
             run = self.start_supervised(batch, ws)
         self.supervised_steps(batch, ws, run, ws.steps, "warm_start", phase_offset=0)
         run.opt.zero_grad(set_to_none=True)  # no warm-start gradient may reach the RL engine's first step
 
-    def start_supervised(self, batch: Batch, ws) -> SupervisedRun:
+    def start_supervised(self, batch: Batch, ws, candidate: int = 0) -> SupervisedRun:
         """The supervised run at step 0 from the policy's current weights: statistics from the
-        demonstrations, a fresh Adam and schedule, and the run's sampling streams from their start
-        (every candidate of `choose_initialisation` sees the same batches and noise)."""
+        demonstrations, a fresh Adam and schedule, and sampling streams (batches, flow-matching
+        noise) from their start: the run's own for candidate 0, derived ones for the others of
+        `choose_initialisation` (where a warm start lands depends on its path as well as on its
+        initial weights, so the candidates differ in both)."""
         self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps)
         )
-        torch.manual_seed(self.cfg.run.seed)
-        return SupervisedRun(opt, sched, self.generator("warm_start", 0))
+        seed = self.cfg.run.seed
+        torch.manual_seed(seed if candidate == 0 else run_seed(seed, "warm_start", candidate))
+        return SupervisedRun(opt, sched, self.generator("warm_start", candidate))
 
     def supervised_steps(self, batch: Batch, ws, run: SupervisedRun, end: int, phase: str, phase_offset: int) -> list:
         """Train from ``run.step`` up to step ``end``; returns the losses. Rows go to the log under
@@ -388,11 +391,12 @@ class Trainer:
         return losses
 
     def choose_initialisation(self, batch: Batch, ws) -> SupervisedRun:
-        """Train ``ws.candidates`` initialisations for ``ws.candidate_steps`` each, on the same
-        batches and noise, and go on from the one with the lowest `candidate_score`: where the
-        warm start succeeds depends on the initial weights (README, issue 33), and the loss tells
-        the failing ones early. Candidate 0 is the policy as built; candidate k > 0 is built again
-        under the derived seed `run_seed`(seed, "init", k). The choice is in the state
+        """Train ``ws.candidates`` initialisations for ``ws.steps_per_candidate()`` steps each, and
+        go on from the one with the lowest `candidate_score`: whether the warm start succeeds is a
+        lottery of its initial weights and path (README, issue 33), and the loss tells the failing
+        ones early. Candidate 0 is the policy as built, on the run's own streams (keeping it gives
+        the run without candidates exactly); candidate k > 0 is built again under the derived seed
+        `run_seed`(seed, "init", k) and draws its own batches and noise (`start_supervised`). The choice is in the state
         (``warm_start_candidate``, ``warm_start_scores``) and the log."""
         if self.policy_factory is None:
             raise UserError(
@@ -404,9 +408,9 @@ class Trainer:
         scores = []
         for k in range(ws.candidates):
             self.policy.load_state_dict(own if k == 0 else self.candidate_weights(k, own))
-            run = self.start_supervised(batch, ws)
+            run = self.start_supervised(batch, ws, candidate=k)
             losses = self.supervised_steps(
-                batch, ws, run, ws.candidate_steps, f"warm_start_candidate_{k}", phase_offset=(ws.candidates - k) * ws.steps
+                batch, ws, run, ws.steps_per_candidate(), f"warm_start_candidate_{k}", phase_offset=(ws.candidates - k) * ws.steps
             )
             score = distributed.mean(candidate_score(losses))  # every rank keeps the same one
             scores.append(score)
@@ -418,13 +422,13 @@ class Trainer:
         shown = " / ".join(f"{s:.4f}" for s in scores)
         self.log_line(
             f"warm start: kept initialisation {chosen} of {ws.candidates} (mean loss over the last third of "
-            f"{ws.candidate_steps} steps: {shown}); it trains on to step {ws.steps}"
+            f"{ws.steps_per_candidate()} steps: {shown}); it trains on to step {ws.steps}"
         )
         self.logger.log(
             -ws.steps - 1,
             {"warm_start/candidate": chosen, **{f"warm_start/candidate_{k}_score": s for k, s in enumerate(scores)}},
             phase="warm_start",
-            phase_step=ws.candidate_steps,
+            phase_step=ws.steps_per_candidate(),
         )
         return SupervisedRun.restore(self.policy, ws, snap)
 

@@ -1,4 +1,4 @@
-"""``warm_start.candidates``: several initialisations trained on the same batches, the lowest loss
+"""``warm_start.candidates``: several initialisations, each on its own batches and noise, the lowest loss
 kept (issue 33: where the quickstart's warm start succeeds depends on its initial weights). The
 kept candidate goes on exactly where it stood: picking the run's own weights gives the weights of
 a run without candidates, bit for bit, and a kill during the candidates resumes to the same end."""
@@ -66,7 +66,7 @@ def test_the_candidate_with_the_lowest_loss_is_kept(tmp_path):
 
 
 def test_keeping_the_run_s_own_weights_equals_a_run_without_candidates(tmp_path, monkeypatch):
-    alone = params(warm(tmp_path / "alone").policy)
+    alone = params(warm(tmp_path / "alone", "warm_start.candidates=1").policy)
     forced(monkeypatch, [0.1, 0.5, 0.3])
     first = warm(tmp_path / "first", *candidates(3))
     assert first.state.warm_start_candidate == 0
@@ -74,7 +74,7 @@ def test_keeping_the_run_s_own_weights_equals_a_run_without_candidates(tmp_path,
 
 
 def test_a_kept_candidate_goes_on_whatever_was_trained_after_it(tmp_path, monkeypatch):
-    alone = params(warm(tmp_path / "alone").policy)
+    alone = params(warm(tmp_path / "alone", "warm_start.candidates=1").policy)
     forced(monkeypatch, [0.5, 0.1])
     two = warm(tmp_path / "two", *candidates(2))
     forced(monkeypatch, [0.5, 0.1, 0.3])
@@ -82,6 +82,25 @@ def test_a_kept_candidate_goes_on_whatever_was_trained_after_it(tmp_path, monkey
     assert two.state.warm_start_candidate == three.state.warm_start_candidate == 1
     assert same(params(two.policy), params(three.policy))
     assert not same(params(two.policy), alone)
+
+
+def test_each_candidate_draws_its_own_batches(tmp_path, monkeypatch):
+    """Where a warm start lands depends on its path too: the candidates do not share one."""
+    drawn: list[list[int]] = []
+    real = trainer_module.random_indices
+
+    def recording(n, k, gen):
+        idx = real(n, k, gen)
+        drawn.append(idx.tolist())
+        return idx
+
+    monkeypatch.setattr(trainer_module, "random_indices", recording)
+    warm(tmp_path / "alone", "warm_start.candidates=1", "warm_start.num_episodes=20")
+    alone, drawn[:] = drawn[:6], []
+    warm(tmp_path / "three", *candidates(3), "warm_start.num_episodes=20")
+    firsts = [drawn[0], drawn[6], drawn[12]]  # each candidate's first batch
+    assert drawn[:6] == alone  # candidate 0 on the run's own stream
+    assert firsts[0] != firsts[1] and firsts[1] != firsts[2] and firsts[0] != firsts[2]
 
 
 def test_a_kill_during_the_candidates_resumes_to_the_same_weights(tmp_path, monkeypatch):
@@ -104,9 +123,11 @@ def test_a_kill_during_the_candidates_resumes_to_the_same_weights(tmp_path, monk
     assert len(rows) == len(set(rows)), "a metrics row was logged twice"
 
 
-def test_candidates_need_steps_before_the_pick(tmp_path):
-    with pytest.raises(ConfigError, match=r"'candidate_steps' = 0 with candidates = 3.*candidate_steps="):
-        tiny_cfg(tmp_path, *WARM, "warm_start.candidates=3")
+def test_candidate_steps_default_to_three_eighths_and_must_fit_the_warm_start(tmp_path):
+    assert tiny_cfg(tmp_path, "warm_start.steps=800").warm_start.steps_per_candidate() == 300
+    assert tiny_cfg(tmp_path, "warm_start.steps=2").warm_start.steps_per_candidate() == 1
+    with pytest.raises(ConfigError, match=r"'candidate_steps' = 10: .* 1 <= candidate_steps <= steps"):
+        tiny_cfg(tmp_path, *WARM, "warm_start.candidates=3", "warm_start.candidate_steps=10")
 
 
 def test_a_policy_that_builds_the_same_weights_under_every_seed_is_refused(tmp_path):
