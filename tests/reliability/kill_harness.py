@@ -63,6 +63,7 @@ TINY = [
     "warm_start.num_episodes=4",
     "warm_start.steps=3",
     "warm_start.batch_size=8",
+    "warm_start.candidates=1",  # the cases count log rows; a kill among candidates: tests/trainer/test_warm_start_candidates.py
     "algorithm.minibatch_size=16",
     "algorithm.epochs=1",
     f"trainer.iterations={ITERATIONS}",
