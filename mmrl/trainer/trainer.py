@@ -406,8 +406,9 @@ class Trainer:
         own = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
         best: tuple | None = None  # (score, k, snapshot of the policy, optimizer, schedule and streams)
         scores = []
+        second = self.candidate_weights(1, own)  # before any step: a pretrained policy is refused here
         for k in range(ws.candidates):
-            self.policy.load_state_dict(own if k == 0 else self.candidate_weights(k, own))
+            self.policy.load_state_dict(own if k == 0 else second if k == 1 else self.candidate_weights(k, own))
             run = self.start_supervised(batch, ws, candidate=k)
             losses = self.supervised_steps(
                 batch, ws, run, ws.steps_per_candidate(), f"warm_start_candidate_{k}", phase_offset=(ws.candidates - k) * ws.steps

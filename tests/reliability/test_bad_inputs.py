@@ -52,6 +52,11 @@ CLI_CASES = [
     ("algorithm.gamma=2", ["train", *QUICK, "algorithm.gamma=2"], ["'gamma' = 2.0", "between 0 and 1"]),
     ("algorithm.clip_low=-0.5", ["train", *QUICK, "algorithm.clip_low=-0.5"], ["'clip_low' = -0.5"]),
     ("trainer.keep_checkpoints=0", ["train", *QUICK, "trainer.keep_checkpoints=0"], ["'keep_checkpoints' = 0"]),
+    (
+        "warm_start.candidate_steps=10 (of 3 steps)",
+        ["train", *QUICK, "warm_start.candidate_steps=10"],
+        ["'candidate_steps' = 10", "1 <= candidate_steps <= steps"],
+    ),
     ("run.device=cuda without CUDA", ["train", *QUICK, "run.device=cuda"], ["run.device = 'cuda'", "run.device=cpu"]),
     (
         "eval with run.device=cuda without CUDA",

@@ -136,3 +136,4 @@ def test_a_policy_that_builds_the_same_weights_under_every_seed_is_refused(tmp_p
     trainer.policy_factory = lambda: copy.deepcopy(built)  # the same weights again, as a pretrained checkpoint
     with pytest.raises(UserError, match="same trainable weights under every seed.*warm_start.candidates=1"):
         trainer.run()
+    assert not any("candidate" in line for line in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines())
