@@ -307,16 +307,14 @@ class WarmStartConfig:
     # finishes the `steps` (the run's own weights are candidate 0, the others are built under derived seeds)
     candidates: int = 1
     candidate_steps: int | None = None  # None: 3/8 of `steps` (300 of 800), at least 1
+    kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
     def steps_per_candidate(self) -> int:
         """``candidate_steps``, or 3/8 of ``steps`` (at least 1) when it is unset."""
         return self.candidate_steps if self.candidate_steps is not None else max(1, self.steps * 3 // 8)
-    kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
     def validate(self) -> None:
-        check_range(
-            self, {"num_episodes": ">=1", "steps": ">=0", "batch_size": ">=1", "lr": ">0", "candidates": ">=1"}
-        )
+        check_range(self, {"num_episodes": ">=1", "steps": ">=0", "batch_size": ">=1", "lr": ">0", "candidates": ">=1"})
         if not 0 <= self.warmup_steps < max(self.steps, 1):
             raise ConfigError(f"'warmup_steps' = {self.warmup_steps} must be >= 0 and below 'steps' ({self.steps})")
         if self.candidate_steps is not None and not 1 <= self.candidate_steps <= max(self.steps, 1):

@@ -411,7 +411,12 @@ class Trainer:
             self.policy.load_state_dict(own if k == 0 else second if k == 1 else self.candidate_weights(k, own))
             run = self.start_supervised(batch, ws, candidate=k)
             losses = self.supervised_steps(
-                batch, ws, run, ws.steps_per_candidate(), f"warm_start_candidate_{k}", phase_offset=(ws.candidates - k) * ws.steps
+                batch,
+                ws,
+                run,
+                ws.steps_per_candidate(),
+                f"warm_start_candidate_{k}",
+                phase_offset=(ws.candidates - k) * ws.steps,
             )
             score = distributed.mean(candidate_score(losses))  # every rank keeps the same one
             scores.append(score)
