@@ -359,8 +359,8 @@ class Trainer:
         """The supervised run at step 0 from the policy's current weights: statistics from the
         demonstrations, a fresh Adam and schedule, and sampling streams (batches, flow-matching
         noise) from their start: the run's own for candidate 0, derived ones for the others of
-        `choose_initialisation` (where a warm start lands depends on its path as well as on its
-        initial weights, so the candidates differ in both)."""
+        `choose_initialisation`, so that the candidates share no path (their initial weights decide
+        far more often where they land: README, issue 33)."""
         self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
         opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(
@@ -393,11 +393,11 @@ class Trainer:
     def choose_initialisation(self, batch: Batch, ws) -> SupervisedRun:
         """Train ``ws.candidates`` initialisations for ``ws.steps_per_candidate()`` steps each, and
         go on from the one with the lowest `candidate_score`: whether the warm start succeeds is a
-        lottery of its initial weights and path (README, issue 33), and the loss tells the failing
-        ones early. Candidate 0 is the policy as built, on the run's own streams (keeping it gives
-        the run without candidates exactly); candidate k > 0 is built again under the derived seed
-        `run_seed`(seed, "init", k) and draws its own batches and noise (`start_supervised`). The choice is in the state
-        (``warm_start_candidate``, ``warm_start_scores``) and the log."""
+        lottery of its initial weights (README, issue 33), and the loss tells the failing ones
+        early. Candidate 0 is the policy as built, on the run's own streams (keeping it gives the
+        run without candidates exactly); candidate k > 0 is built again under the derived seed
+        `run_seed`(seed, "init", k) and draws its own batches and noise (`start_supervised`). The
+        choice is in the state (``warm_start_candidate``, ``warm_start_scores``) and the log."""
         if self.policy_factory is None:
             raise UserError(
                 f"warm_start.candidates = {ws.candidates} needs the trainer to build the policy again "

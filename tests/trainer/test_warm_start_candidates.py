@@ -85,7 +85,7 @@ def test_a_kept_candidate_goes_on_whatever_was_trained_after_it(tmp_path, monkey
 
 
 def test_each_candidate_draws_its_own_batches(tmp_path, monkeypatch):
-    """Where a warm start lands depends on its path too: the candidates do not share one."""
+    """The candidates share no path (batches, noise); candidate 0 keeps the run's own."""
     drawn: list[list[int]] = []
     real = trainer_module.random_indices
 
