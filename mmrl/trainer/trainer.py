@@ -81,6 +81,16 @@ def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) 
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(steps - warmup, 1)))
 
 
+def warm_start_optimizer(policy, ws) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """A fresh Adam over ``policy``'s trainable parameters at ``ws.lr`` and its schedule
+    (`warm_start_lr_factor`)."""
+    opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=ws.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps)
+    )
+    return opt, sched
+
+
 class Trainer:
     def __init__(
         self,
@@ -362,19 +372,17 @@ class Trainer:
         `choose_initialisation`, so that the candidates share no path (their initial weights decide
         far more often where they land: README, issue 33)."""
         self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
-        opt = torch.optim.Adam([p for p in self.policy.parameters() if p.requires_grad], lr=ws.lr)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps)
-        )
+        opt, sched = warm_start_optimizer(self.policy, ws)
         seed = self.cfg.run.seed
         torch.manual_seed(seed if candidate == 0 else run_seed(seed, "warm_start", candidate))
         return SupervisedRun(opt, sched, self.generator("warm_start", candidate))
 
     def supervised_steps(self, batch: Batch, ws, run: SupervisedRun, end: int, phase: str, phase_offset: int) -> list:
-        """Train from ``run.step`` up to step ``end``; returns the losses. Rows go to the log under
-        ``phase`` every 25 steps (and at the last), before the RL iterations."""
+        """Train from ``run.step`` up to step ``end``; returns the losses (read once at the end: no
+        device sync per step). Rows go to the log under ``phase`` every 25 steps (and at the last),
+        before the RL iterations."""
         self.policy.train()
-        losses = []
+        losses: list[torch.Tensor] = []
         desc = phase.replace("warm_start", "warm start").replace("_candidate_", ", candidate ")
         bar = tqdm(range(run.step, end), desc=desc, dynamic_ncols=True, disable=not self.ranks.main)
         for step in bar:
@@ -382,13 +390,14 @@ class Trainer:
             loss = self.policy.supervised_loss(batch.index(idx).to(self.device)).mean()
             self.optimizer_step(run.opt, loss)
             run.sched.step()
-            losses.append(loss.item())
+            losses.append(loss.detach())
             if step % 25 == 0 or step == end - 1:
-                bar.set_postfix(loss=f"{losses[-1]:.4f}")
-                row = {"warm_start/loss": losses[-1]}
+                value = loss.item()
+                bar.set_postfix(loss=f"{value:.4f}")
+                row = {"warm_start/loss": value}
                 self.logger.log(step - ws.steps - phase_offset, row, phase=phase, phase_step=step)
         run.step = end
-        return losses
+        return torch.stack(losses).tolist() if losses else []
 
     def choose_initialisation(self, batch: Batch, ws) -> SupervisedRun:
         """Train ``ws.candidates`` initialisations for ``ws.steps_per_candidate()`` steps each, and
@@ -792,11 +801,8 @@ class SupervisedRun:
         """The run of ``snap`` on ``policy``, with its own fresh optimizer over the policy's
         parameters loaded from the snapshot."""
         policy.load_state_dict(snap["policy"])
-        opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=ws.lr)
+        opt, sched = warm_start_optimizer(policy, ws)
         opt.load_state_dict(snap["opt"])
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: warm_start_lr_factor(s, ws.steps, ws.schedule, ws.warmup_steps)
-        )
         sched.load_state_dict(snap["sched"])
         device, state = snap["gen"]
         gen = torch.Generator(device=device)

@@ -16,6 +16,7 @@ from mmrl.errors import UserError
 from mmrl.experiment import build_trainer
 from mmrl.trainer import trainer as trainer_module
 from mmrl.trainer.trainer import Trainer, candidate_score
+from tests.trainer.test_checkpoint_safety import same
 from tests.trainer.test_trainer import params, tiny_cfg
 
 WARM = ["warm_start.steps=9", "trainer.video_episodes=0", "trainer.iterations=0"]
@@ -29,10 +30,6 @@ def warm(tmp_path, *extra) -> Trainer:
     trainer = build_trainer(tiny_cfg(tmp_path, *WARM, *extra))
     trainer.run()
     return trainer
-
-
-def same(a, b) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def forced(monkeypatch, scores: list[float]) -> None:
