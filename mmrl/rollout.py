@@ -145,7 +145,8 @@ def collect_episodes(
     Returns (Batch [T, N, ...], info).
 
     info: ``return`` [N], ``success`` [N] bool, ``length`` [N] environment steps, ``env_steps``, and
-    for videos of the first ``frames_of`` envs: ``frames`` uint8 [T+1, frames_of, H, W, 3],
+    for videos of the first ``frames_of`` envs: ``frames`` uint8 [T+1, frames_of, H, W, 3] (a video
+    simulator's: the generated clips, [F, frames_of, H, W, 3]),
     ``frame_success`` bool [T+1, frames_of] (success reached by that frame) and ``captions`` (their
     instructions); ``task`` [N] labels when the simulator names each episode's task
     (`episode_tasks`). In train mode the batch carries ``bootstrap`` (`truncation_values`).
@@ -168,7 +169,8 @@ def collect_episodes(
             if res.final_obs is not None:
                 ended = res.done[:frames_of]
                 img[ended] = res.final_obs.image[:frames_of][ended]
-            frames.append(torch.where(alive[:frames_of, None, None, None], img, frames[-1].to(img.device)).cpu())
+            shown = alive[:frames_of].view(-1, *[1] * (img.dim() - 1))
+            frames.append(torch.where(shown, img, frames[-1].to(img.device)).cpu())
             reached.append(reached[-1] | (res.success[:frames_of] & alive[:frames_of]).cpu())
         alive &= ~res.done
         obs = res.obs
@@ -179,7 +181,11 @@ def collect_episodes(
     if tasks is not None:
         info["task"] = tasks
     if frames_of:
-        info.update(frames=torch.stack(frames), frame_success=torch.stack(reached), captions=captions)
+        shown, success = torch.stack(frames), torch.stack(reached)
+        if sim.action_type == "video":  # the generated clip is the episode: its frames are the video's time
+            shown = shown[-1].transpose(0, 1)  # [F, frames_of, H, W, 3]
+            success = success[-1].expand(shown.shape[0], -1)
+        info.update(frames=shown, frame_success=success, captions=captions)
     return batch, info
 
 

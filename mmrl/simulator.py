@@ -89,7 +89,12 @@ TRACE_KEYS = {
 }
 
 #: what ``step_chunk`` takes, by ``Simulator.action_type``
-ACTION_TYPES = {"chunk": "float [N, C, A]", "text": "Completions (N strings)", "image": "uint8 [N, H, W, 3]"}
+ACTION_TYPES = {
+    "chunk": "float [N, C, A]",
+    "text": "Completions (N strings)",
+    "image": "uint8 [N, H, W, 3]",
+    "video": "uint8 [N, F, H, W, 3]",
+}
 
 
 @dataclass
@@ -113,7 +118,7 @@ class Simulator:
     num_envs: int
     action_dim: int
     max_episode_steps: int
-    image_shape: tuple[int, ...]  # (H, W, 3) or (V, H, W, 3)
+    image_shape: tuple[int, ...]  # (H, W, 3) or (V, H, W, 3); a video simulator's (F, H, W, 3)
     state_dim: int | None = None
     #: whether ``Observation.image`` shows the scene (False: all-zero placeholder images; a policy
     #: then encodes the state alone, see `mmrl.policies.state_backbone`)

@@ -44,6 +44,12 @@ SIMULATORS.register(
 )
 
 SIMULATORS.register(
+    "video_prompts",
+    f"{__name__}.prompts:VideoPromptSim",
+    description="single-turn prompt -> video tasks scored by a video reward model (video generator alignment)",
+)
+
+SIMULATORS.register(
     "qa",
     f"{__name__}.qa:QASim",
     description="visual question answering with a checkable answer scored by a text reward (VLM RL)",

@@ -22,6 +22,11 @@ prompts drawn with replacement), or prompt ``s mod P`` with ``deal="cycle"`` (ev
 ``eval_kwargs``): the trainer evaluates episodes with consecutive seeds, so ``k * P`` episodes
 evaluate every held-out prompt exactly k times (`PromptSim.evaluation_rounds` checks the count).
 Either way equal seeds give equal prompts in any batch.
+
+`VideoPromptSim` (``video_prompts``) is the same task for video generators: the action is a clip,
+uint8 ``[N, F, H, W, 3]`` with ``num_frames`` frames (``action_type = "video"``, scored by a
+``kind: video`` reward), and ``image`` holds black clips before generation, the generated clip
+after.
 """
 
 from __future__ import annotations
@@ -123,8 +128,8 @@ class PromptSim(Simulator):
                 else type(actions).__name__
             )
             raise ValueError(
-                f"PromptSim takes uint8 images {list(want)} (sim.kwargs.image_size = "
-                f"{self.image_size}, the policy's image size), got {got}"
+                f"{type(self).__name__} takes uint8 {self.action_type}s {list(want)} ({self._size_args()}, "
+                f"the policy's), got {got}"
             )
         n, dev = self.num_envs, self.device
         done = torch.ones(n, dtype=torch.bool, device=dev)
@@ -137,8 +142,28 @@ class PromptSim(Simulator):
             self._obs(), torch.zeros(n, device=dev), done, torch.zeros_like(done), torch.zeros_like(done), final, info
         )
 
+    def _size_args(self) -> str:
+        return f"sim.kwargs.image_size = {self.image_size}"
+
     def get_state(self) -> dict:
         return {"idx": self._idx.clone(), "next_seed": self._next_seed}
 
     def set_state(self, state: dict) -> None:
         self._idx, self._next_seed = state["idx"].clone(), int(state["next_seed"])
+
+
+class VideoPromptSim(PromptSim):
+    """Prompt -> video -> reward, one step per episode (see the module docstring)."""
+
+    action_type = "video"
+    name_arg = "dataset"
+
+    def __init__(self, num_envs: int = 8, dataset: str = "moving_shapes_prompts", num_frames: int = 8, **kwargs):
+        if num_frames < 1:
+            raise ValueError(f"VideoPromptSim needs num_frames >= 1, got {num_frames}")
+        super().__init__(num_envs=num_envs, dataset=dataset, **kwargs)
+        self.num_frames = int(num_frames)
+        self.image_shape = (self.num_frames, self.image_size, self.image_size, 3)
+
+    def _size_args(self) -> str:
+        return f"sim.kwargs.num_frames = {self.num_frames}, image_size = {self.image_size}"

@@ -66,8 +66,9 @@ class DiffusionConfig(PolicyConfig):
     """Configuration of `DiffusionPolicy` (the ``policy`` section of a diffusion experiment)."""
 
     type: str = "diffusion"
-    model: str = "tiny"  # "tiny" (built-in pixel generator) or a diffusers SD3 / FLUX pipeline id / folder
+    model: str = "tiny"  # "tiny" (built-in pixel generator) or a diffusers SD3 / FLUX / Wan pipeline id / folder
     image_size: int = 16  # generated image side (SD3, FLUX: a multiple of 16)
+    num_frames: int = 0  # 0: images; >= 1: videos of this many frames (Wan: 1 + a multiple of 4, e.g. 33, 81)
     width: int = 64  # tiny generator channels
     finetune: Literal["lora", "full"] = "lora"  # SD3 / FLUX; the tiny generator is always fully trained
     lora_rank: int = 32
@@ -98,9 +99,15 @@ class DiffusionConfig(PolicyConfig):
     nft_adaptive_weight: bool = True  # each row's error over its mean |x0_hat - x0| (the reference's)
     nft_old_decay: float = 0.0  # v_old: an EMA of the policy with this decay (0: the current policy, detached)
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
+    max_sequence_length: int | None = None  # text tokens of diffusers generators (None: the family's default, Wan 512)
 
     def validate(self) -> None:
-        check_range(self, {"num_steps": ">=1", "eval_num_steps": ">=1", "nft_timesteps": ">=1"})
+        check_range(self, {"num_steps": ">=1", "eval_num_steps": ">=1", "nft_timesteps": ">=1", "num_frames": ">=0"})
+        if self.model != "tiny" and diffusers_family(self.model) == "wan" and self.num_frames < 1:
+            raise ValueError(
+                f"policy.model {self.model} is a Wan text-to-video pipeline: set policy.num_frames "
+                "(1 + a multiple of 4, e.g. 33 or 81)"
+            )
         check_range(self, {"nft_beta": ">0", "nft_adv_max": ">0", "nft_old_decay": "0..1"})
 
 
@@ -137,10 +144,11 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
 
     @classmethod
     def capabilities(cls, cfg: DiffusionConfig) -> Capabilities:
-        """Generated images (uint8 [B, H, W, 3]), log-probs of the chain (per step or summed), AWM,
-        Flow-GRPO's own KL with ``kl_reference``; no critic."""
+        """Generated images (uint8 [B, H, W, 3]) or videos (``num_frames``: uint8 [B, F, H, W, 3]),
+        log-probs of the chain (per step or summed), AWM, DiffusionNFT, Flow-GRPO's own KL with
+        ``kl_reference``; no critic."""
         return Capabilities(
-            action_type="image",
+            action_type="video" if cfg.num_frames else "image",
             logp="step" if cfg.logp_level == "step" else "decision",
             critic=False,
             likelihood_free=True,
@@ -154,11 +162,13 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         )
 
     def warm_start_batch(self, data: dict) -> Batch:
-        """Text-to-image pairs (``image``, ``prompt``) for the flow-matching warm start."""
-        for key in ("image", "prompt"):
+        """Text-to-image pairs (``image``, ``prompt``) for the flow-matching warm start, or
+        text-to-video pairs (``video`` uint8 [M, F, H, W, 3], ``prompt``) for a video generator."""
+        media = "video" if self.cfg.num_frames else "image"
+        for key in (media, "prompt"):
             if key not in data:
-                raise ValueError(f"the diffusion warm start needs (image, prompt) pairs; the dataset has no '{key}'")
-        return Batch(image=data["image"], instruction=encode_text(data["prompt"], self.text_bytes))
+                raise ValueError(f"the diffusion warm start needs ({media}, prompt) pairs; the dataset has no '{key}'")
+        return Batch(media=data[media], instruction=encode_text(data["prompt"], self.text_bytes))
 
     def __init__(
         self,
@@ -186,6 +196,8 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
                 if k in self._copies[which]:
                     self.register_buffer(prefix + k.replace(".", "__"), p.detach().clone())
         self.logp_shape = (cfg.num_steps,) if cfg.logp_level == "step" else ()
+        #: element dims of one sample: 3 for images [C, H, W], 4 for video latents [C, F, H, W]
+        self.elem_dims = len(self.gen.sample_shape)
         self.register_buffer("grid", time_grid(cfg.num_steps, cfg.shift), persistent=False)
         self.register_buffer("eval_grid", time_grid(cfg.eval_num_steps, cfg.shift), persistent=False)
 
@@ -257,7 +269,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
             stoch=stoch,
             generator=generator,
         )
-        images = to_uint8(self.gen.decode(out.x0))  # [B, H, W, 3]
+        images = to_uint8(self.gen.decode(out.x0))  # [B, H, W, 3] (videos: [B, F, H, W, 3])
         batch = Batch(instruction=encode_text(prompts, c.prompt_bytes).to(dev))
         if train:  # the replay inputs (evaluation rollouts are never trained on)
             batch.update(flow_chain=out.chain, flow_stoch=out.stoch, old_logp=self._reduce(out.logp, out.stoch))
@@ -265,18 +277,22 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
 
     def check_simulator(self, sim) -> None:
         """The simulator's images (its black placeholders, and the generated ones it shows) have the
-        size this policy generates."""
-        want = (self.cfg.image_size, self.cfg.image_size, 3)
+        size this policy generates (videos: also its frame count)."""
+        c = self.cfg
+        want = (c.image_size, c.image_size, 3) if not c.num_frames else (c.num_frames, c.image_size, c.image_size, 3)
         if tuple(sim.image_shape) != want:
+            frames = f" and policy.num_frames = {c.num_frames}" if c.num_frames else ""
+            fix = f"sim.kwargs.image_size to {c.image_size}" + (
+                f" and sim.kwargs.num_frames to {c.num_frames}" if c.num_frames else ""
+            )
             raise ValueError(
-                f"the simulator shows {tuple(sim.image_shape)} images but policy.image_size = "
-                f"{self.cfg.image_size} generates {want}: set sim.kwargs.image_size to "
-                f"{self.cfg.image_size}"
+                f"the simulator shows {tuple(sim.image_shape)} samples but policy.image_size = "
+                f"{c.image_size}{frames} generates {want}: set {fix}"
             )
 
     def _reduce(self, logp_elem: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor:
         step = "none" if self.cfg.logp_level == "step" else "sum"
-        return reduce_log_prob(logp_elem, stoch, elem_dims=3, elem_reduce="mean", step_reduce=step)
+        return reduce_log_prob(logp_elem, stoch, elem_dims=self.elem_dims, elem_reduce="mean", step_reduce=step)
 
     def evaluate(self, batch: Batch) -> Evaluation:
         c = self.cfg
@@ -293,7 +309,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         )
         return Evaluation(
             logp=self._reduce(logp_elem, stoch),
-            entropy=-(logp_elem.mean((2, 3, 4)) * stoch).sum() / stoch.sum().clamp(min=1),
+            entropy=-(logp_elem.flatten(2).mean(2) * stoch).sum() / stoch.sum().clamp(min=1),
             logp_mask=stoch if c.logp_level == "step" else None,
             kl=self._kl(seen, stoch, cond, null) if c.kl_reference else None,
         )
@@ -316,17 +332,17 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         mean, std = transition(c.method, x, v, t, t_next, c.noise_level)
         mean_ref, _ = transition(c.method, x, v_ref, t, t_next, c.noise_level)
         std = torch.broadcast_to(torch.as_tensor(std, dtype=mean.dtype), mean.shape)
-        kl = ((mean - mean_ref) ** 2 / (2 * std.clamp(min=1e-8) ** 2)).mean((1, 2, 3)).reshape(b, kp)
+        kl = ((mean - mean_ref) ** 2 / (2 * std.clamp(min=1e-8) ** 2)).flatten(1).mean(1).reshape(b, kp)
         m = stoch[:, steps].to(kl.dtype)
         return (kl * m).sum(1) / m.sum(1).clamp(min=1)
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
-        """Pretraining / SFT: flow matching on ``image`` uint8 [B, H, W, 3] given its prompt
-        (``cfg_dropout`` of the prompts replaced by the empty prompt)."""
+        """Pretraining / SFT: flow matching on ``media`` (uint8 images [B, H, W, 3] or videos
+        [B, F, H, W, 3]) given its prompt (``cfg_dropout`` of the prompts replaced by the empty prompt)."""
         prompts = decode_text(batch["instruction"])
         drop = torch.rand(len(prompts)) < self.cfg.cfg_dropout
         prompts = ["" if d else p for p, d in zip(prompts, drop.tolist())]
-        x0 = self.gen.encode_images(batch["image"])
+        x0 = self.gen.encode_images(batch["media"])
         return flow_matching_loss(self.model_fn(self.gen.encode(prompts), None, 1.0), x0)
 
     def likelihood_free_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
@@ -347,7 +363,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
             if coef > 0:
                 with torch.no_grad():
                     target, _ = self.model_fn(cond, None, 1.0, which)(x, t)
-                loss = loss + coef * ((v - target) ** 2).mean((1, 2, 3)).reshape(len(loss), -1).mean(1)
+                loss = loss + coef * ((v - target) ** 2).flatten(1).mean(1).reshape(len(loss), -1).mean(1)
         return loss
 
     def forward_process_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
@@ -401,33 +417,52 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
                 e.mul_(d).add_(params[k].detach(), alpha=1 - d)
 
 
+#: the diffusers pipelines the diffusion policy drives, by ``model_index.json``'s ``_class_name``
+FAMILIES = {"FluxPipeline": "flux", "StableDiffusion3Pipeline": "sd3", "WanPipeline": "wan"}
+
+
 def diffusers_family(model: str) -> str:
-    """``"flux"`` or ``"sd3"``: a local folder's ``model_index.json`` decides, else the hub id's name."""
+    """``"flux"``, ``"wan"`` or ``"sd3"``: a local folder's ``model_index.json`` decides, else the hub
+    id's name (``flux`` or ``wan`` in it, any case; anything else SD3)."""
     index = Path(model) / "model_index.json"
     if index.exists():
         name = json.loads(index.read_text()).get("_class_name")
-        families = {"FluxPipeline": "flux", "StableDiffusion3Pipeline": "sd3"}
-        if name not in families:
-            raise ValueError(f"{model} holds a {name}; the diffusion policy supports {sorted(families)}")
-        return families[name]
-    return "flux" if "flux" in model.lower() else "sd3"
+        if name not in FAMILIES:
+            raise ValueError(f"{model} holds a {name}; the diffusion policy supports {sorted(FAMILIES)}")
+        return FAMILIES[name]
+    low = Path(model).name.lower() if "/" not in model else model.split("/")[-1].lower()
+    return "flux" if "flux" in low else "wan" if low.startswith("wan") else "sd3"
 
 
 def to_uint8(images: torch.Tensor) -> torch.Tensor:
-    """Generated images ``[B, 3, H, W]`` in [-1, 1] -> uint8 ``[B, H, W, 3]`` (-1 black, 1 white)."""
-    x = (images.permute(0, 2, 3, 1).float().clamp(-1, 1) + 1) * 127.5
+    """Generated images ``[B, 3, H, W]`` (videos ``[B, F, 3, H, W]``) in [-1, 1] -> uint8
+    ``[B, H, W, 3]`` (``[B, F, H, W, 3]``), -1 black and 1 white."""
+    x = (images.movedim(-3, -1).float().clamp(-1, 1) + 1) * 127.5
     return x.round().to(torch.uint8).cpu()
 
 
 def build_generator(cfg: DiffusionConfig) -> TextToImageGenerator:
     if cfg.model == "tiny":
+        if cfg.num_frames:
+            from mmrl.policies.tiny_video_generator import TinyTextToVideo
+
+            return TinyTextToVideo(image_size=cfg.image_size, num_frames=cfg.num_frames, ch=cfg.width)
         from mmrl.policies.tiny_generator import TinyTextToImage
 
         return TinyTextToImage(image_size=cfg.image_size, ch=cfg.width)
     kwargs: dict[str, Any] = dict(
         image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha
     )
-    if diffusers_family(cfg.model) == "flux":  # both need mmrl[diffusion]
+    if cfg.max_sequence_length is not None:
+        kwargs["max_sequence_length"] = cfg.max_sequence_length
+    family = diffusers_family(cfg.model)
+    if family == "wan":  # all need mmrl[diffusion]
+        from mmrl.policies.wan import WanGenerator
+
+        return WanGenerator.from_pretrained(cfg.model, num_frames=cfg.num_frames, **kwargs)
+    if cfg.num_frames:
+        raise ValueError(f"policy.num_frames = {cfg.num_frames}, but {cfg.model} is a {family} image pipeline")
+    if family == "flux":
         from mmrl.policies.flux import FluxGenerator
 
         return FluxGenerator.from_pretrained(cfg.model, guidance=cfg.flux_guidance, **kwargs)

@@ -72,7 +72,7 @@ class TinyTextToImage(TextToImageGenerator):
         return self.inp.weight.device
 
     @property
-    def sample_shape(self) -> tuple[int, int, int]:
+    def sample_shape(self) -> tuple[int, ...]:
         return (3, self.image_size, self.image_size)
 
     def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,11 +90,11 @@ class TinyTextToImage(TextToImageGenerator):
             tok, mask = tok.repeat_interleave(reps, 0), mask.repeat_interleave(reps, 0)
         m = mask.unsqueeze(-1).to(tok.dtype)
         c = (tok * m).sum(1) / m.sum(1) + self.time(timestep_embedding(t, self.dim))
-        h = self.inp(x)
-        for block in self.down1:
-            h = block(h, c)
+        h = self.mix(self.inp(x), "in")
+        for i, block in enumerate(self.down1):
+            h = self.mix(block(h, c), f"down{i}")
         skip = h
-        h = self.mid1(self.down(h), c)
+        h = self.mix(self.mid1(self.down(h), c), "mid1")
         b, ch, hh, ww = h.shape
         q = self.q(h.flatten(2).transpose(1, 2))  # [B, hw, D]
         k, v = self.kv(tok).chunk(2, -1)
@@ -102,12 +102,20 @@ class TinyTextToImage(TextToImageGenerator):
             q[:, None], k[:, None], v[:, None], attn_mask=mask[:, None, None]
         )[:, 0]
         h = h + self.attn_out(att).transpose(1, 2).reshape(b, ch, hh, ww)
-        h = self.mid2(h, c)
+        h = self.mix(self.mid2(h, c), "mid2")
         h = self.up(torch.nn.functional.interpolate(h, scale_factor=2, mode="nearest"))
         h = self.merge(torch.cat([h, skip], 1))
-        for block in self.up1:
-            h = block(h, c)
+        for i, block in enumerate(self.up1):
+            h = self.mix(block(h, c), f"up{i}")
         return self.out(h)
+
+    #: the feature maps `mix` is called on, in order: after the input conv and after each block
+    MIX_POINTS = ("in", "down0", "down1", "mid1", "mid2", "up0", "up1")
+
+    def mix(self, h: torch.Tensor, point: str) -> torch.Tensor:
+        """A hook on the features ``[B', C, h, w]`` at ``point`` (`MIX_POINTS`): identity for images;
+        the video generator (`mmrl.policies.tiny_video_generator`) mixes frames there."""
+        return h
 
     def decode(self, x0: torch.Tensor) -> torch.Tensor:
         return x0.clamp(-1, 1)

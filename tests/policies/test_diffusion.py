@@ -102,13 +102,13 @@ def test_supervised_loss_and_size_mismatch():
     pol = _tiny()
     from mmrl.policies.base import encode_text
 
-    batch = {"image": torch.randint(0, 256, (4, 16, 16, 3), dtype=torch.uint8), "instruction": encode_text(PROMPTS)}
+    batch = {"media": torch.randint(0, 256, (4, 16, 16, 3), dtype=torch.uint8), "instruction": encode_text(PROMPTS)}
     loss = pol.supervised_loss(batch)
     assert loss.shape == (4,) and torch.isfinite(loss).all()
     from simulators.prompts import PromptSim
 
     pol.check_simulator(PromptSim(num_envs=2, image_size=16))
-    with pytest.raises(ValueError, match="set sim.kwargs.image_size to 16"):
+    with pytest.raises(ValueError, match="set sim.kwargs.image_size to 16$"):
         pol.check_simulator(PromptSim(num_envs=2, image_size=32))
 
 
