@@ -46,31 +46,59 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CONFIGS = {
-    "flow_grpo": "configs/diffusion_shapes_flow_grpo.yaml",
-    "awm": "configs/diffusion_shapes_awm.yaml",
-    "nft": "configs/diffusion_shapes_nft.yaml",
-}
 LABELS = {"flow_grpo": "Flow-GRPO", "awm": "AWM", "nft": "DiffusionNFT"}
-SMOKE = [
-    "warm_start.steps=2",
-    "warm_start.num_episodes=64",
-    "sim.num_envs=16",
-    "sim.eval_num_envs=42",
-    "trainer.eval_episodes=42",
-    "trainer.video_episodes=4",
-]  # --smoke: each held-out prompt once
+
+
+@dataclass(frozen=True)
+class Demo:
+    """An embedded generator demo the benchmark runs: its three configs (the Flow-GRPO one also
+    pretrains), the correct samples of given held-out prompts (the ceiling), the defaults of its
+    command line and its ``--smoke`` overrides. `benchmarks/video_align.py` runs the video demo."""
+
+    samples: str  # what the generator makes, for messages: "images" / "clips"
+    configs: dict[str, str]
+    gold: Callable  # (eval simulator, metas of the episodes) -> uint8 correct samples, one per episode
+    one_eval: list[str]  # overrides that evaluate each held-out prompt once, in one batch
+    smoke: list[str]
+    output_dir: str
+    iterations: int
+    eval_every: int
+
+
+def shapes_gold(sim, meta: list[dict]):
+    from mmrl.data import builder_module
+
+    return builder_module("shapes").draw([m["objects"] for m in meta], seed=0, image_size=sim.image_size)
+
+
+IMAGES = Demo(
+    samples="images",
+    configs={
+        "flow_grpo": "configs/diffusion_shapes_flow_grpo.yaml",
+        "awm": "configs/diffusion_shapes_awm.yaml",
+        "nft": "configs/diffusion_shapes_nft.yaml",
+    },
+    gold=shapes_gold,
+    one_eval=["sim.eval_num_envs=42", "trainer.eval_episodes=42"],
+    smoke=["warm_start.steps=2", "warm_start.num_episodes=64", "sim.num_envs=16", "trainer.video_episodes=4"],
+    output_dir="runs/bench_diffusion",
+    iterations=150,
+    eval_every=25,
+)
 
 
 def per_seed_keys(methods: list[str]) -> list[str]:
     """The per-seed figures of the JSON line, for ``methods`` (Flow-GRPO first)."""
     keys = ["pretrained_reward", *(f"{m}_reward" for m in methods), *(f"{m}_gain" for m in methods)]
     keys += [f"{m}_speedup_{k}" for m in methods[1:] for k in ("time", "samples")]
+    keys += [f"{m}_time_to_level_s" for m in methods]
     return [*keys, "level", "pretrain_s"]
 
 
@@ -117,22 +145,20 @@ def eval_protocol(trainer) -> dict:
     return {"eval_prompts": len(sim.prompts), "per_prompt": sim.evaluation_rounds(episodes), "eval_episodes": episodes}
 
 
-def baselines(trainer) -> dict:
-    """Mean reward on the trainer's held-out evaluation episodes of correct images of each prompt
-    (the ceiling) and of the same images scored against the next episode's (another) prompt."""
-    from mmrl.data import builder_module
-
+def baselines(trainer, demo: Demo) -> dict:
+    """Mean reward on the trainer's held-out evaluation episodes of correct samples of each prompt
+    (the ceiling) and of the same samples scored against the next episode's (another) prompt."""
     sim, t = trainer.eval_sim, trainer.cfg.trainer
     idx = sim.prompt_index([t.eval_seed + e for e in range(t.eval_episodes)]).tolist()
     prompts, meta = [sim.prompts[i] for i in idx], [sim.meta[i] for i in idx]
-    gold = builder_module("shapes").draw([m["objects"] for m in meta], seed=0, image_size=sim.image_size)
+    gold = demo.gold(sim, meta)
     return {
         "gold_reward": round(trainer.reward_stage.model(gold, prompts, meta).mean().item(), 4),
         "prompt_ignoring_reward": round(trainer.reward_stage.model(gold.roll(1, 0), prompts, meta).mean().item(), 4),
     }
 
 
-def run_seed(seed: int, args) -> tuple[dict, dict]:
+def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
     """Pretrain, then each of ``args.methods`` from the same weights; the seed's figures and protocol."""
     from mmrl.experiment import build_trainer, load_experiment
 
@@ -146,7 +172,7 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
         *args.set,
     ]
     t0 = time.time()
-    pre = build_trainer(load_experiment(ROOT / CONFIGS["flow_grpo"], [*common, "run.name=pretrain"]))
+    pre = build_trainer(load_experiment(ROOT / demo.configs["flow_grpo"], [*common, "run.name=pretrain"]))
     pre.warm_start()
     pretrained = {k: v.clone() for k, v in pre.policy.gen.state_dict().items()}
     pretrain_s = time.time() - t0
@@ -154,10 +180,10 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
     curves, finals, protocol = {}, {}, {}
     methods = args.methods
     for name in methods:
-        trainer = build_trainer(load_experiment(ROOT / CONFIGS[name], [*common, f"run.name={name}"]))
+        trainer = build_trainer(load_experiment(ROOT / demo.configs[name], [*common, f"run.name={name}"]))
         protocol[name] = eval_protocol(trainer)
         if name == "flow_grpo":
-            protocol["baselines"] = baselines(trainer)
+            protocol["baselines"] = baselines(trainer, demo)
         trainer.policy.gen.load_state_dict(pretrained)
         trainer.policy.after_warm_start()
         trainer.state.warm_started = True
@@ -181,6 +207,8 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
     for m in methods:
         run[f"{m}_reward"] = round(finals[m], 4)
         run[f"{m}_gain"] = round(finals[m] - start, 4) + 0.0
+        reached = time_to(curves[m], level, "rl_seconds")
+        run[f"{m}_time_to_level_s"] = None if reached is None else round(reached, 1)
     for m in methods[1:]:
         for key, label in (("rl_seconds", "time"), ("train_episodes", "samples")):
             g, a = time_to(curves["flow_grpo"], level, key), time_to(curves[m], level, key)
@@ -195,7 +223,7 @@ def run_seed(seed: int, args) -> tuple[dict, dict]:
     return run, {**protocol["flow_grpo"], **protocol["baselines"]}
 
 
-def cost_table(args) -> dict:
+def cost_table(args, demo: Demo) -> dict:
     """Seconds of RL per training sample (rollout, reward and update; evaluation excluded) of each
     method with ``K`` denoising steps per training rollout, for each K of ``--cost-steps``: the same
     prompts, groups and epochs, untrained weights (the cost does not depend on them), one torch thread."""
@@ -214,12 +242,11 @@ def cost_table(args) -> dict:
                 "policy.eval_num_steps=1",
                 f"trainer.iterations={args.cost_iterations}",
                 f"trainer.checkpoint_every={args.cost_iterations}",
-                "trainer.eval_episodes=42",
-                "sim.eval_num_envs=42",
+                *demo.one_eval,
                 "trainer.video_episodes=0",
                 *args.set,
             ]
-            final = build_trainer(load_experiment(ROOT / CONFIGS[name], overrides)).run()["final"]
+            final = build_trainer(load_experiment(ROOT / demo.configs[name], overrides)).run()["final"]
             table.setdefault(name, {})[str(k)] = round(final["rl_seconds"] / max(final["train_episodes"], 1), 5)
     print(f"\nseconds of RL per training sample at K denoising steps ({args.cost_iterations} iterations each):")
     print(f"{'K':>4} | " + " | ".join(f"{LABELS[m]:>12}" for m in args.methods))
@@ -228,18 +255,24 @@ def cost_table(args) -> dict:
     return table
 
 
-def main() -> None:
+def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
     from _smoke import parse_args, scratch
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=3, help="run seeds 0..N-1")
-    parser.add_argument("--iterations", type=int, default=150)
-    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="seeds run at the same time, each in its own process (2 on a 2-core machine, with --set run.threads=1)",
+    )
+    parser.add_argument("--iterations", type=int, default=demo.iterations)
+    parser.add_argument("--eval-every", type=int, default=demo.eval_every)
     parser.add_argument("--level-frac", type=float, default=0.8)
     parser.add_argument(
         "--methods", default="awm,nft", help="likelihood-free methods run beside Flow-GRPO (awm, nft; default both)"
     )
-    parser.add_argument("--output-dir", default="runs/bench_diffusion")
+    parser.add_argument("--output-dir", default=demo.output_dir)
     parser.add_argument(
         "--cost-steps",
         default="",
@@ -254,7 +287,14 @@ def main() -> None:
         help="a config override for both runs and the pretraining (repeatable)",
     )
     args = parse_args(
-        parser, seeds=1, iterations=2, eval_every=1, output_dir=scratch, set=SMOKE, cost_steps="2", cost_iterations=1
+        parser,
+        seeds=1,
+        iterations=2,
+        eval_every=1,
+        output_dir=scratch,
+        set=[*demo.smoke, *demo.one_eval],  # --smoke: each held-out prompt once
+        cost_steps="2",
+        cost_iterations=1,
     )
     try:
         args.cost_steps = [int(k) for k in args.cost_steps.split(",") if k.strip()]
@@ -263,46 +303,52 @@ def main() -> None:
     if args.seeds < (0 if args.cost_steps else 1):
         parser.error("--seeds must be >= 1 (0 only with --cost-steps)")
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = sorted(set(chosen) - set(CONFIGS) - {"flow_grpo"})
+    unknown = sorted(set(chosen) - set(demo.configs) - {"flow_grpo"})
     if unknown:
         parser.error(f"--methods: unknown {unknown}; choose from awm, nft")
-    args.methods = ["flow_grpo", *[m for m in CONFIGS if m in chosen and m != "flow_grpo"]]
+    args.methods = ["flow_grpo", *[m for m in demo.configs if m in chosen and m != "flow_grpo"]]
 
     load_start = os.getloadavg()[0]
-    out = seed_figures(args) if args.seeds else {}
+    out = seed_figures(args, demo) if args.seeds else {}
     if args.cost_steps:
-        out["cost_s_per_sample"] = cost_table(args)
+        out["cost_s_per_sample"] = cost_table(args, demo)
         out.update(cost_iterations=args.cost_iterations)
     out.update(load_avg_start=round(load_start, 2), load_avg_end=round(os.getloadavg()[0], 2))
     print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print(json.dumps(out))
 
 
-def seed_figures(args) -> dict:
+def seed_figures(args, demo: Demo) -> dict:
     """Every seed's runs; their per-seed figures with mean and std, the protocol and the curves."""
-    runs, protocols = [], []
-    for seed in range(args.seeds):
-        run, protocol = run_seed(seed, args)
-        runs.append(run)
-        protocols.append(protocol)
+    if args.jobs > 1:  # seeds side by side, each in a fresh process; results in seed order
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(args.jobs, args.seeds), mp_context=ctx) as pool:
+            done = list(pool.map(run_seed, range(args.seeds), [args] * args.seeds, [demo] * args.seeds))
+    else:
+        done = [run_seed(seed, args, demo) for seed in range(args.seeds)]
+    runs, protocols = [r for r, _ in done], [p for _, p in done]
     protocol = protocols[0]  # the held-out episodes do not depend on the seed
     out = {"seeds": list(range(args.seeds))}
     for key in per_seed_keys(args.methods):
         out.update(summary(runs, key))
     print(
         f"held-out reward over {args.seeds} seeds ({protocol['eval_prompts']} held-out prompts x "
-        f"{protocol['per_prompt']} = {protocol['eval_episodes']} images per evaluation, "
+        f"{protocol['per_prompt']} = {protocol['eval_episodes']} {demo.samples} per evaluation, "
         f"{args.iterations} iterations):"
     )
     print(
-        f"  ceiling (correct images of each prompt) {protocol['gold_reward']:.3f}; "
-        f"correct images of another prompt {protocol['prompt_ignoring_reward']:.3f}"
+        f"  ceiling (correct {demo.samples} of each prompt) {protocol['gold_reward']:.3f}; "
+        f"correct {demo.samples} of another prompt {protocol['prompt_ignoring_reward']:.3f}"
     )
     rows = [("pretrained_reward", "pretrained (start)")]
     rows += [(f"{m}_reward", LABELS[m]) for m in args.methods] + [
         (f"{m}_gain", f"{LABELS[m]} gain") for m in args.methods
     ]
     rows += [(f"{m}_speedup_{k}", f"{LABELS[m]} speedup ({k})") for m in args.methods[1:] for k in ("time", "samples")]
+    rows += [(f"{m}_time_to_level_s", f"{LABELS[m]} s to the level") for m in args.methods]
     for key, label in rows:
         mean, std = out[f"{key}_mean"], out[f"{key}_std"]
         shown = "n/a" if mean is None else f"{mean:.3f} +- {std:.3f}"

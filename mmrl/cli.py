@@ -253,8 +253,11 @@ def cmd_check(args) -> int:
         from mmrl.trainer.reward_stage import reward_model
 
         kind = kwargs.pop("kind", "text")
-        if kind not in ("text", "image"):
-            print(f"error: kind={kind!r}: a function reward scores 'text' (completions) or 'image'", file=sys.stderr)
+        if kind not in ("text", "image", "video"):
+            print(
+                f"error: kind={kind!r}: a function reward scores 'text' (completions), 'image' or 'video'",
+                file=sys.stderr,
+            )
             return 2
         try:
             reward = reward_model(args.name, kwargs, kind)
@@ -391,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         "overrides",
         nargs="*",
         help="constructor (policy: config) arguments key=value; a function reward (path/file.py:fn): "
-        "kind=text|image and its bound keywords",
+        "kind=text|image|video and its bound keywords",
     )
     p.set_defaults(fn=cmd_check)
     args = parser.parse_args(argv)

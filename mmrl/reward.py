@@ -5,6 +5,8 @@ A reward model scores a batch of single-turn samples and returns float32 ``[B]``
 - ``kind = "image"``: ``reward(images, prompts, meta)`` with ``images`` uint8 ``[B, H, W, 3]``,
   ``prompts`` a list of B strings and ``meta`` an optional list of B dicts (ground truth carried
   by the prompt dataset, e.g. ``{"color": "red", "count": 2}``).
+- ``kind = "video"``: ``reward(videos, prompts, meta)`` with ``videos`` uint8 ``[B, F, H, W, 3]``
+  (F >= 1 frames, in time order), ``prompts`` and ``meta`` as for images (generated videos).
 - ``kind = "text"``: ``reward(completions, prompts, meta)`` with ``completions`` a list of B strings
   (VLM answers; ``meta`` holds e.g. ``{"answer": "42"}``).
 
@@ -45,16 +47,22 @@ class RewardFunctionError(UserError, RewardError):
     checkpoint kept."""
 
 
+#: what a reward model scores: generated images, generated videos, or text completions
+KINDS = ("image", "video", "text")
+
+
 class Reward:
     """Base class: subclasses set ``name`` and ``kind`` and implement `score`."""
 
     name: str = "reward"
-    kind: str = "image"  # "image" or "text"
+    kind: str = "image"  # one of `KINDS`: "image", "video" or "text"
 
     def __call__(self, samples, prompts: Sequence[str], meta: Sequence[dict] | None = None) -> torch.Tensor:
         prompts = list(prompts)
         if self.kind == "image":
             check_images(samples, len(prompts))
+        elif self.kind == "video":
+            check_videos(samples, len(prompts))
         else:
             if not isinstance(samples, (list, tuple)) or not all(isinstance(s, str) for s in samples):
                 raise ValueError(f"reward '{self.name}' scores text: pass a list of strings")
@@ -89,6 +97,22 @@ def check_images(images, n: int | None = None) -> None:
         raise ValueError(f"image rewards take uint8 images [B, H, W, 3], got {got} {dtype}")
     if n is not None and images.shape[0] != n:
         raise ValueError(f"{images.shape[0]} images but {n} prompts")
+
+
+def check_videos(videos, n: int | None = None) -> None:
+    """ValueError unless ``videos`` is uint8 ``[B, F, H, W, 3]`` with F >= 1 (and B == ``n``)."""
+    if (
+        not isinstance(videos, torch.Tensor)
+        or videos.dtype != torch.uint8
+        or videos.dim() != 5
+        or videos.shape[-1] != 3
+        or videos.shape[1] < 1
+    ):
+        got = tuple(videos.shape) if isinstance(videos, torch.Tensor) else type(videos).__name__
+        dtype = getattr(videos, "dtype", "")
+        raise ValueError(f"video rewards take uint8 videos [B, F, H, W, 3], got {got} {dtype}")
+    if n is not None and videos.shape[0] != n:
+        raise ValueError(f"{videos.shape[0]} videos but {n} prompts")
 
 
 class WeightedSum(Reward):
@@ -143,11 +167,12 @@ MESSAGES = "messages"  # a text sample's meta key holding its prompt as chat mes
 class FunctionReward(Reward):
     """Any Python callable as a reward, as TRL takes them: ``fn(samples, prompts=[...], **columns)``
     returns one score per sample (a list of floats, a tensor or an array). ``samples`` are the
-    completions (text) or the uint8 images ``[B, H, W, 3]``; ``columns`` are the keys of the samples'
-    ``meta`` (the dataset's ground truth and extra columns, e.g. ``answer``, ``solution``), each a
-    list over the batch (None where a sample lacks it). ``fn`` gets the keywords its signature names,
-    or all of them if it takes ``**kwargs``. A None score (TRL's "does not apply") becomes NaN: in a
-    weighted sum the other parts decide; alone, the episode is dropped and counted by the trainer.
+    completions (text), the uint8 images ``[B, H, W, 3]`` or the uint8 videos ``[B, F, H, W, 3]``;
+    ``columns`` are the keys of the samples' ``meta`` (the dataset's ground truth and extra columns,
+    e.g. ``answer``, ``solution``), each a list over the batch (None where a sample lacks it). ``fn``
+    gets the keywords its signature names, or all of them if it takes ``**kwargs``. A None score
+    (TRL's "does not apply") becomes NaN: in a weighted sum the other parts decide; alone, the
+    episode is dropped and counted by the trainer.
 
     Completions take the form TRL gives them for the same data: strings for prompts that are strings
     (TRL's standard format); for prompts that are chat messages (TRL's conversational format: the
@@ -169,8 +194,8 @@ class FunctionReward(Reward):
 
         if not callable(fn):
             raise TypeError(f"a function reward needs a callable, got {type(fn).__name__}")
-        if kind not in ("image", "text"):
-            raise ValueError(f"kind must be 'image' or 'text', got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
         self.fn, self.kind, self.bound = fn, kind, bound
         fn_name: str = getattr(fn, "__name__", type(fn).__name__)
         self.name = name or fn_name

@@ -1,9 +1,10 @@
 """Reward models (import package `rewards`), registered by name in `mmrl.registry.REWARDS` (``mmrl list``).
 
 A reward model scores a batch of single-turn samples: ``reward(images, prompts, meta) -> float32 [B]``
-(images uint8 ``[B, H, W, 3]``; or ``kind = "text"``: a list of B completion strings). The contract
-is in `mmrl.reward` and every reward passes `mmrl.checks.reward.check_reward`. Simulators return their
-own task reward; these models score generated images (diffusion) and VLM answers.
+(images uint8 ``[B, H, W, 3]``; ``kind = "video"``: videos uint8 ``[B, F, H, W, 3]``; ``kind = "text"``:
+a list of B completion strings). The contract is in `mmrl.reward` and every reward passes
+`mmrl.checks.reward.check_reward`. Simulators return their own task reward; these models score
+generated images and videos (diffusion) and VLM answers.
 
 Built-ins register lazily, so importing this package imports no model library; constructors take
 keyword arguments only, default to the real checkpoints, and accept a built model for tests:
@@ -28,6 +29,14 @@ keyword arguments only, default to the real checkpoints, and accept a built mode
 - ``clip_goal_baseline``: VLM-RM goal-baseline projected CLIP reward (`rewards.clip_goal`)     extra ``clip``
 - ``clip_cosine``: image-instruction CLIP cosine, default ViT-B-32 / laion2b (`rewards.clip_goal`) extra ``clip``
 - ``vlm_judge``: a VLM answers a yes/no or 0-10 question, parsed to [0, 1] (`rewards.vlm_judge`)
+
+Video rewards (``kind = "video"``):
+
+- ``frame_score``: an image reward (e.g. ``clip_score``, ``pickscore``) over n evenly spaced frames, mean or min
+- ``temporal_consistency``: 1 - mean absolute difference of consecutive frames / 255 (`rewards.video`)
+- ``motion_amount``: mean absolute difference of consecutive frames / 255 (`rewards.video`)
+- ``frame_judge``: a VLM judge (``vlm_judge``) over n frames tiled into one strip (`rewards.video`)  extra ``vlm``
+- ``moving_shapes``: programmatic prompt following on the synthetic `moving_shapes` videos (embedded demo)
 
 Third-party packages register more under the ``mmrl.rewards`` entry-point group.
 """
@@ -77,6 +86,11 @@ REWARDS.register(
     f"{__name__}.shapes:ShapesReward",
     description="programmatic prompt following for the synthetic shapes dataset "
     "(colour, count, shape, position, purity)",
+)
+REWARDS.register(
+    "moving_shapes",
+    f"{__name__}.moving_shapes:MovingShapesReward",
+    description="programmatic prompt following for the synthetic moving_shapes videos (colour, shape, direction)",
 )
 REWARDS.register(
     "weighted_sum",
@@ -152,6 +166,27 @@ REWARDS.register(
     f"{__name__}.vlm_judge:VLMJudge",
     extra="vlm",
     description="VLM judge: a templated yes/no or 0-10 question per image, parsed to [0, 1] (callable or HTTP)",
+)
+REWARDS.register(
+    "frame_score",
+    f"{__name__}.video:FrameScore",
+    description="an image reward (clip_score, pickscore, ...) over n evenly spaced frames of a video, mean or min",
+)
+REWARDS.register(
+    "temporal_consistency",
+    f"{__name__}.video:TemporalConsistency",
+    description="1 - mean absolute difference of consecutive frames / 255 (steady videos score high)",
+)
+REWARDS.register(
+    "motion_amount",
+    f"{__name__}.video:MotionAmount",
+    description="mean absolute difference of consecutive frames / 255 (moving videos score high)",
+)
+REWARDS.register(
+    "frame_judge",
+    f"{__name__}.video:FrameJudge",
+    extra="vlm",
+    description="VLM judge (vlm_judge) over n frames of a video tiled left to right into one image strip",
 )
 
 __all__ = ["Reward", "RewardError", "WeightedSum", "check_reward"]

@@ -12,10 +12,12 @@ Score from the trainer with ``RemoteReward(url="http://127.0.0.1:8000")`` (regis
 
 Protocol (JSON over HTTP):
 
-- ``GET /info`` -> ``{"name": ..., "kind": "image" | "text"}``
+- ``GET /info`` -> ``{"name": ..., "kind": "image" | "video" | "text"}``
 - ``POST /score`` with ``{"prompts": [...], "meta": [...] | null, "samples": S}`` where ``S`` is a
   list of strings (text) or, for images, ``{"encoding": "raw", "shape": [B, H, W, 3], "data":
-  base64(uint8 bytes)}`` or ``{"encoding": "png", "data": [base64(PNG), ...]}`` (both lossless).
+  base64(uint8 bytes)}`` or ``{"encoding": "png", "data": [base64(PNG), ...]}`` (both lossless);
+  for videos ``[B, F, H, W, 3]``, the B * F frames in that order as an image batch plus
+  ``"frames": F``.
   -> ``{"scores": [...]}``; on failure HTTP 400 (bad input, the reward raised ``ValueError``) or
   500 (anything else) with ``{"error": message, "type": exception class name}``.
 
@@ -48,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmrl.reward import Reward, RewardError
+from mmrl.reward import KINDS, Reward, RewardError
 
 #: this module as `python -m` runs it: rewards.http in the repository, mmrl_rewards.http in a wheel
 MODULE = f"{__package__ or 'rewards'}.http"
@@ -94,6 +96,23 @@ def decode_images(payload: dict) -> torch.Tensor:
     return torch.from_numpy(arr.copy())
 
 
+def encode_videos(videos: torch.Tensor, encoding: str = "raw") -> dict:
+    """uint8 ``[B, F, H, W, 3]`` -> `encode_images` of its B * F frames plus ``"frames": F``."""
+    b, f, h, w, c = videos.shape
+    return {**encode_images(videos.reshape(b * f, h, w, c), encoding), "frames": f}
+
+
+def decode_videos(payload: dict) -> torch.Tensor:
+    """Inverse of `encode_videos`; raises ``ValueError`` on a malformed payload."""
+    frames = payload.get("frames") if isinstance(payload, dict) else None
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+        raise ValueError(f"malformed videos payload: 'frames' must be an integer >= 1, got {frames!r}")
+    images = decode_images(payload)
+    if images.dim() != 4 or images.shape[0] % frames:
+        raise ValueError(f"malformed videos payload: {tuple(images.shape)} frames do not split into videos of {frames}")
+    return images.reshape(-1, frames, *images.shape[1:])
+
+
 # ----------------------------------------------------------------------------- server
 class RewardServer(ThreadingHTTPServer):
     """Serves one reward on ``host:port`` (``port=0``: a free port); ``url`` once bound."""
@@ -119,10 +138,13 @@ class RewardServer(ThreadingHTTPServer):
         if not isinstance(request, dict) or "prompts" not in request or "samples" not in request:
             raise ValueError("request must be a JSON object with 'samples', 'prompts' and optionally 'meta'")
         samples = request["samples"]
-        if self.reward.kind == "image":
+        kind = self.reward.kind
+        if kind in ("image", "video"):
             if not isinstance(samples, dict):
-                raise ValueError("an image reward needs 'samples' as an encoded image batch")
-            samples = decode_images(samples)
+                raise ValueError(
+                    f"{'an' if kind == 'image' else 'a'} {kind} reward needs 'samples' as an encoded {kind} batch"
+                )
+            samples = decode_images(samples) if kind == "image" else decode_videos(samples)
         with self.lock:
             return self.reward(samples, request["prompts"], request.get("meta")).tolist()
 
@@ -237,8 +259,8 @@ class RemoteReward(Reward):
         retries: int = 3,
         backoff: float = 0.5,
     ):
-        if kind not in ("image", "text"):
-            raise ValueError(f"kind must be 'image' or 'text', got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
         if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
             raise ValueError(f"RemoteReward: timeout must be a positive number of seconds, got {timeout!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -263,8 +285,9 @@ class RemoteReward(Reward):
             )
 
     def score(self, samples, prompts, meta) -> torch.Tensor:
+        encode = {"image": encode_images, "video": encode_videos}.get(self.kind)
         body = {
-            "samples": encode_images(samples, self.encoding) if self.kind == "image" else list(samples),
+            "samples": encode(samples, self.encoding) if encode is not None else list(samples),
             "prompts": list(prompts),
             "meta": meta,
         }
@@ -377,7 +400,16 @@ def main(argv: list[str] | None = None) -> None:
         server.server_close()
 
 
-__all__ = ["RemoteReward", "RewardServer", "RemoteRewardError", "encode_images", "decode_images", "parse_scores"]
+__all__ = [
+    "RemoteReward",
+    "RewardServer",
+    "RemoteRewardError",
+    "encode_images",
+    "decode_images",
+    "encode_videos",
+    "decode_videos",
+    "parse_scores",
+]
 
 if __name__ == "__main__":
     main()

@@ -267,6 +267,10 @@ class _Checker:
 
         source = {k: v() if callable(v) else v for k, v in self.cfg_source.items()}
         cfg = load_config(self.cls.config_class, source, self.cfg_overrides)
+        if self.cls.capabilities(cfg).action_type == "video" and self.sim_name == "prompts":
+            # a video generator (policy.num_frames): the same prompts, as clips of its frame count
+            frames = getattr(cfg, "num_frames")  # noqa: B009 (a video policy config has it; PolicyConfig does not)
+            self.sim_name, self.sim_kwargs = "video_prompts", {**self.sim_kwargs, "num_frames": frames}
         self.sim = sim = SIMULATORS.get(self.sim_name)(num_envs=self.num_envs, **self.sim_kwargs)
         self.cfg = self.cls.configure(cfg, sim)
         self.policy = self.make_policy(self.seed)
@@ -298,11 +302,11 @@ class _Checker:
             )
             return f"{b} answers"
         ensure(isinstance(actions, torch.Tensor), f"actions must be a tensor, got {type(actions).__name__}")
-        if kind == "image":
+        if kind in ("image", "video"):
             want = (b, *sim.image_shape)
             ensure(
                 actions.dtype == torch.uint8 and tuple(actions.shape) == want,
-                f"image actions must be uint8 {want}, got {actions.dtype} {tuple(actions.shape)}",
+                f"{kind} actions must be uint8 {want}, got {actions.dtype} {tuple(actions.shape)}",
             )
         else:
             want = (b, p.chunk_size, sim.action_dim)
@@ -444,8 +448,8 @@ class _Checker:
         if self.policy.caps.action_type == "text":  # questions: prompt, images, solution
             images = obs.images if obs.images is not None else [[im] for im in obs.image]
             return {"prompt": list(obs.instruction), "images": images, "solution": list(actions)}
-        if self.policy.caps.action_type == "image":  # (image, prompt) pairs: the generated images
-            return {"image": actions.cpu(), "prompt": list(obs.instruction)}
+        if self.policy.caps.action_type in ("image", "video"):  # (image or video, prompt) pairs: the generated ones
+            return {self.policy.caps.action_type: actions.cpu(), "prompt": list(obs.instruction)}
         data = {"image": obs.image, "instruction": list(obs.instruction), "actions": actions}
         return data if obs.state is None else {**data, "state": obs.state}
 

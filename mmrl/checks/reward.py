@@ -6,26 +6,28 @@ the checks that passed. It only calls ``reward(samples, prompts, meta)``, so it 
 that do not subclass `mmrl.reward.Reward`. An exception raised by the reward during a check that
 expects a score is reported as that check's failure.
 
-Checks, in order (``kind="image"``; ``kind="text"`` runs the same ones on lists of strings):
+Checks, in order (``kind="image"``; ``kind="video"`` runs the same ones on uint8 videos
+``[B, 4, 16, 16, 3]``, ``kind="text"`` on lists of strings):
 
 - ``attributes``: ``name`` is a non-empty string and ``kind`` is the kind asked for.
 - ``output``: float32 CPU tensor ``[B]``.
 - ``finite``: no NaN / inf.
 - ``batch_of_one``: a single sample scores.
-- ``inputs_untouched``: the images (or completions) passed in are not modified.
+- ``inputs_untouched``: the images (videos, completions) passed in are not modified.
 - ``deterministic``: the same batch twice gives the same scores, and a sample repeated inside a
   batch gets the same score each time.
 - ``batch_invariance``: each sample scores the same alone as within the batch (and the batch
   reversed gives the reversed scores), up to ``rtol = atol = 1e-4``.
 - ``image_sizes`` (image only): 16 px, 48 px and non-square 24x40 images score.
+- ``video_sizes`` (video only): a single 16 px frame, 3 frames of 24x40 and 6 frames of 32 px score.
 - ``rejects_bad_input``: ``ValueError`` for float images / a wrong channel count / a missing batch
-  dimension (image), a bare string or non-string items (text), a prompt list or meta list of the
-  wrong length (both).
+  dimension (image), the same for videos and an image batch without its frame dimension (video),
+  a bare string or non-string items (text), a prompt list or meta list of the wrong length (all).
 
 Inputs: ``prompts`` / ``meta`` when given, else the reward's own ``example_prompts`` /
 ``example_meta`` attributes when it has them (a reward that only understands its dataset's prompts
-declares a few there), else defaults: image prompts with a short text in double quotes (``a red
-sign that says "cat"``, so OCR-style rewards find a target) and no meta; text completions with
+declares a few there), else defaults: image (and video) prompts with a short text in double quotes
+(``a red sign that says "cat"``, so OCR-style rewards find a target) and no meta; text completions with
 ``meta = [{"answer": ...}]``. At most 3 text prompts (there are 3 default completions).
 """
 
@@ -36,8 +38,11 @@ from typing import Any, NoReturn
 
 import torch
 
+from mmrl.reward import KINDS
+
 TOL = 1e-4
 IMAGE_PROMPTS = ['a red sign that says "cat"', 'a poster with the word "hello"', 'a cube labelled "42"']
+VIDEO_SHAPE = (4, 16, 16, 3)  # frames, height, width, channels of the default videos
 TEXT_COMPLETIONS = ["42", "The answer is \\boxed{7}.", "It is a red cube."]
 TEXT_PROMPTS = ["What is 6 times 7?", "How many cubes are there?", "What color is the cube?"]
 TEXT_META = [
@@ -54,14 +59,15 @@ class _Checker:
         self.reward, self.kind, self.verbose = reward, kind, verbose
         self.passed: list[str] = []
         self.check = "setup"
-        self.samples: torch.Tensor | list[str]  # uint8 images [N, H, W, 3], or completions
+        self.samples: torch.Tensor | list[str]  # uint8 images [N, H, W, 3] or videos [N, F, H, W, 3], or completions
         self.meta: list[dict] | None
         gen = torch.Generator().manual_seed(0)
-        if kind == "image":
+        if kind in ("image", "video"):
             self.prompts = list(prompts or IMAGE_PROMPTS)
             n = len(self.prompts)
-            noise = torch.randint(0, 256, (n, 32, 32, 3), dtype=torch.uint8, generator=gen)
-            noise[0] = 200  # one flat image among noise images
+            shape = (32, 32, 3) if kind == "image" else VIDEO_SHAPE
+            noise = torch.randint(0, 256, (n, *shape), dtype=torch.uint8, generator=gen)
+            noise[0] = 200  # one flat image (a still video) among noise
             self.samples = noise
             self.meta = list(meta) if meta is not None else None
         else:
@@ -87,7 +93,7 @@ class _Checker:
             print(f"check_reward[{self.check}] ok")
 
     def take(self, idx: list[int]) -> tuple[Any, list[str], list[dict] | None]:
-        """Rows ``idx`` of the samples (an image tensor or a list of completions), prompts and meta."""
+        """Rows ``idx`` of the samples (an image / video tensor or a list of completions), prompts and meta."""
         samples = self.samples[idx] if isinstance(self.samples, torch.Tensor) else [self.samples[i] for i in idx]
         meta = None if self.meta is None else [self.meta[i] for i in idx]
         return samples, [self.prompts[i] for i in idx], meta
@@ -129,7 +135,7 @@ class _Checker:
         every = list(range(n))
         self.check = "output"
         samples, prompts, meta = self.take(every)
-        before = samples.clone() if self.kind == "image" else list(samples)
+        before = samples.clone() if isinstance(samples, torch.Tensor) else list(samples)
         full = self.score(samples, prompts, meta, f"a batch of {n}")
         self.ok()
 
@@ -168,9 +174,24 @@ class _Checker:
                 self.ensure(torch.isfinite(out).all(), f"{h}x{w} images: scores have NaN/inf: {out.tolist()}")
             self.ok()
 
+        if self.kind == "video":
+            self.check = "video_sizes"
+            gen = torch.Generator().manual_seed(1)
+            for f, h, w in ((1, 16, 16), (3, 24, 40), (6, 32, 32)):
+                videos = torch.randint(0, 256, (n, f, h, w, 3), dtype=torch.uint8, generator=gen)
+                out = self.score(videos, self.prompts, self.meta, f"{f}-frame {h}x{w} videos")
+                self.ensure(torch.isfinite(out).all(), f"{f}-frame {h}x{w} videos: scores have NaN/inf: {out.tolist()}")
+            self.ok()
+
         self.check = "rejects_bad_input"
         samples, prompts, meta = self.take(every)
-        if self.kind == "image":
+        if self.kind == "video":
+            self.rejects(samples.float(), prompts, meta, "float videos")
+            self.rejects(samples[..., :1].expand(-1, -1, -1, -1, 4).contiguous(), prompts, meta, "4-channel videos")
+            self.rejects(samples[:, 0], prompts, meta, "images [B, H, W, 3] (no frame dimension)")
+            self.rejects(samples[:, :0], prompts, meta, "videos of 0 frames")
+            self.rejects(samples[0], prompts[:1], None if meta is None else meta[:1], "a video without a batch dim")
+        elif self.kind == "image":
             self.rejects(samples.float(), prompts, meta, "float images")
             self.rejects(samples[..., :1].expand(-1, -1, -1, 4).contiguous(), prompts, meta, "4-channel images")
             self.rejects(samples[..., :1].contiguous(), prompts, meta, "1-channel images")
@@ -195,10 +216,10 @@ def check_reward(
     """Run the contract checks; return the passed check names or raise ``AssertionError``.
 
     ``factory_or_reward``: a reward, or a zero-argument callable (a class included) that builds one.
-    ``kind``: ``"image"`` or ``"text"``. ``prompts`` / ``meta``: the inputs (see the module doc).
+    ``kind``: ``"image"``, ``"video"`` or ``"text"``. ``prompts`` / ``meta``: the inputs (see the module doc).
     """
-    if kind not in ("image", "text"):
-        raise ValueError(f"kind must be 'image' or 'text', got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
     is_reward = not isinstance(factory_or_reward, type) and hasattr(factory_or_reward, "kind")
     reward = factory_or_reward if is_reward else factory_or_reward()
     if prompts is None:

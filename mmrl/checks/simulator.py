@@ -114,18 +114,18 @@ class _Checker:
 
     @property
     def single_turn(self) -> bool:
-        """Text and image simulators: one decision per episode, actions of their natural type."""
+        """Text, image and video simulators: one decision per episode, actions of their natural type."""
         return getattr(self.sim, "action_type", "chunk") != "chunk"
 
     def actions(self, *shape: int, scale: float = 1.0):
         """Random actions of the simulator's type: float ``[*shape, action_dim]`` in [-scale, scale]
-        for a chunk simulator; for a single-turn one, ``shape[0]`` random answers or images."""
+        for a chunk simulator; for a single-turn one, ``shape[0]`` random answers, images or videos."""
         kind = getattr(self.sim, "action_type", "chunk")
         if kind == "text":
             words = ["0", "1", "2", "3", "red", "blue", "yes", "no", "(A)", "x = 4", ""]
             pick = torch.randint(0, len(words), (shape[0],), generator=self.gen).tolist()
             return Completions([words[i] for i in pick], [max(1, len(words[i])) for i in pick])
-        if kind == "image":
+        if kind in ("image", "video"):  # image_shape: (H, W, 3), a video's (F, H, W, 3)
             img = torch.randint(0, 256, (shape[0], *self.sim.image_shape), generator=self.gen, dtype=torch.uint8)
             return img.to(self.sim.device)
         a = (torch.rand(*shape, self.sim.action_dim, generator=self.gen) * 2 - 1) * scale

@@ -6,8 +6,9 @@ rollout, in training and evaluation alike. The collectors call it right after th
 (`mmrl.rollout.act`, the placement pipeline), so success, videos, dynamic sampling and the
 non-finite check all see the scored reward. Its kind follows the simulator's action type (`KINDS`):
 
-- ``text`` (VLM answers) and ``image`` (generated images): the decision's own output, scored against
-  the observation's prompt and ``meta``; ``success_threshold`` sets ``success = score >= threshold``;
+- ``text`` (VLM answers), ``image`` and ``video`` (generated images, videos): the decision's own
+  output, scored against the observation's prompt and ``meta``; ``success_threshold`` sets
+  ``success = score >= threshold``;
 - ``frame`` (robot simulators): an image reward scores the frames the simulator renders after each
   step of the action chunk (its step trace, `mmrl.simulator.TRACE_KEYS`), the episode's
   instruction as the prompt (VLM-RM / VLM-RL). `FrameScoring` says when: every step (``step``,
@@ -41,9 +42,14 @@ from mmrl.simulator import Completions, Observation, StepResult
 from mmrl.utils.deadline import CallLimit
 
 #: the stage's kind by the simulator's action type, and the reward kind each stage kind scores
-KINDS = {"text": "text", "image": "image", "chunk": "frame"}
-MODEL_KIND = {"text": "text", "image": "image", "frame": "image"}
-SCORED = {"text": "actions are answers (text)", "image": "actions are images", "frame": "rendered frames are images"}
+KINDS = {"text": "text", "image": "image", "video": "video", "chunk": "frame"}
+MODEL_KIND = {"text": "text", "image": "image", "video": "video", "frame": "image"}
+SCORED = {
+    "text": "actions are answers (text)",
+    "image": "actions are images",
+    "video": "actions are videos",
+    "frame": "rendered frames are images",
+}
 #: what `RewardStage.combine` may name besides the model's score
 TERMS = ("task", "success", "terminated", "truncated", "step_cost")
 TIMINGS = ("episode_end", "step")

@@ -57,6 +57,7 @@ FLOW_SAMPLERS = [
         case("token_vla", "decoding=parallel", "temperature=0.7", "top_k=5"),
         case("gaussian", "logp_level=dim", "critic=false"),
         case("diffusion", "logp_level=sample", "method=cps", "guidance_scale=3.0"),
+        case("diffusion", "num_frames=4", "method=cps"),  # a video generator, on video_prompts
     ],
 )
 def test_policy_passes_the_contract_check(name, overrides):

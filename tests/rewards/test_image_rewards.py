@@ -210,6 +210,14 @@ def _factories(tiny_oc, tiny_hf_clip, server):
         "vlm_judge": lambda: REWARDS.build(
             "vlm_judge", generate_fn=lambda ims, qs: ["yes" if i.getpixel((0, 0))[0] > 127 else "no" for i in ims]
         ),
+        # video rewards that wrap an image reward: the CLIP text-video score over frames, a judged frame strip
+        "frame_score": lambda: REWARDS.build(
+            "frame_score", reward=REWARDS.build("clip_score", model=oc, model_name=oc_name, device="cpu"), frames=2
+        ),
+        "frame_judge": lambda: REWARDS.build(
+            "frame_judge",
+            judge_kwargs={"generate_fn": lambda ims, qs: ["yes" if i.getpixel((0, 0))[0] > 127 else "no" for i in ims]},
+        ),
     }
 
 

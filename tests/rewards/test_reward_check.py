@@ -109,7 +109,7 @@ def test_text_checks_reject_images_and_bad_input():
     with pytest.raises(AssertionError, match=r"rejects_bad_input.*must raise ValueError"):
         check_reward(NoValidation, kind="text")
     with pytest.raises(ValueError, match="kind"):
-        check_reward(MeanBrightness, kind="video")
+        check_reward(MeanBrightness, kind="audio")  # not a reward kind
 
 
 def test_a_reward_can_declare_its_own_check_prompts():

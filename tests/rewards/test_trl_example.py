@@ -164,7 +164,7 @@ def test_mmrl_check_reward_takes_a_function_as_reward_type_does(tmp_path, capsys
     assert "passed 8 contract checks" in capsys.readouterr().out
     assert main(["check", "reward", f"{tmp_path}/my_trl_rewards.py:nope"]) == 2
     assert "has no 'nope'" in capsys.readouterr().err
-    assert main(["check", "reward", f"{tmp_path}/my_trl_rewards.py:reward_len", "kind=video"]) == 2
+    assert main(["check", "reward", f"{tmp_path}/my_trl_rewards.py:reward_len", "kind=audio"]) == 2  # not a reward kind
 
 
 def test_a_hugging_face_dataset_object_and_a_save_to_disk_folder_train(tmp_path, capsys):

@@ -1,0 +1,23 @@
+"""Build `moving_shapes_prompts`: every prompt of one split of the synthetic `moving_shapes` grammar,
+with its ground truth, for RL (`rewards.moving_shapes.MovingShapesReward` scores the generated videos).
+
+``build(split="train"|"eval")`` -> ``{"prompt": [P str], "meta": [P dict]}`` (``color``, ``shape``,
+``direction``) in a fixed order. The split rule is the `moving_shapes` dataset's (`held_out` in its
+builder), so train and eval prompts never overlap: 48 train and 12 eval prompts.
+"""
+
+from __future__ import annotations
+
+
+def _moving_shapes_builder():
+    from mmrl.data import builder_module
+
+    return builder_module("moving_shapes")
+
+
+def build(split: str = "train") -> dict:
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    builder = _moving_shapes_builder()
+    meta = builder.spec_pool(split)
+    return {"prompt": [builder.describe(**m) for m in meta], "meta": meta}
