@@ -802,6 +802,8 @@ def _build_trainer(cfg: ExperimentConfig, Trainer, folder):
         try:
             policy.check_simulator(local)
             policy.check_simulator(eval_sim)
+        except ValueError as exc:  # the policy cannot act in the simulator as configured: one line, the fix
+            raise exc if isinstance(exc, ConfigError) else ConfigError(str(exc)) from exc
         finally:
             if remote:
                 local.close()

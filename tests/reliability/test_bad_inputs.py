@@ -91,6 +91,21 @@ CLI_CASES = [
         ["reward 'http' cannot score", "http://127.0.0.1:9 is unreachable", "python -m rewards.http"],
     ),
     (
+        "a video policy and a video simulator of other frame counts",
+        ["train", "configs/video_shapes_nft.yaml", "sim.kwargs.num_frames=4", "warm_start.steps=2"],
+        ["policy.image_size = 16 and policy.num_frames = 8", "sim.kwargs.num_frames to 8"],
+    ),
+    (
+        "a Wan pipeline without policy.num_frames",
+        [
+            "train",
+            "configs/video_shapes_nft.yaml",
+            "policy.model=Wan-AI/Wan2.1-T2V-1.3B-Diffusers",
+            "policy.num_frames=0",
+        ],
+        ["is a Wan text-to-video pipeline", "set policy.num_frames"],
+    ),
+    (
         "check simulator with an unknown argument",
         ["check", "simulator", "reach", "bogus=1"],
         ["'bogus' is not an argument of simulator 'reach'", "Valid:"],
