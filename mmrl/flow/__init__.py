@@ -48,6 +48,7 @@ from mmrl.flow.sampler import (
     reduce_log_prob,
     sample,
     stochastic_mask,
+    subsample_steps,
     time_grid,
 )
 from mmrl.flow.steps import (
@@ -83,6 +84,7 @@ __all__ = [
     "sde_sigma",
     "sde_step",
     "stochastic_mask",
+    "subsample_steps",
     "time_grid",
     "transition",
 ]

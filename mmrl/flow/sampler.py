@@ -19,7 +19,7 @@ import torch
 
 from mmrl.flow.losses import awm_loss, flow_matching_loss  # noqa: F401  (re-exported)
 from mmrl.flow.steps import STEP_METHODS, compute_dtype, gaussian_log_prob, ode_step, transition
-from mmrl.utils.rows import randint_rows, randn_rows
+from mmrl.utils.rows import rand_rows, randint_rows, randn_rows
 
 ModelFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -79,6 +79,24 @@ def stochastic_mask(
         mask[:, start:end] = True
         return mask
     raise ValueError(f"unknown stochastic mask mode {mode!r}; allowed: {MASK_MODES}")
+
+
+def subsample_steps(stoch: torch.Tensor, fraction: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """DanceGRPO's timestep subsampling: of each sample's stochastic transitions (``stoch`` bool
+    ``[B, K]``), keep ``max(1, round(fraction * n))`` chosen uniformly without replacement (drawn
+    with ``generator`` on its own device); a row without one stays empty. ``fraction = 1`` keeps
+    ``stoch`` as it is, without drawing."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if fraction == 1.0:
+        return stoch
+    gen_device = generator.device if generator is not None else stoch.device
+    score = rand_rows(tuple(stoch.shape), generator=generator, device=gen_device).to(stoch.device)
+    score = score.masked_fill(~stoch, 2.0)  # the rows' stochastic steps first, in random order
+    rank = score.argsort(1).argsort(1)
+    n = stoch.sum(1, keepdim=True)
+    keep = (n.float() * fraction).round().clamp(min=1).minimum(n)
+    return stoch & (rank < keep)
 
 
 def noisy_steps(grid: torch.Tensor, method: str, noise_level: float = 0.0) -> torch.Tensor:

@@ -26,6 +26,15 @@ log-probs: fresh noise at ``awm_timesteps`` stratified times per sample, the flo
 weighted by the advantage (uniform / t / pseudo-Huber), plus optional velocity regularisers to
 the reference (``awm_ref_coef``) and to an EMA copy of the policy (``awm_ema_coef``).
 
+DanceGRPO's options: ``shared_noise`` starts the samples of one prompt in a rollout batch from the
+same noise (the SDE alone tells them apart); ``timestep_fraction < 1`` trains each sample on that
+fraction of its stochastic transitions, drawn at random (``flow_train`` in the batch; the rollout
+stays stochastic on all of them), which cuts the update's model calls in proportion.
+
+Videos (``num_frames >= 1``): the same policy over video latents ``[C, F, H, W]``, clips as actions
+(uint8 ``[B, F, H, W, 3]``, the ``video_prompts`` simulator): the built-in `TinyTextToVideo` or Wan
+2.1 / 2.2 (`mmrl.policies.wan`, a ``WanPipeline`` id or folder).
+
 `mmrl export` writes an SD3 / FLUX policy as diffusers loads it (`export_pretrained`): the pipeline
 folder with the LoRA fused, or with ``--adapter`` the LoRA alone (``pipe.load_lora_weights``).
 """
@@ -52,6 +61,7 @@ from mmrl.flow import (
     reduce_log_prob,
     sample,
     stochastic_mask,
+    subsample_steps,
     time_grid,
 )
 from mmrl.flow.sampler import noisy_steps
@@ -80,6 +90,11 @@ class DiffusionConfig(PolicyConfig):
     noise_level: float = 0.7
     stochastic: Literal["all", "one", "window"] = "all"  # which transitions are sampled and trained
     window: list[int] | None = None
+    # DanceGRPO's options: the samples of one prompt in a rollout batch start from the same noise
+    # (their differences then come from the SDE alone), and each sample trains on this fraction of
+    # its stochastic transitions, drawn at random (1: all; the rollout stays stochastic on all)
+    shared_noise: bool = False
+    timestep_fraction: float = 1.0
     eval_method: Literal["ode", "sde", "cps"] = "ode"
     guidance_scale: float = 1.0  # CFG in training rollouts and their log-probs (1 = off)
     eval_guidance_scale: float = 1.0
@@ -109,6 +124,10 @@ class DiffusionConfig(PolicyConfig):
                 "(1 + a multiple of 4, e.g. 33 or 81)"
             )
         check_range(self, {"nft_beta": ">0", "nft_adv_max": ">0", "nft_old_decay": "0..1"})
+        if not 0.0 < self.timestep_fraction <= 1.0:
+            raise ValueError(
+                f"timestep_fraction = {self.timestep_fraction} must be in (0, 1] (1: every stochastic step)"
+            )
 
 
 #: buffer-name prefixes of the policy's EMA copies: AWM's EMA, DiffusionNFT's old policy
@@ -251,6 +270,8 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         cond, null = self._conds(prompts, guidance)
         dev = grid.device
         noise = randn_rows((len(prompts), *self.gen.sample_shape), generator=generator, device=dev)
+        if train and c.shared_noise:  # each prompt's samples start from its first sample's noise
+            noise = noise[first_of_equal(prompts).to(dev)]
         k = grid.shape[0] - 1
         stoch = stochastic_mask(
             len(prompts),
@@ -272,7 +293,10 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         images = to_uint8(self.gen.decode(out.x0))  # [B, H, W, 3] (videos: [B, F, H, W, 3])
         batch = Batch(instruction=encode_text(prompts, c.prompt_bytes).to(dev))
         if train:  # the replay inputs (evaluation rollouts are never trained on)
-            batch.update(flow_chain=out.chain, flow_stoch=out.stoch, old_logp=self._reduce(out.logp, out.stoch))
+            trained = subsample_steps(out.stoch, c.timestep_fraction, generator)
+            batch.update(flow_chain=out.chain, flow_stoch=out.stoch, old_logp=self._reduce(out.logp, trained))
+            if c.timestep_fraction < 1:  # the transitions trained on, when not all stochastic ones
+                batch["flow_train"] = trained
         return Decision(batch, images)
 
     def check_simulator(self, sim) -> None:
@@ -297,7 +321,8 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
     def evaluate(self, batch: Batch) -> Evaluation:
         c = self.cfg
         cond, null = self._conds(decode_text(batch["instruction"]), c.guidance_scale)
-        chain, stoch = batch["flow_chain"], batch["flow_stoch"]
+        # the transitions trained on: the stochastic ones, or DanceGRPO's subsample of them
+        chain, stoch = batch["flow_chain"], batch["flow_train"] if "flow_train" in batch else batch["flow_stoch"]
         seen: list = []  # the one batched model call of chain_log_prob, reused by the KL
         logp_elem = chain_log_prob(
             _recording(self.model_fn(cond, null, c.guidance_scale), seen),
@@ -419,6 +444,12 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
 
 #: the diffusers pipelines the diffusion policy drives, by ``model_index.json``'s ``_class_name``
 FAMILIES = {"FluxPipeline": "flux", "StableDiffusion3Pipeline": "sd3", "WanPipeline": "wan"}
+
+
+def first_of_equal(keys: list[str]) -> torch.Tensor:
+    """long ``[B]``: for each row, the first row with the same key (the prompt), e.g. a, b, a -> 0, 1, 0."""
+    first: dict[str, int] = {}
+    return torch.tensor([first.setdefault(k, i) for i, k in enumerate(keys)], dtype=torch.long)
 
 
 def diffusers_family(model: str) -> str:

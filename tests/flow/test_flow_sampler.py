@@ -198,3 +198,17 @@ def test_mean_path_of_an_euler_mean_is_the_ode(tiny_net, method, a):
     grid, noise = time_grid(K, shift=2.0), _noise()
     ode = sample(tiny_net, noise, grid, "ode")
     torch.testing.assert_close(mean_path(tiny_net, noise, grid, method, a).chain, ode.chain)
+
+
+def test_subsample_steps_keeps_a_fraction_of_each_rows_stochastic_steps():
+    from mmrl.flow import subsample_steps
+
+    stoch = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 1, 1, 0, 1, 0], [0, 0, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0]]).bool()
+    kept = subsample_steps(stoch, 0.5, torch.Generator().manual_seed(0))
+    assert kept.sum(1).tolist() == [3, 2, 0, 1]  # max(1, round(0.5 n)); an empty row stays empty
+    assert not (kept & ~stoch).any()  # only stochastic steps are trained
+    assert subsample_steps(stoch, 1.0) is stoch
+    draws = {tuple(subsample_steps(stoch, 0.5, torch.Generator().manual_seed(s))[0].tolist()) for s in range(20)}
+    assert len(draws) > 5  # uniform over the row's steps, not always the first ones
+    with pytest.raises(ValueError, match="fraction must be in"):
+        subsample_steps(stoch, 0.0)

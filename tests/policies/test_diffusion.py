@@ -139,3 +139,33 @@ def test_sd3_lora_ratio_reference_and_training(tiny_sd3):
     assert torch.allclose(out.kl, torch.zeros(4), atol=1e-8)  # LoRA B starts at 0
     (out.logp.sum() + pol.likelihood_free_loss(batch, torch.ones(4)).sum()).backward()
     assert all(p.grad is not None for n, p in pol.named_parameters() if p.requires_grad and "lora_B" in n)
+
+
+@pytest.mark.parametrize("logp_level", ["step", "sample"])
+def test_dancegrpo_timestep_subsampling_trains_a_fraction_of_the_steps(logp_level):
+    pol = _tiny(timestep_fraction=0.5, logp_level=logp_level)  # 4 stochastic steps -> 2 trained
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch
+    trained = batch["flow_train"]
+    assert batch["flow_stoch"].all() and (trained.sum(1) == 2).all()  # rolled out stochastic on all
+    assert len({tuple(r.tolist()) for r in trained}) > 1  # each sample draws its own steps
+    out = pol.evaluate(batch)
+    assert torch.allclose(out.logp, batch["old_logp"], atol=1e-5)  # ratio 1 on the trained steps
+    if logp_level == "step":
+        assert torch.equal(out.logp_mask, trained) and (out.logp[~trained] == 0).all()
+    full = _tiny(logp_level=logp_level)  # the same chain, every step trained: another log-prob
+    assert not torch.allclose(full.evaluate({**batch, "flow_train": batch["flow_stoch"]}).logp, out.logp)
+    assert "flow_train" not in _tiny().rollout(_obs(), torch.Generator().manual_seed(0)).batch
+
+
+def test_dancegrpo_shared_noise_per_prompt():
+    pol = _tiny(shared_noise=True)
+    batch, images = pol.rollout(_obs(), torch.Generator().manual_seed(0))
+    start = batch["flow_chain"][:, 0]  # PROMPTS: rows 0, 1 one prompt; rows 2, 3 another
+    assert torch.equal(start[0], start[1]) and torch.equal(start[2], start[3])
+    assert not torch.equal(start[0], start[2])
+    assert not torch.equal(batch["flow_chain"][0, -1], batch["flow_chain"][1, -1])  # the SDE tells them apart
+    assert torch.allclose(pol.evaluate(batch).logp, batch["old_logp"], atol=1e-5)
+    alone = _tiny().rollout(_obs(), torch.Generator().manual_seed(0)).batch["flow_chain"][:, 0]
+    assert not torch.equal(alone[0], alone[1])  # off by default
+    ev = pol.rollout(_obs(), torch.Generator().manual_seed(0), mode="eval")  # evaluation: independent noise
+    assert not torch.equal(ev.actions[0], ev.actions[1])

@@ -40,10 +40,11 @@ ALGO = [
 RUN = ["trainer.iterations=2", "trainer.eval_episodes=8", "trainer.video_episodes=4", "trainer.checkpoint_every=1"]
 OBJECTIVES = {
     "ppo": [],  # Flow-GRPO on Flow-SDE rollouts
+    "dancegrpo": ["policy.shared_noise=true", "policy.timestep_fraction=0.5"],  # DanceGRPO's options
     "awm": ["algorithm.objective=awm", "policy.noise_level=0.0"],
     "nft": ["algorithm.objective=nft", "policy.noise_level=0.0", "policy.nft_timesteps=2"],
 }
-LOSS = {"ppo": "train/policy_loss", "awm": "train/awm_loss", "nft": "train/nft_loss"}
+LOSS = {"ppo": "train/policy_loss", "dancegrpo": "train/policy_loss", "awm": "train/awm_loss", "nft": "train/nft_loss"}
 
 
 def cfg(tmp_path, *extra):
