@@ -115,6 +115,10 @@ class DiffusionConfig(PolicyConfig):
     nft_old_decay: float = 0.0  # v_old: an EMA of the policy with this decay (0: the current policy, detached)
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
     max_sequence_length: int | None = None  # text tokens of diffusers generators (None: the family's default, Wan 512)
+    # diffusers VAEs: decode the batch one sample at a time (slicing) / in overlapping tiles (tiling),
+    # less memory for large videos and images at some speed (the VAE's enable_slicing / enable_tiling)
+    vae_slicing: bool = False
+    vae_tiling: bool = False
 
     def validate(self) -> None:
         check_range(self, {"num_steps": ">=1", "eval_num_steps": ">=1", "nft_timesteps": ">=1", "num_frames": ">=0"})
@@ -486,6 +490,16 @@ def build_generator(cfg: DiffusionConfig) -> TextToImageGenerator:
     )
     if cfg.max_sequence_length is not None:
         kwargs["max_sequence_length"] = cfg.max_sequence_length
+    gen = _diffusers_generator(cfg, kwargs)
+    vae = gen.pipe.vae
+    if cfg.vae_slicing:
+        vae.enable_slicing()
+    if cfg.vae_tiling:
+        vae.enable_tiling()
+    return gen
+
+
+def _diffusers_generator(cfg: DiffusionConfig, kwargs: dict):
     family = diffusers_family(cfg.model)
     if family == "wan":  # all need mmrl[diffusion]
         from mmrl.policies.wan import WanGenerator

@@ -178,3 +178,13 @@ def test_exported_wan_folder_reproduces_the_policys_clips(tiny_wan, tmp_path):
     untrained = base.rollout(obs, torch.Generator().manual_seed(3), mode="eval").actions
     assert (want.int() - got.int()).abs().max() <= 1  # uint8 rounding of frames within 1e-5
     assert (want.int() - untrained.int()).abs().max() > 1  # the adapter changed the clips
+
+
+def test_vae_slicing_and_tiling_options_reach_the_pipelines_vae(tiny_wan):
+    kw = dict(model=str(tiny_wan), image_size=16, num_frames=5, lora_rank=4, max_sequence_length=16)
+    plain = build_generator(DiffusionConfig(**kw))
+    sliced = build_generator(DiffusionConfig(vae_slicing=True, vae_tiling=True, **kw))
+    assert (plain.pipe.vae.use_slicing, plain.pipe.vae.use_tiling) == (False, False)
+    assert (sliced.pipe.vae.use_slicing, sliced.pipe.vae.use_tiling) == (True, True)
+    x0 = torch.randn(2, *plain.sample_shape)
+    assert torch.allclose(plain.decode(x0), sliced.decode(x0), atol=1e-5)  # one clip at a time, same frames
