@@ -59,6 +59,13 @@ class Reward:
 
     def __call__(self, samples, prompts: Sequence[str], meta: Sequence[dict] | None = None) -> torch.Tensor:
         prompts = list(prompts)
+        self.check_inputs(samples, prompts, meta)
+        out = self.score(samples, prompts, list(meta) if meta is not None else [{} for _ in prompts])
+        return torch.as_tensor(out, dtype=torch.float32).detach().cpu().reshape(len(prompts))
+
+    def check_inputs(self, samples, prompts: list[str], meta: Sequence[dict] | None) -> None:
+        """ValueError naming what was expected unless ``samples`` are of this reward's kind, one per
+        prompt, with one meta entry per prompt (or none)."""
         if self.kind == "image":
             check_images(samples, len(prompts))
         elif self.kind == "video":
@@ -70,8 +77,6 @@ class Reward:
                 raise ValueError(f"reward '{self.name}': {len(samples)} completions but {len(prompts)} prompts")
         if meta is not None and len(meta) != len(prompts):
             raise ValueError(f"reward '{self.name}': {len(meta)} meta entries but {len(prompts)} prompts")
-        out = self.score(samples, prompts, list(meta) if meta is not None else [{} for _ in prompts])
-        return torch.as_tensor(out, dtype=torch.float32).detach().cpu().reshape(len(prompts))
 
     def score(self, samples, prompts: list[str], meta: list[dict]) -> torch.Tensor:
         raise NotImplementedError
@@ -83,6 +88,26 @@ class Reward:
     def parts(self, samples, prompts, meta=None) -> dict[str, torch.Tensor]:
         """Named components for logging (a single reward: itself)."""
         return {self.name: self(samples, prompts, meta)}
+
+
+class ComponentReward(Reward):
+    """A reward computed from named components (`components`: floats [B], ``score`` among them),
+    which `parts` logs as ``<name>/<component>`` for each of ``logged`` beside the score itself
+    (e.g. the programmatic ``shapes`` and ``moving_shapes`` rewards)."""
+
+    logged: tuple[str, ...] = ()
+
+    def components(self, samples, prompts: list[str], meta: Sequence[dict] | None = None) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def score(self, samples, prompts, meta) -> torch.Tensor:
+        return self.components(samples, prompts, meta)["score"]
+
+    def parts(self, samples, prompts, meta=None) -> dict[str, torch.Tensor]:
+        prompts = list(prompts)
+        self.check_inputs(samples, prompts, meta)
+        comps = self.components(samples, prompts, meta)
+        return {self.name: comps["score"], **{f"{self.name}/{k}": comps[k] for k in self.logged}}
 
 
 def check_images(images, n: int | None = None) -> None:

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mmrl.reward import Reward, check_videos
+from mmrl.reward import ComponentReward
 
 from .shapes import (
     BACKGROUND,
@@ -185,7 +185,7 @@ def score_track(
 # ---------------------------------------------------------------------------------------------
 
 
-class MovingShapesReward(Reward):
+class MovingShapesReward(ComponentReward):
     """Programmatic prompt following in [0, 1] for moving-shapes prompts: colour, shape and
     direction of the one moving shape (see the module doc).
 
@@ -196,6 +196,7 @@ class MovingShapesReward(Reward):
 
     name = "moving_shapes"
     kind = "video"
+    logged = ("color", "shape", "direction", "purity")  # logged beside the score by `parts`
     # what `mmrl.checks.reward.check_reward` scores (it only understands moving-shapes prompts)
     example_prompts = ["a red square moving to the right", "a blue circle moving up", "a green triangle moving down"]
 
@@ -254,20 +255,6 @@ class MovingShapesReward(Reward):
         out = score_track(tracked, shape, direction, (h, w), self.min_travel, self.weights)
         if not self.use_purity:
             out["score"] = out["objects"]
-        return out
-
-    def score(self, videos, prompts, meta) -> torch.Tensor:
-        return self.components(videos, prompts, meta)["score"]
-
-    def parts(self, samples, prompts, meta=None) -> dict[str, torch.Tensor]:
-        """The score under ``moving_shapes`` plus ``/color``, ``/shape``, ``/direction``, ``/purity``."""
-        prompts = list(prompts)
-        check_videos(samples, len(prompts))
-        if meta is not None and len(meta) != len(prompts):
-            raise ValueError(f"reward '{self.name}': {len(meta)} meta entries but {len(prompts)} prompts")
-        comps = self.components(samples, prompts, meta)
-        out = {self.name: comps["score"]}
-        out.update({f"{self.name}/{k}": comps[k] for k in ("color", "shape", "direction", "purity")})
         return out
 
 

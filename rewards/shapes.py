@@ -45,7 +45,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mmrl.reward import Reward, check_images
+from mmrl.reward import ComponentReward
 
 # ---------------------------------------------------------------------------------------------
 # The grammar shared with datasets/shapes/builder.py
@@ -329,7 +329,7 @@ def score_objects(
 # ---------------------------------------------------------------------------------------------
 
 
-class ShapesReward(Reward):
+class ShapesReward(ComponentReward):
     """Programmatic prompt-following score in [0, 1] for shapes-grammar prompts (see module doc).
 
     ``min_area`` defaults to max(2, H*W // 64) pixels (4 at 16 px, 16 at 32 px). ``use_purity=False``
@@ -338,6 +338,7 @@ class ShapesReward(Reward):
 
     name = "shapes"
     kind = "image"
+    logged = ("count", "shape", "position", "purity")  # logged beside the score by `parts`
     # what `mmrl.checks.reward.check_reward` scores (it only understands shapes-grammar prompts)
     example_prompts = ["a red circle on the left", "two blue squares", "a green triangle and a yellow square"]
 
@@ -380,18 +381,4 @@ class ShapesReward(Reward):
         out = score_objects(feats, specs, self.weights)
         if not self.use_purity:
             out["score"] = out["objects"]
-        return out
-
-    def score(self, images, prompts, meta) -> torch.Tensor:
-        return self.components(images, prompts, meta)["score"]
-
-    def parts(self, samples, prompts, meta=None) -> dict[str, torch.Tensor]:
-        """The score under ``shapes`` plus ``shapes/count``, ``/shape``, ``/position``, ``/purity``."""
-        prompts = list(prompts)
-        check_images(samples, len(prompts))
-        if meta is not None and len(meta) != len(prompts):
-            raise ValueError(f"reward '{self.name}': {len(meta)} meta entries but {len(prompts)} prompts")
-        comps = self.components(samples, prompts, meta)
-        out = {self.name: comps["score"]}
-        out.update({f"{self.name}/{k}": comps[k] for k in ("count", "shape", "position", "purity")})
         return out

@@ -50,3 +50,18 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="session")
+def tiny_wan(tmp_path_factory):
+    """A tiny random-weight diffusers ``WanPipeline`` folder built offline (`mmrl.tiny.tiny_wan`),
+    shared by the Wan generator, video policy and video training tests; skipped without diffusers
+    or peft."""
+    from mmrl.utils.compat import patch_torchvision
+
+    patch_torchvision()  # peft imports transformers models, which import torchvision
+    pytest.importorskip("diffusers")
+    pytest.importorskip("peft")
+    from mmrl.tiny.tiny_wan import tiny_wan_pipeline
+
+    return tiny_wan_pipeline(tmp_path_factory.mktemp("wan"))

@@ -107,18 +107,6 @@ def test_family_detection_and_wan_needs_frames(tmp_path):
         DiffusionConfig(model="Wan-AI/Wan2.1-T2V-1.3B-Diffusers").validate()
 
 
-@pytest.fixture(scope="module")
-def tiny_wan(tmp_path_factory):
-    from mmrl.utils.compat import patch_torchvision
-
-    patch_torchvision()  # peft imports transformers models, which import torchvision
-    pytest.importorskip("diffusers")
-    pytest.importorskip("peft")
-    from mmrl.tiny.tiny_wan import tiny_wan_pipeline
-
-    return tiny_wan_pipeline(tmp_path_factory.mktemp("wan"))
-
-
 @pytest.mark.parametrize("method", ["sde", "cps"])
 def test_wan_lora_policy_ratio_is_one_and_trains(tiny_wan, method):
     torch.manual_seed(0)

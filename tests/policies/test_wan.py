@@ -20,17 +20,12 @@ from diffusers import UniPCMultistepScheduler, WanPipeline  # noqa: E402
 
 from mmrl.policies.diffusion import DiffusionConfig, DiffusionPolicy  # noqa: E402
 from mmrl.policies.wan import WanGenerator  # noqa: E402
-from mmrl.tiny.tiny_wan import LATENTS_MEAN, tiny_wan_pipeline  # noqa: E402
+from mmrl.tiny.tiny_wan import LATENTS_MEAN  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PROMPTS = ["a red circle moving left", "two blue squares"]
 SIZE, FRAMES, STEPS, MAX_LEN = 16, 5, 4, 16
-
-
-@pytest.fixture(scope="module")
-def tiny_wan(tmp_path_factory):
-    return tiny_wan_pipeline(tmp_path_factory.mktemp("wan"))
 
 
 def _gen(folder, **kw) -> WanGenerator:

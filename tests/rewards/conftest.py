@@ -17,3 +17,19 @@ def tiny_hf_clip():
     from mmrl.tiny.tiny_models import tiny_clip_model
 
     return tiny_clip_model(seed=0)
+
+
+@pytest.fixture
+def serve():
+    """``serve(reward)`` starts a `rewards.http.RewardServer` for it (closed after the test)."""
+    from rewards.http import RewardServer
+
+    servers = []
+
+    def start(reward):
+        servers.append(RewardServer(reward).start())
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from rewards import Reward, check_reward
-from rewards.http import RemoteReward, RemoteRewardError, RewardServer, decode_images, encode_images
+from rewards.http import RemoteReward, RemoteRewardError, decode_images, encode_images
 from rewards.jpeg import JpegCompressibility
 from rewards.ocr import OCRScore
 
@@ -36,19 +36,6 @@ class Length(Reward):
 
     def score(self, completions, prompts, meta):
         return torch.tensor([len(c) + 0.5 * len(m) for c, m in zip(completions, meta)])
-
-
-@pytest.fixture
-def serve():
-    servers = []
-
-    def start(reward):
-        servers.append(RewardServer(reward).start())
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 @pytest.mark.parametrize("encoding", ["raw", "png"])

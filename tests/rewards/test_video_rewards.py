@@ -17,7 +17,7 @@ from mmrl.cli import main
 from mmrl.data import builder_module
 from mmrl.registry import REWARDS
 from mmrl.reward import FunctionReward, Reward, WeightedSum, check_videos
-from rewards.http import RemoteReward, RemoteRewardError, RewardServer, decode_videos, encode_videos
+from rewards.http import RemoteReward, RemoteRewardError, decode_videos, encode_videos
 from rewards.jpeg import JpegCompressibility
 from rewards.moving_shapes import (
     DIRECTIONS,
@@ -383,19 +383,6 @@ def test_direction_credit_by_hand():
 
 
 # ----------------------------------------------------------------------------- served over HTTP
-@pytest.fixture
-def serve():
-    servers = []
-
-    def start(reward):
-        servers.append(RewardServer(reward).start())
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
-
-
 @pytest.mark.parametrize("encoding", ["raw", "png"])
 def test_videos_roundtrip_losslessly(encoding):
     payload = json.loads(json.dumps(encode_videos(VIDEOS, encoding)))

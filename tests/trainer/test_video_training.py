@@ -89,18 +89,6 @@ def test_a_resumed_video_run_ends_with_the_uninterrupted_weights(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.fixture(scope="module")
-def tiny_wan(tmp_path_factory):
-    from mmrl.utils.compat import patch_torchvision
-
-    patch_torchvision()
-    pytest.importorskip("diffusers")
-    pytest.importorskip("peft")
-    from mmrl.tiny.tiny_wan import tiny_wan_pipeline
-
-    return tiny_wan_pipeline(tmp_path_factory.mktemp("wan"))
-
-
 @pytest.mark.parametrize("objective", sorted(OBJECTIVES))
 def test_wan_lora_smoke(tmp_path, tiny_wan, objective):
     c = cfg(
