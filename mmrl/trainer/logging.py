@@ -113,12 +113,23 @@ class RunLogger:
 
     def media(self, step: int, key: str, video: Path) -> None:
         """An evaluation's video and its still grid (the PNG beside it): the grid as a TensorBoard
-        image, both to W&B (``wandb.Video``, ``wandb.Image``) when it is on."""
+        image and the video as an animated one (``<key>/video``, a GIF of at most `GIF_FRAMES`
+        frames: TensorBoard plays GIFs in its images tab), both to W&B (``wandb.Video``,
+        ``wandb.Image``) when it is on."""
         still = Path(video).with_suffix(".png")
         if still.exists():
             import imageio.v2 as imageio
 
             self.tb.add_image(key, imageio.imread(str(still)), step, dataformats="HWC")
+        gif = animated_gif(Path(video))
+        if gif is not None:
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            data, (h, w) = gif
+            image = Summary.Image(height=h, width=w, colorspace=3, encoded_image_string=data)
+            self.tb._get_file_writer().add_summary(
+                Summary(value=[Summary.Value(tag=f"{key}/video", image=image)]), step
+            )
         if self.wandb is not None:
             import wandb
 
@@ -192,6 +203,35 @@ def _markdown(rows: list[dict]) -> str:
             *("| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows),
         ]
     )
+
+
+GIF_FRAMES = 64  # frames of a video's TensorBoard preview (longer videos: evenly spaced frames)
+
+
+def animated_gif(video: Path, fps: int = 4) -> tuple[bytes, tuple[int, int]] | None:
+    """The video (mp4, or its GIF fallback) as animated GIF bytes and its (height, width), at most
+    `GIF_FRAMES` evenly spaced frames; None when there is no such file or it cannot be read (no
+    ffmpeg: the video was written as a GIF, which is read instead)."""
+    import io
+
+    import imageio.v2 as imageio
+    from PIL import Image
+
+    path = video if video.exists() else video.with_suffix(".gif")
+    if not path.exists():
+        return None
+    try:
+        frames = imageio.mimread(str(path), memtest=False)
+    except (OSError, ValueError, RuntimeError):  # no reader for the format here
+        return None
+    if not frames:
+        return None
+    if len(frames) > GIF_FRAMES:
+        frames = [frames[round(i * (len(frames) - 1) / (GIF_FRAMES - 1))] for i in range(GIF_FRAMES)]
+    images = [Image.fromarray(f[..., :3]) for f in frames]
+    buf = io.BytesIO()
+    images[0].save(buf, format="GIF", save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+    return buf.getvalue(), (images[0].height, images[0].width)
 
 
 class SilentLogger:
