@@ -204,14 +204,16 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
         cells = [f"{p['reward']:12.3f} {p['rl_seconds']:7.1f} {p['train_episodes']:8d}" for p in points]
         print(f"{points[0]['iteration']:5d} | " + " | ".join(cells))
     run: dict = {"pretrained_reward": round(start, 4)}
+    # when each run first reached the level, in RL seconds and in training samples (None: never)
+    reach = {m: {key: time_to(curves[m], level, key) for key in ("rl_seconds", "train_episodes")} for m in methods}
     for m in methods:
         run[f"{m}_reward"] = round(finals[m], 4)
         run[f"{m}_gain"] = round(finals[m] - start, 4) + 0.0
-        reached = time_to(curves[m], level, "rl_seconds")
-        run[f"{m}_time_to_level_s"] = None if reached is None else round(reached, 1)
+        seconds = reach[m]["rl_seconds"]
+        run[f"{m}_time_to_level_s"] = None if seconds is None else round(seconds, 1)
     for m in methods[1:]:
         for key, label in (("rl_seconds", "time"), ("train_episodes", "samples")):
-            g, a = time_to(curves["flow_grpo"], level, key), time_to(curves[m], level, key)
+            g, a = reach["flow_grpo"][key], reach[m][key]
             run[f"{m}_speedup_{label}"] = round(g / a, 3) if g is not None and a not in (None, 0) else None
             speedup = run[f"{m}_speedup_{label}"]
             print(f"to reach {level:.3f}: Flow-GRPO {g} {key}, {LABELS[m]} {a} {key} -> speedup {speedup}")

@@ -110,34 +110,31 @@ class ComponentReward(Reward):
         return {self.name: comps["score"], **{f"{self.name}/{k}": comps[k] for k in self.logged}}
 
 
+def check_kind(kind) -> None:
+    """ValueError unless ``kind`` is one of `KINDS`."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+
+
+def _check_pixels(x, n: int | None, noun: str, layout: str, shape_ok) -> None:
+    """ValueError unless ``x`` is a uint8 tensor whose shape passes ``shape_ok`` (and has ``n`` rows):
+    the one check of `check_images` and `check_videos` (``noun``: "images" / "videos")."""
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.uint8 or not shape_ok(x.shape):
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        dtype = getattr(x, "dtype", "")
+        raise ValueError(f"{noun[:-1]} rewards take uint8 {noun} {layout}, got {got} {dtype}")
+    if n is not None and x.shape[0] != n:
+        raise ValueError(f"{x.shape[0]} {noun} but {n} prompts")
+
+
 def check_images(images, n: int | None = None) -> None:
-    if (
-        not isinstance(images, torch.Tensor)
-        or images.dtype != torch.uint8
-        or images.dim() != 4
-        or images.shape[-1] != 3
-    ):
-        got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-        dtype = getattr(images, "dtype", "")
-        raise ValueError(f"image rewards take uint8 images [B, H, W, 3], got {got} {dtype}")
-    if n is not None and images.shape[0] != n:
-        raise ValueError(f"{images.shape[0]} images but {n} prompts")
+    """ValueError unless ``images`` is uint8 ``[B, H, W, 3]`` (and B == ``n``)."""
+    _check_pixels(images, n, "images", "[B, H, W, 3]", lambda s: len(s) == 4 and s[-1] == 3)
 
 
 def check_videos(videos, n: int | None = None) -> None:
     """ValueError unless ``videos`` is uint8 ``[B, F, H, W, 3]`` with F >= 1 (and B == ``n``)."""
-    if (
-        not isinstance(videos, torch.Tensor)
-        or videos.dtype != torch.uint8
-        or videos.dim() != 5
-        or videos.shape[-1] != 3
-        or videos.shape[1] < 1
-    ):
-        got = tuple(videos.shape) if isinstance(videos, torch.Tensor) else type(videos).__name__
-        dtype = getattr(videos, "dtype", "")
-        raise ValueError(f"video rewards take uint8 videos [B, F, H, W, 3], got {got} {dtype}")
-    if n is not None and videos.shape[0] != n:
-        raise ValueError(f"{videos.shape[0]} videos but {n} prompts")
+    _check_pixels(videos, n, "videos", "[B, F, H, W, 3]", lambda s: len(s) == 5 and s[-1] == 3 and s[1] >= 1)
 
 
 class WeightedSum(Reward):
@@ -219,8 +216,7 @@ class FunctionReward(Reward):
 
         if not callable(fn):
             raise TypeError(f"a function reward needs a callable, got {type(fn).__name__}")
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+        check_kind(kind)
         self.fn, self.kind, self.bound = fn, kind, bound
         fn_name: str = getattr(fn, "__name__", type(fn).__name__)
         self.name = name or fn_name

@@ -169,8 +169,8 @@ def collect_episodes(
             if res.final_obs is not None:
                 ended = res.done[:frames_of]
                 img[ended] = res.final_obs.image[:frames_of][ended]
-            shown = alive[:frames_of].view(-1, *[1] * (img.dim() - 1))
-            frames.append(torch.where(shown, img, frames[-1].to(img.device)).cpu())
+            recorded = alive[:frames_of].view(-1, *[1] * (img.dim() - 1))  # any image rank
+            frames.append(torch.where(recorded, img, frames[-1].to(img.device)).cpu())
             reached.append(reached[-1] | (res.success[:frames_of] & alive[:frames_of]).cpu())
         alive &= ~res.done
         obs = res.obs

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmrl.reward import KINDS, Reward, RewardError
+from mmrl.reward import Reward, RewardError, check_kind
 
 #: this module as `python -m` runs it: rewards.http in the repository, mmrl_rewards.http in a wheel
 MODULE = f"{__package__ or 'rewards'}.http"
@@ -259,8 +259,7 @@ class RemoteReward(Reward):
         retries: int = 3,
         backoff: float = 0.5,
     ):
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+        check_kind(kind)
         if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
             raise ValueError(f"RemoteReward: timeout must be a positive number of seconds, got {timeout!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from mmrl.reward import KINDS
+from mmrl.reward import check_kind
 
 TOL = 1e-4
 IMAGE_PROMPTS = ['a red sign that says "cat"', 'a poster with the word "hello"', 'a cube labelled "42"']
@@ -218,8 +218,7 @@ def check_reward(
     ``factory_or_reward``: a reward, or a zero-argument callable (a class included) that builds one.
     ``kind``: ``"image"``, ``"video"`` or ``"text"``. ``prompts`` / ``meta``: the inputs (see the module doc).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+    check_kind(kind)
     is_reward = not isinstance(factory_or_reward, type) and hasattr(factory_or_reward, "kind")
     reward = factory_or_reward if is_reward else factory_or_reward()
     if prompts is None:

@@ -307,15 +307,14 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         """The simulator's images (its black placeholders, and the generated ones it shows) have the
         size this policy generates (videos: also its frame count)."""
         c = self.cfg
-        want = (c.image_size, c.image_size, 3) if not c.num_frames else (c.num_frames, c.image_size, c.image_size, 3)
+        frames = (c.num_frames,) if c.num_frames else ()
+        want = (*frames, c.image_size, c.image_size, 3)
         if tuple(sim.image_shape) != want:
-            frames = f" and policy.num_frames = {c.num_frames}" if c.num_frames else ""
-            fix = f"sim.kwargs.image_size to {c.image_size}" + (
-                f" and sim.kwargs.num_frames to {c.num_frames}" if c.num_frames else ""
-            )
+            also = f" and policy.num_frames = {c.num_frames}" if frames else ""
+            fix = f" and sim.kwargs.num_frames to {c.num_frames}" if frames else ""
             raise ValueError(
                 f"the simulator shows {tuple(sim.image_shape)} samples but policy.image_size = "
-                f"{c.image_size}{frames} generates {want}: set {fix}"
+                f"{c.image_size}{also} generates {want}: set sim.kwargs.image_size to {c.image_size}{fix}"
             )
 
     def _reduce(self, logp_elem: torch.Tensor, stoch: torch.Tensor) -> torch.Tensor:
@@ -465,8 +464,8 @@ def diffusers_family(model: str) -> str:
         if name not in FAMILIES:
             raise ValueError(f"{model} holds a {name}; the diffusion policy supports {sorted(FAMILIES)}")
         return FAMILIES[name]
-    low = Path(model).name.lower() if "/" not in model else model.split("/")[-1].lower()
-    return "flux" if "flux" in low else "wan" if low.startswith("wan") else "sd3"
+    name = Path(model).name.lower()  # a hub id's repository name, or a folder's
+    return "flux" if "flux" in name else "wan" if name.startswith("wan") else "sd3"
 
 
 def to_uint8(images: torch.Tensor) -> torch.Tensor:
