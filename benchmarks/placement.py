@@ -176,14 +176,14 @@ def ppo_update(policy, batch) -> float:
     weights are restored afterwards, so every mode collects with the same ones."""
     from mmrl.experiment import AlgorithmConfig
     from mmrl.registry import OBJECTIVES
-    from mmrl.trainer.objectives import clip_advantages, compute_advantages, valid_samples
+    from mmrl.trainer.objectives import compute_advantages, prepare_advantages, valid_samples
 
     algo = AlgorithmConfig()
     state = {k: v.clone() for k, v in policy.state_dict().items()}
     opt = torch.optim.Adam(policy.parameters(), lr=1e-5)
     t0 = time.perf_counter()
     b = compute_advantages(type(batch)(dict(batch)), algo)
-    samples = clip_advantages(valid_samples(b, algo.normalize_advantages), algo.adv_clip)
+    samples = prepare_advantages(valid_samples(b), algo, algo.normalize_advantages)
     policy.train()
     for _ in range(algo.epochs):
         for mb in samples.minibatches(algo.minibatch_size, torch.Generator().manual_seed(0)):

@@ -342,6 +342,9 @@ class AlgorithmConfig:
     gamma: float = 0.99
     lam: float = 0.95
     normalize_advantages: bool = True
+    # over which samples advantages are whitened (and then PSR-weighted and clipped): the whole
+    # rollout once (default), or each minibatch as it is drawn (SB3's and CleanRL's PPO)
+    advantage_norm_scope: Literal["rollout", "minibatch"] = "rollout"
     adv_clip: float | None = None  # clamp advantages to [-adv_clip, adv_clip] (Flow-GRPO: 5)
     # PSR/NSR: scale positive / negative advantages after normalisation (W-REINFORCE: 0.1 / 1.0)
     pos_weight: float = 1.0

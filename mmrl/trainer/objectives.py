@@ -27,14 +27,26 @@ def compute_advantages(batch: Batch, algo, last_values: torch.Tensor | None = No
     return batch
 
 
-def valid_samples(batch: Batch, normalize: bool) -> Batch:
-    """[T, N, ...] -> the valid decisions as rows [M, ...]; optionally whitened advantages."""
+def valid_samples(batch: Batch) -> Batch:
+    """[T, N, ...] -> the valid decisions as rows [M, ...]."""
     flat = batch.flatten()
-    flat = flat.index(flat["valid"])
-    if normalize and flat.size > 1:
-        a = flat["advantages"]
-        flat["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
-    return flat
+    return flat.index(flat["valid"])
+
+
+def normalize_advantages(samples: Batch) -> Batch:
+    """Rows with their ``advantages`` whitened (mean 0, std 1); one row is left as it is."""
+    if samples.size > 1:
+        a = samples["advantages"]
+        samples["advantages"] = (a - a.mean()) / (a.std() + 1e-8)
+    return samples
+
+
+def prepare_advantages(samples: Batch, algo, normalize: bool) -> Batch:
+    """Whitening (when ``normalize``), PSR/NSR weights and the clip, in that order, over the rows
+    given: the whole rollout or one minibatch (``algorithm.advantage_norm_scope``)."""
+    if normalize:
+        samples = normalize_advantages(samples)
+    return clip_advantages(weight_advantages(samples, algo.pos_weight, algo.neg_weight), algo.adv_clip)
 
 
 def weight_advantages(samples: Batch, pos_weight: float, neg_weight: float) -> Batch:

@@ -53,7 +53,7 @@ from mmrl.distributed import all_true, current, solo_environment, start_group
 if TYPE_CHECKING:
     from mmrl.policies.base import Policy
 
-ADAM_EPS = 1e-6
+ADAM_EPS = 1e-6  # the default of ``engine.adam_eps``
 PRECISIONS = ("fp32", "bf16", "fp16")
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 ZERO_RANKS = "zero_partitions"  # a DeepSpeed checkpoint's number of per-rank optimizer files
@@ -104,12 +104,17 @@ class TrainEngineConfig:
     #: checkpoint (FSDP2: torch.distributed.checkpoint files, which resume at any world size; DeepSpeed
     #: ZeRO: its partition); ``full`` (FSDP2 only) gathers the whole state to rank 0 instead
     optimizer_checkpoint: Literal["sharded", "full"] = "sharded"
+    #: Adam's epsilon (torch's default 1e-8, SB3's PPO 1e-5); it bounds the step of a parameter whose
+    #: gradients are tiny, so a larger one damps updates of rarely-driven weights
+    adam_eps: float = ADAM_EPS
 
     def validate(self, device: str | torch.device | None = None) -> None:
         if self.backend not in ("torch", "deepspeed", "fsdp"):
             raise ConfigError(f"'backend' = {self.backend!r} is not one of: torch, deepspeed, fsdp")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"'precision' = {self.precision!r} is not one of: {', '.join(PRECISIONS)}")
+        if not self.adam_eps > 0:
+            raise ConfigError(f"'adam_eps' = {self.adam_eps} must be > 0 (default {ADAM_EPS})")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(f"'zero_stage' = {self.zero_stage!r} is not one of: 0, 1, 2, 3")
         if self.optimizer_checkpoint not in ("sharded", "full"):
@@ -334,7 +339,7 @@ class TorchEngine(TrainEngine):
     def __init__(self, cfg: TrainEngineConfig, module: Policy, lr: float, device, value_lr: float | None = None):
         super().__init__(cfg, module, device)
         groups, self.lr_scales = param_groups(module, lr, value_lr)
-        self.optimizer = torch.optim.Adam(groups, lr=lr, eps=ADAM_EPS, foreach=True)
+        self.optimizer = torch.optim.Adam(groups, lr=lr, eps=cfg.adam_eps, foreach=True)
 
     def step(self, loss: torch.Tensor, max_norm: float | None = None) -> StepResult:
         return optimizer_step(self.optimizer, loss, max_norm)
@@ -414,7 +419,7 @@ class FSDPEngine(TrainEngine):
         for m in self.units:  # the root stays gathered after its forward: its shards are the parameters
             m.reshard()
         groups, self.lr_scales = param_groups(module, lr, value_lr)
-        self.optimizer = torch.optim.Adam(groups, lr=lr, eps=ADAM_EPS, foreach=True)
+        self.optimizer = torch.optim.Adam(groups, lr=lr, eps=cfg.adam_eps, foreach=True)
         self._gathered: tuple[dict, dict] | None = None
 
     def loss(self, objective, mb, algo) -> tuple[torch.Tensor, dict]:
@@ -596,7 +601,7 @@ def deepspeed_config(cfg: TrainEngineConfig, lr: float) -> dict:
         "gradient_clipping": 0.0,  # set from max_norm at every step
         "optimizer": {
             "type": "Adam",
-            "params": {"lr": lr, "eps": ADAM_EPS, "weight_decay": 0.0, "adam_w_mode": False, "torch_adam": True},
+            "params": {"lr": lr, "eps": cfg.adam_eps, "weight_decay": 0.0, "adam_w_mode": False, "torch_adam": True},
         },
         "zero_optimization": zero,
         "bf16": {"enabled": cfg.precision == "bf16", "check_grad_overflow": True},

@@ -36,7 +36,7 @@ from mmrl.rollout import evaluate_policy, success_by_task, task_logs
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.collectors import AsyncCollector, build_collector
 from mmrl.trainer.logging import RunLogger, SilentLogger
-from mmrl.trainer.objectives import clip_advantages, compute_advantages, valid_samples, weight_advantages
+from mmrl.trainer.objectives import compute_advantages, prepare_advantages, valid_samples
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 from mmrl.utils import jsonio
 from mmrl.utils.rows import batch_rows
@@ -484,8 +484,10 @@ class Trainer:
         """``algorithm.epochs`` passes of minibatch steps of the objective over the valid samples;
         with ``target_kl`` the update stops after the epoch whose mean approx KL exceeds it."""
         algo = self.cfg.algorithm
-        samples = valid_samples(batch, algo.normalize_advantages)
-        samples = clip_advantages(weight_advantages(samples, algo.pos_weight, algo.neg_weight), algo.adv_clip)
+        per_minibatch = algo.advantage_norm_scope == "minibatch"
+        samples = valid_samples(batch)
+        if not per_minibatch:
+            samples = prepare_advantages(samples, algo, algo.normalize_advantages)
         objective = OBJECTIVES.get(algo.objective)
         self.set_lr()
         self.policy.train()
@@ -495,6 +497,8 @@ class Trainer:
             epochs += 1
             kl, steps = 0.0, 0
             for mb in samples.minibatches(algo.minibatch_size, gen):
+                if per_minibatch:  # the whole minibatch, before it is shared among the ranks
+                    mb = prepare_advantages(mb, algo, algo.normalize_advantages)
                 # with N ranks: this rank's rows of the minibatch, its loss weighted by its share
                 # (DDP averages the gradients), drawing its rows of the minibatch's noise
                 start, count = distributed.share(mb.size, self.ranks)

@@ -4,6 +4,8 @@ task defines no success), all on a tiny Pendulum run."""
 
 import json
 
+import torch
+
 import pytest
 import yaml
 
@@ -60,3 +62,41 @@ def test_diagnostics_and_return_as_the_headline(tmp_path, capsys):
     # Pendulum's raw returns of about -1000
     assert trainer.reward_scaler.rms.var.item() > 1.0
     assert abs(trainer.policy.value(trainer.collector.rollout.obs)).max().item() < 50
+
+
+def advantages_seen(monkeypatch, tmp_path, *extra) -> list:
+    """The advantages of every minibatch the objective was given during a tiny run."""
+    from mmrl.registry import OBJECTIVES
+
+    seen, get = [], OBJECTIVES.get
+
+    def spy(name):
+        objective = get(name)
+
+        def wrapped(policy, mb, algo):
+            seen.append(mb["advantages"].detach().clone())
+            return objective(policy, mb, algo)
+
+        wrapped.needs = objective.needs  # what the config check reads
+        return wrapped
+
+    monkeypatch.setattr(OBJECTIVES, "get", spy)
+    run(tmp_path, *extra)
+    return seen
+
+
+def test_advantages_whitened_per_minibatch_or_over_the_rollout(monkeypatch, tmp_path):
+    per_mb = advantages_seen(monkeypatch, tmp_path / "mb", "algorithm.advantage_norm_scope=minibatch")
+    assert len(per_mb) == 3 * 3 * 2  # iterations x epochs x minibatches of 8 of the 16 decisions
+    for a in per_mb:
+        assert float(a.mean()) == pytest.approx(0.0, abs=1e-5) and float(a.std()) == pytest.approx(1.0, abs=1e-4)
+    whole = advantages_seen(monkeypatch, tmp_path / "all")  # default: once over the rollout's 16
+    assert max(abs(float(a.mean())) for a in whole) > 0.05
+    for i in range(0, len(whole), 2):  # an epoch's two minibatches are the rollout's 16, whitened together
+        a = torch.cat(whole[i : i + 2])
+        assert float(a.mean()) == pytest.approx(0.0, abs=1e-5) and float(a.std()) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_adam_eps_reaches_the_optimizer(tmp_path):
+    trainer, _ = run(tmp_path, "trainer.engine.adam_eps=1e-5")
+    assert {g["eps"] for g in trainer.optimizer.param_groups} == {1e-5}
