@@ -4,9 +4,8 @@ task defines no success), all on a tiny Pendulum run."""
 
 import json
 
-import torch
-
 import pytest
+import torch
 import yaml
 
 pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pip install "mmrl[gym]"')
