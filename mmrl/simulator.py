@@ -46,6 +46,8 @@ class Observation:
     images: list[list[torch.Tensor]] | None = None
     #: per env, the ground truth a reward model reads (e.g. ``{"answer": "3"}``, ``{"color": "red"}``)
     meta: list[dict] | None = None
+    #: per env, the videos of a question (sources a VLM decodes: paths, frames, ... see `mmrl.video`)
+    videos: list[list] | None = None
 
     def index(self, idx: torch.Tensor) -> Observation:
         rows = idx.tolist() if idx.dtype != torch.bool else idx.nonzero().flatten().tolist()
@@ -55,6 +57,7 @@ class Observation:
             None if self.state is None else self.state[idx],
             None if self.images is None else [self.images[i] for i in rows],
             None if self.meta is None else [self.meta[i] for i in rows],
+            None if self.videos is None else [self.videos[i] for i in rows],
         )
 
 
@@ -329,6 +332,7 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
             None if new.state is None else new.state.clone(),
             None if new.images is None else list(new.images),
             None if new.meta is None else list(new.meta),
+            None if new.videos is None else list(new.videos),
         )
     # one simulator's observations: each field is there in all of them, or in none
     acc.image[rows] = new.image[rows]
@@ -343,4 +347,7 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
         if acc.meta is not None:
             assert new.meta is not None
             acc.meta[i] = new.meta[i]
+        if acc.videos is not None:
+            assert new.videos is not None
+            acc.videos[i] = new.videos[i]
     return acc

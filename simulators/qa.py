@@ -11,8 +11,10 @@ decides ``success`` from its threshold (accuracy for 0/1 rewards with threshold 
 (environments reset with the same seed) answers the same question.
 
 Observations: ``images`` holds each question's images at dataset resolution (uint8 ``[H, W, 3]``,
-any size and count; pixel budgets are applied by the dataset at load time); ``image`` holds a
-``thumb_size`` thumbnail of the first image (videos and grids); ``instruction`` is the question.
+any size and count; pixel budgets are applied by the dataset at load time); ``videos`` (when the
+dataset has a ``videos`` column: per question a list of video sources, `mmrl.video`) holds them
+undecoded, the policy decodes and samples them; ``image`` holds a ``thumb_size`` thumbnail of the
+first image, else of the first video's first frame (for logged grids); ``instruction`` is the question.
 
 Data order: the question of reset seed ``s`` is ``perm_e[s mod P]`` with ``e = s // P`` and
 ``perm_e`` a permutation of the P questions drawn from ``(shuffle_seed, e)``. The trainer gives
@@ -34,6 +36,20 @@ def thumbnail(image: torch.Tensor, size: int) -> torch.Tensor:
     x = image.permute(2, 0, 1)[None].float()
     x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
     return x[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8)
+
+
+def check_video_paths(videos: list[list], where: str) -> None:
+    """Fail at load, naming the question, if a video given as a file path does not exist."""
+    from pathlib import Path
+
+    for i, sources in enumerate(videos):
+        for v in sources:
+            path = v if isinstance(v, (str, Path)) else v.get("path") if isinstance(v, dict) else None
+            if path is not None and not (isinstance(v, dict) and v.get("bytes")) and not Path(path).is_file():
+                raise FileNotFoundError(
+                    f"question {i} of {where}: video file {path} does not exist. Fix: correct the dataset's "
+                    f"'videos' column (relative paths are read from {Path.cwd()})"
+                )
 
 
 class QASim(Simulator):
@@ -77,6 +93,9 @@ class QASim(Simulator):
         self.prompts: list[str] = list(data["prompt"])
         self.images: list[list[torch.Tensor]] = [list(x) for x in data["images"]]
         self.meta: list[dict] = list(data["meta"])
+        self.videos: list[list] | None = [list(v) for v in data["videos"]] if "videos" in data else None
+        if self.videos is not None:
+            check_video_paths(self.videos, f"'{dataset}' ({split})")
         self.solutions: list[str] = list(data.get("solution") or [str(m.get("answer", "")) for m in self.meta])
         self.num_envs, self.shuffle_seed, self.thumb_size = int(num_envs), int(shuffle_seed), int(thumb_size)
         self.image_shape = (self.thumb_size, self.thumb_size, 3)
@@ -104,24 +123,31 @@ class QASim(Simulator):
         rows = self._idx.tolist()
         for i in rows:
             if i not in self._thumbs:
-                self._thumbs[i] = (
-                    thumbnail(self.images[i][0], self.thumb_size)
-                    if self.images[i]
-                    else torch.zeros(self.image_shape, dtype=torch.uint8)
-                )
+                self._thumbs[i] = self._thumbnail(i)
         thumbs = torch.stack([self._thumbs[i] for i in rows])
         return Observation(
             thumbs.to(self.device),
             [self.prompts[i] for i in rows],
             images=[self.images[i] for i in rows],
             meta=[self.meta[i] for i in rows],
+            videos=None if self.videos is None else [self.videos[i] for i in rows],
         )
 
+    def _thumbnail(self, i: int) -> torch.Tensor:
+        if self.images[i]:
+            return thumbnail(self.images[i][0], self.thumb_size)
+        if self.videos is not None and self.videos[i]:
+            from mmrl.video import first_frame
+
+            return thumbnail(first_frame(self.videos[i][0]), self.thumb_size)
+        return torch.zeros(self.image_shape, dtype=torch.uint8)
+
     def record(self, i: int) -> dict:
-        """Question ``i`` as a dict (prompt, images, meta, solution)."""
+        """Question ``i`` as a dict (prompt, images, videos, meta, solution)."""
         return {
             "prompt": self.prompts[i],
             "images": self.images[i],
+            "videos": [] if self.videos is None else self.videos[i],
             "meta": self.meta[i],
             "solution": self.solutions[i],
         }

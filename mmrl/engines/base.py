@@ -39,10 +39,12 @@ class SamplingConfig:
 
 @dataclass
 class GenRequest:
-    """One prompt: chat-templated text and its images (PIL, in placeholder order)."""
+    """One prompt: chat-templated text, its images (PIL) and its videos (`mmrl.video.Clip`: frames
+    already chosen), each in placeholder order."""
 
     text: str
     images: list = field(default_factory=list)
+    videos: list = field(default_factory=list)
 
 
 @dataclass

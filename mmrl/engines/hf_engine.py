@@ -35,13 +35,9 @@ class HFEngine(RolloutEngine):
 
     def encode(self, requests: list[GenRequest]) -> dict[str, torch.Tensor]:
         """Left-padded processor outputs for a batch of requests, on the model's device."""
-        texts = [r.text for r in requests]
-        if any(r.images for r in requests):
-            enc = self.processor(
-                text=texts, images=[r.images for r in requests], return_tensors="pt", padding=True, padding_side="left"
-            )
-        else:
-            enc = self.processor(text=texts, return_tensors="pt", padding=True, padding_side="left")
+        enc = self.processor(
+            text=[r.text for r in requests], return_tensors="pt", padding=True, padding_side="left", **media(requests)
+        )
         dtype = next(self.model.parameters()).dtype
         return {
             k: v.to(self.device, dtype=dtype if v.is_floating_point() else None)
@@ -112,6 +108,23 @@ class HFEngine(RolloutEngine):
                     unknown.append(name)
         if unknown:
             raise KeyError(f"weights not in the engine's model: {sorted(unknown)[:5]}")
+
+
+def media(requests: list[GenRequest]) -> dict:
+    """The processor's image and video arguments for a batch of requests: ``images`` nested per
+    request; ``videos`` flat in placeholder order with their ``video_metadata`` (the frames are
+    already chosen, `mmrl.video`, so the processor must not sample again: ``do_sample_frames=False``)."""
+    kw: dict = {}
+    if any(r.images for r in requests):
+        kw["images"] = [r.images for r in requests]
+    clips = [c for r in requests for c in r.videos]
+    if clips:
+        kw.update(
+            videos=[c.frames.numpy() for c in clips],
+            video_metadata=[c.metadata() for c in clips],
+            do_sample_frames=False,
+        )
+    return kw
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:

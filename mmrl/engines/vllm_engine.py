@@ -160,6 +160,11 @@ class VLLMEngine(RolloutEngine):
     def prompt(request: GenRequest) -> dict:
         """vLLM's prompt dict for one request; images go in ``multi_modal_data`` only when present."""
         prompt: dict[str, Any] = {"prompt": request.text}
+        if request.videos:
+            raise NotImplementedError(
+                "video questions run on the Hugging Face engine for now: set policy.engine=hf (vLLM video input "
+                "is not wired yet)"
+            )
         if request.images:
             prompt["multi_modal_data"] = {"image": list(request.images)}
         return prompt

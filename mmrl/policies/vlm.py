@@ -1,16 +1,19 @@
-"""Vision-language model policy for reasoning RL (GRPO family): image(s) + question -> text answer.
+"""Vision-language model policy for reasoning RL (GRPO family): image(s) / video(s) + question -> text answer.
 
-    question images (any size, pixel budget applied by the dataset) + question text
-      -> chat template (optional system prompt; one image placeholder per image, then the text)
+    question images (any size, pixel budget applied by the dataset), videos, question text
+      -> videos decoded once per iteration, frames chosen (`mmrl.video`: policy.video_fps,
+         video_max_frames, video_max_pixels)
+      -> chat template (optional system prompt; one placeholder per video, then per image, then the text)
       -> rollout engine (`mmrl.engines`: Hugging Face ``generate`` or vLLM) samples a completion
       -> the completion's text goes to the simulator (`simulators.qa.QASim`) as bytes, scored there
 
 Models: any transformers ``AutoModelForImageTextToText`` checkpoint by hub id or local path
 (Qwen2.5-VL / Qwen3-VL, SmolVLM, Gemma 3, ...), or ``model: tiny``: a tiny random-weight SmolVLM
 (`mmrl.tiny.tiny_models`, real Idefics3 classes, offline-trained tokenizer) for the embedded
-demo and tests. Fine-tuning: ``full`` or ``lora`` (peft, on every linear layer of the language
-model; the vision tower gets no adapter unless ``lora_vision``); ``freeze_vision`` freezes the
-vision encoder in full fine-tuning.
+demo and tests, or ``model: tiny-qwen2.5-vl`` (`mmrl.tiny.tiny_qwen_vl`, images and videos).
+Fine-tuning: ``full`` or ``lora`` (peft, on every linear layer of the language model; the vision
+tower gets no adapter unless ``lora_vision``); ``freeze_vision`` freezes the vision encoder in full
+fine-tuning.
 
 Log-probs. ``logp`` is per completion token, ``[B, max_new_tokens]`` with ``logp_mask`` marking
 the real tokens (the stop token included): ``log_softmax(logits / temperature)`` at the token,
@@ -21,11 +24,20 @@ then ``engine_logp`` is kept beside ``old_logp``, ``rollout_stats`` reports thei
 (mean |diff| and max) and ``tis_cap`` = C adds truncated importance-sampling weights
 ``min(exp(old_logp - engine_logp), C)`` (``is_weight``) that the PPO loss multiplies in.
 
-Replay. A rollout keeps each sample's processor outputs (prompt token ids, pixel values, grids) in
-a per-iteration cache keyed by the batch's ``uid``; `evaluate` collates them (left-padded prompts,
-pixel tensors concatenated on dim 0, zero-padded where image sizes differ) so images are processed
-once per iteration; `sync_rollout` (after each update) clears the cache and releases the engine's
-multi-modal caches, so memory stays bounded.
+Videos. A question's videos (``Observation.videos``: file paths, frames, or undecoded
+``datasets.Video`` values, see `mmrl.video`) are decoded once per iteration (`mmrl.video.ClipCache`:
+a GRPO group shares its question's clip), their frames chosen and fitted to the pixel budget, then
+given to the processor's own video path (``videos=`` with ``{"type": "video"}`` in the chat
+template), so the model's own video positions are used (Qwen2.5-VL: ``pixel_values_videos``,
+``video_grid_thw``, ``second_per_grid_ts`` and ``mm_token_type_ids`` for its 3D rope). A processor
+without a video path (Idefics3 / SmolVLM v1) gets the chosen frames as images, in order.
+
+Replay. A rollout keeps each sample's processor outputs (prompt token ids, the per-token modality
+ids, pixel values and video tensors, grids) in a per-iteration cache keyed by the batch's ``uid``;
+`evaluate` collates them (left-padded prompts, pixel tensors concatenated on dim 0, zero-padded
+where image sizes differ) so images and videos are processed once per iteration; `sync_rollout`
+(after each update) clears the cache and the decoded clips and releases the engine's multi-modal
+caches, so memory stays bounded.
 
 Reference for the KL term (``reference``): ``adapter`` (LoRA switched off) or ``copy`` (a frozen
 copy of the weights after the warm start); rollouts then carry ``ref_logp``.
@@ -57,6 +69,13 @@ from mmrl.simulator import Completions
 from mmrl.utils.rows import rows_generator
 
 MM_SKIP = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
+#: processor outputs kept per prompt token (left-padded with the prompt, zero over the completion)
+PER_TOKEN = ("prompt_ids", "mm_token_type_ids")
+#: ``policy.model`` names built here (random weights, offline) -> (module, builder)
+TINY_MODELS = {
+    "tiny": ("mmrl.tiny.tiny_models", "tiny_image_text_model"),
+    "tiny-qwen2.5-vl": ("mmrl.tiny.tiny_qwen_vl", "tiny_qwen_vl_model"),
+}
 
 
 @dataclass
@@ -64,7 +83,7 @@ class VLMConfig(PolicyConfig):
     """Configuration of `VLMPolicy` (the ``policy`` section of an experiment)."""
 
     type: str = "vlm"
-    model: str = "Qwen/Qwen2.5-VL-3B-Instruct"  # hub id / local path, or "tiny" (built here, random)
+    model: str = "Qwen/Qwen2.5-VL-3B-Instruct"  # hub id / local path, or "tiny" / "tiny-qwen2.5-vl" (built here)
     trust_remote_code: bool = False
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     engine: Literal["hf", "vllm"] = "hf"
@@ -88,6 +107,15 @@ class VLMConfig(PolicyConfig):
     tis_cap: float | None = None  # truncated importance sampling cap (with recompute_logp)
     gradient_checkpointing: bool = False
     tiny_seed: int = 0
+    video_fps: float | None = 2.0  # frames per second sampled from a question's video; null: every frame
+    video_max_frames: int = 16  # at most this many frames per video (evenly spaced)
+    video_max_pixels: int | None = None  # per-frame pixel budget before the processor (aspect kept)
+    video_frames_fps: float = 2.0  # the rate of a video given as a list of frames
+
+    def video_options(self):
+        from mmrl.video import VideoOptions
+
+        return VideoOptions(self.video_fps, self.video_max_frames, self.video_max_pixels, self.video_frames_fps)
 
     def validate(self) -> None:
         if "{question}" not in self.prompt:
@@ -100,6 +128,10 @@ class VLMConfig(PolicyConfig):
             raise ConfigError("'reference: adapter' needs finetune: lora; use reference: copy for full fine-tuning")
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ConfigError(f"'tis_cap' must be > 0 or null, got {self.tis_cap}")
+        try:
+            self.video_options()
+        except ValueError as e:
+            raise ConfigError(f"policy.video_{e}") from None
 
 
 class VLMPolicy(Policy[VLMConfig]):
@@ -158,6 +190,10 @@ class VLMPolicy(Policy[VLMConfig]):
             raise ConfigError("'tis_cap' needs recompute_logp: true (the engine's log-probs are the old ones)")
         self._engine: RolloutEngine | None = None  # made on first use (`engine`)
         self._cache: dict[int, dict] = {}
+        from mmrl.video import ClipCache
+
+        self._clips = ClipCache(cfg.video_options())  # decoded videos of this iteration
+        self.video_path = getattr(processor, "video_processor", None) is not None  # else frames go as images
         self._next_uid = 0
         self._sft: dict | None = None
         self._stats: dict[str, float] = {}
@@ -213,7 +249,7 @@ class VLMPolicy(Policy[VLMConfig]):
         """A local folder vLLM can load: the configured path, or the current weights saved."""
         from pathlib import Path
 
-        if self.cfg.model != "tiny" and Path(self.cfg.model).exists() and self.cfg.finetune == "full":
+        if self.cfg.model not in TINY_MODELS and Path(self.cfg.model).exists() and self.cfg.finetune == "full":
             return self.cfg.model
         folder = tempfile.mkdtemp(prefix="mmrl_vllm_")
         lm = self._lm()
@@ -226,40 +262,57 @@ class VLMPolicy(Policy[VLMConfig]):
         if self._engine is not None and self.cfg.engine != "hf":
             self._engine.load_weights(stream_weights(self.model))  # tensor by tensor, gathered from shards
 
-    def question_text(self, question: str, num_images: int) -> str:
+    def question_text(self, question: str, num_images: int, num_videos: int = 0) -> str:
         text = self.cfg.prompt.format(question=question)
         messages = []
         if self.cfg.system_prompt:
             messages.append({"role": "system", "content": [{"type": "text", "text": self.cfg.system_prompt}]})
-        content = [{"type": "image"} for _ in range(num_images)] + [{"type": "text", "text": text}]
-        messages.append({"role": "user", "content": content})
+        content = [{"type": "video"} for _ in range(num_videos)] + [{"type": "image"} for _ in range(num_images)]
+        messages.append({"role": "user", "content": content + [{"type": "text", "text": text}]})
         if getattr(self.processor, "chat_template", None):
             return self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        token = getattr(self.processor, "image_token", None) or "<image>"
-        return token * num_images + text
+        image = getattr(self.processor, "image_token", None) or "<image>"
+        video = getattr(self.processor, "video_token", None) or "<video>"
+        return video * num_videos + image * num_images + text
 
-    def requests(self, questions: list[str], images: list[list[torch.Tensor]]) -> list[GenRequest]:
+    def requests(
+        self, questions: list[str], images: list[list[torch.Tensor]], videos: list[list] | None = None
+    ) -> list[GenRequest]:
+        """One `GenRequest` per question: images as PIL, videos (sources, `mmrl.video`) decoded once
+        per iteration into clips; with a processor that has no video path, a clip's frames are
+        images, placed before the question's own images."""
         from PIL import Image
 
-        return [
-            GenRequest(self.question_text(q, len(imgs)), [Image.fromarray(im.cpu().numpy()) for im in imgs])
-            for q, imgs in zip(questions, images)
-        ]
+        out = []
+        for q, imgs, vids in zip(questions, images, videos or [[]] * len(questions)):
+            clips = [self._clips.get(v) for v in vids]
+            if not self.video_path:
+                imgs = [f for c in clips for f in c.frames] + list(imgs)
+                clips = []
+            pil = [Image.fromarray(im.cpu().numpy()) for im in imgs]
+            out.append(GenRequest(self.question_text(q, len(pil), len(clips)), pil, clips))
+        return out
 
     def encode_one(self, req: GenRequest) -> dict:
-        """Processor outputs of one request: ``prompt_ids`` [Lp] and the pixel tensors."""
-        kw = {"images": [req.images]} if req.images else {}
-        enc = self.processor(text=[req.text], return_tensors="pt", **kw)
+        """Processor outputs of one request: ``prompt_ids`` [Lp], ``mm_token_type_ids`` [Lp] where the
+        processor gives them (0 text, 1 image, 2 video: Qwen-VL's 3D rope reads them) and the pixel
+        / video tensors (e.g. ``pixel_values_videos`` [patches, D], ``video_grid_thw`` [V, 3],
+        ``second_per_grid_ts`` [V])."""
+        from mmrl.engines.hf_engine import media
+
+        enc = self.processor(text=[req.text], return_tensors="pt", **media([req]))
         out = {"prompt_ids": enc["input_ids"][0]}
+        if isinstance(enc.get("mm_token_type_ids"), torch.Tensor):
+            out["mm_token_type_ids"] = enc["mm_token_type_ids"][0]
         out.update({k: v for k, v in enc.items() if k not in MM_SKIP and isinstance(v, torch.Tensor)})
         return out
 
     def encode_unique(self, reqs: list[GenRequest]) -> list[dict]:
-        """`encode_one` per request, once per distinct (text, images) -- a GRPO group shares one."""
+        """`encode_one` per request, once per distinct (text, images, clips) -- a GRPO group shares one."""
         done: dict = {}
         out = []
         for r in reqs:
-            key = (r.text, tuple(im.tobytes() for im in r.images))
+            key = (r.text, tuple(im.tobytes() for im in r.images), tuple(id(c) for c in r.videos))
             if key not in done:
                 done[key] = self.encode_one(r)
             out.append(done[key])
@@ -271,6 +324,10 @@ class VLMPolicy(Policy[VLMConfig]):
             return [list(x) for x in obs.images]
         img = obs.image
         return [list(img[i]) if img.dim() == 5 else [img[i]] for i in range(img.shape[0])]
+
+    @staticmethod
+    def _obs_videos(obs) -> list[list]:
+        return [list(v) for v in obs.videos] if obs.videos is not None else [[] for _ in obs.instruction]
 
     # ---- forward over [prompt, completion] ----------------------------------------------------
     def _forward_logp(
@@ -288,15 +345,20 @@ class VLMPolicy(Policy[VLMConfig]):
         pad = self.tokenizer.pad_token_id or 0
         prompt = torch.full((len(entries), plen), pad, dtype=torch.long)
         pmask = torch.zeros(len(entries), plen, dtype=torch.long)
+        types = torch.zeros(len(entries), plen + completion.shape[1], dtype=torch.long)  # completion: text
         for i, e in enumerate(entries):  # left padding
             n = e["prompt_ids"].shape[0]
             prompt[i, plen - n :], pmask[i, plen - n :] = e["prompt_ids"], 1
+            if "mm_token_type_ids" in e:
+                types[i, plen - n : plen] = e["mm_token_type_ids"]
         ids = torch.cat([prompt, completion.cpu()], 1).to(dev)
         attn = torch.cat([pmask, mask.cpu().long()], 1).to(dev)
         kw = collate_pixels(entries, dev, next(lm.parameters()).dtype)
         base = lm.model
         if not hasattr(base, "get_rope_index"):  # 1-D rotary positions: count real tokens only
             kw["position_ids"] = (attn.cumsum(-1) - 1).clamp(min=0)
+        elif any("mm_token_type_ids" in e for e in entries):  # the model's 3D positions (Qwen-VL) read them
+            kw["mm_token_type_ids"] = types.to(dev)
         hidden = base(input_ids=ids, attention_mask=attn, return_dict=True, **kw).last_hidden_state
         pred = hidden[:, plen - 1 : plen - 1 + completion.shape[1]]
         logits = lm.get_output_embeddings()(pred).float() / self.cfg.temperature
@@ -317,7 +379,7 @@ class VLMPolicy(Policy[VLMConfig]):
     @torch.no_grad()
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         train = mode == "train"
-        reqs = self.requests(list(obs.instruction), self._obs_images(obs))
+        reqs = self.requests(list(obs.instruction), self._obs_images(obs), self._obs_videos(obs))
         g = rows_generator(generator)  # with N ranks: one of its own per rank (mmrl.utils.rows)
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g, device=g.device)) if g is not None else None
         sampling = SamplingConfig(
@@ -379,26 +441,30 @@ class VLMPolicy(Policy[VLMConfig]):
         return dict(self._stats)
 
     def sync_rollout(self) -> None:
-        """After an update: clear the rollout cache, push weights to an out-of-process engine and
-        release its multi-modal caches."""
+        """After an update: clear the rollout cache and the decoded videos, push weights to an
+        out-of-process engine and release its multi-modal caches."""
         self._cache.clear()
+        self._clips.clear()
         self._push_weights()
         if self._engine is not None:
             self._engine.release_cache()
 
     def after_warm_start(self) -> None:
+        self._clips.clear()  # the warm start's decoded videos
         if self.ref_model is not None:
             self.ref_model.load_state_dict(self.model.state_dict())
         self._push_weights()
 
     # ---- supervised warm start (SFT) ----------------------------------------------------------
     def warm_start_batch(self, data: dict) -> Batch:
-        """Keep a VLM dataset (prompt, images, solution) for `supervised_loss`; rows are indices."""
+        """Keep a VLM dataset (prompt, images, optional videos, solution) for `supervised_loss`; rows
+        are indices."""
         for key in ("prompt", "images"):
             if key not in data:
                 raise ValueError(f"VLM warm start needs a dataset with '{key}' (and 'solution' or meta answers)")
-        sol = data.get("solution") or [str(m["answer"]) for m in data["meta"]]
-        self._sft = {"prompt": list(data["prompt"]), "images": list(data["images"]), "solution": list(sol)}
+        sol = list(data.get("solution") or [str(m["answer"]) for m in data["meta"]])
+        videos = list(data.get("videos") or [[] for _ in sol])
+        self._sft = {"prompt": list(data["prompt"]), "images": list(data["images"]), "videos": videos, "solution": sol}
         return Batch(index=torch.arange(len(sol)))
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
@@ -406,7 +472,9 @@ class VLMPolicy(Policy[VLMConfig]):
         rows = batch["index"].tolist()
         d = self._sft
         assert d is not None, "warm_start_batch keeps the dataset whose rows supervised_loss takes"
-        reqs = self.requests([d["prompt"][i] for i in rows], [d["images"][i] for i in rows])
+        reqs = self.requests(
+            [d["prompt"][i] for i in rows], [d["images"][i] for i in rows], [d["videos"][i] for i in rows]
+        )
         targets = [
             self.tokenizer(d["solution"][i], add_special_tokens=False)["input_ids"] + [self.stop_id] for i in rows
         ]
@@ -420,35 +488,41 @@ class VLMPolicy(Policy[VLMConfig]):
         """Fail if any question of ``sim`` (a `QASim`) exceeds ``max_prompt_tokens`` once processed."""
         from tqdm import tqdm
 
-        limit, image_id = self.cfg.max_prompt_tokens, getattr(self.processor, "image_token_id", None)
+        limit = self.cfg.max_prompt_tokens
+        media_ids = [getattr(self.processor, k, None) for k in ("image_token_id", "video_token_id")]
+        media_ids = [t for t in media_ids if t is not None]
         items = range(len(sim.prompts))
         for i in tqdm(items, desc="checking prompt lengths", disable=len(items) < 20000):
             rec = sim.record(i)
-            ids = self.encode_one(self.requests([rec["prompt"]], [rec["images"]])[0])["prompt_ids"]
+            ids = self.encode_one(self.requests([rec["prompt"]], [rec["images"]], [rec.get("videos", [])])[0])
+            ids = ids["prompt_ids"]
             if ids.shape[0] > limit:
-                n_img = int((ids == image_id).sum()) if image_id is not None else "?"
+                n_img = int(sum((ids == t).sum() for t in media_ids)) if media_ids else "?"
                 raise ValueError(
                     f"question {i} of '{sim.dataset_name}' ({sim.split}) needs {ids.shape[0]} prompt tokens "
-                    f"({n_img} of them image tokens) > policy.max_prompt_tokens={limit}; truncating it would cut "
-                    f"image tokens. Fix: raise policy.max_prompt_tokens or lower the dataset's max_pixels "
+                    f"({n_img} of them image / video tokens) > policy.max_prompt_tokens={limit}; truncating it "
+                    f"would cut image tokens. Fix: raise policy.max_prompt_tokens or lower the dataset's max_pixels "
+                    f"(videos: policy.video_max_frames / video_fps / video_max_pixels) "
                     f"(question: {rec['prompt'][:60]!r})"
                 )
+        self._clips.clear()
 
 
 # ---- loading, LoRA, weights -----------------------------------------------------------------
 def load_vlm(cfg: VLMConfig):
-    """``AutoModelForImageTextToText`` + ``AutoProcessor`` from ``cfg.model`` (or the tiny SmolVLM)."""
+    """``AutoModelForImageTextToText`` + ``AutoProcessor`` from ``cfg.model`` (or a `TINY_MODELS` one)."""
     from mmrl.utils.compat import patch_torchvision
 
     patch_torchvision()
-    if cfg.model == "tiny":
-        if cfg.engine == "vllm":  # vLLM's CPU attention needs head size >= 32
-            from mmrl.tiny.tiny_vllm import tiny_vllm_image_text_model
+    if cfg.model == "tiny" and cfg.engine == "vllm":  # vLLM's CPU attention needs head size >= 32
+        from mmrl.tiny.tiny_vllm import tiny_vllm_image_text_model
 
-            return tiny_vllm_image_text_model(seed=cfg.tiny_seed)
-        from mmrl.tiny.tiny_models import tiny_image_text_model
+        return tiny_vllm_image_text_model(seed=cfg.tiny_seed)
+    if cfg.model in TINY_MODELS:
+        import importlib
 
-        return tiny_image_text_model(seed=cfg.tiny_seed)
+        module, builder = TINY_MODELS[cfg.model]
+        return getattr(importlib.import_module(module), builder)(seed=cfg.tiny_seed)
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     dtype = cfg.dtype if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
@@ -574,13 +648,14 @@ def pad_right(
 
 def collate_pixels(entries: list[dict], device, dtype) -> dict[str, torch.Tensor]:
     """Per-sample processor tensors -> one batch: concatenated on dim 0, zero-padded on the other
-    dims where sizes differ (Idefics3's pixel mask marks the padding; Qwen-VL's flat patches and
-    grids concatenate as they are)."""
+    dims where sizes differ (Idefics3's pixel mask marks the padding; Qwen-VL's flat patches, grids
+    and ``second_per_grid_ts`` concatenate as they are). A key some samples lack (a video question
+    beside image questions) takes the parts of those that have it, in batch order, as Qwen-VL's flat
+    layout expects; the `PER_TOKEN` keys are the caller's."""
     out = {}
-    for key in entries[0]:
-        if key == "prompt_ids":
-            continue
-        parts = [e[key] for e in entries]
+    keys = [k for e in entries for k in e if k not in PER_TOKEN]
+    for key in dict.fromkeys(keys):
+        parts = [e[key] for e in entries if key in e]
         shape = [max(p.shape[d] for p in parts) for d in range(1, parts[0].dim())]
         padded = []
         for p in parts:
@@ -601,4 +676,5 @@ __all__ = [
     "merged_state_dict",
     "stream_weights",
     "collate_pixels",
+    "TINY_MODELS",
 ]
