@@ -11,8 +11,9 @@ A simulator holds ``num_envs`` environments and is driven in batches of torch te
   whose episode ends inside a chunk ignores the rest of the chunk. Returns a `StepResult`.
 - Actions come in the simulator's ``action_type`` (`ACTION_TYPES`), the natural type of what the
   policy produces: ``"chunk"`` float ``[N, C, A]`` (robots), ``"text"`` a list of N `Completions`
-  (VLM answers), ``"image"`` uint8 ``[N, H, W, 3]`` (generated images). Text and image simulators
-  are single-turn: every episode is one decision.
+  (VLM answers), ``"image"`` uint8 ``[N, H, W, 3]`` (generated images). Image simulators are
+  single-turn: every episode is one decision; a text simulator's episode is one answer, or several
+  turns of a conversation with tools (``Observation.messages``, `simulators.tool_env`).
 - Rewards: a simulator returns its own task reward. Reward models (``rewards/``) are not the
   simulator's business: the trainer's reward stage (`mmrl.trainer.reward_stage.RewardStage`) scores what the
   policy produced against ``Observation.instruction`` and ``Observation.meta``.
@@ -48,6 +49,13 @@ class Observation:
     meta: list[dict] | None = None
     #: per env, the videos of a question (sources a VLM decodes: paths, frames, ... see `mmrl.video`)
     videos: list[list] | None = None
+    #: per env, the conversation so far of a multi-turn episode (`mmrl.tools`): chat messages in the
+    #: transformers chat-template format (``{"role", "content"}``; content a str or a list of items
+    #: ``{"type": "text", "text"}`` / ``{"type": "image", "image": uint8 [H, W, 3]}``, tool results
+    #: as ``role: "tool"``); a VLM policy then renders it instead of ``instruction`` + ``images``
+    messages: list[list[dict]] | None = None
+    #: per env, the JSON schemas of the tools the conversation may call (the chat template's ``tools=``)
+    tools: list[list[dict]] | None = None
 
     def index(self, idx: torch.Tensor) -> Observation:
         rows = idx.tolist() if idx.dtype != torch.bool else idx.nonzero().flatten().tolist()
@@ -58,6 +66,8 @@ class Observation:
             None if self.images is None else [self.images[i] for i in rows],
             None if self.meta is None else [self.meta[i] for i in rows],
             None if self.videos is None else [self.videos[i] for i in rows],
+            None if self.messages is None else [self.messages[i] for i in rows],
+            None if self.tools is None else [self.tools[i] for i in rows],
         )
 
 
@@ -333,6 +343,8 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
             None if new.images is None else list(new.images),
             None if new.meta is None else list(new.meta),
             None if new.videos is None else list(new.videos),
+            None if new.messages is None else list(new.messages),
+            None if new.tools is None else list(new.tools),
         )
     # one simulator's observations: each field is there in all of them, or in none
     acc.image[rows] = new.image[rows]
@@ -350,4 +362,10 @@ def _merge_final(acc: Observation | None, new: Observation | None, rows: torch.T
         if acc.videos is not None:
             assert new.videos is not None
             acc.videos[i] = new.videos[i]
+        if acc.messages is not None:
+            assert new.messages is not None
+            acc.messages[i] = new.messages[i]
+        if acc.tools is not None:
+            assert new.tools is not None
+            acc.tools[i] = new.tools[i]
     return acc

@@ -55,4 +55,10 @@ SIMULATORS.register(
     description="visual question answering with a checkable answer scored by a text reward (VLM RL)",
 )
 
+SIMULATORS.register(
+    "tool_env",
+    f"{__name__}.tool_env:ToolEnvSim",
+    description="multi-turn visual question answering with tools (text or image results) scored by a text reward",
+)
+
 __all__ = ["Observation", "StepResult", "Simulator", "check_simulator"]

@@ -158,18 +158,22 @@ class QASim(Simulator):
         self._idx = self.question_index(seeds)
         return self._obs()
 
-    def step_chunk(self, actions: Completions) -> StepResult:
-        """Each env's answer ends its episode; reward 0 (the reward stage scores the answer)."""
+    def check_answers(self, actions) -> None:
+        """ValueError unless ``actions`` are ``num_envs`` answers (`Completions`, a list of str)."""
         if (
             not isinstance(actions, list)
             or len(actions) != self.num_envs
             or not all(isinstance(a, str) for a in actions)
         ):
             raise ValueError(
-                f"QASim takes {self.num_envs} answers (Completions, a list of str), got "
+                f"{type(self).__name__} takes {self.num_envs} answers (Completions, a list of str), got "
                 f"{type(actions).__name__} of length "
                 f"{len(actions) if hasattr(actions, '__len__') else '?'}"
             )
+
+    def step_chunk(self, actions: Completions) -> StepResult:
+        """Each env's answer ends its episode; reward 0 (the reward stage scores the answer)."""
+        self.check_answers(actions)
         n, dev = self.num_envs, self.device
         done = torch.ones(n, dtype=torch.bool, device=dev)
         final = self._obs()

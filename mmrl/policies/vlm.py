@@ -32,6 +32,17 @@ template), so the model's own video positions are used (Qwen2.5-VL: ``pixel_valu
 ``video_grid_thw``, ``second_per_grid_ts`` and ``mm_token_type_ids`` for its 3D rope). A processor
 without a video path (Idefics3 / SmolVLM v1) gets the chosen frames as images, in order.
 
+Multi-turn episodes (tools). An observation with ``messages`` (`mmrl.simulator.Observation`, set
+by `simulators.tool_env`) is a conversation so far: system / user messages, this policy's earlier
+turns, tool results (``role: "tool"``, text or images). Each decision renders it with
+``processor.apply_chat_template(messages, tools=<the observation's tool schemas>,
+add_generation_prompt=True)`` (the policy's ``system_prompt`` first where it has none; ``prompt``
+applies to single-turn questions only), its image items in order as images (videos as clips), and
+samples one assistant turn. Everything before the turn is prompt: ``logp_mask`` covers the
+turn's own tokens, never the tool results or earlier turns, which are cached per turn like any
+prompt (ratio 1 before the first update). An earlier turn re-enters the next prompt as its text,
+tokenized again (as TRL and verl do; a non-canonical BPE split of it may tokenize differently).
+
 Replay. A rollout keeps each sample's processor outputs (prompt token ids, the per-token modality
 ids, pixel values and video tensors, grids) in a per-iteration cache keyed by the batch's ``uid``;
 `evaluate` collates them (left-padded prompts, pixel tensors concatenated on dim 0, zero-padded
@@ -276,15 +287,24 @@ class VLMPolicy(Policy[VLMConfig]):
         return video * num_videos + image * num_images + text
 
     def requests(
-        self, questions: list[str], images: list[list[torch.Tensor]], videos: list[list] | None = None
+        self,
+        questions: list[str],
+        images: list[list[torch.Tensor]],
+        videos: list[list] | None = None,
+        messages: list[list[dict]] | None = None,
+        tools: list[list[dict]] | None = None,
     ) -> list[GenRequest]:
         """One `GenRequest` per question: images as PIL, videos (sources, `mmrl.video`) decoded once
         per iteration into clips; with a processor that has no video path, a clip's frames are
-        images, placed before the question's own images."""
+        images, placed before the question's own images. Where ``messages`` (per question, a
+        conversation) is given, the request is `chat_request` of it and ``tools`` (JSON schemas)."""
         from PIL import Image
 
         out = []
-        for q, imgs, vids in zip(questions, images, videos or [[]] * len(questions)):
+        for i, (q, imgs, vids) in enumerate(zip(questions, images, videos or [[]] * len(questions))):
+            if messages is not None and messages[i] is not None:
+                out.append(self.chat_request(messages[i], tools[i] if tools is not None else None))
+                continue
             clips = [self._clips.get(v) for v in vids]
             if not self.video_path:
                 imgs = [f for c in clips for f in c.frames] + list(imgs)
@@ -292,6 +312,55 @@ class VLMPolicy(Policy[VLMConfig]):
             pil = [Image.fromarray(im.cpu().numpy()) for im in imgs]
             out.append(GenRequest(self.question_text(q, len(pil), len(clips)), pil, clips))
         return out
+
+    def chat_request(self, messages: list[dict], tools: list[dict] | None = None) -> GenRequest:
+        """The request of a conversation (`mmrl.simulator.Observation.messages`): rendered by the chat
+        template with ``tools`` (JSON schemas) and the generation prompt, after this policy's
+        ``system_prompt`` where the conversation has no system message; its image items (uint8
+        ``[H, W, 3]`` tensors or arrays, PIL images) become the request's images and its video items
+        (`mmrl.video` sources) its clips, in order (frames as images without a video path)."""
+        from PIL import Image
+
+        from mmrl.tools import as_image
+
+        if not getattr(self.processor, "chat_template", None):
+            raise ValueError(
+                f"multi-turn episodes need a chat template, and the processor of {self.cfg.model} has none"
+            )
+        if self.cfg.system_prompt and (not messages or messages[0]["role"] != "system"):
+            messages = [{"role": "system", "content": [{"type": "text", "text": self.cfg.system_prompt}]}, *messages]
+        rendered, images, clips = [], [], []
+        for m in messages:
+            if isinstance(m["content"], str):
+                rendered.append(m)
+                continue
+            items: list[dict] = []
+            for c in m["content"]:
+                kind = c.get("type")
+                if kind == "image":
+                    im = as_image(c.get("image"))
+                    if im is None:
+                        raise ValueError(
+                            f"a {m['role']} message's image item holds {type(c.get('image')).__name__}: give a "
+                            "uint8 [H, W, 3] tensor / array or a PIL image"
+                        )
+                    images.append(Image.fromarray(im.numpy()))
+                    items.append({"type": "image"})
+                elif kind == "video":
+                    clip = self._clips.get(c["video"])
+                    if self.video_path:
+                        clips.append(clip)
+                        items.append({"type": "video"})
+                    else:
+                        images += [Image.fromarray(f.numpy()) for f in clip.frames]
+                        items += [{"type": "image"} for _ in clip.frames]
+                else:
+                    items.append(c)
+            rendered.append({**m, "content": items})
+        text = self.processor.apply_chat_template(
+            rendered, tools=tools or None, add_generation_prompt=True, tokenize=False
+        )
+        return GenRequest(text, images, clips)
 
     def encode_one(self, req: GenRequest) -> dict:
         """Processor outputs of one request: ``prompt_ids`` [Lp], ``mm_token_type_ids`` [Lp] where the
@@ -379,7 +448,9 @@ class VLMPolicy(Policy[VLMConfig]):
     @torch.no_grad()
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         train = mode == "train"
-        reqs = self.requests(list(obs.instruction), self._obs_images(obs), self._obs_videos(obs))
+        reqs = self.requests(
+            list(obs.instruction), self._obs_images(obs), self._obs_videos(obs), obs.messages, obs.tools
+        )
         g = rows_generator(generator)  # with N ranks: one of its own per rank (mmrl.utils.rows)
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g, device=g.device)) if g is not None else None
         sampling = SamplingConfig(
@@ -485,7 +556,8 @@ class VLMPolicy(Policy[VLMConfig]):
 
     # ---- load-time checks ---------------------------------------------------------------------
     def check_simulator(self, sim) -> None:
-        """Fail if any question of ``sim`` (a `QASim`) exceeds ``max_prompt_tokens`` once processed."""
+        """Fail if any question of ``sim`` (a `QASim`) exceeds ``max_prompt_tokens`` once processed, or,
+        for a conversation with tools (`simulators.tool_env`), if the chat template drops them."""
         from tqdm import tqdm
 
         limit = self.cfg.max_prompt_tokens
@@ -494,8 +566,17 @@ class VLMPolicy(Policy[VLMConfig]):
         items = range(len(sim.prompts))
         for i in tqdm(items, desc="checking prompt lengths", disable=len(items) < 20000):
             rec = sim.record(i)
-            ids = self.encode_one(self.requests([rec["prompt"]], [rec["images"]], [rec.get("videos", [])])[0])
-            ids = ids["prompt_ids"]
+            chat = [rec["messages"]] if rec.get("messages") is not None else None
+            req = self.requests([rec["prompt"]], [rec["images"]], [rec.get("videos", [])], chat, [rec.get("tools")])[0]
+            tools = [t["function"] for t in rec.get("tools") or []]  # rendered: its docstring's summary is there
+            dropped = [t["name"] for t in tools if t.get("description", t["name"]) not in req.text]
+            if dropped:
+                raise ValueError(
+                    f"the chat template of policy.model {self.cfg.model!r} ignores tools=: tool(s) {dropped} are not "
+                    "in the rendered prompt, so the model would never learn they exist. Fix: use a model whose chat "
+                    "template renders tools (Qwen2.5 / Qwen3-VL style <tools>...</tools>), or give its processor one"
+                )
+            ids = self.encode_one(req)["prompt_ids"]
             if ids.shape[0] > limit:
                 n_img = int(sum((ids == t).sum() for t in media_ids)) if media_ids else "?"
                 raise ValueError(

@@ -28,19 +28,42 @@ MAX_PIXELS = 64 * 64
 PAD, EOS = "<|endoftext|>", "<|im_end|>"
 QWEN_TOKENS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
-# Qwen2.5-VL-Instruct's chat template (default system prompt, one placeholder per image / video)
+# Qwen2.5-VL-Instruct's chat template (default system prompt, one placeholder per image / video),
+# plus the tool parts of Qwen2.5 / Qwen3-VL's: with ``tools=`` the system turn lists their JSON
+# schemas in <tools></tools> and asks for <tool_call>{"name", "arguments"}</tool_call>; ``tool``
+# messages (text and images) are user turns of <tool_response> blocks, consecutive ones grouped.
+# Without tools or tool messages it renders exactly as Qwen2.5-VL-Instruct's.
+_CONTENT = (
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
+)
+_TOOLS = (
+    "{% if tools %}<|im_start|>system\n{% if messages[0]['role'] == 'system' %}"
+    "{% if messages[0]['content'] is string %}{{ messages[0]['content'] }}{% else %}"
+    "{% for content in messages[0]['content'] %}{% if 'text' in content %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{% else %}You are a helpful assistant.{% endif %}"
+    "{{ '\\n\\n' }}# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n{% endif %}'
+)
 CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    _TOOLS + "{% for message in messages %}"
+    "{% if tools and loop.first and message['role'] == 'system' %}"  # rendered in the tools' system turn
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}" + _CONTENT + "{% endfor %}{% endif %}{{ '\\n' }}</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% else %}{% if loop.first and message['role'] != 'system' and not tools %}"
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
     "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% else %}{% for content in message['content'] %}" + _CONTENT + "{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 

@@ -256,7 +256,15 @@ class RewardStage:
         return torch.where(ran, out, torch.zeros_like(out))
 
     def _single_turn(self, res: StepResult, obs: Observation, actions, alive: torch.Tensor) -> StepResult:
-        rows = alive.cpu().nonzero().flatten().tolist()
+        # the model scores the decisions that end their episode by the task (terminated): every
+        # single-turn answer or image; of a multi-turn episode (simulators.tool_env) its answer, not
+        # its tool-call turns nor a turn cut short (truncated: a cap, a tool error), scored 0 here
+        answered = alive.cpu() & res.terminated.cpu()
+        if not bool(answered.any()):
+            return self._unscored(res, alive)
+        if not bool(answered.eq(alive.cpu()).all()):
+            res = self._unscored(res, alive & ~answered.to(alive.device))
+        rows = answered.nonzero().flatten().tolist()
         prompts = [obs.instruction[r] for r in rows]
         meta = [dict(obs.meta[r]) if obs.meta is not None else {} for r in rows]
         samples: Completions | list | torch.Tensor
@@ -282,6 +290,17 @@ class RewardStage:
             success = res.success.clone()
             success[idx] |= score.to(success.device) >= self.threshold
             res.success = success
+        return res
+
+    def _unscored(self, res: StepResult, rows: torch.Tensor) -> StepResult:
+        """``res`` with the reward of the ``rows`` (bool [N]) the combination of score 0 and their terms."""
+        idx = rows.to(res.reward.device)
+        reward = res.reward.clone()
+        zero = torch.zeros(int(idx.sum()))
+        reward[idx] = self._combined(
+            zero, res.reward[idx], res.success[idx], res.terminated[idx], res.truncated[idx], zero == 0
+        ).to(reward.device, reward.dtype)
+        res.reward = reward
         return res
 
     def _frames(

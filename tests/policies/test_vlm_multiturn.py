@@ -1,0 +1,87 @@
+"""Multi-turn episodes through the VLM policy (tiny random-weight Qwen2.5-VL): each turn's prompt is
+the conversation so far rendered by the chat template with the tools' schemas (tool results, images
+included, are prompt); log-probs and ``logp_mask`` cover exactly the turn's own tokens; rollout
+log-probs equal the update-time recomputation (ratio 1) on turns whose context holds tool images."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from mmrl.policies.vlm import VLMConfig, VLMPolicy
+from mmrl.simulator import Completions
+from simulators.tool_env import ToolEnvSim
+
+ZOOM = '<tool_call>\n{"name": "zoom", "arguments": {"x": 5, "y": 7}}\n</tool_call>'
+
+
+def make(**kw):
+    torch.manual_seed(0)
+    cfg = dict(model="tiny-qwen2.5-vl", max_new_tokens=6, max_prompt_tokens=1000)
+    return VLMPolicy(VLMConfig(**{**cfg, **kw}), action_dim=0)
+
+
+@pytest.fixture(scope="module")
+def second_turn():
+    """The observation of every env's second turn: question image, a zoom call, its image result."""
+    sim = ToolEnvSim(num_envs=4, env="zoom", dataset="zoom_vqa", dataset_kwargs={"num_samples": 8})
+    sim.reset([0, 0, 1, 1])
+    res = sim.step_chunk(Completions([ZOOM] * 4, [20] * 4))
+    assert not res.done.any()
+    return sim, res.obs
+
+
+def test_the_tool_schema_from_a_typed_function_reaches_the_chat_template(second_turn):
+    sim, obs = second_turn
+    pol = make()
+    req = pol.requests(list(obs.instruction), [[]] * 4, None, obs.messages, obs.tools)[0]
+    assert '"name": "zoom"' in req.text and "column of the point in the small image" in req.text  # the docstring
+    assert req.text.count("<|image_pad|>") == 2 and len(req.images) == 2  # question image, then the crop
+    assert req.text.index("<tool_response>") < req.text.rindex("<|image_pad|>")
+    assert req.text.endswith("<|im_start|>assistant\n")
+    pol.check_simulator(sim)  # the load-time check sees the tools rendered
+
+
+def test_a_template_that_drops_tools_fails_at_load(second_turn):
+    sim, _ = second_turn
+    pol = make()
+    from mmrl.tiny.tiny_qwen_vl import CHAT_TEMPLATE
+
+    pol.processor.chat_template = (
+        "{% for message in messages %}" + CHAT_TEMPLATE.split("{% for message in messages %}")[1]
+    )
+    with pytest.raises(ValueError, match=r"ignores tools=: tool\(s\) \['zoom'\]"):
+        pol.check_simulator(sim)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_ratio_is_one_before_the_first_update_on_a_multi_turn_context(second_turn, recompute):
+    _, obs = second_turn
+    pol = make(recompute_logp=recompute)
+    batch = pol.rollout(obs, torch.Generator().manual_seed(0)).batch
+    entry = pol._cache[int(batch["uid"][0])]
+    assert entry["image_grid_thw"].shape[0] == 2  # both images of the conversation are replayed
+    out = pol.evaluate(batch)
+    m = batch["completion_mask"]
+    if recompute:  # the same forward pass over the same cached inputs: bit for bit
+        assert torch.equal(out.logp.cpu() * m, batch["old_logp"])
+    else:  # generate's incremental decoding vs one teacher-forced pass
+        assert ((out.logp.cpu() - batch["old_logp"]).abs() * m).max() < 1e-4
+
+
+def test_the_loss_mask_covers_exactly_the_turns_own_tokens(second_turn):
+    _, obs = second_turn
+    pol = make()
+    d = pol.rollout(obs, torch.Generator().manual_seed(1))
+    batch = d.batch
+    out = pol.evaluate(batch)
+    assert torch.equal(out.logp_mask.cpu(), batch["completion_mask"])
+    tok = pol.tokenizer
+    for i in range(4):
+        m = batch["completion_mask"][i]
+        own = batch["completion"][i][m].tolist()
+        assert len(own) == d.actions.num_tokens[i] and tok.pad_token_id not in own  # no padding in the loss
+        assert tok.decode(own, skip_special_tokens=True) == d.actions[i]  # the turn, and nothing else
+        prompt = tok.decode(pol._cache[int(batch["uid"][i])]["prompt_ids"].tolist())
+        assert "<tool_response>" in prompt and ZOOM in prompt  # tool result and earlier turn: prompt
+        assert prompt.endswith("<|im_start|>assistant\n")
