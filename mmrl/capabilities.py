@@ -24,6 +24,9 @@ NEEDS = {
     "likelihood": "exact log-probs of the policy's actions (Policy.evaluate)",
     "likelihood_free": "a likelihood-free loss (Policy.likelihood_free_loss: advantage-weighted matching)",
     "forward_process": "DiffusionNFT's forward-process loss (Policy.forward_process_loss) on its own clean samples",
+    "reparameterized": "reparameterised, tanh-squashed actions of a replayed state with their log-prob "
+    "(Policy.sample_reparameterized: SAC's actor)",
+    "replay": "transitions replayed from a buffer (the off-policy mode of the trainer, trainer.rollout_steps > 0)",
 }
 #: granularity of a policy's ``old_logp`` (its log-prob shape after the batch dim)
 LOGP_LEVELS = {
@@ -50,6 +53,7 @@ class Capabilities:
     likelihood: bool = True  # exact log-probs of its actions (PPO / GRPO ratios)
     likelihood_free: bool = False  # a likelihood-free loss (AWM)
     forward_process: bool = False  # DiffusionNFT's loss (a flow-matching generator's own clean samples)
+    reparameterized: bool = False  # reparameterised squashed actions of a state with their log-prob (SAC)
     kl_reference: str | None = None  # `KL_SOURCES`, or None: no reference to take a KL to
     asynchronous: bool = True  # a deep copy can roll out in a background thread (trainer.async_staleness)
     #: class names of the blocks that sharded data-parallel training wraps one by one (FSDP2
@@ -69,12 +73,14 @@ class Capabilities:
             raise ValueError(f"Capabilities.fixes names unknown capabilities {unknown}")
 
     def as_needs(self) -> frozenset[str]:
-        """The `NEEDS` this policy satisfies (``groups`` comes from the collection, not the policy)."""
+        """The `NEEDS` this policy satisfies (``groups`` comes from the collection and ``replay`` from
+        the trainer's off-policy mode, not the policy)."""
         have = {
             "critic": self.critic,
             "likelihood": self.likelihood,
             "likelihood_free": self.likelihood_free,
             "forward_process": self.forward_process,
+            "reparameterized": self.reparameterized,
         }
         return frozenset(k for k, v in have.items() if v)
 

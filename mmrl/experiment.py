@@ -335,6 +335,55 @@ class WarmStartConfig:
 
 
 @dataclass
+class SACConfig:
+    """The off-policy mode's options (``algorithm.sac``, read when ``algorithm.objective: sac``):
+    SAC (Haarnoja et al. 2018) with SB3's defaults, and RLPD's additions (Ball et al. 2023: layer
+    norm in the critics, a high update-to-data ratio, half of each batch from demonstrations). The
+    actor learns at ``trainer.lr``, the critics at ``trainer.value_lr`` (null: ``trainer.lr``)."""
+
+    buffer_size: int = 1_000_000  # transitions the replay buffer keeps (the newest)
+    batch_size: int = 256  # transitions per gradient step
+    learning_starts: int = 100  # env steps of uniform random actions before the first gradient step
+    utd_ratio: float = 1.0  # gradient steps per transition collected (RLPD: 10-20 with layer norm)
+    tau: float = 0.005  # Polyak rate of the target critics
+    temperature_lr: float | None = None  # learning rate of log(alpha); null = trainer.lr
+    init_temperature: float = 1.0  # alpha at the start (SB3: 1.0)
+    target_entropy: float | None = None  # null = -(chunk_size * action_dim)
+    n_step: int = 1  # n-step returns (stopping at a rollout's end: needs trainer.rollout_steps >= n_step)
+    critic_hidden: int = 256  # width of each of the twin Q MLPs (SB3: 256)
+    critic_layers: int = 2  # their hidden layers (SB3: 2)
+    critic_layer_norm: bool = False  # RLPD: LayerNorm after every hidden layer of the critics
+    # RLPD: a torch file of demonstration transitions (`mmrl.trainer.off_policy.load_demos`: state,
+    # actions, rewards, next_state, terminated); `demo_fraction` of every batch is drawn from them
+    demos: str | None = None
+    demo_fraction: float = 0.5
+
+    def validate(self) -> None:
+        check_range(
+            self,
+            {
+                "buffer_size": ">=1",
+                "batch_size": ">=1",
+                "learning_starts": ">=0",
+                "utd_ratio": ">0",
+                "temperature_lr": ">0",
+                "init_temperature": ">0",
+                "n_step": ">=1",
+                "critic_hidden": ">=1",
+                "critic_layers": ">=1",
+                "demo_fraction": "0..1",
+            },
+        )
+        if not 0 < self.tau <= 1:
+            raise ConfigError(f"'tau' = {self.tau!r} must be in (0, 1] (the Polyak rate; 1 copies the critics)")
+        if self.demos is not None and not Path(self.demos).is_file():
+            raise ConfigError(
+                f"'demos' = {self.demos!r} is not a file: give a torch file of demonstration transitions "
+                "(mmrl.trainer.off_policy.load_demos), or demos: null"
+            )
+
+
+@dataclass
 class AlgorithmConfig:
     objective: str = "ppo"  # a registered objective (`mmrl list`): ppo (clipped ratio), awm, nft (likelihood-free)
     advantage: str = "gae"  # a registered estimator: gae (critic) or a group estimator: grpo, dr_grpo, rloo, ...
@@ -371,6 +420,8 @@ class AlgorithmConfig:
     reward_norm: bool = False
     # stop an iteration's update early once the mean approx KL of an epoch exceeds this (None = never)
     target_kl: float | None = None
+    # the off-policy mode's options (objective: sac): replay buffer, update-to-data ratio, SAC, RLPD
+    sac: SACConfig = field(default_factory=SACConfig)
 
     def validate(self) -> None:
         check_range(
@@ -406,6 +457,12 @@ class AlgorithmConfig:
             raise ConfigError(f"'pos_weight' / 'neg_weight' must be >= 0, got {self.pos_weight} / {self.neg_weight}")
         if self.grouped and self.group_size < 2:
             raise ConfigError(f"'advantage' = {self.advantage!r} compares episodes within a group: set group_size >= 2")
+
+    @property
+    def off_policy(self) -> bool:
+        """Whether the objective learns from replayed transitions (SAC): the trainer's off-policy
+        mode (`mmrl.trainer.off_policy`); its objective declares that it needs ``replay``."""
+        return "replay" in OBJECTIVES.get(self.objective).needs
 
     @property
     def grouped(self) -> bool:
@@ -559,6 +616,8 @@ class ExperimentConfig:
                     f"'trainer.rollout_steps' > 0 (fixed-length rollouts) is not supported "
                     f"here: {why}. Set trainer.rollout_steps=0 (one episode per env) or fix it"
                 )
+        if self.algorithm.off_policy:
+            self.check_off_policy()
         if self.sim.num_envs % self.algorithm.group_size:
             raise ConfigError(
                 f"'sim.num_envs' ({self.sim.num_envs}) must be a multiple of "
@@ -576,6 +635,27 @@ class ExperimentConfig:
             )
         self.check_reward(sim_actions)
         self.check_capabilities(caps)
+
+    def check_off_policy(self) -> None:
+        """The off-policy mode (``algorithm.objective: sac``) collects fixed-length rollouts that
+        continue episodes into a replay buffer: what it cannot combine with fails here in one line."""
+        a, t, sac = self.algorithm, self.trainer, self.algorithm.sac
+        why = (
+            "set trainer.rollout_steps >= 1 (decisions per env per iteration, e.g. 1 as SB3's SAC)"
+            if not t.rollout_steps
+            else f"set trainer.rollout_steps >= algorithm.sac.n_step ({sac.n_step}): n-step returns stop at a "
+            "rollout's end"
+            if t.rollout_steps < sac.n_step
+            else "set algorithm.reward_norm=false (it scales on-policy rollouts)"
+            if a.reward_norm
+            else "set trainer.lr_schedule=constant"
+            if t.lr_schedule != "constant"
+            else "set trainer.engine.backend=torch"
+            if t.engine.backend != "torch"
+            else None
+        )
+        if why:
+            raise ConfigError(f"'algorithm.objective' = {a.objective!r} (the off-policy mode): {why}")
 
     def check_reward(self, sim_actions: str) -> None:
         """The reward section fits the simulator: a single-turn simulator needs one; frame options
@@ -609,12 +689,15 @@ class ExperimentConfig:
             "likelihood_free": "use algorithm.objective=ppo",
             "forward_process": "DiffusionNFT is for flow-matching generators (policy.type: diffusion): "
             "use algorithm.objective=awm or ppo",
+            "reparameterized": "SAC needs a policy with reparameterised actions (policy.type=gaussian with "
+            "policy.squash=true), or use algorithm.objective=ppo",
         }
-        for key, name, registry in (
-            ("advantage", self.algorithm.advantage, ADVANTAGES),
-            ("objective", self.algorithm.objective, OBJECTIVES),
-        ):
-            lacking = missing_needs(registry.get(name).needs, caps.as_needs() | {"groups"})  # groups: above
+        checked = [("objective", self.algorithm.objective, OBJECTIVES)]
+        if not self.algorithm.off_policy:  # the off-policy mode computes no advantages
+            checked.insert(0, ("advantage", self.algorithm.advantage, ADVANTAGES))
+        for key, name, registry in checked:
+            # groups and replay come from the collection and the trainer's mode (checked above)
+            lacking = missing_needs(registry.get(name).needs, caps.as_needs() | {"groups", "replay"})
             if lacking:
                 need = lacking[0]
                 raise ConfigError(

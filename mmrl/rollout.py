@@ -189,6 +189,18 @@ def collect_episodes(
     return batch, info
 
 
+def next_states(res) -> torch.Tensor:
+    """``[N, D]`` the state each env reached by a step: where its episode ended, the final
+    observation's (before the auto reset), else the new observation's."""
+    if res.obs.state is None:
+        raise ValueError("replayed transitions need the simulator's state vector, and this one has none")
+    out = res.obs.state.float().clone()
+    done = res.done.to(out.device)
+    if done.any():
+        out[done] = res.final_obs.state.float().to(out.device)[done]
+    return out
+
+
 class StepCollector:
     """Fixed-length rollouts (``trainer.rollout_steps = T``): every call runs T decisions in each of
     the N envs, continuing the episodes in progress from the previous call (the first call resets
@@ -199,11 +211,13 @@ class StepCollector:
     of envs whose episode goes on there). info's ``return`` / ``success`` / ``length`` are those of
     the episodes that ENDED during this rollout ([E], possibly empty), ``env_steps`` the steps
     executed. `state_dict` / `load_state_dict` carry the episodes in progress across a checkpoint
-    (exact when the simulator can snapshot itself, `Simulator.get_state`).
+    (exact when the simulator can snapshot itself, `Simulator.get_state`). With ``next_state`` each
+    decision also records the state it led to (`next_states`), for replayed transitions.
     """
 
-    def __init__(self, sim: Simulator, steps: int, seeds: list[int], reward=None):
+    def __init__(self, sim: Simulator, steps: int, seeds: list[int], reward=None, next_state: bool = False):
         self.sim, self.steps, self.seeds, self.reward = sim, int(steps), list(seeds), reward
+        self.next_state = next_state
         self.episodes = reward.episode_scores(sim.num_envs) if reward is not None else None  # reward state
         self.obs: Observation | None = None  # of the episodes in progress (None: reset at the next collect)
         n = sim.num_envs
@@ -220,7 +234,10 @@ class StepCollector:
         finished: dict[str, list[torch.Tensor]] = {"return": [], "success": [], "length": []}
         for _ in range(self.steps):
             out, res = act(policy, sim, self.obs, generator, "train", every, self.reward, self.episodes)
-            steps.append(step_record(out, res, every, truncation_values(policy, res, every)).to("cpu"))
+            record = step_record(out, res, every, truncation_values(policy, res, every))
+            if self.next_state:
+                record["next_state"] = next_states(res)
+            steps.append(record.to("cpu"))
             self.ep_return += res.reward.float().cpu()
             self.ep_length += res.info["num_steps"].long().cpu()
             self.ep_success |= res.success.cpu()

@@ -15,6 +15,9 @@ evaluates log-probs / values / entropy of given actions:
   log-likelihood (advantage-weighted matching).
 - ``forward_process_loss(batch, advantages)`` -> per-sample DiffusionNFT loss on a generator's own
   clean samples (``Capabilities.forward_process``).
+- ``sample_reparameterized(state, generator)`` -> reparameterised tanh-squashed actions of replayed
+  states and their log-probs, for SAC's actor in the trainer's off-policy mode
+  (``Capabilities.reparameterized``).
 
 Observations cross into a `Batch` as tensors only: instruction strings are stored as padded UTF-8
 bytes (``encode_text`` / ``decode_text``) so they index, flatten and checkpoint like any tensor.
@@ -294,3 +297,13 @@ class Policy(nn.Module, Generic[C]):
     def forward_process_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
         """Per-sample DiffusionNFT loss [B] on the rollout's own clean samples (`mmrl.flow.nft_loss`)."""
         raise NotImplementedError(f"{type(self).__name__} has no forward-process (DiffusionNFT) objective")
+
+    def sample_reparameterized(
+        self, state: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """SAC's actor (the trainer's off-policy mode, ``Capabilities.reparameterized``): for replayed
+        states ``[B, state_dim]`` (the rollout batch's ``state`` rows), actions ``[B, chunk, action_dim]``
+        in [-1, 1] drawn by the reparameterisation trick (differentiable w.r.t. the policy's parameters)
+        and their log-probs ``[B]`` (the chunk's sum, with the tanh change of variables). The policy's
+        rollout must draw its training actions from the same distribution."""
+        raise NotImplementedError(f"{type(self).__name__} has no reparameterised actions (SAC)")

@@ -10,6 +10,13 @@ control task is the policy class's, not the algorithm's (``benchmarks/vs_sb3.py`
 is one number per decision (sum over the chunk), or per action dimension (``logp_level: dim``).
 Evaluation takes the mean action (deterministic). It reads no image: use it where the simulator
 has a state vector.
+
+``squash: true`` makes it SAC's actor (the trainer's off-policy mode, ``algorithm.objective: sac``):
+the actor MLP outputs the mean and the log std of ``u`` (state-dependent, clamped to [-20, 2] as
+SB3's), the action is ``tanh(u)`` and its log-prob carries the change of variables
+``- sum log(1 - tanh(u)^2 + 1e-6)``; evaluation takes ``tanh(mean)``. Its actions are drawn by the
+reparameterisation trick (`sample_reparameterized`); PPO, which replays stored actions' log-probs, is
+not offered with it.
 """
 
 from __future__ import annotations
@@ -40,17 +47,24 @@ class GaussianConfig(PolicyConfig):
     logp_level: Literal["chunk", "dim"] = "chunk"
     critic: bool = True
     obs_norm: bool = True
+    # SAC's actor: tanh-squashed actions, state-dependent std (see the module docstring)
+    squash: bool = False
+    activation: Literal["tanh", "relu"] = "tanh"  # of the hidden layers (SB3's PPO: tanh, its SAC: relu)
 
 
-def mlp(inp: int, hidden: int, layers: int, out: int) -> nn.Sequential:
-    """tanh MLP ``inp -> hidden x layers -> out`` with orthogonal init (gain sqrt 2, last 0.01 / 1),
-    as SB3 and CleanRL initialise their PPO networks."""
+#: SB3's bounds of a squashed actor's log std, and the epsilon of the tanh correction
+LOG_STD_MIN, LOG_STD_MAX, TANH_EPS = -20.0, 2.0, 1e-6
+
+
+def mlp(inp: int, hidden: int, layers: int, out: int, activation: type[nn.Module] = nn.Tanh) -> nn.Sequential:
+    """MLP ``inp -> hidden x layers -> out`` (tanh by default) with orthogonal init (gain sqrt 2,
+    last 0.01 / 1), as SB3 and CleanRL initialise their PPO networks."""
     sizes, mods = [inp] + [hidden] * layers, []
     for a, b in zip(sizes, sizes[1:]):
         lin = nn.Linear(a, b)
         nn.init.orthogonal_(lin.weight, math.sqrt(2))
         nn.init.zeros_(lin.bias)
-        mods += [lin, nn.Tanh()]
+        mods += [lin, activation()]
     last = nn.Linear(sizes[-1], out)
     nn.init.zeros_(last.bias)
     mods.append(last)
@@ -64,11 +78,17 @@ class GaussianPolicy(Policy[GaussianConfig]):
 
     @classmethod
     def capabilities(cls, cfg: GaussianConfig) -> Capabilities:
-        """Action chunks, exact Gaussian log-probs (per chunk or per element), a critic with ``critic``."""
+        """Action chunks, exact Gaussian log-probs (per chunk or per element), a critic with ``critic``;
+        with ``squash``: reparameterised tanh-squashed actions (SAC) instead of replayable log-probs."""
         return Capabilities(
-            logp="decision" if cfg.logp_level == "chunk" else "element",
+            logp="decision" if cfg.logp_level == "chunk" or cfg.squash else "element",
             critic=cfg.critic,
+            likelihood=not cfg.squash,
+            reparameterized=cfg.squash,
             fixes={
+                "likelihood": "policy.squash=true draws tanh-squashed actions, whose log-probs PPO does not "
+                "replay: set policy.squash=false, or use algorithm.objective=sac",
+                "reparameterized": "set policy.squash=true (SAC's tanh-squashed actor)",
                 "critic": "set policy.critic=true, or use a group estimator "
                 "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                 "likelihood_free": "the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo",
@@ -92,23 +112,51 @@ class GaussianPolicy(Policy[GaussianConfig]):
             )
         self.cfg, self.action_dim = cfg, action_dim
         width = cfg.chunk_size * action_dim
-        self.actor = mlp(state_dim, cfg.hidden, cfg.layers, width)
+        act = nn.ReLU if cfg.activation == "relu" else nn.Tanh
+        # squashed: the actor outputs the mean and the (state-dependent) log std of every element
+        self.actor = mlp(state_dim, cfg.hidden, cfg.layers, width * (2 if cfg.squash else 1), act)
         nn.init.orthogonal_(cast(nn.Linear, self.actor[-1]).weight, 0.01)
-        self.log_std = nn.Parameter(torch.full((width,), float(cfg.log_std_init)))
-        self.value_head = mlp(state_dim, cfg.hidden, cfg.layers, 1) if cfg.critic else None
+        self.log_std = None if cfg.squash else nn.Parameter(torch.full((width,), float(cfg.log_std_init)))
+        self.value_head = mlp(state_dim, cfg.hidden, cfg.layers, 1, act) if cfg.critic else None
         if self.value_head is not None:
             nn.init.orthogonal_(cast(nn.Linear, self.value_head[-1]).weight, 1.0)
         self.obs_norm = RunningMeanStd(state_dim) if cfg.obs_norm else None
         self.logp_shape = () if cfg.logp_level == "chunk" else (cfg.chunk_size, action_dim)
 
+    @property
+    def _device(self) -> torch.device:
+        return cast(nn.Linear, self.actor[0]).weight.device
+
     def _state(self, state: torch.Tensor) -> torch.Tensor:
-        state = state.to(self.log_std.device).float()
+        state = state.to(self._device).float()
         return state if self.obs_norm is None else self.obs_norm.normalize(state)
 
     def _dist(self, state: torch.Tensor) -> torch.distributions.Normal:
-        mean = self.actor(self._state(state)).view(-1, self.cfg.chunk_size, self.action_dim)
-        std = self.log_std.exp().view(self.cfg.chunk_size, self.action_dim).expand_as(mean)
-        return torch.distributions.Normal(mean, std)
+        """The Gaussian of the chunk ``[B, C, A]`` (squashed: of ``u``, before the tanh)."""
+        out = self.actor(self._state(state)).view(
+            -1, self.cfg.chunk_size, self.action_dim * (2 if self.cfg.squash else 1)
+        )
+        if self.log_std is None:  # squashed: state-dependent log std
+            mean, log_std = out.chunk(2, dim=-1)
+            return torch.distributions.Normal(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
+        std = self.log_std.exp().view(self.cfg.chunk_size, self.action_dim).expand_as(out)
+        return torch.distributions.Normal(out, std)
+
+    @staticmethod
+    def _squashed_logp(dist: torch.distributions.Normal, u: torch.Tensor) -> torch.Tensor:
+        """[B] log-prob of ``tanh(u)`` for ``u`` [B, C, A] drawn from ``dist``: the Gaussian's, minus
+        ``sum log(1 - tanh(u)^2 + eps)`` (the tanh's change of variables, SB3's and CleanRL's form)."""
+        return (dist.log_prob(u) - torch.log(1.0 - torch.tanh(u) ** 2 + TANH_EPS)).sum((1, 2))
+
+    def sample_reparameterized(
+        self, state: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tanh(mean + std * noise) [B, C, A], its log-prob [B])``, differentiable (``squash``)."""
+        if not self.cfg.squash:
+            raise NotImplementedError("the Gaussian policy draws reparameterised actions with policy.squash=true")
+        dist = self._dist(state)
+        u = dist.mean + dist.stddev * randn_rows(dist.mean.shape, generator=generator, device=dist.mean.device)
+        return torch.tanh(u), self._squashed_logp(dist, u)
 
     def _logp(self, dist: torch.distributions.Normal, actions: torch.Tensor) -> torch.Tensor:
         logp = dist.log_prob(actions)
@@ -120,20 +168,27 @@ class GaussianPolicy(Policy[GaussianConfig]):
     @torch.no_grad()
     def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
         dist = self._dist(obs.state)
-        if mode == "train":
-            noise = randn_rows(dist.mean.shape, generator=generator, device=dist.mean.device)
-            actions = dist.mean + dist.stddev * noise
+        if self.cfg.squash:
+            u = dist.mean
+            if mode == "train":
+                u = u + dist.stddev * randn_rows(dist.mean.shape, generator=generator, device=dist.mean.device)
+            actions, logp = torch.tanh(u), self._squashed_logp(dist, u)
         else:
-            actions = dist.mean
-        batch = Batch(
-            actions=actions, old_logp=self._logp(dist, actions), state=obs.state.to(self.log_std.device).float()
-        )
+            if mode == "train":
+                noise = randn_rows(dist.mean.shape, generator=generator, device=dist.mean.device)
+                actions = dist.mean + dist.stddev * noise
+            else:
+                actions = dist.mean
+            logp = self._logp(dist, actions)
+        batch = Batch(actions=actions, old_logp=logp, state=obs.state.to(self._device).float())
         values = self._values(obs.state)
         if values is not None:
             batch["old_values"] = values
         return Decision(batch, batch["actions"])
 
     def evaluate(self, batch: Batch) -> Evaluation:
+        if self.cfg.squash:  # the config check refuses likelihood objectives first
+            raise NotImplementedError("policy.squash=true: no replayable log-probs (use algorithm.objective=sac)")
         dist = self._dist(batch["state"])
         return Evaluation(
             logp=self._logp(dist, batch["actions"]),
@@ -150,6 +205,10 @@ class GaussianPolicy(Policy[GaussianConfig]):
             self.obs_norm.update(batch["state"][batch["valid"]] if "valid" in batch else batch["state"])
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
-        """Behaviour cloning: minus the log-likelihood of the demonstrated chunk, per sample."""
+        """Behaviour cloning: minus the log-likelihood of the demonstrated chunk, per sample (squashed:
+        of ``atanh`` of the action, clamped inside (-1, 1))."""
         dist = self._dist(batch["state"])
-        return -dist.log_prob(batch["actions"].to(dist.mean.device)).sum((1, 2))
+        actions = batch["actions"].to(dist.mean.device).float()
+        if self.cfg.squash:
+            return -self._squashed_logp(dist, torch.atanh(actions.clamp(-1 + TANH_EPS, 1 - TANH_EPS)))
+        return -dist.log_prob(actions).sum((1, 2))

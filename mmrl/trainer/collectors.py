@@ -157,13 +157,15 @@ class EpisodeCollector(Collector):
 
 
 class FixedLengthCollector(Collector):
-    """``steps`` decisions per env per round, continuing the episodes in progress (`StepCollector`)."""
+    """``steps`` decisions per env per round, continuing the episodes in progress (`StepCollector`;
+    ``next_state``: each decision records the state it led to, for the off-policy mode's replay)."""
 
     continuing = True
 
-    def __init__(self, sim, seed: int, steps: int, reward=None):
+    def __init__(self, sim, seed: int, steps: int, reward=None, next_state: bool = False):
         super().__init__(sim, reward)
-        self.rollout = StepCollector(sim, steps, episode_seeds(seed * TRAIN_SEED_STRIDE, sim.num_envs), reward)
+        seeds = episode_seeds(seed * TRAIN_SEED_STRIDE, sim.num_envs)
+        self.rollout = StepCollector(sim, steps, seeds, reward, next_state=next_state)
 
     def collect(self, policy, round: int, generator: torch.Generator) -> tuple[Batch, dict]:
         batch, info = self.rollout.collect(policy, generator)
@@ -275,7 +277,9 @@ def build_collector(cfg, sim, reward=None, ranks: Ranks | None = None) -> Collec
     owns the weight versions); with N ``ranks``, this rank's share gathered into the global batch."""
     ranks = ranks or Ranks()
     if cfg.trainer.rollout_steps:
-        return FixedLengthCollector(sim, cfg.run.seed, cfg.trainer.rollout_steps, reward)
+        return FixedLengthCollector(
+            sim, cfg.run.seed, cfg.trainer.rollout_steps, reward, next_state=cfg.algorithm.off_policy
+        )
     own = EpisodeCollector(sim, cfg.run.seed, cfg.algorithm.group_size, reward, ranks)
     # with N ranks, gathered inside dynamic sampling: its rounds keep groups of the global batch
     episodes = GatheringCollector(own, ranks) if ranks.distributed else own

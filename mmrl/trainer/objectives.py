@@ -5,7 +5,8 @@ The objectives the config can name (``algorithm.objective``) are registered in
 `mmrl.registry.OBJECTIVES` beside their definitions, with the registry's one signature
 ``objective(policy, minibatch, algo) -> (loss, metrics)`` and what they need from the policy
 (`mmrl.capabilities.Component`): a plugin adds one the same way (or by the ``mmrl.objectives``
-entry point)."""
+entry point). An objective that needs ``replay`` (``sac``) runs in the trainer's off-policy mode
+(`mmrl.trainer.off_policy`) on replayed transitions, its first argument the mode's `SACAgent`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 
 from mmrl.algorithms import aggregate_loss, kl_penalty, ppo_clip_loss, psr_nsr_weights, value_loss
 from mmrl.algorithms.losses import gspo_token_ratio
+from mmrl.algorithms.sac import actor_loss, critic_loss, soft_q_target, temperature_loss
 from mmrl.batch import Batch
 from mmrl.capabilities import component
 from mmrl.registry import ADVANTAGES, OBJECTIVES
@@ -125,3 +127,41 @@ def nft_objective(policy, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
     optimality (their advantages mapped to [0, 1]); no log-likelihood, any sampler."""
     loss = policy.forward_process_loss(mb, mb["advantages"]).mean()
     return loss, {"nft_loss": loss.detach()}
+
+
+@component(OBJECTIVES, "sac", needs=("reparameterized", "replay"))
+def sac_objective(agent, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
+    """SAC on a replayed batch (the off-policy mode, `mmrl.trainer.off_policy`): critic + actor +
+    temperature losses. ``agent`` is the mode's `SACAgent` (the policy, its `SoftCritics`, the entropy
+    target, the noise generator); ``mb`` holds the transitions' ``state`` [B, D], ``actions`` [B, W],
+    ``rewards`` [B] (n-step returns), ``discount`` [B] (0 where the episode terminated) and
+    ``next_state`` [B, D]. Each loss's gradient reaches only its own parameters (the critics; the
+    policy, through reparameterised actions scored by the critics held fixed; log(alpha)), so one
+    backward and one step of an optimizer with a group per part are SAC's three updates."""
+    policy, critics = agent.policy, agent.critics
+    alpha = critics.log_alpha.exp().detach()
+    state, next_state = mb["state"], mb["next_state"]
+    # critics: the clipped double-Q soft target from the target critics, at an action of the policy
+    with torch.no_grad():
+        next_action, next_logp = policy.sample_reparameterized(next_state, agent.generator)
+        next_q1, next_q2 = critics.target(next_state, next_action.flatten(1))
+        done = torch.zeros_like(mb["discount"])  # termination is in the discount (0 where it ended)
+        target = soft_q_target(mb["rewards"], done, next_q1, next_q2, next_logp, alpha, mb["discount"])
+    q1, q2 = critics(state, mb["actions"])
+    q_loss = critic_loss(q1, q2, target).mean()
+    # actor: reparameterised actions of the replayed states, scored by the critics held fixed
+    action, logp = policy.sample_reparameterized(state, agent.generator)
+    pi_q1, pi_q2 = critics.frozen(state, action.flatten(1))
+    pi_loss = actor_loss(pi_q1, pi_q2, logp, alpha).mean()
+    # temperature: toward the target entropy
+    alpha_loss = temperature_loss(critics.log_alpha, logp, agent.target_entropy).mean()
+    metrics = {
+        "critic_loss": q_loss.detach(),
+        "actor_loss": pi_loss.detach(),
+        "temperature_loss": alpha_loss.detach(),
+        "alpha": alpha,
+        "entropy": -logp.detach().mean(),
+        "q": q1.detach().mean(),
+        "demo_rows": mb["is_demo"].float().mean() if "is_demo" in mb else torch.zeros(()),
+    }
+    return q_loss + pi_loss + alpha_loss, metrics

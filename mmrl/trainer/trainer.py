@@ -1,5 +1,7 @@
 """The one training loop: warm start -> [collect -> scale rewards -> advantages -> update -> sync ->
-log / checkpoint / evaluate] x iterations.
+log / checkpoint / evaluate] x iterations. That is the on-policy mode; in the off-policy mode
+(``algorithm.objective: sac``, `mmrl.trainer.off_policy`) the learn stage stores the collected
+transitions in a replay buffer and takes gradient steps on batches replayed from it instead.
 
 Collecting is where the environment answers: each decision is the policy's action, the simulator's
 step and the reward stage's score of it (`mmrl.trainer.reward_stage`, the one home of reward models),
@@ -37,6 +39,7 @@ from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.collectors import AsyncCollector, build_collector
 from mmrl.trainer.logging import RunLogger, SilentLogger
 from mmrl.trainer.objectives import compute_advantages, prepare_advantages, valid_samples
+from mmrl.trainer.off_policy import OffPolicy
 from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer_step
 from mmrl.utils import jsonio
 from mmrl.utils.rows import batch_rows
@@ -136,6 +139,12 @@ class Trainer:
         # where and how the training episodes are collected (with N ranks: this rank's share, gathered)
         self.collector = build_collector(cfg, sim, reward, self.ranks)
         self.reward_scaler = RewardScaler(algo.gamma) if algo.reward_norm else None
+        #: the off-policy mode's replay buffer, critics and optimizer (None: on-policy)
+        self.off_policy = (
+            OffPolicy(algo, cfg.trainer, policy, eval_sim.action_dim, self.device, self.optimizer_step)
+            if algo.off_policy
+            else None
+        )
 
     @property
     def optimizer(self) -> TrainEngine:
@@ -301,9 +310,7 @@ class Trainer:
                 "simulator and run the same command to resume"
             )
         grouped = self.group_stats(batch)  # of the rewards as scored, before any scaling
-        batch = self.scale_rewards(batch)
-        batch = compute_advantages(batch, self.cfg.algorithm, info.get("last_values"))
-        metrics = self.update(batch, gen)
+        metrics = self.learn(it, batch, info, gen)
         self.policy.update_statistics(batch)
         self.sync()
         self.state.iteration = it + 1
@@ -466,10 +473,26 @@ class Trainer:
 
     def collect(self, it: int, gen: torch.Generator) -> tuple[Batch, dict]:
         """Round ``it`` of the collector, by the trained policy in eval mode (sampling stays
-        stochastic in train rollouts) under the engine's precision."""
+        stochastic in train rollouts) under the engine's precision; in the off-policy mode by
+        uniform random actions until learning starts (`OffPolicy.behaviour`)."""
         self.policy.eval()
+        acting = (
+            self.policy if self.off_policy is None else self.off_policy.behaviour(self.policy, self.state.env_steps)
+        )
         with self.acting():
-            return self.collector.collect(self.policy, it, gen)
+            return self.collector.collect(acting, it, gen)
+
+    def learn(self, it: int, batch: Batch, info: dict, gen: torch.Generator) -> dict:
+        """The mode's learn stage on iteration ``it``'s batch. On-policy: scale rewards -> advantages
+        -> `update` (the batch is then discarded). Off-policy: the transitions into the replay buffer
+        and the gradient steps on replayed batches (`OffPolicy.learn`; the actor's noise continues
+        ``gen``, the batches' rows are drawn from the run's "update" generator of ``it``)."""
+        if self.off_policy is not None:
+            indices = run_generator(self.cfg.run.seed, "update", it)  # CPU: the buffer's row indices
+            return self.off_policy.learn(batch, self.state.env_steps, gen, indices)
+        batch = self.scale_rewards(batch)
+        batch = compute_advantages(batch, self.cfg.algorithm, info.get("last_values"))
+        return self.update(batch, gen)
 
     def scale_rewards(self, batch: Batch) -> Batch:
         """The collected rewards (already scored: see the module docstring) scaled by the running
@@ -674,6 +697,8 @@ class Trainer:
             extra["rollout"] = rollout
         if self.reward_scaler is not None:
             extra["reward_scaler"] = self.reward_scaler.state_dict()
+        if self.off_policy is not None:  # replay buffer, critics and targets, temperature, optimizer
+            extra["off_policy"] = self.off_policy.state_dict()
         if self.policy.build_spec:  # rebuilds the policy without a simulator
             extra["policy_spec"] = self.policy.build_spec
         engine = self.optimizer  # built on every rank at the same point (DDP's start is collective)
@@ -750,6 +775,8 @@ class Trainer:
                 self.log_line(f"warning: {warning}")
         if self.reward_scaler is not None and "reward_scaler" in extra:
             self.reward_scaler.load_state_dict(extra["reward_scaler"])
+        if self.off_policy is not None and "off_policy" in extra:
+            self.off_policy.load_state_dict(extra["off_policy"])
         self.log_line(f"resumed from checkpoint {path.name} (iteration {self.state.iteration}) in {self.out_dir}")
 
 

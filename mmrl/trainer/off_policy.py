@@ -1,0 +1,288 @@
+"""The off-policy mode of the trainer's loop (issue 36): SAC, with RLPD's additions.
+
+The loop is the trainer's own (`mmrl.trainer.trainer.Trainer.iteration`); in this mode its stages
+are:
+
+- collect: a fixed-length rollout (``trainer.rollout_steps = T`` decisions per env, the episodes going
+  on across iterations: `mmrl.trainer.collectors.FixedLengthCollector`), which also records each
+  decision's ``next_state`` (the final observation's state where an episode ended). Until
+  ``algorithm.sac.learning_starts`` env steps the actions are uniform in [-1, 1] (`UniformActions`,
+  as SB3's ``learning_starts``);
+- learn (`OffPolicy.learn`): the rollout's transitions go into the `ReplayBuffer` (`transitions`: the
+  chunk flattened into one action, n-step returns, ``discount = gamma^m``, 0 where the episode
+  TERMINATED, kept through a time limit: a truncated episode is bootstrapped from its final state),
+  then ``utd_ratio`` gradient steps per transition collected, each on a batch drawn from the buffer
+  (RLPD: ``demo_fraction`` of it from a demonstration buffer, `mixed_sample`), each followed by the
+  Polyak update of the target critics.
+
+The math is `mmrl.algorithms.sac`'s pure functions, composed in one place: the ``sac`` objective
+(`mmrl.trainer.objectives.sac_objective`). What SAC trains beside the policy lives here, owned by the
+mode, not by the policy: the twin Q critics, their targets and log(alpha) (`SoftCritics`), since they
+score (state, action) pairs of any policy that can draw reparameterised actions
+(``Capabilities.reparameterized``, `Policy.sample_reparameterized`). One Adam holds three parameter
+groups (the policy's at ``trainer.lr``, the critics' at ``trainer.value_lr``, log(alpha) at
+``algorithm.sac.temperature_lr``): Adam's update is per parameter, so this is the three optimizers of
+SB3 / CleanRL. The buffer, the critics, their targets, log(alpha), the optimizer and the count of
+gradient steps are saved with every checkpoint (`OffPolicy.state_dict`): resume is exact.
+
+Replayed observations are the rollout batch's ``state`` rows (the policy's state vector): the mode
+serves policies that read a state (the Gaussian MLP), not images yet.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mmrl.algorithms.replay import ReplayBuffer, mixed_sample
+from mmrl.algorithms.sac import n_step_returns, polyak_update
+from mmrl.batch import Batch
+from mmrl.policies.base import Decision
+from mmrl.registry import OBJECTIVES
+
+Tensor = torch.Tensor
+
+#: the fields of a replayed transition (every row of the buffer)
+FIELDS = ("state", "actions", "rewards", "discount", "next_state")
+
+
+def q_mlp(inp: int, hidden: int, layers: int, layer_norm: bool) -> nn.Sequential:
+    """ReLU MLP ``inp -> hidden x layers -> 1`` (torch's default init, as SB3's SAC critics), with a
+    LayerNorm after every hidden linear layer when ``layer_norm`` (RLPD)."""
+    sizes, mods = [inp] + [hidden] * layers, []
+    for a, b in zip(sizes, sizes[1:]):
+        mods += [nn.Linear(a, b), *([nn.LayerNorm(b)] if layer_norm else []), nn.ReLU()]
+    mods.append(nn.Linear(sizes[-1], 1))
+    return nn.Sequential(*mods)
+
+
+class SoftCritics(nn.Module):
+    """SAC's twin Q critics ``Q_i(state [B, D], action [B, W]) -> [B]``, their target copies (moved
+    only by `polyak_update`, never by a gradient: they hold no gradient) and ``log_alpha``."""
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_width: int,
+        hidden: int = 256,
+        layers: int = 2,
+        layer_norm: bool = False,
+        init_temperature: float = 1.0,
+    ):
+        super().__init__()
+        self.q = nn.ModuleList(q_mlp(state_dim + action_width, hidden, layers, layer_norm) for _ in range(2))
+        self.target_q = copy.deepcopy(self.q).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(init_temperature)))
+
+    def forward(self, state: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """The online critics' ``(q1 [B], q2 [B])``."""
+        x = torch.cat([state, action], -1)
+        return self.q[0](x).squeeze(-1), self.q[1](x).squeeze(-1)
+
+    def target(self, state: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """The target critics' ``(q1 [B], q2 [B])``."""
+        x = torch.cat([state, action], -1)
+        return self.target_q[0](x).squeeze(-1), self.target_q[1](x).squeeze(-1)
+
+    def frozen(self, state: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """The online critics with their parameters held fixed: gradients reach ``action`` (the
+        actor's), not the critics."""
+        x = torch.cat([state, action], -1)
+        out = []
+        for q in self.q:
+            weights = {k: v.detach() for k, v in q.named_parameters()}
+            out.append(torch.func.functional_call(q, weights, (x,)).squeeze(-1))
+        return out[0], out[1]
+
+    def polyak(self, tau: float) -> None:
+        """``target <- (1 - tau) target + tau online``."""
+        polyak_update(self.target_q.parameters(), self.q.parameters(), tau)
+
+
+@dataclass
+class SACAgent:
+    """What the ``sac`` objective trains: the policy (the actor), its `SoftCritics`, the entropy
+    target and the generator of this iteration's reparameterisation noise."""
+
+    policy: nn.Module
+    critics: SoftCritics
+    target_entropy: float
+    generator: torch.Generator | None = field(default=None)
+
+
+def transitions(batch: Batch, gamma: float, n: int = 1) -> dict[str, Tensor]:
+    """The replay rows of a fixed-length rollout ``[T, N, ...]`` (``state`` [T, N, D], ``actions``
+    [T, N, C, A], ``rewards`` / ``terminated`` / ``truncated`` / ``valid`` [T, N], ``next_state``
+    [T, N, D]): one per valid decision, time-major, with
+
+    ``state`` [M, D], ``actions`` [M, C * A] (the chunk flattened: one action), ``rewards`` [M] (the
+    n-step return, `n_step_returns`), ``discount`` [M] (``gamma^m``; 0 where the episode terminated
+    within the m steps: nothing to bootstrap; a truncated one is bootstrapped) and ``next_state``
+    [M, D] (the state after the return's last step: for an episode that ended there, its final state)."""
+    returns, discount, last = n_step_returns(batch["rewards"], batch["terminated"], batch["truncated"], gamma, n)
+    nxt = batch["next_state"]
+    nxt = nxt.gather(0, last[..., None].expand(-1, -1, nxt.shape[-1]).to(nxt.device))
+    valid = batch["valid"].bool()
+    return {
+        "state": batch["state"][valid].float(),
+        "actions": batch["actions"].flatten(2)[valid].float(),
+        "rewards": returns[valid].float(),
+        "discount": discount[valid].float(),
+        "next_state": nxt[valid].float(),
+    }
+
+
+def demo_transitions(data: dict, gamma: float) -> dict[str, Tensor]:
+    """Demonstration transitions as replay rows (one-step): ``data`` holds ``state`` [M, D],
+    ``actions`` [M, C, A] or [M, C * A] in [-1, 1], ``rewards`` [M], ``next_state`` [M, D] and
+    ``terminated`` [M] (bool: the episode ended by the task there; a time limit is not an end)."""
+    missing = [k for k in ("state", "actions", "rewards", "next_state", "terminated") if k not in data]
+    if missing:
+        raise ValueError(f"demonstration transitions lack {missing}; they hold: {', '.join(data)}")
+    m = data["state"].shape[0]
+    return {
+        "state": data["state"].float(),
+        "actions": data["actions"].reshape(m, -1).float(),
+        "rewards": data["rewards"].float(),
+        "discount": gamma * (1.0 - data["terminated"].float()),
+        "next_state": data["next_state"].float(),
+    }
+
+
+def load_demos(path: str | Path, gamma: float) -> ReplayBuffer:
+    """A replay buffer of the demonstration transitions in the torch file ``path`` (a dict of the
+    tensors `demo_transitions` reads; ``torch.save(dict, path)`` writes one). No mmrl dataset
+    builder produces gym transitions yet: this file is the hook RLPD's demonstrations come through."""
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    rows = demo_transitions(data, gamma)
+    buf = ReplayBuffer(rows["state"].shape[0])
+    buf.add(rows)
+    return buf
+
+
+class UniformActions:
+    """The behaviour before learning starts: the policy's rollout rows with its actions replaced by
+    uniform draws in [-1, 1] (from the rollout's generator), as SB3 acts before ``learning_starts``."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    @property
+    def chunk_size(self) -> int:
+        return self.policy.chunk_size
+
+    def rollout(self, obs, generator: torch.Generator | None = None, mode: str = "train") -> Decision:
+        out = self.policy.rollout(obs, generator=generator, mode=mode)
+        a = out.batch["actions"]
+        uniform = torch.rand(a.shape, generator=generator, device=a.device) * 2 - 1
+        out.batch["actions"] = uniform
+        return Decision(out.batch, uniform)
+
+    def value(self, obs) -> Tensor | None:
+        return self.policy.value(obs)
+
+
+class OffPolicy:
+    """The off-policy mode's state and its learn stage (see the module docstring). ``step(opt,
+    loss)`` is the trainer's guarded optimizer step (a non-finite loss or gradient skips the step
+    and is counted)."""
+
+    def __init__(self, algo, trainer_cfg, policy, action_dim: int, device: torch.device, step):
+        sac = algo.sac
+        self.algo, self.sac, self.policy, self.device, self.step = algo, sac, policy, torch.device(device), step
+        width = policy.chunk_size * action_dim
+        self.critics = SoftCritics(
+            policy.state_dim, width, sac.critic_hidden, sac.critic_layers, sac.critic_layer_norm, sac.init_temperature
+        ).to(self.device)
+        target_entropy = -float(width) if sac.target_entropy is None else float(sac.target_entropy)
+        self.agent = SACAgent(policy, self.critics, target_entropy)
+        lr = trainer_cfg.lr
+        self.optimizer = torch.optim.Adam(
+            [
+                {"params": [p for p in policy.parameters() if p.requires_grad], "lr": lr},
+                {"params": list(self.critics.q.parameters()), "lr": trainer_cfg.value_lr or lr},
+                {"params": [self.critics.log_alpha], "lr": sac.temperature_lr or lr},
+            ]
+        )
+        self.buffer = ReplayBuffer(sac.buffer_size)  # host memory; batches move to the device
+        self.demos = load_demos(sac.demos, algo.gamma) if sac.demos else None
+        self.learning_rows = 0  # transitions collected since learning started (utd_ratio counts them)
+        self.updates = 0  # gradient steps taken (or skipped for a non-finite loss)
+
+    def add_demos(self, data: dict) -> None:
+        """Add demonstration transitions (`demo_transitions`' fields) to the demonstration buffer:
+        the programmatic hook beside ``algorithm.sac.demos``."""
+        rows = demo_transitions(data, self.algo.gamma)
+        if self.demos is None:
+            self.demos = ReplayBuffer(max(self.sac.buffer_size, rows["state"].shape[0]))
+        self.demos.add(rows)
+
+    def behaviour(self, policy, env_steps: int):
+        """Who acts in this iteration's rollout: uniform random actions until ``learning_starts``
+        env steps were collected, then the policy."""
+        return UniformActions(policy) if env_steps < self.sac.learning_starts else policy
+
+    def learn(self, batch: Batch, env_steps: int, noise: torch.Generator, indices: torch.Generator) -> dict:
+        """Store the rollout's transitions, then (once ``env_steps`` reached ``learning_starts``)
+        ``utd_ratio`` gradient steps per transition collected since, each on ``batch_size`` rows
+        drawn with ``indices`` (a CPU generator), the actor's noise drawn with ``noise``."""
+        rows = transitions(batch, self.algo.gamma, self.sac.n_step)
+        self.buffer.add(rows)
+        out: dict[str, float] = {"train/buffer_size": float(len(self.buffer))}
+        if env_steps < self.sac.learning_starts:
+            return out
+        self.learning_rows += rows["state"].shape[0]
+        steps = math.floor(self.sac.utd_ratio * self.learning_rows) - self.updates
+        objective = OBJECTIVES.get(self.algo.objective)
+        self.agent.generator = noise
+        self.policy.train()
+        sums: dict[str, float] = {}
+        for _ in range(steps):
+            mb = self.sample(indices)
+            loss, metrics = objective(self.agent, Batch(mb), self.algo)
+            self.updates += 1
+            if self.step(self.optimizer, loss):
+                self.critics.polyak(self.sac.tau)
+                self.policy.after_step()
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+        out.update({f"train/{k}": v / max(steps, 1) for k, v in sums.items()})
+        out["train/gradient_steps"] = float(self.updates)
+        return out
+
+    def sample(self, generator: torch.Generator) -> dict[str, Tensor]:
+        """One batch on the device: uniform over the buffer, or RLPD's mix with the demonstrations
+        (``is_demo`` marks their rows)."""
+        n = self.sac.batch_size
+        if self.demos is None:
+            mb = self.buffer.sample(n, generator)
+            mb["is_demo"] = torch.zeros(n, dtype=torch.bool)
+        else:
+            mb = mixed_sample(self.buffer, self.demos, n, self.sac.demo_fraction, generator)
+        return {k: v.to(self.device) for k, v in mb.items()}
+
+    def state_dict(self) -> dict:
+        """Everything a resume needs beside the policy: the buffers (online and demonstrations), the
+        critics with their targets and log(alpha), the optimizer, the step counters."""
+        return {
+            "buffer": self.buffer.state_dict(),
+            "critics": {k: v.detach().cpu().clone() for k, v in self.critics.state_dict().items()},
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "demos": None if self.demos is None else self.demos.state_dict(),
+            "learning_rows": self.learning_rows,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer.load_state_dict(state["buffer"])
+        self.critics.load_state_dict(state["critics"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("demos") is not None:
+            self.demos = ReplayBuffer(int(state["demos"]["capacity"]))
+            self.demos.load_state_dict(state["demos"])
+        self.learning_rows, self.updates = int(state["learning_rows"]), int(state["updates"])
