@@ -149,7 +149,8 @@ def collect_episodes(
     simulator's: the generated clips, [F, frames_of, H, W, 3]),
     ``frame_success`` bool [T+1, frames_of] (success reached by that frame) and ``captions`` (their
     instructions); ``task`` [N] labels when the simulator names each episode's task
-    (`episode_tasks`). In train mode the batch carries ``bootstrap`` (`truncation_values`).
+    (`episode_tasks`); ``counters`` {name: [N]}, each of the simulator's ``episode_counters``
+    summed over the episode. In train mode the batch carries ``bootstrap`` (`truncation_values`).
     """
     chunk = policy.chunk_size
     horizon = math.ceil(sim.max_episode_steps / chunk)
@@ -160,10 +161,13 @@ def collect_episodes(
     episodes = reward.episode_scores(sim.num_envs) if reward is not None else None
     steps, frames = [], [obs.image[:frames_of].cpu()] if frames_of else []
     captions, reached = list(obs.instruction[:frames_of]), [torch.zeros(frames_of, dtype=torch.bool)]
+    counters = {k: torch.zeros(sim.num_envs) for k in sim.episode_counters}
     for _ in range(horizon):
         out, res = act(policy, sim, obs, generator, mode, alive, reward, episodes)
         boot = truncation_values(policy, res, alive) if mode == "train" else None
         steps.append(step_record(out, res, alive, boot).to("cpu"))
+        for k, total in counters.items():
+            total += torch.as_tensor(res.info[k]).float().cpu() * alive.cpu()
         if frames_of:  # show the finished episode's last frame, not the auto-reset one
             img = res.obs.image[:frames_of].clone()
             if res.final_obs is not None:
@@ -180,6 +184,8 @@ def collect_episodes(
     info = episode_info(batch)
     if tasks is not None:
         info["task"] = tasks
+    if counters:
+        info["counters"] = counters
     if frames_of:
         shown, success = torch.stack(frames), torch.stack(reached)
         if sim.action_type == "video":  # the generated clip is the episode: its frames are the video's time

@@ -142,6 +142,10 @@ class Simulator:
     #: what ``step_chunk`` takes (`ACTION_TYPES`): robot action chunks, or a single-turn answer /
     #: image; a policy acts only in simulators of its own ``action_type``
     action_type: str = "chunk"
+    #: names of numeric per-step ``StepResult.info`` entries ([N]) that count events of an episode
+    #: (a tool env's ``tool_calls``, ``tool_errors``): the episodic collector sums each over every
+    #: episode (``info["counters"]``) and the trainer logs their per-episode means (``train/<name>``)
+    episode_counters: tuple[str, ...] = ()
     device: torch.device = torch.device("cpu")
     #: constructor argument set by a ``NAME:VALUE`` simulator name (``maniskill:PickCube-v1``)
     name_arg: str | None = None

@@ -112,6 +112,7 @@ class ToolEnvSim(QASim):
 
     action_type = "text"
     has_success = False  # success is the reward stage's threshold
+    episode_counters = ("tool_calls", "tool_errors", "env_errors", "capped")  # per episode: train/<name>
 
     def __init__(
         self,

@@ -83,6 +83,8 @@ def drop_episodes(batch: Batch, info: dict, drop: torch.Tensor) -> tuple[Batch, 
             return v[keep]
         if isinstance(v, list) and len(v) == len(keep):  # per-episode labels (``task``)
             return [x for x, k in zip(v, keep.tolist()) if k]
+        if isinstance(v, dict):  # per-episode counters
+            return {name: kept(x) for name, x in v.items()}
         return v
 
     return batch, {k: kept(v) for k, v in info.items()}

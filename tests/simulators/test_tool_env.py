@@ -185,3 +185,45 @@ def test_a_user_environment_steps_and_its_crash_ends_only_its_episode():
     assert res.info["env_errors"].tolist() == [0, 1] and "KeyError" in res.info["errors"][1]
     assert res.obs.messages[0][-1] == {"role": "user", "content": "go on"}
     assert sim.step_chunk(Completions(["bye", "x"], [1, 1])).terminated[0]
+
+
+class ScriptedTurns:
+    """Drives the simulator with fixed turns per env (a test driver in the policy's place: the
+    collector needs only ``chunk_size`` and ``rollout``)."""
+
+    chunk_size = 1
+
+    def __init__(self, turns: list[list[str]]):
+        self.turns, self.turn = turns, 0
+
+    def rollout(self, obs, generator=None, mode="eval"):
+        from mmrl.batch import Batch
+
+        texts = [t[min(self.turn, len(t) - 1)] for t in self.turns]
+        self.turn += 1
+        return Batch(x=torch.zeros(len(texts))), Completions(texts, [4] * len(texts))
+
+    def train(self, mode=True):
+        return self
+
+    eval = train
+
+
+def test_the_episodic_collector_sums_the_counters_over_each_episode():
+    from mmrl.rollout import collect_episodes
+
+    sim = sim_of()
+    script = ScriptedTurns(
+        [
+            [call("echo", text="a"), "square"],  # one call, then the answer
+            [call("echo", text="a"), call("echo", text="b"), "circle"],  # two calls
+            ["square", call("echo", text="z")],  # answers at once (its next episode's call counts nowhere)
+            [call("boom", x=1)],  # a tool error ends it, counted as an error, not as a call run
+        ]
+    )
+    _, info = collect_episodes(script, sim, [0, 1, 2, 3], None, mode="eval")
+    assert info["length"].tolist() == [2, 3, 1, 1]  # turns per episode
+    counters = info["counters"]
+    assert set(counters) == {"tool_calls", "tool_errors", "env_errors", "capped"}
+    assert counters["tool_calls"].tolist() == [1, 2, 0, 0]
+    assert counters["tool_errors"].tolist() == [0, 0, 0, 1]

@@ -113,3 +113,12 @@ def test_quickstart_reward_scores_the_gold_answer_of_every_task_and_split(tmp_pa
         sim = SIMULATORS.build(c.sim.type, num_envs=4, **{**c.sim.kwargs, "split": split})
         assert {m["task"] for m in sim.meta} == tasks
         assert reward.model(sim.solutions, sim.prompts, sim.meta).tolist() == [1.0] * 60, split
+
+
+def test_a_tool_run_logs_its_tool_counters_per_episode(tmp_path):
+    """The tool simulator's episode counters reach the training log (``train/tool_calls``, ...)."""
+    over = [f"run.output_dir={tmp_path}", "run.name=t", "trainer.iterations=1", "trainer.eval_episodes=8"]
+    build_trainer(load_experiment("configs/vlm_zoom_tools.yaml", over)).run()
+    rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "train/policy_loss" in r]
+    assert train and all(f"train/{k}" in train[0] for k in ("tool_calls", "tool_errors", "env_errors", "capped"))
