@@ -218,18 +218,34 @@ class _Checker:
         return self.result
 
     def single_turn_episodes(self) -> None:
+        """Every decision ends its episode; a text simulator whose observations carry a
+        conversation (``Observation.messages``: multi-turn, `simulators.tool_env`) instead ends
+        every episode within ``max_episode_steps`` decisions."""
         sim, n = self.sim, self.sim.num_envs
         self.check = "single_turn"
+        obs = sim.reset(self.seed + 3)
+        turns = sim.action_type == "text" and getattr(obs, "messages", None) is not None
         self.ensure(
-            sim.max_episode_steps == 1,
-            f"a {sim.action_type} simulator is single-turn: max_episode_steps must be 1, got {sim.max_episode_steps}",
+            turns or sim.max_episode_steps == 1,
+            f"a {sim.action_type} simulator is single-turn: max_episode_steps must be 1, got {sim.max_episode_steps} "
+            "(a multi-turn text simulator's observations carry the conversation: Observation.messages)",
         )
-        sim.reset(self.seed + 3)
         for _ in range(2):
-            res = sim.step_chunk(self.actions(n))
-            self.step_result(res, "step_chunk")
-            self.ensure(bool(res.done.all()), "every decision of a single-turn simulator must end its episode")
-            self.obs(res.final_obs, "final_obs")
+            ended = torch.zeros(n, dtype=torch.bool)
+            for _ in range(sim.max_episode_steps):
+                res = sim.step_chunk(self.actions(n))
+                self.step_result(res, "step_chunk")
+                if res.done.any():
+                    self.obs(res.final_obs, "final_obs", res.done.cpu())
+                ended |= res.done.cpu()
+                if ended.all():
+                    break
+            self.ensure(
+                bool(ended.all()),
+                "every decision of a single-turn simulator must end its episode"
+                if not turns
+                else f"every episode of a multi-turn simulator must end within max_episode_steps = {sim.max_episode_steps} turns",
+            )
         self.passed()
 
     def attributes(self) -> None:
