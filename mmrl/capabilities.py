@@ -55,6 +55,9 @@ class Capabilities:
     forward_process: bool = False  # DiffusionNFT's loss (a flow-matching generator's own clean samples)
     reparameterized: bool = False  # reparameterised squashed actions of a state with their log-prob (SAC)
     kl_reference: str | None = None  # `KL_SOURCES`, or None: no reference to take a KL to
+    #: a deterministic map from initial noise to an action chunk (``Policy.act_from_noise``, with
+    #: ``noise_shape`` and ``observation_features``): what DSRL's latent-noise actor steers
+    latent_noise: bool = False
     asynchronous: bool = True  # a deep copy can roll out in a background thread (trainer.async_staleness)
     #: class names of the blocks that sharded data-parallel training wraps one by one (FSDP2
     #: ``fully_shard`` units, DeepSpeed ZeRO-3 leaf modules); () = the whole policy as one unit

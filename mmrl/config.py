@@ -436,8 +436,10 @@ def _validate(obj: Any, path: str) -> None:
             raise ConfigError(f"{where}: {e}") from e
 
 
-def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
-    """Yield ``(key, hint, default, note, class)`` for every leaf key; checks the depth limit."""
+def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True, outer: tuple[type, ...] = ()):
+    """Yield ``(key, hint, default, note, class)`` for every leaf key; checks the depth limit.
+    ``outer``: the classes of the sections around this one, whose variants are not listed again
+    inside themselves (a policy wrapping a policy, ``policy.base`` of DSRL, lists no other wrapper)."""
     if depth >= MAX_DEPTH:
         raise TypeError(
             f"config schema is too deep at '{prefix}' ({cls.__name__}): at most {MAX_DEPTH} "
@@ -452,7 +454,7 @@ def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
         section = _section(hints[name])
         if section is not None:
             sub = default if dataclasses.is_dataclass(default) else None
-            yield from _walk(section, key, depth + 1, sub)
+            yield from _walk(section, key, depth + 1, sub, outer=(*outer, cls))
         else:
             yield key, hints[name], default, "", cls
     if variants and issubclass(cls, Variants):
@@ -462,6 +464,8 @@ def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True):
             except ImportError:  # a variant whose optional dependencies are not installed has no keys here
                 continue
             assert sub is not None, "a name of variant_names() has a class"
-            for key, hint, default, note, owner in _walk(sub, prefix, depth, None, variants=False):
+            if sub in outer:
+                continue
+            for key, hint, default, note, owner in _walk(sub, prefix, depth, None, variants=False, outer=outer):
                 if key not in own and not key.startswith(tuple(k + "." for k in own)):
                     yield key, hint, default, note or f"type={vname}", owner

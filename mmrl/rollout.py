@@ -195,15 +195,15 @@ def collect_episodes(
     return batch, info
 
 
-def next_states(res) -> torch.Tensor:
-    """``[N, D]`` the state each env reached by a step: where its episode ended, the final
-    observation's (before the auto reset), else the new observation's."""
-    if res.obs.state is None:
-        raise ValueError("replayed transitions need the simulator's state vector, and this one has none")
-    out = res.obs.state.float().clone()
+def next_states(res, policy) -> torch.Tensor:
+    """``[N, D]`` the replayed state (``policy.replay_state``: the simulator's state vector unless the
+    policy replays features of its own) each env reached by a step: where its episode ended, the
+    final observation's (before the auto reset), else the new observation's."""
+    out = policy.replay_state(res.obs).float().clone()
     done = res.done.to(out.device)
     if done.any():
-        out[done] = res.final_obs.state.float().to(out.device)[done]
+        final = res.final_obs.index(done.to(res.final_obs.image.device))
+        out[done] = policy.replay_state(final).float().to(out.device)
     return out
 
 
@@ -218,7 +218,7 @@ class StepCollector:
     the episodes that ENDED during this rollout ([E], possibly empty), ``env_steps`` the steps
     executed. `state_dict` / `load_state_dict` carry the episodes in progress across a checkpoint
     (exact when the simulator can snapshot itself, `Simulator.get_state`). With ``next_state`` each
-    decision also records the state it led to (`next_states`), for replayed transitions.
+    decision also records the (replayed) state it led to (`next_states`), for replayed transitions.
     """
 
     def __init__(self, sim: Simulator, steps: int, seeds: list[int], reward=None, next_state: bool = False):
@@ -242,7 +242,7 @@ class StepCollector:
             out, res = act(policy, sim, self.obs, generator, "train", every, self.reward, self.episodes)
             record = step_record(out, res, every, truncation_values(policy, res, every))
             if self.next_state:
-                record["next_state"] = next_states(res)
+                record["next_state"] = next_states(res, policy)
             steps.append(record.to("cpu"))
             self.ep_return += res.reward.float().cpu()
             self.ep_length += res.info["num_steps"].long().cpu()

@@ -90,6 +90,11 @@ QA = {"dataset": "shapes_vqa", "dataset_kwargs": {"num_samples": 16, "tasks": ["
 TINY: dict[str, TinySetup] = {
     "flow_vla": TinySetup({"dim": 32, "expert_dim": 32, "expert_layers": 1}),  # eval: ODE from sampled noise
     "gaussian": TinySetup({"hidden": 16, "chunk_size": 2}, eval_ignores_seed=True),  # eval: the mean
+    # eval: the actor's mean noise through the base's ODE (the base's critic left out: DSRL trains none)
+    "dsrl": TinySetup(
+        {"hidden": 16, "base": {"dim": 32, "expert_dim": 32, "expert_layers": 1, "critic": False}},
+        eval_ignores_seed=True,
+    ),
     "token_vla": TinySetup(
         {
             "model": tiny_smolvlm_folder,
@@ -242,10 +247,14 @@ class _Checker:
         try:
             if not self.run_check("build", self.build):
                 return self.result
-            for name in ("rollout", "ratio_one", "replay", "eval_deterministic"):
+            # a policy without replayable log-probs (SAC's actor) is checked on its reparameterised actions
+            likelihood = self.policy.caps.likelihood
+            for name in ("rollout", *(("ratio_one", "replay") if likelihood else ("reparameterized",))):
                 self.run_check(name, getattr(self, name))
+            self.run_check("eval_deterministic", self.eval_deterministic)
             if self.run_check("update_hooks", self.simulated_update, quiet=True):
-                for name in ("ratio_after_sync", "gradients", "save_load"):
+                again = "ratio_after_sync" if likelihood else "reparameterized_after_sync"
+                for name in (again, "gradients", "save_load"):
                     self.run_check(name, getattr(self, name))
         finally:
             if self.sim is not None:
@@ -411,6 +420,31 @@ class _Checker:
         )
         return f"logp {want} identical twice; minibatch rows {idx.tolist()} max |diff| {d:.3g}"
 
+    def reparameterized(self) -> str:
+        """A policy without replayable log-probs: SAC's actor (``Capabilities.reparameterized``), whose
+        rollout's ``state`` rows are its `Policy.replay_state` and whose reparameterised actions of
+        them lie in [-1, 1] with finite log-probs."""
+        p, b = self.policy, self.num_envs
+        if self.batch is None:
+            self.batch, self.actions = self.decide(offset=2)
+        ensure(p.caps.reparameterized, "no replayable log-probs (likelihood=false) and no reparameterized actions")
+        state = p.replay_state(self.obs)
+        ensure(
+            tuple(state.shape) == (b, p.replay_dim),
+            f"replay_state {tuple(state.shape)} != [B, replay_dim] {(b, p.replay_dim)}",
+        )
+        ensure(torch.equal(self.batch["state"].cpu(), state.cpu()), "the rollout's state rows are not its replay_state")
+        with torch.no_grad():
+            a, logp = p.sample_reparameterized(state, self.gen(5))
+        want = (b, *self.batch["actions"].shape[1:])
+        ensure(tuple(a.shape) == want, f"actions {tuple(a.shape)} unlike the rollout's {want}")
+        ensure(bool(a.abs().max() <= 1), f"reparameterized actions leave [-1, 1]: max |a| {a.abs().max():.3g}")
+        ensure(tuple(logp.shape) == (b,) and bool(torch.isfinite(logp).all()), "log-probs must be finite [B]")
+        return f"state {tuple(state.shape)} = replay_state; actions {tuple(a.shape)} in [-1, 1], finite log-probs"
+
+    def reparameterized_after_sync(self) -> str:
+        return self.reparameterized() + " (after an update and sync_rollout)"
+
     def eval_deterministic(self) -> str:
         torch.manual_seed(self.seed + 11)  # a policy drawing from the global RNG gets other draws
         a = self.decide(mode="eval")
@@ -456,15 +490,20 @@ class _Checker:
     def gradients(self) -> str:
         p, batch = self.policy, self.need_batch()
         p.zero_grad(set_to_none=True)
-        out = self.evaluate(batch, grad=True)
         g = torch.Generator().manual_seed(self.seed + 4)
-        w = torch.rand(out.logp.shape, generator=g).to(out.logp)
-        if out.logp_mask is not None:
-            w = w * out.logp_mask
-        loss, parts = (w * out.logp).sum() + out.entropy, ["logp", "entropy"]
-        for name, x in (("values", out.values), ("kl", out.kl)):
-            if x is not None:
-                loss, parts = loss + (torch.rand(x.shape, generator=g).to(x) * x).sum(), parts + [name]
+        if p.caps.likelihood:
+            out = self.evaluate(batch, grad=True)
+            w = torch.rand(out.logp.shape, generator=g).to(out.logp)
+            if out.logp_mask is not None:
+                w = w * out.logp_mask
+            loss, parts = (w * out.logp).sum() + out.entropy, ["logp", "entropy"]
+            for name, x in (("values", out.values), ("kl", out.kl)):
+                if x is not None:
+                    loss, parts = loss + (torch.rand(x.shape, generator=g).to(x) * x).sum(), parts + [name]
+        else:  # SAC's actor: its reparameterised actions and their log-probs
+            p.train()
+            a, logp = p.sample_reparameterized(batch["state"], self.gen(6))
+            loss, parts = (torch.rand(a.shape, generator=g).to(a) * a).sum() + logp.sum(), ["sample_reparameterized"]
         p.train()
         try:
             loss = loss + p.supervised_loss(p.warm_start_batch(self.demonstrations(batch)).to(self.device)).sum()

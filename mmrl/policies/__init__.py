@@ -15,6 +15,13 @@ POLICIES.register(
 )
 
 POLICIES.register(
+    "dsrl",
+    "mmrl.policies.dsrl:DSRLPolicy",
+    description="DSRL: a SAC actor choosing the initial noise of a frozen flow policy (policy.base), whose "
+    "deterministic ODE turns it into the action chunk (algorithm.objective: sac)",
+)
+
+POLICIES.register(
     "diffusion",
     "mmrl.policies.diffusion:DiffusionPolicy",
     description="flow-matching text-to-image generator (built-in tiny pixel model or diffusers SD3 / FLUX with LoRA): "

@@ -17,7 +17,12 @@ evaluates log-probs / values / entropy of given actions:
   clean samples (``Capabilities.forward_process``).
 - ``sample_reparameterized(state, generator)`` -> reparameterised tanh-squashed actions of replayed
   states and their log-probs, for SAC's actor in the trainer's off-policy mode
-  (``Capabilities.reparameterized``).
+  (``Capabilities.reparameterized``); ``replay_state(obs)`` is the state vector it replays (the
+  simulator's by default) and ``env_actions(obs, actions)`` what the environment receives for an
+  action of that space (the action itself by default).
+- ``act_from_noise(obs, noise)`` -> the deterministic action chunk a flow policy integrates from a
+  given initial noise (``Capabilities.latent_noise``), with ``noise_shape`` and
+  ``observation_features(obs)``: what a latent-noise policy (DSRL, `mmrl.policies.dsrl`) steers.
 
 Observations cross into a `Batch` as tensors only: instruction strings are stored as padded UTF-8
 bytes (``encode_text`` / ``decode_text``) so they index, flatten and checkpoint like any tensor.
@@ -297,6 +302,49 @@ class Policy(nn.Module, Generic[C]):
     def forward_process_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
         """Per-sample DiffusionNFT loss [B] on the rollout's own clean samples (`mmrl.flow.nft_loss`)."""
         raise NotImplementedError(f"{type(self).__name__} has no forward-process (DiffusionNFT) objective")
+
+    @property
+    def replay_dim(self) -> int:
+        """Width of `replay_state`'s rows (the critics of the off-policy mode read it). Default:
+        ``state_dim``."""
+        return self.state_dim or 0
+
+    def replay_state(self, obs) -> torch.Tensor:
+        """``[B, replay_dim]`` float: what the off-policy mode replays of observations ``obs`` (an
+        `Observation` of B envs) as a transition's ``state`` / ``next_state``; a rollout's batch
+        ``state`` rows are these. Default: the simulator's state vector."""
+        if obs.state is None:
+            raise ValueError("replayed transitions need the simulator's state vector, and this one has none")
+        return obs.state.float()
+
+    def env_actions(self, obs, actions: torch.Tensor) -> torch.Tensor:
+        """What the environment receives for actions ``[B, chunk, action_dim]`` in [-1, 1] of the
+        space `sample_reparameterized` draws in (the off-policy mode's uniform actions before learning
+        starts). Default: the actions themselves; a latent-space policy decodes them."""
+        return actions
+
+    @property
+    def noise_shape(self) -> tuple[int, ...]:
+        """Shape of one decision's initial noise of a flow policy (``Capabilities.latent_noise``),
+        e.g. ``(chunk, action_dim)``."""
+        raise NotImplementedError(f"{type(self).__name__} samples from no initial noise")
+
+    def act_from_noise(self, obs, noise: torch.Tensor) -> torch.Tensor:
+        """``Capabilities.latent_noise``: the deterministic action chunk ``[B, chunk, action_dim]`` (in
+        the environment's units) that the flow's ODE integrates from the initial ``noise`` ``[B,
+        *noise_shape]`` for observations ``obs``: the policy's own ``eval_method: ode`` sample when
+        ``noise`` is the noise it would draw. No gradient."""
+        raise NotImplementedError(f"{type(self).__name__} has no deterministic noise -> action map")
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of `observation_features`' rows (``Capabilities.latent_noise``)."""
+        raise NotImplementedError(f"{type(self).__name__} exposes no observation features")
+
+    def observation_features(self, obs) -> torch.Tensor:
+        """``Capabilities.latent_noise``: ``[B, D]`` features of observations ``obs`` as the policy
+        encodes them (images, instruction, state), detached: what a latent-noise actor reads."""
+        raise NotImplementedError(f"{type(self).__name__} exposes no observation features")
 
     def sample_reparameterized(
         self, state: torch.Tensor, generator: torch.Generator | None = None

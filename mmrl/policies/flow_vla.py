@@ -171,6 +171,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             logp="decision" if cfg.logp_level == "chunk" else "element",
             critic=cfg.critic,
             likelihood_free=True,
+            latent_noise=True,  # act_from_noise: the ODE from a given noise (DSRL steers it)
             # FSDP2 units: the layers of the tiny backbone's mixer and of the action expert
             sharding_units=("TransformerEncoderLayer", "TransformerDecoderLayer"),
             fixes={
@@ -342,6 +343,37 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             generator=generator,
         )
         return self._decision(obs, out, prefix, mask)
+
+    @property
+    def noise_shape(self) -> tuple[int, ...]:
+        return (self.cfg.chunk_size, self.action_dim)
+
+    @torch.no_grad()
+    def act_from_noise(self, obs, noise: torch.Tensor) -> torch.Tensor:
+        """The ODE's chunk ``[B, C, A]`` (env units) from the initial ``noise`` ``[B, C, A]``: exactly
+        the ``eval_method: ode`` rollout's actions when ``noise`` is the one it draws."""
+        prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
+        none = stochastic_mask(prefix.shape[0], self.cfg.num_steps, "none", device=prefix.device)
+        noise = noise.to(prefix.device).float()
+        out = sample(self.model_fn(prefix, mask, "ode"), noise, self.grid, "ode", self.cfg.noise_level, none)
+        return self.normalizer.unnormalize(out.x0)
+
+    @torch.no_grad()
+    def observation_features(self, obs) -> torch.Tensor:
+        """``[B, out_dim (+ state_dim)]``: the prefix's masked mean, then the normalised state where
+        the policy reads one."""
+        prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
+        m = mask.unsqueeze(-1).to(prefix.dtype)
+        parts = [(prefix * m).sum(1) / m.sum(1).clamp(min=1)]
+        state = self.normalized_state(obs.state) if self.state_dim else None
+        if state is not None:
+            parts.append(state)
+        return torch.cat(parts, -1).float()
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of `observation_features`' rows."""
+        return self.backbone.out_dim + (self.state_dim or 0)
 
     def _decision(self, obs, out, prefix: torch.Tensor, mask: torch.Tensor) -> Decision:
         """The `Decision` of a sampled chain ``out`` (`FlowSample`) for observations ``obs``."""

@@ -25,8 +25,13 @@ groups (the policy's at ``trainer.lr``, the critics' at ``trainer.value_lr``, lo
 SB3 / CleanRL. The buffer, the critics, their targets, log(alpha), the optimizer and the count of
 gradient steps are saved with every checkpoint (`OffPolicy.state_dict`): resume is exact.
 
-Replayed observations are the rollout batch's ``state`` rows (the policy's state vector): the mode
-serves policies that read a state (the Gaussian MLP), not images yet.
+Replayed observations are the rollout batch's ``state`` rows, which are ``Policy.replay_state`` of
+the observations, as the ``next_state`` rows are of the observations reached (`mmrl.rollout.next_states`):
+the simulator's state vector by default (the Gaussian MLP), a frozen encoder's features of image,
+instruction and state for a policy that replays those (DSRL, `mmrl.policies.dsrl`: its actions are
+latent noise, which ``Policy.env_actions`` decodes for the uniform actions before learning starts).
+The Adam of the mode is built at its first use, after the warm start: it holds the parameters
+trainable then (DSRL freezes its base when the warm start ends).
 """
 
 from __future__ import annotations
@@ -181,10 +186,13 @@ class UniformActions:
         a = out.batch["actions"]
         uniform = torch.rand(a.shape, generator=generator, device=a.device) * 2 - 1
         out.batch["actions"] = uniform
-        return Decision(out.batch, uniform)
+        return Decision(out.batch, self.policy.env_actions(obs, uniform))
 
     def value(self, obs) -> Tensor | None:
         return self.policy.value(obs)
+
+    def replay_state(self, obs) -> Tensor:
+        return self.policy.replay_state(obs)
 
 
 class OffPolicy:
@@ -197,22 +205,32 @@ class OffPolicy:
         self.algo, self.sac, self.policy, self.device, self.step = algo, sac, policy, torch.device(device), step
         width = policy.chunk_size * action_dim
         self.critics = SoftCritics(
-            policy.state_dim, width, sac.critic_hidden, sac.critic_layers, sac.critic_layer_norm, sac.init_temperature
+            policy.replay_dim, width, sac.critic_hidden, sac.critic_layers, sac.critic_layer_norm, sac.init_temperature
         ).to(self.device)
         target_entropy = -float(width) if sac.target_entropy is None else float(sac.target_entropy)
         self.agent = SACAgent(policy, self.critics, target_entropy)
-        lr = trainer_cfg.lr
-        self.optimizer = torch.optim.Adam(
-            [
-                {"params": [p for p in policy.parameters() if p.requires_grad], "lr": lr},
-                {"params": list(self.critics.q.parameters()), "lr": trainer_cfg.value_lr or lr},
-                {"params": [self.critics.log_alpha], "lr": sac.temperature_lr or lr},
-            ]
-        )
+        self.trainer_cfg = trainer_cfg
+        self._optimizer: torch.optim.Adam | None = None  # built at first use (`optimizer`)
         self.buffer = ReplayBuffer(sac.buffer_size)  # host memory; batches move to the device
         self.demos = load_demos(sac.demos, algo.gamma) if sac.demos else None
         self.learning_rows = 0  # transitions collected since learning started (utd_ratio counts them)
         self.updates = 0  # gradient steps taken (or skipped for a non-finite loss)
+
+    @property
+    def optimizer(self) -> torch.optim.Adam:
+        """One Adam, three groups: the policy's parameters trainable at its first use (after the warm
+        start, or a checkpoint's weights loaded) at ``trainer.lr``, the critics' at ``value_lr``,
+        log(alpha) at ``temperature_lr``."""
+        if self._optimizer is None:
+            lr = self.trainer_cfg.lr
+            self._optimizer = torch.optim.Adam(
+                [
+                    {"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": lr},
+                    {"params": list(self.critics.q.parameters()), "lr": self.trainer_cfg.value_lr or lr},
+                    {"params": [self.critics.log_alpha], "lr": self.sac.temperature_lr or lr},
+                ]
+            )
+        return self._optimizer
 
     def add_demos(self, data: dict) -> None:
         """Add demonstration transitions (`demo_transitions`' fields) to the demonstration buffer:

@@ -12,6 +12,7 @@ from torch import nn
 
 from mmrl.checks.policy import check_policy, tiny_smolvlm_folder
 from mmrl.cli import main
+from mmrl.config import load_config
 from mmrl.policies.base import Decision
 from mmrl.policies.gaussian import GaussianPolicy
 from mmrl.registry import POLICIES, MissingDependencyError
@@ -63,16 +64,11 @@ FLOW_SAMPLERS = [
 def test_policy_passes_the_contract_check(name, overrides):
     result = checked(name, overrides)
     assert result.ok, f"\n{result}"
-    assert result.passed == [
-        "build",
-        "rollout",
-        "ratio_one",
-        "replay",
-        "eval_deterministic",
-        "ratio_after_sync",
-        "gradients",
-        "save_load",
-    ]
+    cls = POLICIES.get(name)
+    likelihood = cls.capabilities(load_config(cls.config_class, {"type": name}, list(overrides))).likelihood
+    replayed = ["ratio_one", "replay"] if likelihood else ["reparameterized"]  # SAC's actor: no log-probs to replay
+    after = "ratio_after_sync" if likelihood else "reparameterized_after_sync"
+    assert result.passed == ["build", "rollout", *replayed, "eval_deterministic", after, "gradients", "save_load"]
 
 
 @functools.cache
