@@ -244,7 +244,8 @@ class _Checker:
                 bool(ended.all()),
                 "every decision of a single-turn simulator must end its episode"
                 if not turns
-                else f"every episode of a multi-turn simulator must end within max_episode_steps = {sim.max_episode_steps} turns",
+                else "every episode of a multi-turn simulator must end within max_episode_steps = "
+                f"{sim.max_episode_steps} turns",
             )
         self.passed()
 

@@ -667,11 +667,7 @@ class Trainer:
                 if ended and self.has_success and info.get("task")
                 else {}
             ),
-            **(
-                {f"train/{k}": v.float().mean().item() for k, v in info.get("counters", {}).items()}
-                if ended
-                else {}
-            ),
+            **({f"train/{k}": v.float().mean().item() for k, v in info.get("counters", {}).items()} if ended else {}),
             "train/env_steps": self.state.env_steps,
             "train/episodes": self.state.episodes,
             **{
