@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from vs_sb3 import EVAL_SEED, check_tasks, play, run_random, stats  # noqa: E402
+from vs_sb3 import EVAL_SEED, check_tasks, play, run_mmrl, run_random, side_by_side, spawn  # noqa: E402
 
 TAG = "SAMPLE_EFFICIENCY_RESULT "
 CONFIG = "configs/gym_pendulum_sac.yaml"  # mmrl's SAC; other tasks swap their env id in
@@ -59,51 +58,15 @@ def run_sb3_sac(task: str, seed: int, env_steps: int, episodes: int) -> dict:
     return {"return": statistics.mean(returns), "train_s": train_s, "env_steps": int(model.num_timesteps)}
 
 
-def run_mmrl_sac(task: str, seed: int, env_steps: int, episodes: int, overrides: list[str]) -> dict:
-    import yaml
-
-    from mmrl.experiment import build_trainer, load_experiment
-
-    data = yaml.safe_load((ROOT / CONFIG).read_text())
-    data["sim"]["kwargs"]["env_id"] = task
-    cfg = load_experiment(
-        data,
-        [
-            f"run.name=bench_sample_efficiency_{task}_{seed}",
-            "run.output_dir=runs",
-            "trainer.resume=false",
-            f"run.seed={seed}",
-            "run.threads=1",
-            f"trainer.env_steps={env_steps}",
-            "trainer.checkpoint_every=1000000",
-            f"trainer.eval_episodes={episodes}",
-            f"trainer.eval_seed={EVAL_SEED}",
-            *overrides,
-        ],
-    )
-    final = build_trainer(cfg).run()["final"]
-    return {"return": final["return"], "train_s": final["rl_seconds"], "env_steps": final["env_steps"]}
-
-
 def child(args: argparse.Namespace) -> None:
     if args.side == "sb3":
         out = run_sb3_sac(args.task, args.seed, args.env_steps, args.eval_episodes)
     elif args.side == "random":
         out = run_random(args.task, args.eval_episodes, EVAL_SEED)
     else:
-        out = run_mmrl_sac(args.task, args.seed, args.env_steps, args.eval_episodes, args.overrides)
+        steps, episodes = args.env_steps, args.eval_episodes
+        out = run_mmrl(args.task, args.seed, steps, episodes, EVAL_SEED, "sac", args.overrides, CONFIG)
     print(TAG + json.dumps(out), flush=True)
-
-
-def spawn(side: str, task: str, seed: int, env_steps: int, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--side", side, "--task", task, "--seed", str(seed)]
-    cmd += ["--env-steps", str(env_steps), "--eval-episodes", str(args.eval_episodes), *args.overrides]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    for line in proc.stdout.splitlines():
-        if line.startswith(TAG):
-            return json.loads(line[len(TAG) :])
-    raise RuntimeError(f"{side} on {task} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
 
 
 def main() -> None:
@@ -115,12 +78,13 @@ def main() -> None:
     p.add_argument("--env-steps", type=int, default=None, help="override every task's training env steps")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--sides", default=",".join(SIDES), help="which of sb3, sac to run")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (each one torch thread)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--side", help=argparse.SUPPRESS)
     p.add_argument("--task", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     p.add_argument("overrides", nargs="*", help="dotted overrides for the mmrl runs")
-    args = parse_args(p, seeds=1, env_steps=300, eval_episodes=1)
+    args = parse_args(p, seeds=1, env_steps=300, eval_episodes=1, jobs=2)
     if args.smoke:  # the mmrl runs' folders in a temporary folder
         args.overrides = [f"run.output_dir={scratch()}", *args.overrides]
     if args.child:
@@ -138,34 +102,16 @@ def main() -> None:
     tasks = [t for t in args.tasks.split(",") if t]
     check_tasks(tasks)
     figures: dict = {"part": "sac_vs_sb3", "load_avg_start": round(os.getloadavg()[0], 2)}
-    for task in tasks:
-        steps = args.env_steps or TASKS.get(task, 20_000)
-        runs: dict[str, list[dict]] = {side: [] for side in sides}
-        for seed in range(args.seeds):  # the sides alternate order seed by seed
-            for side in sides if seed % 2 == 0 else sides[::-1]:
-                r = spawn(side, task, seed, steps, args)
-                runs[side].append(r)
-                print(
-                    f"{task} seed {seed} {side:4s}: return {r['return']:9.2f}, "
-                    f"{r['env_steps'] / r['train_s']:7.0f} env steps/s",
-                    flush=True,
-                )
-        random = spawn("random", task, 0, steps, args)["return"]
-        row: dict = {"env_steps": steps, "random_return": round(random, 2)}
-        for side, rs in runs.items():
-            row[side] = {
-                "return": stats([r["return"] for r in rs]),
-                "steps_per_s": stats([r["env_steps"] / r["train_s"] for r in rs]),
-            }
-        if "sb3" in runs and "sac" in runs:
-            base = row["sb3"]["return"]["mean"] - random
-            row["ratio_return"] = round((row["sac"]["return"]["mean"] - random) / base, 3) if base else None
-            row["ratio_steps_per_s"] = round(row["sac"]["steps_per_s"]["mean"] / row["sb3"]["steps_per_s"]["mean"], 3)
-        figures[task] = row
-        for side in sides:
-            ret = row[side]["return"]
-            print(f"{task} {side}: per seed {ret['per_seed']}, mean {ret['mean']:.2f}, std {ret['std']:.2f}")
-        print(f"{task}: ratio_return {row.get('ratio_return')}, ratio_steps_per_s {row.get('ratio_steps_per_s')}")
+    figures |= side_by_side(
+        tasks,
+        sides,
+        range(args.seeds),
+        lambda task: args.env_steps or TASKS.get(task, 20_000),
+        lambda side, task, seed, steps: spawn(side, task, seed, steps, args, script=__file__, tag=TAG),
+        {"sac": "ratio_return"},
+        speed_side="sac",
+        jobs=args.jobs,
+    )
     figures["load_avg_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
 

@@ -2,7 +2,7 @@
 
     pip install 'stable-baselines3==2.9.2'      # benchmark-only (the `bench` extra), never a runtime dependency
     python benchmarks/vs_sb3.py                  # Pendulum-v1 and InvertedPendulum-v5, 3 seeds each
-    python benchmarks/vs_sb3.py --tasks mujoco --jobs 2   # HalfCheetah, Hopper, Walker2d, Swimmer (200k steps), Ant (1M)
+    python benchmarks/vs_sb3.py --tasks mujoco --jobs 2   # HalfCheetah, Hopper, Walker2d, Swimmer (200k), Ant (1M)
     python benchmarks/vs_sb3.py --seeds 1 --tasks Reacher-v5 --env-steps 100000   # any gymnasium id
     python benchmarks/vs_sb3.py --validation ...     # choose settings: other training seeds, other episodes
     python benchmarks/vs_sb3.py --smoke              # seconds: one update per run, no figure
@@ -51,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -108,22 +109,33 @@ def run_sb3(task: str, seed: int, env_steps: int, episodes: int, eval_seed: int)
     return {"return": statistics.mean(returns), "train_s": train_s, "env_steps": int(model.num_timesteps)}
 
 
-def task_config(task: str) -> dict:
-    """The experiment of ``task``: its own config, else the state template with its env id."""
+def task_config(task: str, config: str | None = None) -> dict:
+    """The experiment of ``task``: ``config`` (a path under the repository), else the task's own
+    config, else the state template; with the task's env id swapped in."""
     import yaml
 
-    data = yaml.safe_load((ROOT / TASKS.get(task, {}).get("config", TEMPLATE_STATE)).read_text())
+    path = config or TASKS.get(task, {}).get("config", TEMPLATE_STATE)
+    data = yaml.safe_load((ROOT / path).read_text())
     data["sim"]["kwargs"]["env_id"] = task
     return data
 
 
 def run_mmrl(
-    task: str, seed: int, env_steps: int, episodes: int, eval_seed: int, policy: str, overrides: list[str]
+    task: str,
+    seed: int,
+    env_steps: int,
+    episodes: int,
+    eval_seed: int,
+    policy: str,
+    overrides: list[str],
+    config: str | None = None,
 ) -> dict:
+    """One mmrl run of ``task`` (`task_config`; ``policy`` "gaussian" swaps in the Gaussian MLP's
+    defaults), trained for ``env_steps`` and evaluated on ``episodes`` held-out episodes."""
     sys.path.insert(0, str(ROOT))
     from mmrl.experiment import build_trainer, load_experiment
 
-    data = task_config(task)
+    data = task_config(task, config)
     if policy == "gaussian":  # the same experiment with the Gaussian MLP's defaults as the policy
         data["policy"] = {"type": "gaussian"}
     cfg = load_experiment(
@@ -168,10 +180,14 @@ def child(args: argparse.Namespace) -> None:
     print(TAG + json.dumps(out), flush=True)
 
 
-def spawn(side: str, task: str, seed: int, env_steps: int, args: argparse.Namespace) -> dict:
+def spawn(
+    side: str, task: str, seed: int, env_steps: int, args: argparse.Namespace, script: str = __file__, tag: str = TAG
+) -> dict:
+    """Run one side in a fresh subprocess of ``script`` (its ``--child`` mode, one torch thread) and
+    return the result it printed after ``tag``."""
     cmd = [
         sys.executable,
-        __file__,
+        script,
         "--child",
         "--side",
         side,
@@ -183,14 +199,14 @@ def spawn(side: str, task: str, seed: int, env_steps: int, args: argparse.Namesp
         str(env_steps),
         "--eval-episodes",
         str(args.eval_episodes),
-        *(["--validation"] if args.validation else []),
+        *(["--validation"] if getattr(args, "validation", False) else []),
         *args.overrides,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     for line in proc.stdout.splitlines():
-        if line.startswith(TAG):
-            return json.loads(line[len(TAG) :])
+        if line.startswith(tag):
+            return json.loads(line[len(tag) :])
     raise RuntimeError(f"{side} on {task} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
 
 
@@ -214,6 +230,62 @@ def stats(values: list[float]) -> dict:
         "std": statistics.stdev(values) if len(values) > 1 else 0.0,
         "per_seed": [round(v, 2) for v in values],
     }
+
+
+def side_by_side(
+    tasks: list[str],
+    sides: list[str],
+    seeds,
+    steps_of: Callable[[str], int],
+    run: Callable[[str, str, int, int], dict],
+    ratio_keys: dict[str, str],
+    speed_side: str,
+    jobs: int = 1,
+) -> dict:
+    """Every side on every task and seed, ``jobs`` runs at a time (the sides alternate order seed by
+    seed), and the uniform random policy once per task: per task the per-seed returns and env steps
+    per second (`stats`), ``ratio_keys[side]`` = (side mean - random) / (SB3 mean - random) and
+    ``ratio_steps_per_s`` = ``speed_side``'s env steps per second / SB3's. ``run(side, task, seed,
+    steps)`` runs one (`spawn`). Also used by ``benchmarks/sample_efficiency.py``."""
+    figures: dict = {}
+    for task in tasks:
+        steps = steps_of(task)
+        todo = [(seed, side) for seed in seeds for side in (sides if seed % 2 == 0 else sides[::-1])]
+
+        def one(job, task=task, steps=steps):  # bound now: runs while this loop turn waits
+            seed, side = job
+            r = run(side, task, seed, steps)
+            print(
+                f"{task} seed {seed} {side:8s}: return {r['return']:9.2f}, "
+                f"{r['env_steps'] / r['train_s']:7.0f} env steps/s",
+                flush=True,
+            )
+            return r
+
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            done = dict(zip(todo, pool.map(one, todo)))
+        runs = {side: [done[(seed, side)] for seed in seeds] for side in sides}
+        random = run("random", task, 0, steps)["return"]
+        row: dict = {"env_steps": steps, "random_return": round(random, 2)}
+        for side, rs in runs.items():
+            row[side] = {
+                "return": stats([r["return"] for r in rs]),
+                "steps_per_s": stats([r["env_steps"] / r["train_s"] for r in rs]),
+            }
+            ret = row[side]["return"]
+            print(f"{task} {side}: per seed {ret['per_seed']}, mean {ret['mean']:.2f}, std {ret['std']:.2f}")
+        if "sb3" in runs:
+            base = row["sb3"]["return"]["mean"] - random
+            for side, key in ratio_keys.items():
+                if side in runs:
+                    row[key] = round((row[side]["return"]["mean"] - random) / base, 3) if base else None
+            if speed_side in runs:
+                row["ratio_steps_per_s"] = round(
+                    row[speed_side]["steps_per_s"]["mean"] / row["sb3"]["steps_per_s"]["mean"], 3
+                )
+        figures[task] = row
+        print(f"{task}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k.startswith("ratio")), flush=True)
+    return figures
 
 
 def main() -> None:
@@ -264,42 +336,16 @@ def main() -> None:
         "load_avg_start": round(os.getloadavg()[0], 2),
         "split": "validation" if args.validation else "test",
     }
-    for task in tasks:
-        steps = args.env_steps or TASKS.get(task, {}).get("env_steps", DEFAULT_ENV_STEPS)
-        seeds = range(seed0, seed0 + args.seeds)
-        jobs = [(seed, side) for seed in seeds for side in (sides if seed % 2 == 0 else sides[::-1])]
-
-        def one(job, task=task, steps=steps):  # bound now: runs while this loop turn waits
-            seed, side = job
-            r = spawn(side, task, seed, steps, args)
-            print(
-                f"{task} seed {seed} {side:8s}: return {r['return']:9.2f}, "
-                f"{r['env_steps'] / r['train_s']:7.0f} env steps/s",
-                flush=True,
-            )
-            return r
-
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            done = dict(zip(jobs, pool.map(one, jobs)))
-        runs = {side: [done[(seed, side)] for seed in seeds] for side in sides}
-        random = spawn("random", task, 0, steps, args)["return"]
-        row: dict = {"env_steps": steps, "random_return": round(random, 2)}
-        for side, rs in runs.items():
-            row[side] = {
-                "return": stats([r["return"] for r in rs]),
-                "steps_per_s": stats([r["env_steps"] / r["train_s"] for r in rs]),
-            }
-        if "sb3" in runs:
-            base = row["sb3"]["return"]["mean"] - random
-            for side, key in (("flow", "ratio_return"), ("gaussian", "ratio_return_gaussian")):
-                if side in runs:
-                    row[key] = round((row[side]["return"]["mean"] - random) / base, 3)
-            if "flow" in runs:
-                row["ratio_steps_per_s"] = round(
-                    row["flow"]["steps_per_s"]["mean"] / row["sb3"]["steps_per_s"]["mean"], 3
-                )
-        figures[task] = row
-        print(f"{task}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k.startswith("ratio")), flush=True)
+    figures |= side_by_side(
+        tasks,
+        sides,
+        range(seed0, seed0 + args.seeds),
+        lambda task: args.env_steps or TASKS.get(task, {}).get("env_steps", DEFAULT_ENV_STEPS),
+        lambda side, task, seed, steps: spawn(side, task, seed, steps, args),
+        {"flow": "ratio_return", "gaussian": "ratio_return_gaussian"},
+        speed_side="flow",
+        jobs=args.jobs,
+    )
     figures["load_avg_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
 
