@@ -65,3 +65,16 @@ def tiny_wan(tmp_path_factory):
     from mmrl.tiny.tiny_wan import tiny_wan_pipeline
 
     return tiny_wan_pipeline(tmp_path_factory.mktemp("wan"))
+
+
+@pytest.fixture
+def off_policy_tensors():
+    """``tensors(trainer)``: every tensor an off-policy run trains (the policy's state dict, the
+    critics with their targets and log(alpha)), copied: what a bit-identical resume must restore."""
+
+    def tensors(trainer) -> dict:
+        out = {f"policy.{k}": v.detach().clone() for k, v in trainer.policy.state_dict().items()}
+        out.update({f"critics.{k}": v.detach().clone() for k, v in trainer.off_policy.critics.state_dict().items()})
+        return out
+
+    return tensors

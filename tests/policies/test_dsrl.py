@@ -176,13 +176,7 @@ def config(tmp_path, *extra):
     return load_experiment(data, [f"run.output_dir={tmp_path}", "run.name=d", *TINY, *extra])
 
 
-def state_of(trainer) -> dict:
-    out = {f"policy.{k}": v.detach().clone() for k, v in trainer.policy.state_dict().items()}
-    out.update({f"critics.{k}": v.detach().clone() for k, v in trainer.off_policy.critics.state_dict().items()})
-    return out
-
-
-def test_a_dsrl_run_on_reach_trains_checkpoints_and_resumes_bit_identical(tmp_path, monkeypatch):
+def test_a_dsrl_run_on_reach_trains_checkpoints_and_resumes_bit_identical(tmp_path, monkeypatch, off_policy_tensors):
     full = build_trainer(config(tmp_path / "full"))
     base_after_warm_start = {}
     original_freeze = DSRLPolicy.freeze_base
@@ -225,7 +219,7 @@ def test_a_dsrl_run_on_reach_trains_checkpoints_and_resumes_bit_identical(tmp_pa
     resumed.run()
     assert resumed.state.env_steps == 64 and resumed.off_policy.updates == mode.updates
     assert not any(p.requires_grad for p in resumed.policy.base.parameters())
-    a, b = state_of(full), state_of(resumed)
+    a, b = off_policy_tensors(full), off_policy_tensors(resumed)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)

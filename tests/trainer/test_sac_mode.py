@@ -39,13 +39,6 @@ def config(tmp_path, *extra):
     return load_experiment(data, [f"run.output_dir={tmp_path}", "run.name=s", *TINY, *extra])
 
 
-def state_of(trainer) -> dict:
-    """Every trained tensor of the run: the policy, the critics, their targets, log(alpha)."""
-    out = {f"policy.{k}": v.detach().clone() for k, v in trainer.policy.state_dict().items()}
-    out.update({f"critics.{k}": v.detach().clone() for k, v in trainer.off_policy.critics.state_dict().items()})
-    return out
-
-
 def test_sac_runs_on_pendulum_with_the_gaussian_policy(tmp_path):
     trainer = build_trainer(config(tmp_path))
     mode = trainer.off_policy
@@ -200,7 +193,7 @@ def test_demonstrations_are_half_of_every_batch(tmp_path):
     assert len(logged) == 4 and all(v == 0.5 for v in logged)  # the 4 iterations that learned
 
 
-def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch):
+def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch, off_policy_tensors):
     full = build_trainer(config(tmp_path / "full"))
     full.run()
     original = OffPolicy.learn
@@ -218,7 +211,7 @@ def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch):
     resumed.run()
     assert resumed.state.env_steps == full.state.env_steps == 40
     assert resumed.off_policy.updates == full.off_policy.updates
-    a, b = state_of(full), state_of(resumed)
+    a, b = off_policy_tensors(full), off_policy_tensors(resumed)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
