@@ -113,13 +113,24 @@ def baselines(train_sim, sim, reward, episodes: int, seed: int) -> dict:
     }
 
 
-def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
+def run_seed(
+    seed: int,
+    split: str,
+    out: Path,
+    overrides: list[str],
+    config: Path = CONFIG,
+    val_split: str = "val",
+    name: str = "s",
+) -> dict:
+    """One seed of ``config`` in ``out/<name><seed>``: accuracy per task after SFT and after RL on
+    ``split`` (and on ``val_split`` unless ``split`` is it; then the held-out split is never built)."""
     from mmrl.experiment import build_trainer, load_experiment, output_dir
     from mmrl.registry import SIMULATORS
 
     t0 = time.time()
     cfg = load_experiment(
-        CONFIG, [f"run.output_dir={out}", f"run.name=s{seed}", f"run.seed={seed}", "trainer.resume=false", *overrides]
+        config,
+        [f"run.output_dir={out}", f"run.name={name}{seed}", f"run.seed={seed}", "trainer.resume=false", *overrides],
     )
     shutil.rmtree(output_dir(cfg), ignore_errors=True)
     trainer = build_trainer(cfg)
@@ -128,9 +139,9 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
         num_envs=cfg.sim.eval_num_envs,
         seed=seed + 2,
         device=cfg.run.device,
-        **{**cfg.sim.kwargs, "split": "val"},
+        **{**cfg.sim.kwargs, "split": val_split},
     )
-    if split == "val":  # tuning: the trainer's own evaluations run on val, the held-out split is never built
+    if split == val_split:  # tuning: the trainer's own evaluations run on val, the held-out split is never built
         trainer.eval_sim = val_sim
     t = cfg.trainer
     found: dict[str, dict] = {}
@@ -154,8 +165,8 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
                     f"per-task evaluation ({row[split]['all']}) disagrees with the trainer's "
                     f"({res['success_rate']}): not the same episodes"
                 )
-            if split != "val":
-                row["val"] = accuracy_by_task(
+            if split != val_split:
+                row[val_split] = accuracy_by_task(
                     trainer.policy,
                     val_sim,
                     trainer.reward_stage,
@@ -179,6 +190,7 @@ def run_seed(seed: int, split: str, out: Path, overrides: list[str]) -> dict:
         "wall_s": time.time() - t0,
         "rl_s": results["final"]["rl_seconds"],
         "episodes": results["final"]["episodes"],
+        "turns": {"sft": results["start"]["length"], "rl": results["final"]["length"]},  # per episode
     }
 
 

@@ -8,8 +8,9 @@ video_dir=None)`` -> ``{"prompt": [str], "images": [[]], "videos": [[video]], "m
 and decoded by the VLM policy, `mmrl.video`). A video is ``{"frames": uint8 [F, H, W, 3], "fps": fps}``,
 or with ``video_dir`` the path of an mp4 written there. Clips are the `moving_shapes` dataset's
 (``draw``); its prompt pools give the splits: ``eval`` holds the 12 (colour, shape, direction)
-combinations `moving_shapes.held_out` keeps out of ``train``. Sample i depends only on (seed,
-split, i) and the options. Run as a script to print questions::
+combinations `moving_shapes.held_out` keeps out of training, ``validation`` 12 more (`validation`),
+``train`` the other 36: three disjoint pools. Sample i depends only on (seed, split, i) and the
+options. Run as a script to print questions::
 
     python datasets/moving_shapes_vqa/builder.py --num 8
 """
@@ -33,7 +34,7 @@ except ImportError:  # run as a script from outside the repository root
 _grammar = adapter("rewards.moving_shapes")
 DIRECTIONS = _grammar.DIRECTIONS
 TASKS = ("direction", "color")
-SPLITS = ("train", "eval")
+SPLITS = ("train", "validation", "eval")
 ANSWER_WORDS = "Answer left, right, up or down."
 assert sorted(DIRECTIONS) == ["down", "left", "right", "up"], "ANSWER_WORDS lists the grammar's directions"
 
@@ -42,6 +43,31 @@ def _moving_shapes():
     from mmrl.data import builder_module
 
     return builder_module("moving_shapes")  # spec_pool() and draw() of datasets/moving_shapes/builder.py
+
+
+def validation(color: str, shape: str, direction: str) -> bool:
+    """Whether a combination is in the ``validation`` pool: (colour index + shape index + direction
+    index) is 1 modulo the number of colours, one more than `moving_shapes.held_out`'s (the ``eval``
+    pool, 0 modulo it): 12 of the 60 combinations, 3 per direction, none in ``eval``. Like eval's,
+    each is a new combination of attribute pairs all still seen in ``train`` (every (shape,
+    direction) pair keeps 3 of its 5 colours there, every (colour, shape) pair 2 or more of its
+    directions, every (colour, direction) pair 1 or more of its shapes): settings chosen on it face
+    the generalisation eval measures, without ever answering an eval question."""
+    shapes = _moving_shapes()
+    i = list(shapes.COLORS).index(color) + shapes.SHAPES.index(shape) + DIRECTIONS.index(direction)
+    return i % len(shapes.COLORS) == 1
+
+
+def spec_pool(split: str = "train") -> list[dict]:
+    """The ``{"color", "shape", "direction"}`` combinations of ``split`` (see `SPLITS`), in
+    vocabulary order: ``eval`` is `moving_shapes.spec_pool`'s eval pool, ``validation`` the
+    combinations of its train pool that `validation` picks, ``train`` the rest."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    shapes = _moving_shapes()
+    if split == "eval":
+        return shapes.spec_pool("eval")
+    return [m for m in shapes.spec_pool("train") if validation(**m) == (split == "validation")]
 
 
 def question(task: str, spec: dict) -> tuple[str, str]:
@@ -87,8 +113,8 @@ def build(
     video_dir: str | None = None,
     num_prompts: int | None = None,
 ) -> dict:
-    """``num_samples`` video questions of ``split`` ("train" / "eval"): one clip of ``num_frames``
-    frames of ``image_size`` px (even, 16-64) at ``fps`` each. ``tasks``: a list of `TASKS`
+    """``num_samples`` video questions of ``split`` ("train" / "validation" / "eval"): one clip of
+    ``num_frames`` frames of ``image_size`` px (even, 16-64) at ``fps`` each. ``tasks``: a list of `TASKS`
     (default ``["direction"]``), drawn uniformly. ``video_dir``: write the clips as mp4 files there
     (``<split>_<seed>_<i>.mp4``) and return their paths instead of frames. meta = ``{"answer",
     "task", "color", "shape", "direction", "split", "index"}``; solution =
@@ -102,7 +128,7 @@ def build(
         raise ValueError(f"fps must be > 0, got {fps}")
     names = _tasks(tasks)
     shapes = _moving_shapes()
-    pool = shapes.spec_pool(split)
+    pool = spec_pool(split)
     specs, tasks_of = [], []
     for i in range(num_samples):  # one generator per sample: it depends on (seed, split, i) only
         rng = random.Random(f"moving_shapes_vqa|{split}|{seed}|{i}")

@@ -36,8 +36,9 @@ def test_splits_hold_disjoint_combinations_and_samples_are_deterministic():
         d = load_dataset("moving_shapes_vqa", num_samples=200, split=split)
         return {(m["color"], m["shape"], m["direction"]) for m in d["meta"]}
 
-    train, held_out = combos("train"), combos("eval")
-    assert not train & held_out and len(held_out) == 12
+    train, validation, held_out = combos("train"), combos("validation"), combos("eval")
+    assert not train & held_out and not train & validation and not validation & held_out
+    assert (len(train), len(validation), len(held_out)) == (36, 12, 12)
     a = load_dataset("moving_shapes_vqa", num_samples=3, seed=1)
     b = load_dataset("moving_shapes_vqa", num_samples=5, seed=1)
     assert a["prompt"] == b["prompt"][:3]

@@ -222,6 +222,7 @@ def test_the_video_qa_config_trains_through_the_one_trainer(tmp_path):
         "sim.kwargs.dataset_kwargs={num_samples: 32}",
         "warm_start.num_episodes=8",
         "warm_start.steps=2",
+        "warm_start.warmup_steps=0",
         "warm_start.batch_size=4",
         "algorithm.minibatch_size=8",
         "trainer.eval_episodes=8",
