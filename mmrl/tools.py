@@ -99,7 +99,7 @@ def tool_content(value: Any, name: str = "tool") -> list[dict]:
     "text"}``; a PIL image or uint8 ``[H, W, 3]`` array / tensor -> ``{"type": "image", "image": uint8
     tensor [H, W, 3]}``; a list or tuple -> its items' in order. Anything else: `ToolError`."""
     items = list(value) if isinstance(value, (list, tuple)) else [value]
-    out = []
+    out: list[dict[str, Any]] = []
     for v in items:
         if isinstance(v, str):
             out.append({"type": "text", "text": v})
