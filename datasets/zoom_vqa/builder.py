@@ -6,8 +6,19 @@ resolution (the multi-turn tool task of `simulators.tool_env` with ``env: zoom``
 question ("What shape is the small red object? Answer circle, square or triangle.") needs the
 object's shape: the ``zoom`` environment shows the image at 16 px, where a 7 px shape is a 2 px
 blob, and its ``zoom(x, y)`` tool returns the full-resolution crop. Splits: ``eval`` holds the
-(colour, shape) combinations `HELD_OUT` (one per shape) that ``train`` never shows, so colour alone
-cannot answer them. Sample i depends only on (seed, split, i) and the options.
+(colour, shape) combinations `HELD_OUT` and ``validation`` those of `VALIDATION` (one per shape
+each), which ``train`` never shows, so colour alone cannot answer them. Sample i depends only on
+(seed, split, i) and the options.
+
+Demonstrations (``demos=True``, SFT rows for `mmrl.policies.vlm.VLMPolicy.warm_start_batch`): two
+rows per question, rendered by `simulators.tool_env.ZoomEnv` itself (configured as the RL
+simulator's ``env_kwargs``: ``sim_kwargs``, which the trainer's warm start passes): (a) the first
+turn's conversation (the question with the small image) and the tool schemas -> ``<tool_call>`` of
+``zoom`` at the object's centre (each coordinate moved by up to ``jitter`` small-image pixels; with
+probability ``wrong_zoom`` at a uniformly random point instead: a noisy demonstrator), (b) that
+conversation, the call and the tool's crop -> the answer. Extra keys: ``messages`` and ``tools``
+per row; ``meta`` gains ``turn`` (0 or 1) and ``zoom`` ([x, y] of the call). The demonstrator's
+draws have their own random stream: the questions are those of ``demos=False``.
 """
 
 from __future__ import annotations
@@ -26,9 +37,14 @@ except ImportError:  # run as a script from outside the repository root
 
 _shapes = adapter("rewards.shapes")
 COLORS, SHAPES = tuple(_shapes.COLORS), tuple(_shapes.SHAPES)
-SPLITS = ("train", "eval")
+#: simulator the demonstrations (``demos=True``) are rendered for: the trainer's warm start passes its
+#: configured ``sim.kwargs`` as ``sim_kwargs`` when the experiment runs in it
+SIMULATOR = "tool_env"
+SPLITS = ("train", "validation", "eval")
 #: (colour, shape) combinations only the eval split shows: one per shape
 HELD_OUT = (("blue", "circle"), ("yellow", "square"), ("purple", "triangle"))
+#: (colour, shape) combinations only the validation split shows (settings are chosen there): one per shape
+VALIDATION = (("green", "circle"), ("red", "square"), ("blue", "triangle"))
 
 
 def combos(split: str) -> list[tuple[str, str]]:
@@ -36,11 +52,22 @@ def combos(split: str) -> list[tuple[str, str]]:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     every = [(c, s) for c in COLORS for s in SHAPES]
-    return [x for x in every if (x in HELD_OUT) == (split == "eval")]
+    held = {"eval": HELD_OUT, "validation": VALIDATION}
+    if split in held:
+        return [x for x in every if x in held[split]]
+    return [x for x in every if x not in HELD_OUT and x not in VALIDATION]
 
 
 def build(
-    num_samples: int = 256, split: str = "train", seed: int = 0, image_size: int = 64, object_size: int = 7
+    num_samples: int = 256,
+    split: str = "train",
+    seed: int = 0,
+    image_size: int = 64,
+    object_size: int = 7,
+    demos: bool = False,
+    jitter: int = 0,
+    wrong_zoom: float = 0.0,
+    sim_kwargs: dict | None = None,
 ) -> dict:
     """See the module docstring."""
     if num_samples < 1 or not 3 <= object_size <= image_size // 2:
@@ -77,7 +104,56 @@ def build(
         image_size,
     )
     prompts = [f"What shape is the small {m['color']} object? Answer circle, square or triangle." for m in meta]
-    return {"prompt": prompts, "images": [[im] for im in images], "meta": meta, "solution": [m["answer"] for m in meta]}
+    data = {"prompt": prompts, "images": [[im] for im in images], "meta": meta, "solution": [m["answer"] for m in meta]}
+    if demos:
+        return demonstrations(data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size)
+    if jitter or wrong_zoom:
+        raise ValueError("jitter and wrong_zoom shape the demonstrations: set demos=True")
+    return data
+
+
+def demonstrations(
+    data: dict, seed: int, jitter: int, wrong_zoom: float, sim_kwargs: dict | None, image_size: int, object_size: int
+) -> dict:
+    """The SFT rows of ``data``'s questions (see the module docstring), two per question, in order."""
+    import json
+
+    from mmrl.tools import CALL_CLOSE, CALL_OPEN
+
+    if jitter < 0 or not 0.0 <= wrong_zoom <= 1.0:
+        raise ValueError(f"jitter must be >= 0 and wrong_zoom in [0, 1], got {jitter}, {wrong_zoom}")
+    sim_kwargs = dict(sim_kwargs or {})
+    if sim_kwargs.get("env", "zoom") != "zoom":
+        raise ValueError(f"zoom_vqa demonstrations are for the zoom environment, not env {sim_kwargs['env']!r}")
+    asked = {"image_size": image_size, "object_size": object_size}
+    rl = {k: v for k, v in (sim_kwargs.get("dataset_kwargs") or {}).items() if k in asked and v != asked[k]}
+    if rl:
+        raise ValueError(f"the demonstrations' {asked} differ from the RL simulator's dataset_kwargs {rl}")
+    env = adapter("simulators.tool_env").ZoomEnv(**dict(sim_kwargs.get("env_kwargs") or {}))
+    tools = [t.schema for t in env.tools()]
+    size = env.show_size
+    out: dict[str, list] = {k: [] for k in ("prompt", "images", "meta", "solution", "messages", "tools")}
+    for prompt, imgs, m, answer in zip(data["prompt"], data["images"], data["meta"], data["solution"]):
+        rng = random.Random(f"zoom_vqa-demos|{m['split']}|{seed}|{m['index']}")
+        x0, y0, x1, y1 = m["box"]
+        h, w = imgs[0].shape[:2]
+        x, y = int((x0 + x1) / 2 * size / w), int((y0 + y1) / 2 * size / h)
+        x = min(max(x + rng.randint(-jitter, jitter), 0), size - 1)
+        y = min(max(y + rng.randint(-jitter, jitter), 0), size - 1)
+        if rng.random() < wrong_zoom:
+            x, y = rng.randrange(size), rng.randrange(size)
+        call = f"{CALL_OPEN}\n{json.dumps({'name': 'zoom', 'arguments': {'x': x, 'y': y}})}\n{CALL_CLOSE}"
+        first = env.reset({"prompt": prompt, "images": imgs, "videos": [], "meta": m, "solution": answer})
+        second = [*first, {"role": "assistant", "content": call}]
+        second += env.step(list(second)).messages
+        for turn, (messages, target) in enumerate(((first, call), (second, answer))):
+            out["prompt"].append(prompt)
+            out["images"].append(imgs)
+            out["meta"].append({**m, "turn": turn, "zoom": [x, y]})
+            out["solution"].append(target)
+            out["messages"].append(messages)
+            out["tools"].append(list(tools))
+    return out
 
 
 if __name__ == "__main__":

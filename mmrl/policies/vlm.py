@@ -42,6 +42,9 @@ samples one assistant turn. Everything before the turn is prompt: ``logp_mask`` 
 turn's own tokens, never the tool results or earlier turns, which are cached per turn like any
 prompt (ratio 1 before the first update). An earlier turn re-enters the next prompt as its text,
 tokenized again (as TRL and verl do; a non-canonical BPE split of it may tokenize differently).
+The warm start (SFT) takes such turns too: a row with ``messages`` (the conversation before the
+turn) and ``tools`` is rendered by `chat_request`, as the rollout renders it, and its ``solution``
+(a tool call or an answer) is teacher-forced (`warm_start_batch`).
 
 Replay. A rollout keeps each sample's processor outputs (prompt token ids, the per-token modality
 ids, pixel values and video tensors, grids) in a per-iteration cache keyed by the batch's ``uid``;
@@ -528,24 +531,45 @@ class VLMPolicy(Policy[VLMConfig]):
 
     # ---- supervised warm start (SFT) ----------------------------------------------------------
     def warm_start_batch(self, data: dict) -> Batch:
-        """Keep a VLM dataset (prompt, images, optional videos, solution) for `supervised_loss`; rows
-        are indices."""
-        for key in ("prompt", "images"):
+        """Keep a VLM dataset for `supervised_loss`; rows are indices. Single-turn rows: ``prompt``,
+        ``images``, optional ``videos``, ``solution`` (or the meta answers). Conversation rows (turns
+        of multi-turn episodes): ``messages`` (per row, the conversation before the target turn, as
+        `mmrl.simulator.Observation.messages` holds it, images inline) and ``tools`` (per row, the
+        tool schemas, or None), ``solution`` the target turn (a ``<tool_call>...</tool_call>`` or an
+        answer); a row whose ``messages`` is None is single-turn."""
+        convo = data.get("messages")
+        needed = ("prompt", "images") if convo is None else ()
+        for key in needed:
             if key not in data:
-                raise ValueError(f"VLM warm start needs a dataset with '{key}' (and 'solution' or meta answers)")
+                raise ValueError(
+                    f"VLM warm start needs a dataset with '{key}' (and 'solution' or meta answers), "
+                    "or conversation rows: 'messages' (and 'tools')"
+                )
         sol = list(data.get("solution") or [str(m["answer"]) for m in data["meta"]])
-        videos = list(data.get("videos") or [[] for _ in sol])
-        self._sft = {"prompt": list(data["prompt"]), "images": list(data["images"]), "videos": videos, "solution": sol}
-        return Batch(index=torch.arange(len(sol)))
+        n = len(sol)
+        messages = list(convo) if convo is not None else [None] * n
+        tools = list(data.get("tools") or [None] * n)
+        if len(messages) != n or len(tools) != n:
+            raise ValueError(f"VLM warm start: {n} solutions but {len(messages)} messages and {len(tools)} tools rows")
+        self._sft = {
+            "prompt": list(data.get("prompt") or [""] * n),
+            "images": list(data.get("images") or [[] for _ in range(n)]),
+            "videos": list(data.get("videos") or [[] for _ in range(n)]),
+            "messages": messages,
+            "tools": tools,
+            "solution": sol,
+        }
+        return Batch(index=torch.arange(n))
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
-        """Mean cross-entropy [B] of the solution tokens (then the end-of-turn token)."""
+        """Mean cross-entropy [B] of the solution tokens (then the end-of-turn token), after the
+        prompt the rollout would give the row (`requests`: a conversation row through `chat_request`
+        with its tools, as at that turn of an episode)."""
         rows = batch["index"].tolist()
         d = self._sft
         assert d is not None, "warm_start_batch keeps the dataset whose rows supervised_loss takes"
-        reqs = self.requests(
-            [d["prompt"][i] for i in rows], [d["images"][i] for i in rows], [d["videos"][i] for i in rows]
-        )
+        pick = lambda key: [d[key][i] for i in rows]  # noqa: E731
+        reqs = self.requests(pick("prompt"), pick("images"), pick("videos"), pick("messages"), pick("tools"))
         targets = [
             self.tokenizer(d["solution"][i], add_special_tokens=False)["input_ids"] + [self.stop_id] for i in rows
         ]

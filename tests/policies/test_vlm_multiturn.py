@@ -85,3 +85,65 @@ def test_the_loss_mask_covers_exactly_the_turns_own_tokens(second_turn):
         prompt = tok.decode(pol._cache[int(batch["uid"][i])]["prompt_ids"].tolist())
         assert "<tool_response>" in prompt and ZOOM in prompt  # tool result and earlier turn: prompt
         assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def sft_entries(pol, data: dict) -> tuple[list[dict], torch.Tensor]:
+    """The processor entries `supervised_loss` feeds the model for ``data``'s rows, and the loss."""
+    seen: list[dict] = []
+    forward = pol._forward_logp
+    pol._forward_logp = lambda entries, *a, **k: (seen.extend(entries), forward(entries, *a, **k))[1]
+    try:
+        loss = pol.supervised_loss(pol.warm_start_batch(data))
+    finally:
+        del pol._forward_logp
+    return seen, loss
+
+
+def test_the_sft_prompt_of_a_conversation_row_is_the_rollout_prompt_of_that_turn(second_turn):
+    _, obs = second_turn
+    pol = make(system_prompt="Think, then answer.")  # the policy's system prompt goes first in both
+    batch = pol.rollout(obs, torch.Generator().manual_seed(0)).batch
+    rolled = [pol._cache[int(u)] for u in batch["uid"]]
+    data = {"messages": obs.messages, "tools": obs.tools, "solution": ["circle", "square", "triangle", "circle"]}
+    seen, loss = sft_entries(pol, data)
+    assert len(seen) == 4 and torch.isfinite(loss).all()
+    for r, s in zip(rolled, seen):  # byte-identical prompt ids, both images' pixels, their grids
+        assert r.keys() == s.keys()
+        assert all(torch.equal(r[k], s[k]) for k in r)
+    prompt = pol.tokenizer.decode(seen[0]["prompt_ids"].tolist())
+    assert '"name": "zoom"' in prompt and "<tool_response>" in prompt and ZOOM in prompt
+    assert prompt.startswith("<|im_start|>system\nThink, then answer.")
+
+
+def test_single_turn_and_conversation_rows_mix_in_one_sft_batch(second_turn):
+    sim, obs = second_turn
+    pol = make()
+    rec = sim.record(0)
+    data = {
+        "prompt": [rec["prompt"], ""],
+        "images": [rec["images"], []],
+        "messages": [None, obs.messages[0]],
+        "tools": [None, obs.tools[0]],
+        "solution": ["circle", "circle"],
+    }
+    seen, _ = sft_entries(pol, data)
+    single = pol.encode_one(pol.requests([rec["prompt"]], [rec["images"]])[0])
+    assert torch.equal(seen[0]["prompt_ids"], single["prompt_ids"])  # the single-turn path, unchanged
+    assert seen[1]["image_grid_thw"].shape[0] == 2  # the conversation's two images
+
+
+def test_a_few_sft_steps_teach_the_tool_call_turn(second_turn):
+    sim, _ = second_turn
+    pol = make()
+    first = [sim.record(i) for i in range(4)]  # the first turn: question, small image, tools
+    data = {"messages": [r["messages"] for r in first], "tools": [r["tools"] for r in first], "solution": [ZOOM] * 4}
+    batch = pol.warm_start_batch(data)
+    opt = torch.optim.Adam(pol.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(12):
+        loss = pol.supervised_loss(batch).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.6 * losses[0], losses  # the log-prob of the call went up

@@ -116,9 +116,12 @@ def test_quickstart_reward_scores_the_gold_answer_of_every_task_and_split(tmp_pa
 
 
 def test_a_tool_run_logs_its_tool_counters_per_episode(tmp_path):
-    """The tool simulator's episode counters reach the training log (``train/tool_calls``, ...)."""
+    """The tool simulator's episode counters reach the training log (``train/tool_calls``, ...); the
+    config's warm start (SFT on zoom_vqa's two-turn demonstrations) runs through the trainer."""
     over = [f"run.output_dir={tmp_path}", "run.name=t", "trainer.iterations=1", "trainer.eval_episodes=8"]
+    over += ["warm_start.num_episodes=4", "warm_start.steps=2", "warm_start.warmup_steps=0", "warm_start.batch_size=8"]
     build_trainer(load_experiment("configs/vlm_zoom_tools.yaml", over)).run()
     rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert any("warm_start/loss" in r for r in rows)
     train = [r for r in rows if "train/policy_loss" in r]
     assert train and all(f"train/{k}" in train[0] for k in ("tool_calls", "tool_errors", "env_errors", "capped"))

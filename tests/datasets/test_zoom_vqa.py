@@ -1,0 +1,121 @@
+"""zoom_vqa: disjoint splits, and the demonstrations (``demos=True``) of the multi-turn zoom task: each
+row's conversation is what `simulators.tool_env.ToolEnvSim` shows the policy at that turn, the
+demonstrated call zooms onto the object, and the questions are those of the plain dataset."""
+
+import json
+
+import pytest
+import torch
+
+from mmrl.data import builder_module, load_dataset
+from mmrl.tools import parse_tool_calls
+
+zoom = builder_module("zoom_vqa")
+
+
+def test_the_splits_hold_disjoint_combinations_and_samples_keep_to_theirs():
+    pools = {s: set(zoom.combos(s)) for s in zoom.SPLITS}
+    assert pools["train"].isdisjoint(pools["validation"]) and pools["train"].isdisjoint(pools["eval"])
+    assert pools["validation"].isdisjoint(pools["eval"])
+    assert len(set().union(*pools.values())) == len(zoom.COLORS) * len(zoom.SHAPES)
+    for split in ("validation", "eval"):  # one combination per shape: colour alone cannot answer
+        assert sorted(s for _, s in pools[split]) == sorted(zoom.SHAPES)
+    for split, pool in pools.items():
+        data = load_dataset("zoom_vqa", num_samples=40, split=split)
+        assert {(m["color"], m["shape"]) for m in data["meta"]} <= pool
+
+
+def demo_rows(**kw):
+    return load_dataset("zoom_vqa", num_samples=6, demos=True, **kw)
+
+
+def test_demonstrations_keep_the_questions_and_give_two_turns_each():
+    plain, demos = load_dataset("zoom_vqa", num_samples=6), demo_rows(jitter=1)
+    assert len(demos["solution"]) == 12
+    assert demos["prompt"][::2] == plain["prompt"] and demos["prompt"][1::2] == plain["prompt"]
+    assert [m["box"] for m in demos["meta"][::2]] == [m["box"] for m in plain["meta"]]
+    assert demos["solution"][1::2] == plain["solution"]  # (b): the answer
+    for call, m in zip(demos["solution"][::2], demos["meta"][::2]):  # (a): one zoom call
+        (c,) = parse_tool_calls(call)
+        assert c.name == "zoom" and [c.arguments["x"], c.arguments["y"]] == m["zoom"]
+    assert all(t[0]["function"]["name"] == "zoom" for t in demos["tools"])
+    with pytest.raises(ValueError, match="demos=True"):
+        load_dataset("zoom_vqa", num_samples=2, jitter=1)
+
+
+def object_pixels(image: torch.Tensor) -> int:
+    return int((image.amax(-1) > 60).sum())  # the shape's pixels on the black scene
+
+
+@pytest.mark.parametrize("jitter", [0, 1])
+def test_the_demonstrated_call_shows_the_whole_object(jitter):
+    demos = demo_rows(jitter=jitter)
+    for messages, image in zip(demos["messages"][1::2], demos["images"][1::2]):
+        crop = messages[-1]["content"][0]["image"]  # the tool's result
+        assert messages[-1]["role"] == "tool" and crop.shape == (24, 24, 3)
+        assert object_pixels(crop) == object_pixels(image[0]) > 0
+    for m in demos["meta"]:  # the call names the small-image pixel of the object's centre, up to the jitter
+        centre = [(m["box"][k] + m["box"][k + 2]) / 2 * 16 / 64 for k in (0, 1)]
+        assert all(abs(z - int(c)) <= jitter for z, c in zip(m["zoom"], centre))
+        assert jitter or m["zoom"] == [int(c) for c in centre]
+
+
+def test_a_noisy_demonstrator_misses_some_of_the_time():
+    demos = load_dataset("zoom_vqa", num_samples=40, demos=True, wrong_zoom=0.5)
+    crops = [m[-1]["content"][0]["image"] for m in demos["messages"][1::2]]
+    whole = [object_pixels(c) == object_pixels(im[0]) for c, im in zip(crops, demos["images"][1::2])]
+    assert 0.2 < 1 - sum(whole) / len(whole) < 0.6
+
+
+def test_each_demonstration_is_the_conversation_the_simulator_shows_at_that_turn():
+    from mmrl.simulator import Completions
+    from simulators.tool_env import ToolEnvSim
+
+    env_kwargs = {"show_size": 12, "crop_size": 20, "system_prompt": "Look closely."}
+    sim_kwargs = {"env": "zoom", "env_kwargs": env_kwargs, "dataset_kwargs": {"num_samples": 6}}
+    demos = load_dataset("zoom_vqa", num_samples=6, demos=True, jitter=1, sim_kwargs=sim_kwargs)
+    sim = ToolEnvSim(
+        num_envs=3, env="zoom", env_kwargs=env_kwargs, dataset="zoom_vqa", dataset_kwargs={"num_samples": 6}
+    )
+    obs = sim.reset([0, 1, 2])
+    rows = [2 * int(q) for q in sim._idx]
+    for i, r in enumerate(rows):
+        same(obs.messages[i], demos["messages"][r])
+        assert obs.tools[i] == demos["tools"][r]
+    res = sim.step_chunk(Completions([demos["solution"][r] for r in rows], [20] * 3))
+    assert not res.done.any()
+    for i, r in enumerate(rows):
+        same(res.obs.messages[i], demos["messages"][r + 1])
+
+
+def same(a: list[dict], b: list[dict]) -> None:
+    """Two conversations are equal, images compared pixel for pixel."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys() and x["role"] == y["role"]
+        if isinstance(x["content"], str):
+            assert x["content"] == y["content"]
+            continue
+        assert [c["type"] for c in x["content"]] == [c["type"] for c in y["content"]]
+        for c, d in zip(x["content"], y["content"]):
+            if c["type"] == "image":
+                assert torch.equal(c["image"], d["image"])
+            else:
+                assert json.dumps(c, sort_keys=True) == json.dumps(d, sort_keys=True)
+
+
+def test_demonstrations_refuse_an_rl_simulator_they_do_not_match():
+    with pytest.raises(ValueError, match="image_size"):
+        demo_rows(sim_kwargs={"env": "zoom", "dataset_kwargs": {"image_size": 48}})
+    with pytest.raises(ValueError, match="zoom environment"):
+        demo_rows(sim_kwargs={"env": "tools"})
+
+
+def test_the_tool_config_warm_starts_on_demonstrations_rendered_for_its_own_simulator():
+    from mmrl.data import declared_kwargs, recorded_in
+    from mmrl.experiment import load_experiment
+
+    cfg = load_experiment("configs/vlm_zoom_tools.yaml")
+    assert cfg.warm_start.dataset == "zoom_vqa" and cfg.warm_start.kwargs["demos"] is True
+    assert recorded_in("zoom_vqa") == cfg.sim.type  # so the trainer passes sim.kwargs as sim_kwargs
+    assert "sim_kwargs" in declared_kwargs("zoom_vqa", sim_kwargs={}, chunk_size=1)
