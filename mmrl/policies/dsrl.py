@@ -12,11 +12,11 @@ back-propagated through: its features are computed without a graph, the replayed
 ``(f, a)``, and SAC's twin critics score ``(f, a)`` (`mmrl.trainer.off_policy.SoftCritics`, built on
 ``replay_dim``). Train rollouts draw ``u`` from the actor, eval rollouts take its mean.
 
-The base is either loaded from an mmrl run (``policy.base_checkpoint``: a run folder or one of its
-checkpoints; its own recorded ``policy`` section replaces ``policy.base``) and frozen at once, or
-warm-started in this run by the base's own supervised loss (``warm_start``: `warm_start_batch`,
+The base is warm-started in this run by its own supervised loss (``warm_start``: `warm_start_batch`,
 `supervised_loss` and `update_statistics` go to the base) and frozen when the warm start ends
-(`after_warm_start`). The freeze is part of the weights (``base_frozen``), so a resumed run's base
+(`after_warm_start`). (Loading the base from an earlier run's checkpoint needs the checkpoint
+reader of `mmrl.trainer`, which a policy may not import: a later change.) The freeze is part of
+the weights (``base_frozen``), so a resumed run's base
 stays frozen. ``actor: prior`` replaces the actor by the base's own noise (w ~ N(0, I), unbounded):
 the DSRL policy then acts exactly as its base's ODE sampler, a check and a baseline.
 """
@@ -24,9 +24,7 @@ the DSRL policy then acts exactly as its base's ODE sampler, a check and a basel
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import torch
@@ -46,12 +44,9 @@ class DSRLConfig(PolicyConfig):
     """Configuration of `DSRLPolicy` (the ``policy`` section of an experiment)."""
 
     type: str = "dsrl"
-    # the frozen base policy's section (a type with Capabilities.latent_noise: flow_vla); with
-    # base_checkpoint, the checkpoint's own recorded section replaces it
+    # the frozen base policy's section (a type with Capabilities.latent_noise: flow_vla), warm-started
+    # in this run (warm_start), then frozen
     base: PolicyConfig = field(default_factory=FlowVLAConfig)
-    # an mmrl run folder or checkpoint folder holding the trained base (then no warm start); null:
-    # the base is built from policy.base and warm-started in this run (warm_start), then frozen
-    base_checkpoint: str | None = None
     noise_bound: float = 1.5  # the initial noise is noise_bound * tanh(u): |w| <= noise_bound
     # "learned": the SAC actor picks the noise; "prior": w ~ N(0, I) as the base draws it (no RL)
     actor: Literal["learned", "prior"] = "learned"
@@ -68,20 +63,6 @@ class DSRLConfig(PolicyConfig):
                 f"'base.type' = {self.base.type!r} has no deterministic noise -> action map "
                 f"(Capabilities.latent_noise) for DSRL to steer: use a flow policy ({', '.join(steerable)})"
             )
-
-
-def checkpoint_spec(given: str) -> tuple[Path, dict]:
-    """``(checkpoint folder, build spec)`` of the run or checkpoint folder ``given`` (its newest
-    complete checkpoint), read from the weights' metadata without loading them."""
-    from mmrl.trainer.checkpoint import WEIGHTS
-    from mmrl.trainer.evaluation import resolve_checkpoint
-    from mmrl.utils.weights import SPEC, read_metadata
-
-    path = resolve_checkpoint(given, Path(given))
-    meta = read_metadata(path / WEIGHTS)
-    if SPEC not in meta:
-        raise ConfigError(f"'policy.base_checkpoint' = {given!r}: checkpoint {path} records no policy spec")
-    return path, json.loads(meta[SPEC])
 
 
 class DSRLPolicy(Policy[DSRLConfig]):
@@ -109,39 +90,17 @@ class DSRLPolicy(Policy[DSRLConfig]):
 
     @classmethod
     def configure(cls, cfg: DSRLConfig, sim) -> DSRLConfig:
-        """The base's section completed from the simulator, or, with ``base_checkpoint``, the one its
-        checkpoint recorded (checked against the simulator's action and state widths)."""
-        from mmrl.config import load_config
+        """The base's section completed from the simulator."""
         from mmrl.registry import POLICIES
 
-        if cfg.base_checkpoint is None:
-            return dataclasses.replace(cfg, base=POLICIES.get(cfg.base.type).configure(cfg.base, sim))
-        path, spec = checkpoint_spec(cfg.base_checkpoint)
-        if (spec["action_dim"], spec["state_dim"]) != (sim.action_dim, sim.state_dim):
-            raise ConfigError(
-                f"'policy.base_checkpoint' = {cfg.base_checkpoint!r} acts with action_dim {spec['action_dim']} "
-                f"and state_dim {spec['state_dim']}; this simulator has {sim.action_dim} and {sim.state_dim}"
-            )
-        base = load_config(PolicyConfig, spec["config"])
-        if not POLICIES.get(base.type).capabilities(base).latent_noise:
-            raise ConfigError(
-                f"'policy.base_checkpoint' = {cfg.base_checkpoint!r} holds a '{base.type}' policy, which has no "
-                "deterministic noise -> action map (Capabilities.latent_noise): give a flow_vla run's checkpoint"
-            )
-        return dataclasses.replace(cfg, base=base, base_checkpoint=str(path))
+        return dataclasses.replace(cfg, base=POLICIES.get(cfg.base.type).configure(cfg.base, sim))
 
     def __init__(self, cfg: DSRLConfig, action_dim: int, state_dim: int | None = None):
         super().__init__()
         from mmrl.registry import POLICIES
 
         self.cfg, self.action_dim, self.state_dim = cfg, action_dim, state_dim
-        if cfg.base_checkpoint is not None:
-            from mmrl.api import policy_from_checkpoint
-
-            path, _ = checkpoint_spec(cfg.base_checkpoint)
-            self.base: Policy = policy_from_checkpoint(path)
-        else:
-            self.base = POLICIES.get(cfg.base.type)(cfg.base, action_dim=action_dim, state_dim=state_dim)
+        self.base: Policy = POLICIES.get(cfg.base.type)(cfg.base, action_dim=action_dim, state_dim=state_dim)
         self.text_bytes = self.base.text_bytes
         self.register_buffer("base_frozen", torch.tensor(False))
         width = int(torch.tensor(self.base.noise_shape).prod())
@@ -149,8 +108,6 @@ class DSRLPolicy(Policy[DSRLConfig]):
             mlp(self.base.feature_dim, cfg.hidden, cfg.layers, 2 * width, nn.ReLU) if cfg.actor == "learned" else None
         )
         self.register_load_state_dict_post_hook(lambda module, incompatible: module.apply_freeze())
-        if cfg.base_checkpoint is not None:
-            self.freeze_base()
 
     # ---- the frozen base ----------------------------------------------------------------------
     def freeze_base(self) -> None:
@@ -176,11 +133,6 @@ class DSRLPolicy(Policy[DSRLConfig]):
         self.base.check_simulator(sim)
 
     def warm_start_batch(self, data: dict) -> Batch:
-        if bool(self.base_frozen):
-            raise ConfigError(
-                "policy.base_checkpoint loads a trained base, which DSRL keeps frozen: set warm_start.dataset=null "
-                "(or leave base_checkpoint unset to warm-start the base in this run)"
-            )
         return self.base.warm_start_batch(data)
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
