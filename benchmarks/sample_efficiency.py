@@ -37,7 +37,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from vs_sb3 import EVAL_SEED, check_tasks, play, run_mmrl, run_random, side_by_side, spawn  # noqa: E402
+from vs_sb3 import (  # noqa: E402
+    EVAL_SEED,
+    add_child_args,
+    check_tasks,
+    play,
+    require_sb3,
+    run_mmrl,
+    run_random,
+    side_by_side,
+    spawn,
+)
 
 TAG = "SAMPLE_EFFICIENCY_RESULT "
 CONFIG = "configs/gym_pendulum_sac.yaml"  # mmrl's SAC; other tasks swap their env id in
@@ -79,23 +89,13 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--sides", default=",".join(SIDES), help="which of sb3, sac to run")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each one torch thread)")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--side", help=argparse.SUPPRESS)
-    p.add_argument("--task", help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, help=argparse.SUPPRESS)
-    p.add_argument("overrides", nargs="*", help="dotted overrides for the mmrl runs")
+    add_child_args(p)
     args = parse_args(p, seeds=1, env_steps=300, eval_episodes=1, jobs=2)
     if args.smoke:  # the mmrl runs' folders in a temporary folder
         args.overrides = [f"run.output_dir={scratch()}", *args.overrides]
     if args.child:
         return child(args)
-    try:
-        import stable_baselines3  # noqa: F401
-    except ImportError:
-        sys.exit(
-            "sample_efficiency needs Stable-Baselines3 (benchmark-only): pip install 'mmrl[bench]' "
-            "or pip install stable-baselines3==2.9.2"
-        )
+    require_sb3("sample_efficiency")
     sides = [s for s in args.sides.split(",") if s]
     if set(sides) - set(SIDES):
         sys.exit(f"--sides: unknown {sorted(set(sides) - set(SIDES))}; choose from {', '.join(SIDES)}")

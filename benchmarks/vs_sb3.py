@@ -232,6 +232,26 @@ def stats(values: list[float]) -> dict:
     }
 
 
+def add_child_args(p: argparse.ArgumentParser) -> None:
+    """The hidden arguments of one run in its subprocess (`spawn`) and the mmrl overrides."""
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--side", help=argparse.SUPPRESS)
+    p.add_argument("--task", help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    p.add_argument("overrides", nargs="*", help="dotted overrides for the mmrl runs")
+
+
+def require_sb3(benchmark: str) -> None:
+    """Exit in one line, before any run, when Stable-Baselines3 (benchmark-only) is missing."""
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        sys.exit(
+            f"{benchmark} needs Stable-Baselines3 (benchmark-only): pip install 'mmrl[bench]' "
+            "or pip install stable-baselines3==2.9.2"
+        )
+
+
 def side_by_side(
     tasks: list[str],
     sides: list[str],
@@ -308,23 +328,13 @@ def main() -> None:
     )
     p.add_argument("--sides", default=",".join(SIDES), help="which of sb3, flow, gaussian to run")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each one torch thread)")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--side", help=argparse.SUPPRESS)
-    p.add_argument("--task", help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, help=argparse.SUPPRESS)
-    p.add_argument("overrides", nargs="*", help="dotted overrides for the mmrl runs")
+    add_child_args(p)
     args = parse_args(p, seeds=1, env_steps=2048, eval_episodes=1, jobs=2)
     if args.smoke:  # the mmrl runs' folders in a temporary folder
         args.overrides = [f"run.output_dir={scratch()}", *args.overrides]
     if args.child:
         return child(args)
-    try:
-        import stable_baselines3  # noqa: F401
-    except ImportError:
-        sys.exit(
-            "vs_sb3 needs Stable-Baselines3 (benchmark-only): pip install 'mmrl[bench]' "
-            "or pip install stable-baselines3==2.9.2"
-        )
+    require_sb3("vs_sb3")
     sides = [s for s in args.sides.split(",") if s]
     unknown = set(sides) - set(SIDES)
     if unknown:
