@@ -228,6 +228,11 @@ class Policy(nn.Module, Generic[C]):
         """Called after each RL update: push weights to an out-of-process rollout engine and release
         per-iteration caches (default: nothing; the policy samples with its own weights)."""
 
+    def set_progress(self, progress: float) -> None:
+        """Called by the trainer before each iteration's rollout with the fraction of the planned
+        run done (0 at the start, as ``lr_schedule: linear`` counts it), for exploration that
+        follows the run (e.g. the flow VLA's ``noise_level_final``); default: nothing."""
+
     def rollout_stats(self) -> dict[str, float]:
         """Metrics of the last training rollout for the log (e.g. engine-vs-trainer log-prob mismatch)."""
         return {}

@@ -71,6 +71,10 @@ class FlowVLAConfig(PolicyConfig):
     num_steps: int = 4  # denoising steps (rollout and training)
     method: Literal["sde", "cps", "noise"] = "sde"  # stochastic sampler used by RL rollouts
     noise_level: float = 0.5  # a of Flow-SDE / CPS
+    # a at the end of the run: the level goes linearly from noise_level to this over the planned
+    # iterations (the trainer's progress, as lr_schedule: linear), so exploration shrinks as a
+    # Gaussian's learned std does; null = fixed (README, "Why the flow policy fails Ant")
+    noise_level_final: float | None = None
     stochastic: Literal["all", "one", "window"] = "all"  # which denoising steps are stochastic
     window: list[int] | None = None  # [start, end) transitions when stochastic == "window"
     noise_min_std: float = 0.08  # Flow-Noise bounds
@@ -90,7 +94,7 @@ class FlowVLAConfig(PolicyConfig):
     obs_norm: bool = True
 
     def validate(self) -> None:
-        check_range(self, {"num_steps": ">=1"})  # integration steps of the flow: at least one
+        check_range(self, {"num_steps": ">=1", "noise_level": ">=0", "noise_level_final": ">=0"})
 
 
 class PrefixBackbone(Protocol):
@@ -172,18 +176,37 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             critic=cfg.critic,
             likelihood_free=True,
             latent_noise=True,  # act_from_noise: the ODE from a given noise (DSRL steers it)
+            # an annealed noise level follows the trainer's progress, which a background copy misses
+            asynchronous=cfg.noise_level_final is None,
             # FSDP2 units: the layers of the tiny backbone's mixer and of the action expert
             sharding_units=("TransformerEncoderLayer", "TransformerDecoderLayer"),
             fixes={
                 "critic": "set policy.critic=true, or use a group estimator "
                 "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                 "kl_reference": "the flow VLA keeps no reference model: set algorithm.kl_coef=0",
+                "asynchronous": "an annealed noise level (policy.noise_level_final) needs synchronous "
+                "rollouts: set trainer.async_staleness=0 or policy.noise_level_final=null",
             },
         )
 
     @property
     def chunk_size(self) -> int:
         return self.cfg.chunk_size
+
+    def set_progress(self, progress: float) -> None:
+        self.progress = min(max(float(progress), 0.0), 1.0)
+
+    @property
+    def noise_level(self) -> float:
+        """The Flow-SDE / CPS level ``a`` now: ``noise_level``, or with ``noise_level_final`` the
+        linear interpolation at the trainer's progress (rollout and update of one iteration share it)."""
+        c = self.cfg
+        if c.noise_level_final is None:
+            return c.noise_level
+        return c.noise_level + (c.noise_level_final - c.noise_level) * self.progress
+
+    def rollout_stats(self) -> dict[str, float]:
+        return {} if self.cfg.noise_level_final is None else {"noise_level": self.noise_level}
 
     @classmethod
     def configure(cls, cfg: FlowVLAConfig, sim) -> FlowVLAConfig:
@@ -206,6 +229,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         super().__init__()
         self.state_dim = state_dim
         self.cfg, self.action_dim = cfg, action_dim
+        self.progress = 0.0  # fraction of the planned run done (`set_progress`; noise_level_final)
         self.backbone = backbone if backbone is not None else build_backbone(cfg, state_dim)
         if cfg.freeze_backbone:
             self.backbone.requires_grad_(False)
@@ -322,7 +346,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         shape = (b, c.chunk_size, self.action_dim)
         if method == "mean":  # deterministic: the training sampler's means, from zero noise (none drawn)
             zeros = torch.zeros(shape, device=dev)
-            out = mean_path(self.model_fn(prefix, mask, c.method), zeros, self.grid, c.method, c.noise_level)
+            out = mean_path(self.model_fn(prefix, mask, c.method), zeros, self.grid, c.method, self.noise_level)
             return self._decision(obs, out, prefix, mask)
         noise = randn_rows(shape, generator=generator, device=dev)
         stoch = stochastic_mask(
@@ -338,7 +362,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             noise,
             self.grid,
             method,
-            noise_level=c.noise_level,
+            noise_level=self.noise_level,
             stoch=stoch,
             generator=generator,
         )
@@ -402,7 +426,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             self.grid,
             batch["flow_stoch"],
             c.method,
-            noise_level=c.noise_level,
+            noise_level=self.noise_level,
         )
         stoch_elems = batch["flow_stoch"][..., None, None].expand_as(logp_elem)
         entropy = -(logp_elem * stoch_elems).sum() / stoch_elems.sum().clamp(min=1)

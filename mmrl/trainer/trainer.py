@@ -283,6 +283,7 @@ class Trainer:
         """Collect (or take the batch collected in the background) -> advantages -> update -> log."""
         total = self.planned_iterations()
         t0 = time.time()
+        self.policy.set_progress(self.state.iteration / max(total, 1))  # before this iteration's rollout
         if self.reward_stage is not None and collector is None:
             self.reward_stage.drain()  # forget scores of evaluations: the iteration logs its own
         for _attempt in range(MAX_EMPTY_COLLECTIONS):

@@ -1,0 +1,101 @@
+"""The flow VLA's annealed exploration (``policy.noise_level_final``): the Flow-SDE level follows the
+trainer's progress linearly, rollout and update of one iteration share it (ratio exactly 1), the
+sampled chunks' spread shrinks with it, and a background rollout copy, which would miss the
+progress, is refused by the config check."""
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from mmrl.config import ConfigError
+from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
+from mmrl.simulator import Observation
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def policy(**kw) -> FlowVLAPolicy:
+    torch.manual_seed(0)
+    cfg = FlowVLAConfig(backbone="state", chunk_size=1, num_steps=4, method="sde", stochastic="all", **kw)
+    return FlowVLAPolicy(cfg, action_dim=3, state_dim=5).eval()
+
+
+def obs(n=256) -> Observation:
+    state = torch.randn(n, 5, generator=torch.Generator().manual_seed(1))
+    return Observation(image=torch.zeros(n, 1, 1, 3, dtype=torch.uint8), instruction=[""] * n, state=state)
+
+
+def test_level_interpolates_with_progress_and_is_fixed_without_a_final():
+    p = policy(noise_level=2.0, noise_level_final=0.2)
+    levels = []
+    for progress in (0.0, 0.5, 1.0, 1.7):
+        p.set_progress(progress)
+        levels.append(p.noise_level)
+    assert levels == pytest.approx([2.0, 1.1, 0.2, 0.2])  # clamped past the end
+    assert p.rollout_stats() == {"noise_level": pytest.approx(0.2)}
+    fixed = policy(noise_level=2.0)
+    fixed.set_progress(1.0)
+    assert fixed.noise_level == 2.0 and fixed.rollout_stats() == {}
+
+
+def test_steps_narrow_and_the_update_sees_the_rollouts_level():
+    p = policy(noise_level=2.0, noise_level_final=0.1)
+    o = obs()
+    logps = []
+    for progress in (0.0, 1.0):
+        p.set_progress(progress)
+        d = p.rollout(o, torch.Generator().manual_seed(3), mode="train")
+        logps.append(d.batch["old_logp"].mean().item())
+        ratio = (p.evaluate(d.batch).logp - d.batch["old_logp"]).exp()
+        torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
+    # the stochastic steps' std falls 20x: each of the 4 x 3 step elements' log-density rises ~log 20
+    # (the actions' spread also carries the initial noise, which the velocity field alone maps)
+    assert logps[1] - logps[0] > 12 * 2.0, logps
+    # the update must use the level the rollout used: evaluated at another progress, the ratio moves
+    p.set_progress(0.0)
+    d = p.rollout(o, torch.Generator().manual_seed(3), mode="train")
+    p.set_progress(1.0)
+    ratio = (p.evaluate(d.batch).logp - d.batch["old_logp"]).exp()
+    assert (ratio - 1).abs().max() > 1e-2
+
+
+def test_invalid_level_is_one_clear_error():
+    with pytest.raises(ConfigError, match="noise_level_final"):
+        FlowVLAConfig(noise_level_final=-0.1).validate()
+
+
+def _run(tmp_path, *extra):
+    pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pip install "mmrl[gym]"')
+    from mmrl.experiment import build_trainer, load_experiment
+
+    data = yaml.safe_load(open("configs/gym_pendulum.yaml"))
+    overrides = [
+        f"run.output_dir={tmp_path}",
+        "run.name=a",
+        "sim.num_envs=2",
+        "sim.eval_num_envs=2",
+        "algorithm.epochs=1",
+        "algorithm.minibatch_size=8",
+        "trainer.rollout_steps=8",
+        "trainer.env_steps=64",
+        "trainer.eval_episodes=2",
+        "trainer.checkpoint_every=10",
+        *extra,
+    ]
+    return build_trainer(load_experiment(data, overrides))
+
+
+def test_the_trainer_moves_the_level_over_the_env_step_budget(tmp_path):
+    trainer = _run(tmp_path, "policy.noise_level=2.0", "policy.noise_level_final=0.4")
+    trainer.run()
+    rows = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    levels = [r["train/noise_level"] for r in rows if "train/noise_level" in r]
+    # 64 env steps in iterations of 16: progress 0, 1/4, 2/4, 3/4 before each rollout
+    assert levels == pytest.approx([2.0, 1.6, 1.2, 0.8])
+
+
+def test_a_background_rollout_copy_is_refused(tmp_path):
+    with pytest.raises((ConfigError, ValueError), match="noise_level_final"):
+        _run(tmp_path, "policy.noise_level_final=0.4", "trainer.async_staleness=1", "trainer.rollout_steps=0")
