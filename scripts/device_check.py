@@ -25,6 +25,12 @@ skipped, saying so. Steps (`STEPS`):
 - ``diffusers``: the same for tiny random-weight SD3 and FLUX pipelines with LoRA (needs diffusers).
 - ``vlm``: configs/vlm_quickstart.yaml (a tiny SmolVLM, Hugging Face generate as the rollout
   engine) with LoRA: SFT warm start, GRPO iterations, log-probs recomputed against the rollout's.
+- ``video``: one Flow-GRPO, one AWM and one DiffusionNFT run (warm start, then RL iterations) of the
+  built-in tiny text-to-video generator (configs/video_shapes_*.yaml), and DiffusionNFT and
+  Flow-GRPO runs of a tiny random-weight Wan pipeline with LoRA (needs diffusers).
+- ``vlm_video``: configs/vlm_video_qa.yaml (a tiny Qwen2.5-VL answering questions about clips through
+  its video path): SFT warm start, GRPO iterations; and configs/vlm_zoom_tools.yaml (multi-turn
+  tool use: the zoom tool's image crops in the conversation), SFT on its demonstrations, then GRPO.
 - ``lerobot``: configs/reach_smolvla_flow_noise.yaml with tiny LeRobot SmolVLA and PI05 models
   (needs lerobot, which runs on Python >= 3.12).
 - ``distributed``: ``torchrun --nproc_per_node 1`` of the quickstart with the FSDP2 engine, which
@@ -386,6 +392,69 @@ def step_vlm(ctx: Context) -> dict:
     return figures
 
 
+TINY_VIDEO = [*TINY_DIFFUSION, "policy.width=16", "policy.num_steps=3", "policy.eval_num_steps=3"]
+
+
+def step_video(ctx: Context) -> dict:
+    """A short Flow-GRPO, AWM and DiffusionNFT run of the built-in tiny video generator, then
+    DiffusionNFT and Flow-GRPO runs of a tiny random-weight Wan pipeline with LoRA."""
+    from mmrl.tiny.tiny_wan import tiny_wan_pipeline
+
+    tiny = ctx.pick(
+        ["warm_start.num_episodes=1000", "warm_start.steps=50"],
+        [*TINY_VIDEO, "warm_start.num_episodes=16", "warm_start.steps=2", "warm_start.batch_size=8"],
+    )
+    runs = [f"trainer.iterations={ctx.pick(2, 1)}", "trainer.eval_every=0"]
+    figures = {
+        objective: train(ctx, f"video_shapes_{objective}", f"video_{objective}", [*runs, *tiny])
+        for objective in ("flow_grpo", "awm", "nft")
+    }
+    folder = tiny_wan_pipeline(ctx.scratch / "tiny_wan")
+    # 16 px, 5 frames: a [4, 2, 4, 4] latent; random weights draw no shapes, the motion reward scores any clip
+    wan = [f"policy.model={folder}", "policy.lora_rank=4", "policy.lora_alpha=8", "policy.max_sequence_length=16"]
+    wan += ["policy.image_size=16", "policy.num_frames=5", "policy.num_steps=4", "policy.eval_num_steps=4"]
+    wan += ["sim.kwargs={dataset: moving_shapes_prompts, image_size: 16, num_frames: 5}"]
+    wan += ["warm_start.dataset=null", "reward={type: motion_amount}", *runs]
+    wan += ctx.pick(["sim.num_envs=16", "trainer.eval_episodes=8", "sim.eval_num_envs=8"], TINY_DIFFUSION)
+    for objective in ("nft", "flow_grpo"):
+        figures[f"wan_{objective}"] = train(ctx, f"video_shapes_{objective}", f"wan_{objective}", wan)
+    return figures
+
+
+def step_vlm_video(ctx: Context) -> dict:
+    """A tiny Qwen2.5-VL on video QA (SFT, GRPO iterations) and on multi-turn zoom-tool use."""
+    small = ["algorithm.epochs=1", "warm_start.warmup_steps=0", "warm_start.steps=2", "warm_start.batch_size=4"]
+    video = ctx.pick(
+        ["warm_start.steps=50", "warm_start.warmup_steps=5", "trainer.eval_episodes=64"],
+        [
+            *small,
+            "sim.num_envs=8",
+            "sim.eval_num_envs=8",
+            "sim.kwargs.dataset_kwargs.num_samples=64",
+            "algorithm.group_size=4",
+            "algorithm.minibatch_size=8",
+            "warm_start.num_episodes=16",
+            "trainer.eval_episodes=8",
+        ],
+    )
+    runs = ["trainer.eval_every=0", f"trainer.iterations={ctx.pick(2, 1)}"]
+    figures = {"video_qa": train(ctx, "vlm_video_qa", "vlm_video_qa", [*runs, *video])}
+    tools = ctx.pick(
+        ["warm_start.steps=20", "warm_start.warmup_steps=2"],
+        [
+            *small,
+            "sim.num_envs=4",
+            "sim.eval_num_envs=4",
+            "sim.kwargs.dataset_kwargs.num_samples=16",
+            "algorithm.minibatch_size=4",
+            "warm_start.num_episodes=4",
+            "trainer.eval_episodes=4",
+        ],
+    )
+    figures["zoom_tools"] = train(ctx, "vlm_zoom_tools", "vlm_zoom_tools", [*runs, *tools])
+    return figures
+
+
 def step_lerobot(ctx: Context) -> dict:
     """A short run of configs/reach_smolvla_flow_noise.yaml with tiny SmolVLA and PI05 models."""
     tiny = ctx.pick(
@@ -481,6 +550,8 @@ STEPS = [
     Step("diffusion", step_diffusion, 60),
     Step("diffusers", step_diffusers, 60, needs=("diffusers", "peft", "transformers")),
     Step("vlm", step_vlm, 60, needs=("transformers", "peft")),
+    Step("video", step_video, 90, needs=("diffusers", "peft", "transformers")),
+    Step("vlm_video", step_vlm_video, 60, needs=("transformers",)),
     Step("lerobot", step_lerobot, 60, needs=("lerobot",)),
     Step("distributed", step_distributed, 60),
     Step("benchmark", step_benchmark, 170),
