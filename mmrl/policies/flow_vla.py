@@ -27,12 +27,13 @@ from torch import nn
 from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
-from mmrl.config import check_range
+from mmrl.config import ConfigError, check_range
 from mmrl.flow import (
     FlowNoiseHead,
     awm_loss,
     chain_log_prob,
     flow_matching_loss,
+    gaussian_log_prob,
     mean_path,
     reduce_log_prob,
     sample,
@@ -42,6 +43,8 @@ from mmrl.flow import (
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 from mmrl.utils.rows import randn_rows
+
+INIT_LOG_STD_MIN, INIT_LOG_STD_MAX = -5.0, 1.0  # bounds of the learned initial noise's log std
 
 
 @dataclass
@@ -75,6 +78,11 @@ class FlowVLAConfig(PolicyConfig):
     # iterations (the trainer's progress, as lr_schedule: linear), so exploration shrinks as a
     # Gaussian's learned std does; null = fixed (README, "Why the flow policy fails Ant")
     noise_level_final: float | None = None
+    # the chain's initial noise x_1 ~ N(0, std^2) per action dimension: "fixed" std 1 (pi0's), or
+    # "learned": log std a parameter from 0, trained by the RL objective through x_1's density added
+    # to the chain's log-prob (as a Gaussian policy's log std), so the policy can narrow the spread
+    # the untrained velocity field passes on from unit noise (README, "Why the flow policy fails Ant")
+    init_noise: Literal["fixed", "learned"] = "fixed"
     stochastic: Literal["all", "one", "window"] = "all"  # which denoising steps are stochastic
     window: list[int] | None = None  # [start, end) transitions when stochastic == "window"
     noise_min_std: float = 0.08  # Flow-Noise bounds
@@ -95,6 +103,12 @@ class FlowVLAConfig(PolicyConfig):
 
     def validate(self) -> None:
         check_range(self, {"num_steps": ">=1", "noise_level": ">=0", "noise_level_final": ">=0"})
+        sums = (self.logp_level, self.elem_reduce, self.step_reduce) == ("chunk", "sum", "sum")
+        if self.init_noise == "learned" and not sums:
+            raise ConfigError(
+                "policy.init_noise=learned adds the initial noise's density to the chunk's log-prob, a sum: "
+                "set policy.logp_level=chunk, policy.elem_reduce=sum and policy.step_reduce=sum, or init_noise=fixed"
+            )
 
 
 class PrefixBackbone(Protocol):
@@ -206,7 +220,24 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         return c.noise_level + (c.noise_level_final - c.noise_level) * self.progress
 
     def rollout_stats(self) -> dict[str, float]:
-        return {} if self.cfg.noise_level_final is None else {"noise_level": self.noise_level}
+        stats = {} if self.cfg.noise_level_final is None else {"noise_level": self.noise_level}
+        if self.init_log_std is not None:
+            stats["init_noise_std"] = self.init_std().mean().item()
+        return stats
+
+    def init_std(self) -> torch.Tensor:
+        """Std ``[A]`` of the chain's initial noise (1 unless ``init_noise: learned``)."""
+        if self.init_log_std is None:
+            return torch.ones(self.action_dim, device=self.grid.device)
+        return self.init_log_std.clamp(INIT_LOG_STD_MIN, INIT_LOG_STD_MAX).exp()
+
+    def init_log_prob(self, x1: torch.Tensor) -> torch.Tensor | float:
+        """Log-density ``[B]`` of the chain's initial noise ``x1`` ``[B, C, A]`` under N(0, init_std^2),
+        summed over the chunk (0 with fixed unit noise: a constant that cancels in every ratio)."""
+        if self.init_log_std is None:
+            return 0.0
+        std = self.init_std().to(x1.device)
+        return gaussian_log_prob(x1.float(), torch.zeros_like(std), std).sum((1, 2))
 
     @classmethod
     def configure(cls, cfg: FlowVLAConfig, sim) -> FlowVLAConfig:
@@ -242,6 +273,8 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         self.expert = (MLPExpert if mlp else ActionExpert)(
             action_dim, cfg.chunk_size, cfg.expert_dim, d, cfg.expert_layers
         )
+        # log std of the initial noise per action dimension (init_noise: learned), shared by the chunk
+        self.init_log_std = nn.Parameter(torch.zeros(action_dim)) if cfg.init_noise == "learned" else None
         self.noise_head = (
             FlowNoiseHead(cfg.expert_dim, action_dim, cfg.noise_min_std, cfg.noise_max_std)
             if cfg.method == "noise"
@@ -348,7 +381,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             zeros = torch.zeros(shape, device=dev)
             out = mean_path(self.model_fn(prefix, mask, c.method), zeros, self.grid, c.method, self.noise_level)
             return self._decision(obs, out, prefix, mask)
-        noise = randn_rows(shape, generator=generator, device=dev)
+        noise = randn_rows(shape, generator=generator, device=dev) * self.init_std().to(dev)
         stoch = stochastic_mask(
             b,
             c.num_steps,
@@ -378,7 +411,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         the ``eval_method: ode`` rollout's actions when ``noise`` is the one it draws."""
         prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
         none = stochastic_mask(prefix.shape[0], self.cfg.num_steps, "none", device=prefix.device)
-        noise = noise.to(prefix.device).float()
+        noise = noise.to(prefix.device).float() * self.init_std().to(prefix.device)
         out = sample(self.model_fn(prefix, mask, "ode"), noise, self.grid, "ode", self.cfg.noise_level, none)
         return self.normalizer.unnormalize(out.x0)
 
@@ -406,7 +439,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             actions=self.normalizer.unnormalize(out.x0),
             flow_chain=out.chain,
             flow_stoch=out.stoch,
-            old_logp=self._reduce(out.logp, out.stoch),
+            old_logp=self._reduce(out.logp, out.stoch) + self.init_log_prob(out.chain[:, 0]),
         )
         if self.uses_images:  # replay inputs: what `encode_batch` reads again
             batch.update(image=obs.image.to(dev), instruction=encode_text(obs.instruction).to(dev))
@@ -431,7 +464,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         stoch_elems = batch["flow_stoch"][..., None, None].expand_as(logp_elem)
         entropy = -(logp_elem * stoch_elems).sum() / stoch_elems.sum().clamp(min=1)
         return Evaluation(
-            logp=self._reduce(logp_elem, batch["flow_stoch"]),
+            logp=self._reduce(logp_elem, batch["flow_stoch"]) + self.init_log_prob(batch["flow_chain"][:, 0]),
             entropy=entropy,
             values=self.values(prefix, mask, batch.get("state")),
         )

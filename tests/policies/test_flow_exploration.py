@@ -1,9 +1,11 @@
-"""The flow VLA's annealed exploration (``policy.noise_level_final``): the Flow-SDE level follows the
-trainer's progress linearly, rollout and update of one iteration share it (ratio exactly 1), the
-sampled chunks' spread shrinks with it, and a background rollout copy, which would miss the
-progress, is refused by the config check."""
+"""The flow VLA's exploration that can shrink: the annealed noise level (``policy.noise_level_final``:
+the Flow-SDE level follows the trainer's progress linearly, rollout and update of one iteration
+share it, a background rollout copy, which would miss the progress, is refused) and the learned
+initial noise (``policy.init_noise: learned``: x_1's density joins the chain's log-prob, so the RL
+objective trains its std as a Gaussian policy's log std)."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -16,8 +18,8 @@ from mmrl.simulator import Observation
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def policy(**kw) -> FlowVLAPolicy:
-    torch.manual_seed(0)
+def policy(seed=0, **kw) -> FlowVLAPolicy:
+    torch.manual_seed(seed)
     cfg = FlowVLAConfig(backbone="state", chunk_size=1, num_steps=4, method="sde", stochastic="all", **kw)
     return FlowVLAPolicy(cfg, action_dim=3, state_dim=5).eval()
 
@@ -61,9 +63,35 @@ def test_steps_narrow_and_the_update_sees_the_rollouts_level():
     assert (ratio - 1).abs().max() > 1e-2
 
 
+def test_learned_initial_noise_scales_x1_and_adds_its_density():
+    p = policy(noise_level=1.0, init_noise="learned")
+    with torch.no_grad():
+        p.init_log_std.fill_(math.log(0.5))
+    d = p.rollout(obs(4096), torch.Generator().manual_seed(3), mode="train")
+    x1 = d.batch["flow_chain"][:, 0]
+    assert x1.std().item() == pytest.approx(0.5, rel=0.05)
+    ev = p.evaluate(d.batch)
+    torch.testing.assert_close(ev.logp, d.batch["old_logp"], atol=1e-4, rtol=0)  # ratio 1
+    fixed = policy(noise_level=1.0)  # the same weights (same seed), unit initial noise
+    missing = fixed.load_state_dict(p.state_dict(), strict=False)
+    assert missing.unexpected_keys == ["init_log_std"] and not missing.missing_keys
+    by_hand = torch.distributions.Normal(0.0, 0.5).log_prob(x1).sum((1, 2))
+    torch.testing.assert_close(ev.logp - fixed.evaluate(d.batch).logp, by_hand, atol=1e-3, rtol=1e-5)
+    # the RL objective reaches the std: a gradient on the log std
+    ev.logp.mean().backward()
+    assert p.init_log_std.grad is not None and p.init_log_std.grad.abs().min() > 0
+    # the ODE from a given noise (DSRL's map) equals the ode rollout that draws it, scaled alike
+    p.cfg.eval_method = "ode"
+    o = obs(8)
+    eps = torch.randn(8, 1, 3, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(p.act_from_noise(o, eps), fixed.act_from_noise(o, eps * 0.5))
+
+
 def test_invalid_level_is_one_clear_error():
     with pytest.raises(ConfigError, match="noise_level_final"):
         FlowVLAConfig(noise_level_final=-0.1).validate()
+    with pytest.raises(ConfigError, match="init_noise=learned"):
+        FlowVLAConfig(init_noise="learned", logp_level="dim").validate()
 
 
 def _run(tmp_path, *extra):
@@ -94,6 +122,16 @@ def test_the_trainer_moves_the_level_over_the_env_step_budget(tmp_path):
     levels = [r["train/noise_level"] for r in rows if "train/noise_level" in r]
     # 64 env steps in iterations of 16: progress 0, 1/4, 2/4, 3/4 before each rollout
     assert levels == pytest.approx([2.0, 1.6, 1.2, 0.8])
+
+
+def test_the_trainer_trains_the_initial_noise_std(tmp_path):
+    trainer = _run(tmp_path, "policy.init_noise=learned", "trainer.lr=0.01")
+    trainer.run()
+    assert trainer.policy.init_log_std.detach().abs().min() > 1e-4  # moved from 0 by PPO's updates
+    rows = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    stds = [r["train/init_noise_std"] for r in rows if "train/init_noise_std" in r]
+    # logged after each iteration's update: it moves every iteration
+    assert len(stds) == 4 and len(set(stds)) == 4 and 1.0 not in stds
 
 
 def test_a_background_rollout_copy_is_refused(tmp_path):
