@@ -7,7 +7,7 @@ each source is one of
   plugin, imageio-ffmpeg), its frame rate read from the container;
 * a Hugging Face ``datasets.Video`` value stored undecoded (``Video(decode=False)``): a dict
   ``{"path": str | None, "bytes": bytes | None}``;
-* frames: a list of uint8 ``[H, W, 3]`` arrays / tensors or PIL images, or one uint8
+* frames: a list of uint8 ``[H, W, 3]`` arrays / tensors, PIL images or image file paths, or one uint8
   ``[F, H, W, 3]`` array / tensor, at ``frames_fps`` frames per second (frames carry no rate of their
   own), or a dict ``{"frames": ..., "fps": float}`` that states it.
 
@@ -149,10 +149,22 @@ def _stack(frames: Any) -> torch.Tensor:
     else:
         if len(frames) == 0:
             raise ValueError("a video given as frames needs at least one frame")
-        out = torch.stack([torch.as_tensor(np.array(f.convert("RGB") if hasattr(f, "convert") else f)) for f in frames])
+        out = torch.stack([torch.as_tensor(_frame(f)) for f in frames])
     if out.dim() != 4 or out.shape[-1] != 3 or out.dtype != torch.uint8:
         raise ValueError(f"video frames must be uint8 [F, H, W, 3], got {out.dtype} {list(out.shape)}")
     return out
+
+
+def _frame(f: Any):
+    """One frame as a numpy array: an image file path (read by Pillow) or a PIL image as RGB, an array as is."""
+    import numpy as np
+
+    if isinstance(f, (str, Path)):
+        from PIL import Image
+
+        with Image.open(f) as im:
+            return np.array(im.convert("RGB"))
+    return np.array(f.convert("RGB") if hasattr(f, "convert") else f)
 
 
 def frame_indices(total: int, fps_in: float, opts: VideoOptions) -> list[int]:

@@ -1,22 +1,26 @@
-"""Build `vlm_records`: your own VLM reasoning data (image(s) + question -> checkable answer) from a
+"""Build `vlm_records`: your own VLM reasoning data (image(s) / video(s) + question -> checkable answer) from a
 JSONL / JSON / parquet / CSV file, a folder of them, or a Hugging Face hub dataset, and the image /
 pixel-budget / hub-row helpers the public VLM recipes share.
 
 ``build(path=None, split=None, data_files=None, subset=None, prompt_key="prompt", answer_key="answer",
-image_key=None, eval_fraction=0.0, num_samples=None, shuffle=False, seed=0, min_pixels=None,
+image_key=None, video_key=None, eval_fraction=0.0, num_samples=None, shuffle=False, seed=0, min_pixels=None,
 max_pixels=None, factor=28, max_record_bytes=MAX_RECORD_BYTES)`` returns a dict of lists, one entry per sample::
 
     {"prompt":   [str],                        # the question text, image placeholders removed
      "images":   [[uint8 tensor [H, W, 3]]],    # the sample's images, in order (may be empty)
      "meta":     [dict],                        # every other column + {"answer": ground truth}
-     "solution": [str]}                         # SFT target; defaults to the answer as text
+     "solution": [str],                         # SFT target; defaults to the answer as text
+     "videos":   [[source]]}                    # only with videos: undecoded `mmrl.video` sources
 
 A row has the question in ``prompt_key`` (a string, or chat messages; with the default "prompt" a
 ``messages`` column is read too), its images in ``image_key`` (default ``images``, else ``image``:
 paths relative to the data file's folder or absolute, ``{"bytes", "path"}`` as Hugging Face's
 ``Image()`` feature stores them, base64 in JSONL, PIL images from the hub), the ground truth in
-``answer_key`` and an optional ``solution`` (SFT target). Every other column reaches ``meta`` under
-its own name (JSON values), which the reward stage hands to the reward. Splits come from the files
+``answer_key`` and an optional ``solution`` (SFT target). Videos are in ``video_key`` (default
+``videos``, else ``video``): file paths resolved as image paths are, ``{"path", "bytes"}`` as
+``Video(decode=False)`` stores them, or one video as a list of frame image paths; checked at load,
+decoded by the policy. Every other column reaches ``meta`` under its own name (JSON values), which
+the reward stage hands to the reward. Splits come from the files
 (``data_files={"train": ..., "eval": ...}``, ``train.jsonl`` / ``test-*.parquet`` in a folder), a
 ``split`` column, or the hub; `choose_split` says what an evaluation split the data lacks falls back to.
 See CARD.md.
@@ -62,8 +66,11 @@ HOLDOUT_SEED = "vlm_records eval_fraction"  # fixed: train and eval are compleme
 # metadata beside the data in hub snapshots and save_to_disk folders, never rows
 _NOT_DATA = ("dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json")
 IMAGE_PLACEHOLDER = "<image>"
+VIDEO_PLACEHOLDER = "<video>"
 MAX_RATIO = 200  # Qwen2-VL's limit on max(h, w) / min(h, w)
-_PLACEHOLDER_RE = re.compile(r"[ \t]*<image>[ \t]*\n?")
+_PLACEHOLDER_RE = re.compile(r"[ \t]*<(?:image|video)>[ \t]*\n?")
+# a list of strings with these suffixes in a video column is ONE video given as its frames
+FRAME_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,13 +228,118 @@ def prepare_images(
 
 
 # ---------------------------------------------------------------------------------------------
+# Videos: checked and resolved here, decoded by the policy (`mmrl.video`, once per iteration)
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_frame_paths(items: Sequence) -> bool:
+    """Whether a list in a video column is one video given as its frames (image file paths)."""
+    return bool(items) and all(
+        isinstance(x, (str, Path)) and Path(str(x)).suffix.lower() in FRAME_SUFFIXES for x in items
+    )
+
+
+def video_items(value: Any, where: str, column: str) -> list:
+    """A video column's value -> a list of videos: one video (a path, a ``{"path", "bytes"}`` /
+    ``{"frames", "fps"}`` dict, bytes, a list of frame image paths) or a list of them."""
+    if value is None:
+        return []
+    if isinstance(value, (str, Path, dict, bytes, bytearray)):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [list(value)] if _is_frame_paths(value) else list(value)
+    if isinstance(value, torch.Tensor) or type(value).__module__ == "numpy":
+        return [value]  # frames [F, H, W, 3]
+    raise ValueError(
+        f'{where}: \'{column}\' must be a video or a list of videos (paths, {{"path", "bytes"}} as '
+        f"datasets.Video(decode=False) stores them, or lists of frame image paths), got "
+        f"{type(value).__name__}; a decoded datasets.Video column: cast it with Video(decode=False)"
+    )
+
+
+def _video_path(p, base_dir, where: str, what: str = "video file") -> str:
+    """A video (or frame) path resolved against ``base_dir``, as an absolute path; FileNotFoundError
+    naming ``where`` when there is no such file."""
+    path = Path(p).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    if not path.is_file():
+        rel = f" (relative paths are resolved against {base_dir or Path.cwd()})"
+        raise FileNotFoundError(f"{where}: {what} not found: {path}{rel}; fix the path or copy the file there")
+    return str(path.absolute())
+
+
+def _video_bytes(data: Any, where: str) -> bytes:
+    if isinstance(data, str):  # JSONL: base64 (or a data: URL)
+        try:
+            return base64.b64decode(data.split(",", 1)[1] if data.startswith("data:") else data, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(
+                f'{where}: "bytes" is a string but not valid base64; in JSONL store '
+                f"base64.b64encode(mp4_bytes).decode()"
+            ) from None
+    return bytes(data)
+
+
+def _frames(frames: Any, where: str, base_dir) -> Any:
+    if isinstance(frames, (list, tuple)):
+        if not frames:
+            raise ValueError(f"{where}: a video given as frames needs at least one frame")
+        return [
+            _video_path(f, base_dir, f"{where}, frame {j}", "frame image") if isinstance(f, (str, Path)) else f
+            for j, f in enumerate(frames)
+        ]
+    return frames  # an array [F, H, W, 3]: `mmrl.video` checks it
+
+
+def prepare_video(item: Any, where: str, base_dir=None) -> Any:
+    """One video of a row -> the source `mmrl.video` decodes (lazily, in the policy): an absolute
+    file path; ``{"path", "bytes"}`` with raw bytes (base64 in JSONL decoded); a list of frames (image
+    paths resolved; arrays kept) or ``{"frames", "fps"}``. Paths are resolved against ``base_dir``
+    (the data file's folder; None: the working directory) and must exist."""
+    if isinstance(item, str) and item.startswith("data:"):
+        return {"path": None, "bytes": _video_bytes(item, where)}
+    if isinstance(item, (str, Path)):
+        return _video_path(item, base_dir, where)
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return {"path": None, "bytes": bytes(item)}
+    if isinstance(item, dict):
+        if item.get("frames") is not None:
+            out = {"frames": _frames(item["frames"], where, base_dir)}
+            if item.get("fps") is not None:
+                out["fps"] = float(item["fps"])
+            return out
+        if item.get("bytes") is not None:
+            data = _video_bytes(item["bytes"], where)
+            if not data:
+                raise ValueError(f'{where}: "bytes" is empty')
+            return {"path": item.get("path"), "bytes": data}  # the path only names the format (its suffix)
+        if item.get("path"):
+            return _video_path(item["path"], base_dir, where)
+        raise ValueError(f'{where}: a video dict needs "path", "bytes" or "frames" (keys: {sorted(item)})')
+    if isinstance(item, (list, tuple)) or isinstance(item, torch.Tensor) or type(item).__module__ == "numpy":
+        return _frames(item, where, base_dir)
+    raise ValueError(
+        f'{where}: cannot read a video from {type(item).__name__}; use a path, {{"path", "bytes"}} '
+        f"or a list of frame image paths (a decoded datasets.Video column: cast it with Video(decode=False))"
+    )
+
+
+def prepare_videos(items: Sequence, where: str, base_dir=None, column: str = "videos") -> list:
+    """`prepare_video` each video of a row (``where`` names the row, errors add the column and video)."""
+    return [prepare_video(item, f"{where}, column '{column}', video {k}", base_dir) for k, item in enumerate(items)]
+
+
+# ---------------------------------------------------------------------------------------------
 # Records
 # ---------------------------------------------------------------------------------------------
 
 
 def strip_placeholders(text: str) -> str:
-    """Remove ``<image>`` placeholders (and the spaces / newline around them) from a prompt."""
-    return _PLACEHOLDER_RE.sub(" ", text).strip() if IMAGE_PLACEHOLDER in text else text.strip()
+    """Remove ``<image>`` and ``<video>`` placeholders (and the spaces / newline around them) from a prompt."""
+    if IMAGE_PLACEHOLDER in text or VIDEO_PLACEHOLDER in text:
+        return _PLACEHOLDER_RE.sub(" ", text).strip()
+    return text.strip()
 
 
 def answer_text(answer: Any) -> str:
@@ -253,6 +365,7 @@ _PROMPT_GUESSES = (
 )
 _ANSWER_GUESSES = ("answer", "solution", "ground_truth", "gt", "label", "target", "final_answer", "output")
 _IMAGE_GUESSES = ("images", "image", "image_path", "image_paths", "img", "picture", "figure")
+_VIDEO_GUESSES = ("videos", "video", "video_path", "video_paths", "clip", "clips", "mp4", "frames")
 
 
 def _columns_hint(rec: dict, key_arg: str, role: str, guesses: Sequence[str], exclude: Sequence[str] = ()) -> str:
@@ -283,18 +396,20 @@ def _check_answer(rec: dict, where: str, answer_key: str = "answer", exclude: Se
     return ans
 
 
-def _messages_prompt(messages, where: str) -> tuple[str, int, list]:
+def _messages_prompt(messages, where: str) -> tuple[str, int, list, int, list]:
     """(text of the last user message, number of image placeholders in all messages, image items
-    carried by the image parts themselves)."""
+    carried by the image parts themselves, the same two for videos)."""
     if not isinstance(messages, list) or not messages:
         raise ValueError(f'{where}: \'messages\' must be a non-empty list of {{"role", "content"}} objects')
     count, carried, last_user = 0, [], None
+    video_count, video_carried = 0, []
     for j, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise ValueError(f'{where}: message {j} must be an object with "role" and "content"')
         content = m["content"]
         if isinstance(content, str):
             count += content.count(IMAGE_PLACEHOLDER)
+            video_count += content.count(VIDEO_PLACEHOLDER)
             text = strip_placeholders(content)
         elif isinstance(content, list):
             texts = []
@@ -310,10 +425,18 @@ def _messages_prompt(messages, where: str) -> tuple[str, int, list]:
                         carried.append(part["image"])
                     elif part.get("path") is not None:
                         carried.append({"path": part["path"]})
+                elif kind == "video":
+                    video_count += 1
+                    if part.get("bytes") is not None:
+                        video_carried.append({"path": part.get("path"), "bytes": part["bytes"]})
+                    elif part.get("video") is not None:
+                        video_carried.append(part["video"])
+                    elif part.get("path") is not None:
+                        video_carried.append(part["path"])
                 else:
                     raise ValueError(
                         f"{where}: message {j} has a content part that is not "
-                        f'{{"type": "text", "text": ...}} or {{"type": "image"}}: {part!r}'
+                        f'{{"type": "text", "text": ...}}, {{"type": "image"}} or {{"type": "video"}}: {part!r}'
                     )
             text = "\n".join(strip_placeholders(t) for t in texts if strip_placeholders(t))
         else:
@@ -324,7 +447,7 @@ def _messages_prompt(messages, where: str) -> tuple[str, int, list]:
         raise ValueError(f"{where}: 'messages' has no message with role \"user\"")
     if not last_user:
         raise ValueError(f"{where}: the last user message has no text")
-    return last_user, count, carried
+    return last_user, count, carried, video_count, video_carried
 
 
 _DROP = object()  # a value with no JSON form (bytes, an image): left out of meta
@@ -353,14 +476,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def _plain_messages(messages: list) -> Any:
-    """Chat messages for meta: image parts reduced to ``{"type": "image"}`` (their pixels are the
-    sample's images), everything else as JSON."""
+    """Chat messages for meta: image and video parts reduced to ``{"type": "image"}`` /
+    ``{"type": "video"}`` (their pixels are the sample's images and videos), everything else as JSON."""
     out = []
     for m in messages:
         if isinstance(m, dict) and isinstance(m.get("content"), list):
             parts = [
-                {"type": "image"}
-                if isinstance(p, dict) and p.get("type") == "image"
+                {"type": p["type"]}
+                if isinstance(p, dict) and p.get("type") in ("image", "video")
                 else {k: v for k, v in p.items() if v is not None}
                 if isinstance(p, dict)
                 else p
@@ -372,17 +495,25 @@ def _plain_messages(messages: list) -> Any:
 
 
 def parse_record(
-    rec: Any, where: str, prompt_key: str = "prompt", answer_key: str | None = "answer", image_key: str | None = None
+    rec: Any,
+    where: str,
+    prompt_key: str = "prompt",
+    answer_key: str | None = "answer",
+    image_key: str | None = None,
+    video_key: str | None = None,
 ) -> dict:
     """Check one record (a row) and split it into ``prompt``, ``images`` (raw items, not decoded yet),
-    ``meta`` and ``solution``. Errors name ``where`` (file and line / row) and the fix.
+    ``videos`` (raw items, one per video, not resolved yet), ``meta`` and ``solution``. Errors name
+    ``where`` (file and line / row) and the fix.
 
-    ``prompt_key``: the question column, a string (``<image>`` placeholders allowed) or chat messages
-    (TRL's conversational format); with the default "prompt" a ``messages`` column is read when there is
-    no prompt. ``answer_key``: the ground-truth column (None: data without one). ``image_key``: the
-    image column (None: ``images``, else ``image``, else no images). ``meta`` = every other column under
-    its own name (JSON values; a column without a JSON form, e.g. a second image column, is left out and
-    named in ``dropped``) + ``answer`` (the ``answer_key`` column) + ``messages`` for chat prompts."""
+    ``prompt_key``: the question column, a string (``<image>`` / ``<video>`` placeholders allowed) or
+    chat messages (TRL's conversational format); with the default "prompt" a ``messages`` column is read
+    when there is no prompt. ``answer_key``: the ground-truth column (None: data without one).
+    ``image_key``: the image column (None: ``images``, else ``image``, else no images). ``video_key``:
+    the video column (None: ``videos``, else ``video``, else no videos). ``meta`` = every other column
+    under its own name (JSON values; a column without a JSON form, e.g. a second image column, is left
+    out and named in ``dropped``) + ``answer`` (the ``answer_key`` column) + ``messages`` for chat
+    prompts."""
     if not isinstance(rec, dict):
         raise ValueError(f"{where}: expected an object, got {type(rec).__name__}")
     used: set[str] = set()
@@ -428,16 +559,39 @@ def parse_record(
             f'{{"path": ...}}), got {type(images).__name__}'
         )
     images = list(images)
-    # -- prompt text and image placeholders ---------------------------------------------------
+    # -- videos -------------------------------------------------------------------------------
+    if video_key is None:
+        used.update(("videos", "video"))
+        video_col = "videos" if rec.get("videos") is not None else "video"
+        videos = video_items(rec.get(video_col), where, video_col)
+    else:
+        if video_key not in rec:
+            raise ValueError(
+                f"{where}: no '{video_key}' column "
+                f"{_columns_hint(rec, 'video_key', 'video', _VIDEO_GUESSES)}, or leave video_key "
+                f"unset for data without videos"
+            )
+        used.add(video_key)
+        video_col = video_key
+        videos = video_items(rec[video_key], where, video_key)
+    # -- prompt text and image / video placeholders -------------------------------------------
     if messages is not None:
-        prompt, n_slots, carried = _messages_prompt(messages, where)
+        prompt, n_slots, carried, n_video_slots, video_carried = _messages_prompt(messages, where)
         if not images and carried:
             images = carried
+        if not videos and video_carried:
+            videos = video_carried
         if n_slots != len(images):
             raise ValueError(
                 f"{where}: the messages have {n_slots} image placeholder(s) but the record has "
                 f'{len(images)} image(s); give one {{"type": "image"}} part (or "<image>" in a '
                 f"string content) per image, in order"
+            )
+        if n_video_slots != len(videos):
+            raise ValueError(
+                f"{where}: the messages have {n_video_slots} video placeholder(s) but the record has "
+                f'{len(videos)} video(s); give one {{"type": "video"}} part (or "<video>" in a '
+                f"string content) per video, in order"
             )
     else:
         if not isinstance(value, str) or not strip_placeholders(value):
@@ -447,6 +601,12 @@ def parse_record(
             raise ValueError(
                 f'{where}: the prompt has {n_slots} "<image>" placeholder(s) but the record has '
                 f"{len(images)} image(s); use one placeholder per image (or none: images go first)"
+            )
+        n_video_slots = value.count(VIDEO_PLACEHOLDER)
+        if n_video_slots and n_video_slots != len(videos):
+            raise ValueError(
+                f'{where}: the prompt has {n_video_slots} "<video>" placeholder(s) but the record has '
+                f"{len(videos)} video(s) ('{video_col}'); use one placeholder per video (or none: videos go first)"
             )
         prompt = strip_placeholders(value)
     # -- ground truth, meta, SFT target -------------------------------------------------------
@@ -473,7 +633,16 @@ def parse_record(
         solution = answer_text(solution)
     elif not isinstance(solution, str):
         raise ValueError(f"{where}: 'solution' must be a string (the full target completion)")
-    return {"prompt": prompt, "images": images, "meta": meta, "solution": solution, "where": where, "dropped": dropped}
+    return {
+        "prompt": prompt,
+        "images": images,
+        "videos": videos,
+        "video_column": video_col,
+        "meta": meta,
+        "solution": solution,
+        "where": where,
+        "dropped": dropped,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,7 +780,7 @@ class _Part:
     """The rows of one split: ``len(part)``, ``part.take(indices)`` -> (where, row, image base folder)."""
 
     def __init__(self, what: str, rows: list | None = None, indices: list[int] | None = None, hf=None):
-        self.what, self._rows, self._hf = what, rows, hf
+        self.what, self._rows, self._hf = what, rows, _undecoded_videos(hf)
         self.indices = list(range(len(rows) if hf is None else len(hf))) if indices is None else list(indices)
         self.local = hf is None
 
@@ -620,6 +789,20 @@ class _Part:
         if self._hf is None:
             return [self._rows[i] for i in rows]
         return [(f"{self.what}, row {i}", row, None) for i, row in zip(rows, self._hf.select(rows))]
+
+
+def _undecoded_videos(ds):
+    """A Hugging Face dataset with its ``datasets.Video`` columns cast to ``Video(decode=False)``: rows
+    then hold ``{"path", "bytes"}``, which `mmrl.video` decodes (decoded values are torchcodec
+    decoders, and torchcodec is not a dependency). Metadata only: no data is read."""
+    features = getattr(ds, "features", None)
+    video = getattr(sys.modules.get("datasets"), "Video", None)
+    if not features or video is None:
+        return ds
+    for name, feature in features.items():
+        if isinstance(feature, video) and getattr(feature, "decode", False):
+            ds = ds.cast_column(name, video(decode=False))
+    return ds
 
 
 def _local_parts(path, data_files, split: str | None, limit: int) -> tuple[str, dict[str, Callable[[], _Part]]]:
@@ -800,6 +983,7 @@ def build(
     prompt_key: str = "prompt",
     answer_key: str | None = "answer",
     image_key: str | None = None,
+    video_key: str | None = None,
     eval_fraction: float = 0.0,
     num_samples: int | None = None,
     shuffle: bool = False,
@@ -824,7 +1008,12 @@ def build(
     if not 0 <= eval_fraction < 1:
         raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
     check_record_limit(max_record_bytes)
-    for arg, key in (("prompt_key", prompt_key), ("answer_key", answer_key), ("image_key", image_key)):
+    for arg, key in (
+        ("prompt_key", prompt_key),
+        ("answer_key", answer_key),
+        ("image_key", image_key),
+        ("video_key", video_key),
+    ):
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError(f"{arg} must be a column name, got {key!r}")
     if path is None and data_files is None:
@@ -854,7 +1043,7 @@ def build(
         positions = [p for p in positions if (p in out_rows) == (hold == "eval")]
     if not positions:
         raise ValueError(f"no records in {part.what}")
-    keys = dict(prompt_key=prompt_key, answer_key=answer_key, image_key=image_key)
+    keys = dict(prompt_key=prompt_key, answer_key=answer_key, image_key=image_key, video_key=video_key)
     if part.local:  # every record is checked; the images of the kept ones are decoded below
         parsed = {p: (parse_record(r, w, **keys), base) for p, (w, r, base) in zip(positions, part.take(positions))}
         chosen = pick(len(positions), num_samples, shuffle, seed)
@@ -862,10 +1051,11 @@ def build(
     else:  # a hub split can be large: read and check only the rows kept
         chosen = [positions[i] for i in pick(len(positions), num_samples, shuffle, seed)]
         kept = [(parse_record(r, w, **keys), base) for w, r, base in part.take(chosen)]
-    out, dropped = empty_result(), set()
+    out, dropped, videos = empty_result(), set(), []
     for rec, base in kept:
         out["prompt"].append(rec["prompt"])
         out["images"].append(prepare_images(rec["images"], rec["where"], base, min_pixels, max_pixels, factor))
+        videos.append(prepare_videos(rec["videos"], rec["where"], base, rec["video_column"]))
         out["meta"].append(rec["meta"])
         out["solution"].append(rec["solution"])
         dropped.update(rec["dropped"])
@@ -875,6 +1065,8 @@ def build(
             f"left out of meta (image_key names the image column)",
             stacklevel=2,
         )
+    if video_key is not None or any(videos):  # sources, decoded by the policy (`mmrl.video`)
+        out["videos"] = videos
     return out
 
 
