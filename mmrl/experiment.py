@@ -743,14 +743,54 @@ def eval_tasks(cfg: ExperimentConfig) -> list:
     return cls.suite_tasks(**cfg.sim.kwargs) if chosen == "all" else list(chosen)
 
 
+def base_from_checkpoint(section: PolicyConfig, sim) -> tuple[PolicyConfig, Path | None]:
+    """A policy section with ``base_checkpoint`` set (DSRL's frozen base from an earlier run): the
+    section with ``base`` replaced by the one that run's newest complete checkpoint recorded (read
+    from the weights' metadata, checked against ``sim``'s widths and for a noise -> action map), and
+    the checkpoint folder; else ``(section, None)``."""
+    import dataclasses
+    import json
+
+    given = getattr(section, "base_checkpoint", None)
+    if given is None:
+        return section, None
+    from mmrl.trainer.checkpoint import WEIGHTS
+    from mmrl.trainer.evaluation import resolve_checkpoint
+    from mmrl.utils.weights import SPEC, read_metadata
+
+    path = resolve_checkpoint(given, Path(given))
+    meta = read_metadata(path / WEIGHTS)
+    if SPEC not in meta:
+        raise ConfigError(f"'policy.base_checkpoint' = {given!r}: checkpoint {path} records no policy spec")
+    spec = json.loads(meta[SPEC])
+    if (spec["action_dim"], spec["state_dim"]) != (sim.action_dim, sim.state_dim):
+        raise ConfigError(
+            f"'policy.base_checkpoint' = {given!r} acts with action_dim {spec['action_dim']} and state_dim "
+            f"{spec['state_dim']}; this simulator has {sim.action_dim} and {sim.state_dim}"
+        )
+    base = load_config(PolicyConfig, spec["config"])
+    if not POLICIES.get(base.type).capabilities(base).latent_noise:
+        raise ConfigError(
+            f"'policy.base_checkpoint' = {given!r} holds a '{base.type}' policy, which has no deterministic "
+            "noise -> action map (Capabilities.latent_noise): give a flow_vla run's checkpoint"
+        )
+    return dataclasses.replace(section, base=base, base_checkpoint=str(path)), path  # type: ignore[call-arg]
+
+
 def build_policy(cfg: ExperimentConfig, sim):
-    """The configured policy, its config completed from ``sim`` (`Policy.configure`), on ``run.device``."""
+    """The configured policy, its config completed from ``sim`` (`Policy.configure`), on ``run.device``;
+    with ``policy.base_checkpoint`` its base loaded from that checkpoint and frozen."""
     from mmrl.config import to_dict
     from mmrl.trainer import checkpoint
 
     cls = POLICIES.get(cfg.policy.type)
-    configured = cls.configure(cfg.policy, sim)
+    section, base_path = base_from_checkpoint(cfg.policy, sim)
+    configured = cls.configure(section, sim)
     policy = cls(configured, action_dim=sim.action_dim, state_dim=sim.state_dim)
+    if base_path is not None:  # the trained base's weights (safetensors: nothing unpickled), then frozen
+        weights, _ = checkpoint.read_weights(base_path)
+        checkpoint.load_into(policy.base, weights, checkpoint.source_of(base_path), where=f"checkpoint {base_path}")
+        policy.freeze_base()
     # what rebuilds it without a simulator (`mmrl.load_policy`); checkpoints keep it
     policy.build_spec = {
         "type": configured.type,

@@ -12,11 +12,13 @@ back-propagated through: its features are computed without a graph, the replayed
 ``(f, a)``, and SAC's twin critics score ``(f, a)`` (`mmrl.trainer.off_policy.SoftCritics`, built on
 ``replay_dim``). Train rollouts draw ``u`` from the actor, eval rollouts take its mean.
 
-The base is warm-started in this run by its own supervised loss (``warm_start``: `warm_start_batch`,
-`supervised_loss` and `update_statistics` go to the base) and frozen when the warm start ends
-(`after_warm_start`). (Loading the base from an earlier run's checkpoint needs the checkpoint
-reader of `mmrl.trainer`, which a policy may not import: a later change.) The freeze is part of
-the weights (``base_frozen``), so a resumed run's base
+The base is either loaded from an mmrl run (``policy.base_checkpoint``: a run folder or one of its
+checkpoints; its own recorded ``policy`` section replaces ``policy.base``; the experiment layer,
+`mmrl.experiment.build_policy`, reads it, since a policy may not import the trainer's checkpoint
+reader) and frozen at once, or warm-started in this run by the base's own supervised loss
+(``warm_start``: `warm_start_batch`, `supervised_loss` and `update_statistics` go to the base) and
+frozen when the warm start ends (`after_warm_start`). The freeze is part of the weights
+(``base_frozen``), so a resumed run's base
 stays frozen. ``actor: prior`` replaces the actor by the base's own noise (w ~ N(0, I), unbounded):
 the DSRL policy then acts exactly as its base's ODE sampler, a check and a baseline.
 """
@@ -44,9 +46,12 @@ class DSRLConfig(PolicyConfig):
     """Configuration of `DSRLPolicy` (the ``policy`` section of an experiment)."""
 
     type: str = "dsrl"
-    # the frozen base policy's section (a type with Capabilities.latent_noise: flow_vla), warm-started
-    # in this run (warm_start), then frozen
+    # the frozen base policy's section (a type with Capabilities.latent_noise: flow_vla); with
+    # base_checkpoint, the checkpoint's own recorded section replaces it
     base: PolicyConfig = field(default_factory=FlowVLAConfig)
+    # an mmrl run folder or checkpoint folder holding the trained base (then no warm start); null:
+    # the base is built from policy.base and warm-started in this run (warm_start), then frozen
+    base_checkpoint: str | None = None
     noise_bound: float = 1.5  # the initial noise is noise_bound * tanh(u): |w| <= noise_bound
     # "learned": the SAC actor picks the noise; "prior": w ~ N(0, I) as the base draws it (no RL)
     actor: Literal["learned", "prior"] = "learned"
@@ -90,9 +95,12 @@ class DSRLPolicy(Policy[DSRLConfig]):
 
     @classmethod
     def configure(cls, cfg: DSRLConfig, sim) -> DSRLConfig:
-        """The base's section completed from the simulator."""
+        """The base's section completed from the simulator (a section read from ``base_checkpoint``
+        is complete already)."""
         from mmrl.registry import POLICIES
 
+        if cfg.base_checkpoint is not None:
+            return cfg
         return dataclasses.replace(cfg, base=POLICIES.get(cfg.base.type).configure(cfg.base, sim))
 
     def __init__(self, cfg: DSRLConfig, action_dim: int, state_dim: int | None = None):
@@ -133,6 +141,11 @@ class DSRLPolicy(Policy[DSRLConfig]):
         self.base.check_simulator(sim)
 
     def warm_start_batch(self, data: dict) -> Batch:
+        if bool(self.base_frozen):
+            raise ConfigError(
+                "policy.base_checkpoint loads a trained base, which DSRL keeps frozen: set warm_start.dataset=null "
+                "(or leave base_checkpoint unset to warm-start the base in this run)"
+            )
         return self.base.warm_start_batch(data)
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:

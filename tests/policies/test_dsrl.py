@@ -225,3 +225,33 @@ def test_a_dsrl_run_on_reach_trains_checkpoints_and_resumes_bit_identical(tmp_pa
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
     for k, v in mode.buffer.state_dict()["data"].items():
         torch.testing.assert_close(resumed.off_policy.buffer.state_dict()["data"][k], v, rtol=0, atol=0, msg=k)
+
+
+def test_dsrl_from_a_base_checkpoint(tmp_path):
+    # a tiny quickstart run (the flow VLA warm-started, no RL) is the base of a run without a warm start
+    quick = yaml.safe_load(open("configs/quickstart.yaml"))
+    base_run = [
+        o.replace("policy.base.", "policy.")
+        for o in TINY
+        if o.startswith(("run.", "sim.", "warm_start.", "policy.base."))
+    ]
+    first = build_trainer(
+        load_experiment(quick, [f"run.output_dir={tmp_path}", "run.name=q", *base_run, "trainer.iterations=0"])
+    )
+    first.run()
+    trainer = build_trainer(config(tmp_path, f"policy.base_checkpoint={tmp_path / 'q'}", "warm_start.dataset=null"))
+    base = trainer.policy.base
+    assert not any(p.requires_grad for p in base.parameters())
+    for k, v in first.policy.state_dict().items():
+        torch.testing.assert_close(base.state_dict()[k], v, rtol=0, atol=0, msg=k)
+    assert trainer.policy.cfg.base.dim == 16 and trainer.policy.cfg.base.critic  # the checkpoint's section
+    trainer.run()
+    assert trainer.state.env_steps == 64
+    for k, v in first.policy.state_dict().items():
+        torch.testing.assert_close(trainer.policy.base.state_dict()[k], v, rtol=0, atol=0, msg=k)
+    # a DSRL run's checkpoint is no base: one line at build
+    with pytest.raises(ConfigError, match="holds a 'dsrl' policy"):
+        build_trainer(config(tmp_path / "third", f"policy.base_checkpoint={tmp_path / 'd'}", "warm_start.dataset=null"))
+    # the loaded base is frozen: a warm start of it is refused in one line
+    with pytest.raises(ConfigError, match="keeps frozen"):
+        build_trainer(config(tmp_path / "fourth", f"policy.base_checkpoint={tmp_path / 'q'}")).run()
