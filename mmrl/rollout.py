@@ -317,7 +317,9 @@ def evaluate_policy(
     ranks: Ranks | None = None,
 ) -> dict:
     """Success rate over ``num_episodes`` held-out episodes, in batches of ``sim.num_envs``, each
-    decision scored by the reward stage ``reward`` (if any) as in training.
+    decision scored by the reward stage ``reward`` (if any) as in training; with it the mean return
+    and length, and the mean per episode of each of the simulator's ``episode_counters`` (e.g. a
+    tool simulator's ``tool_calls``), under its own name.
 
     Episode e uses reset seed ``seed + e``, so the evaluation set is fixed and reproducible. A
     multi-task simulator's episodes (`episode_tasks`) are also scored per task (``tasks``).
@@ -330,7 +332,7 @@ def evaluate_policy(
     ranks = ranks or Ranks()
     was_training = policy.training
     policy.eval()
-    #: per round, this rank's episodes in the set: (success, return, length, tasks or None)
+    #: per round, this rank's episodes in the set: (success, return, length, tasks or None, counters)
     rounds: list[tuple] = []
     done = 0
     n = sim.num_envs
@@ -353,8 +355,9 @@ def evaluate_policy(
                 )
             take = max(0, min(n, num_episodes - done - first))  # of this rank's episodes, those in the set
             task = info["task"][:take] if "task" in info else None
+            counts = {k: v[:take].cpu() for k, v in info.get("counters", {}).items()}
             rounds.append(
-                (info["success"][:take].cpu(), info["return"][:take].cpu(), info["length"][:take].cpu(), task)
+                (info["success"][:take].cpu(), info["return"][:take].cpu(), info["length"][:take].cpu(), task, counts)
             )
             if want_video:
                 assert video_path is not None  # want_video says so
@@ -375,6 +378,8 @@ def evaluate_policy(
         "length": torch.cat([r[2] for r in rounds]).float().mean().item(),
         "episodes": int(success.numel()),
     }
+    for k in sim.episode_counters:  # per episode, as train/<name> logs them
+        out[k] = torch.cat([r[4][k] for r in rounds]).float().mean().item()
     if tasks and len(set(tasks)) > 1:  # a multi-task simulator: success per task as well
         out["tasks"] = success_by_task(tasks, success)
     return out

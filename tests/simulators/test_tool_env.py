@@ -227,3 +227,21 @@ def test_the_episodic_collector_sums_the_counters_over_each_episode():
     assert set(counters) == {"tool_calls", "tool_errors", "env_errors", "capped"}
     assert counters["tool_calls"].tolist() == [1, 2, 0, 0]
     assert counters["tool_errors"].tolist() == [0, 0, 0, 1]
+
+
+def test_evaluation_reports_the_counters_per_episode():
+    from mmrl.rollout import evaluate_policy
+
+    script = ScriptedTurns(
+        [
+            [call("echo", text="a"), "square"],
+            [call("echo", text="a"), call("echo", text="b"), "circle"],
+            ["square", call("echo", text="z")],
+            [call("boom", x=1)],
+        ]
+    )
+    script.training = False  # what evaluate_policy reads and restores of a policy
+    res = evaluate_policy(script, sim_of(), num_episodes=4, seed=0)
+    # the same episodes as the collector's test above: per-episode means under the counters' names
+    assert res["tool_calls"] == pytest.approx(3 / 4) and res["tool_errors"] == pytest.approx(1 / 4)
+    assert res["env_errors"] == 0 and res["capped"] == 0 and res["length"] == pytest.approx(7 / 4)
