@@ -180,11 +180,12 @@ def child(args: argparse.Namespace) -> None:
     print(TAG + json.dumps(out), flush=True)
 
 
-def spawn(
-    side: str, task: str, seed: int, env_steps: int, args: argparse.Namespace, script: str = __file__, tag: str = TAG
-) -> dict:
-    """Run one side in a fresh subprocess of ``script`` (its ``--child`` mode, one torch thread) and
-    return the result it printed after ``tag``."""
+def child_command(
+    side: str, task: str, seed: int, env_steps: int, args: argparse.Namespace, script: str = __file__
+) -> tuple[list[str], dict[str, str]]:
+    """``(command, environment)`` of one side's run in a fresh subprocess of ``script`` (its
+    ``--child`` mode, one thread): ``args`` gives ``eval_episodes``, ``overrides`` and optionally
+    ``validation``."""
     cmd = [
         sys.executable,
         script,
@@ -202,7 +203,15 @@ def spawn(
         *(["--validation"] if getattr(args, "validation", False) else []),
         *args.overrides,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
+    return cmd, {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def spawn(
+    side: str, task: str, seed: int, env_steps: int, args: argparse.Namespace, script: str = __file__, tag: str = TAG
+) -> dict:
+    """Run one side in a fresh subprocess of ``script`` (`child_command`) and return the result it
+    printed after ``tag``."""
+    cmd, env = child_command(side, task, seed, env_steps, args, script)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     for line in proc.stdout.splitlines():
         if line.startswith(tag):

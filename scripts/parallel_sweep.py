@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TAG = "VS_SB3_RESULT "
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from vs_sb3 import TAG, child_command  # noqa: E402  (the benchmark's own child runs)
 
 
 def curve(metrics: Path) -> dict:
@@ -76,29 +78,20 @@ def main() -> None:
         overrides = words[1:] if side == "gaussian" else words
         for seed in (int(s) for s in args.seeds.split(",")):
             run = f"{name}_{seed}"
-            cmd = [
-                sys.executable,
-                str(ROOT / "benchmarks" / "vs_sb3.py"),
-                "--child",
-                "--validation",
-                "--side",
-                side,
-                "--task",
-                args.task,
-                "--seed",
-                str(seed),
-                "--env-steps",
-                str(args.env_steps),
-                "--eval-episodes",
-                str(args.eval_episodes),
-                f"run.name={run}",
-                f"run.output_dir={runs_dir}",
-                f"trainer.eval_every={args.eval_every}",
-                "trainer.video_episodes=0",
-                *overrides,
-            ]
+            child = argparse.Namespace(
+                eval_episodes=args.eval_episodes,
+                validation=True,
+                overrides=[
+                    f"run.name={run}",
+                    f"run.output_dir={runs_dir}",
+                    f"trainer.eval_every={args.eval_every}",
+                    "trainer.video_episodes=0",
+                    *overrides,
+                ],
+            )
+            cmd, env = child_command(side, args.task, seed, args.env_steps, child)
             log = (out / f"{run}.log").open("w")
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
             jobs.append({"variant": name, "seed": seed, "run": run, "proc": proc, "log": log})
     print(f"parallel_sweep: {len(jobs)} runs started", flush=True)
     t0 = time.time()
@@ -107,7 +100,7 @@ def main() -> None:
     for j in jobs:
         if j["proc"].poll() is None:
             j["proc"].terminate()
-            j["stopped_at_limit"] = True
+            j["stopped"] = True
     for j in jobs:
         try:
             j["proc"].wait(timeout=20)
@@ -124,6 +117,7 @@ def main() -> None:
                 "variant": j["variant"],
                 "seed": j["seed"],
                 "finished": bool(final),
+                "stopped_at_limit": j.get("stopped", False),
                 "final": final[-1] if final else None,
                 "wall_s": round(time.time() - t0, 1),
                 **curve(runs_dir / j["run"] / "metrics.jsonl"),
