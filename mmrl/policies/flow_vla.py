@@ -231,6 +231,11 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             return torch.ones(self.action_dim, device=self.grid.device)
         return self.init_log_std.clamp(INIT_LOG_STD_MIN, INIT_LOG_STD_MAX).exp()
 
+    def scale_init_noise(self, eps: torch.Tensor) -> torch.Tensor:
+        """The chain's initial noise from a standard-normal draw ``eps`` ``[B, C, A]``: ``eps`` itself
+        with fixed unit noise (no work on the rollout's path), else ``eps * init_std``."""
+        return eps if self.init_log_std is None else eps * self.init_std().to(eps.device)
+
     def init_log_prob(self, x1: torch.Tensor) -> torch.Tensor | float:
         """Log-density ``[B]`` of the chain's initial noise ``x1`` ``[B, C, A]`` under N(0, init_std^2),
         summed over the chunk (0 with fixed unit noise: a constant that cancels in every ratio)."""
@@ -381,7 +386,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             zeros = torch.zeros(shape, device=dev)
             out = mean_path(self.model_fn(prefix, mask, c.method), zeros, self.grid, c.method, self.noise_level)
             return self._decision(obs, out, prefix, mask)
-        noise = randn_rows(shape, generator=generator, device=dev) * self.init_std().to(dev)
+        noise = self.scale_init_noise(randn_rows(shape, generator=generator, device=dev))
         stoch = stochastic_mask(
             b,
             c.num_steps,
@@ -411,7 +416,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         the ``eval_method: ode`` rollout's actions when ``noise`` is the one it draws."""
         prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
         none = stochastic_mask(prefix.shape[0], self.cfg.num_steps, "none", device=prefix.device)
-        noise = noise.to(prefix.device).float() * self.init_std().to(prefix.device)
+        noise = self.scale_init_noise(noise.to(prefix.device).float())
         out = sample(self.model_fn(prefix, mask, "ode"), noise, self.grid, "ode", self.cfg.noise_level, none)
         return self.normalizer.unnormalize(out.x0)
 
