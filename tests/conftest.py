@@ -78,3 +78,21 @@ def off_policy_tensors():
         return out
 
     return tensors
+
+
+@pytest.fixture
+def supervised_steps():
+    """``steps(policy, batch, opt, n)``: ``n`` optimizer steps on the mean of
+    ``policy.supervised_loss(batch)``; returns each step's loss (before its update)."""
+
+    def steps(policy, batch, opt, n: int) -> list[float]:
+        losses = []
+        for _ in range(n):
+            loss = policy.supervised_loss(batch).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    return steps

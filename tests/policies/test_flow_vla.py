@@ -71,7 +71,7 @@ def test_eval_method_mean_is_the_training_chain_without_noise_from_zero(method):
     assert train["flow_stoch"].all()  # rollouts still sample
 
 
-def test_supervised_flow_matching_fits_a_fixed_batch():
+def test_supervised_flow_matching_fits_a_fixed_batch(supervised_steps):
     policy = make_policy()
     obs = make_obs(b=16)
     from mmrl.batch import Batch
@@ -89,11 +89,7 @@ def test_supervised_flow_matching_fits_a_fixed_batch():
 
     first = held_out_loss()
     torch.manual_seed(0)
-    for _ in range(200):
-        loss = policy.supervised_loss(batch).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    supervised_steps(policy, batch, opt, 200)
     last = held_out_loss()
     assert last < 0.5 * first
 

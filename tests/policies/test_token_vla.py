@@ -170,7 +170,7 @@ def test_eval_mode_is_greedy_and_deterministic():
 
 
 @pytest.mark.parametrize("decoding", ["autoregressive", "parallel"])
-def test_supervised_loss_fits_a_fixed_batch(decoding):
+def test_supervised_loss_fits_a_fixed_batch(decoding, supervised_steps):
     policy = make_policy(decoding=decoding, critic=False)
     obs = make_obs(b=3)
     target = torch.rand(3, 4, 2, generator=torch.Generator().manual_seed(9)) * 2 - 1  # one chunk per colour
@@ -180,11 +180,7 @@ def test_supervised_loss_fits_a_fixed_batch(decoding):
     assert first.shape == (3,) and torch.allclose(first.mean(), torch.log(torch.tensor(32.0)), atol=0.3)
     opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=5e-3)
     policy.train()
-    for _ in range(20):
-        loss = policy.supervised_loss(batch).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    supervised_steps(policy, batch, opt, 20)
     with torch.no_grad():
         last = policy.supervised_loss(batch)
     assert last.mean() < 0.6 * first.mean()

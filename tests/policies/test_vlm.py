@@ -82,18 +82,11 @@ def test_lora_skips_the_vision_tower_and_its_reference_is_the_base_model(sim):
     assert ((ref - batch["ref_logp"]).abs() * m).max() < 1e-4  # the reference did not
 
 
-def test_sft_lowers_the_loss(sim):
+def test_sft_lowers_the_loss(sim, supervised_steps):
     pol = make(sim)
     data = {"prompt": sim.prompts[:8], "images": sim.images[:8], "solution": sim.solutions[:8]}
     batch = pol.warm_start_batch(data)
-    opt = torch.optim.Adam(pol.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(30):
-        loss = pol.supervised_loss(batch).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = supervised_steps(pol, batch, torch.optim.Adam(pol.parameters(), lr=3e-3), 30)
     assert losses[-1] < 0.5 * losses[0], losses
 
 

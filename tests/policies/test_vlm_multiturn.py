@@ -132,18 +132,11 @@ def test_single_turn_and_conversation_rows_mix_in_one_sft_batch(second_turn):
     assert seen[1]["image_grid_thw"].shape[0] == 2  # the conversation's two images
 
 
-def test_a_few_sft_steps_teach_the_tool_call_turn(second_turn):
+def test_a_few_sft_steps_teach_the_tool_call_turn(second_turn, supervised_steps):
     sim, _ = second_turn
     pol = make()
     first = [sim.record(i) for i in range(4)]  # the first turn: question, small image, tools
     data = {"messages": [r["messages"] for r in first], "tools": [r["tools"] for r in first], "solution": [ZOOM] * 4}
     batch = pol.warm_start_batch(data)
-    opt = torch.optim.Adam(pol.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(12):
-        loss = pol.supervised_loss(batch).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = supervised_steps(pol, batch, torch.optim.Adam(pol.parameters(), lr=3e-3), 12)
     assert losses[-1] < 0.6 * losses[0], losses  # the log-prob of the call went up
