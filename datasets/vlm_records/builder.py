@@ -164,13 +164,32 @@ def _decode_bytes(data: bytes, where: str) -> torch.Tensor:
         ) from None
 
 
-def _read_path(p, base_dir, where: str) -> torch.Tensor:
+def _resolve_file(p, base_dir, where: str, what: str, rel_from, copied: str) -> Path:
+    """``p`` resolved against ``base_dir`` (a data file's folder) when relative; FileNotFoundError
+    naming ``where``, the ``what`` (e.g. "image file"), the folder relative paths are resolved
+    against (``rel_from``; None: not said) and the fix when there is no such file."""
     path = Path(p).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
     if not path.is_file():
-        rel = f" (relative paths are resolved against {base_dir})" if base_dir is not None else ""
-        raise FileNotFoundError(f"{where}: image file not found: {path}{rel}; fix the path or copy the image there")
+        rel = f" (relative paths are resolved against {rel_from})" if rel_from is not None else ""
+        raise FileNotFoundError(f"{where}: {what} not found: {path}{rel}; fix the path or copy the {copied} there")
+    return path
+
+
+def _b64_bytes(data: str, where: str, example: str) -> bytes:
+    """The bytes of a base64 string (or a ``data:`` URL) from JSONL; one clear error naming ``where``
+    and how to store them (``example``: what was encoded, e.g. "png_bytes")."""
+    try:
+        return base64.b64decode(data.split(",", 1)[1] if data.startswith("data:") else data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(
+            f'{where}: "bytes" is a string but not valid base64; in JSONL store base64.b64encode({example}).decode()'
+        ) from None
+
+
+def _read_path(p, base_dir, where: str) -> torch.Tensor:
+    path = _resolve_file(p, base_dir, where, "image file", base_dir, "image")
     return _decode_bytes(path.read_bytes(), f"{where} ({path})")
 
 
@@ -194,13 +213,7 @@ def load_image(item: Any, where: str = "image", base_dir=None) -> torch.Tensor:
         data = item.get("bytes")
         if data is not None:
             if isinstance(data, str):
-                try:
-                    data = base64.b64decode(data.split(",", 1)[1] if data.startswith("data:") else data, validate=True)
-                except (binascii.Error, ValueError):
-                    raise ValueError(
-                        f'{where}: "bytes" is a string but not valid base64; in JSONL store '
-                        f"base64.b64encode(png_bytes).decode()"
-                    ) from None
+                data = _b64_bytes(data, where, "png_bytes")
             return _decode_bytes(bytes(data), where)
         if item.get("path"):
             return _read_path(item["path"], base_dir, where)
@@ -260,24 +273,12 @@ def video_items(value: Any, where: str, column: str) -> list:
 def _video_path(p, base_dir, where: str, what: str = "video file") -> str:
     """A video (or frame) path resolved against ``base_dir``, as an absolute path; FileNotFoundError
     naming ``where`` when there is no such file."""
-    path = Path(p).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = Path(base_dir) / path
-    if not path.is_file():
-        rel = f" (relative paths are resolved against {base_dir or Path.cwd()})"
-        raise FileNotFoundError(f"{where}: {what} not found: {path}{rel}; fix the path or copy the file there")
-    return str(path.absolute())
+    return str(_resolve_file(p, base_dir, where, what, base_dir or Path.cwd(), "file").absolute())
 
 
 def _video_bytes(data: Any, where: str) -> bytes:
     if isinstance(data, str):  # JSONL: base64 (or a data: URL)
-        try:
-            return base64.b64decode(data.split(",", 1)[1] if data.startswith("data:") else data, validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(
-                f'{where}: "bytes" is a string but not valid base64; in JSONL store '
-                f"base64.b64encode(mp4_bytes).decode()"
-            ) from None
+        return _b64_bytes(data, where, "mp4_bytes")
     return bytes(data)
 
 
