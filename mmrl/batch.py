@@ -37,6 +37,7 @@ KEYS: dict[str, str] = {
     "ref_logp": "float [.., *R] log-prob under the frozen reference (policies with provides_ref_logp)",
     "flow_chain": "float [.., K+1, C, A] denoising chain x_K..x_0 (replay input of flow policies)",
     "flow_stoch": "bool [.., K] which denoising transitions were stochastic",
+    "flow_action": "float [.., C, A] executed chunk, normalised, drawn by a Gaussian on x_0 (flow VLA action_noise)",
     "action_tokens": "long [.., C*A] generated action-bin tokens (replay input of the token VLA)",
     "completion": "long [.., L] generated answer tokens (VLM; right-padded)",
     "completion_mask": "bool [.., L] real answer tokens of ``completion``",

@@ -60,6 +60,7 @@ from mmrl.flow.steps import (
     sde_sigma,
     sde_step,
     transition,
+    velocity_from_sample,
 )
 
 __all__ = [
@@ -87,4 +88,5 @@ __all__ = [
     "subsample_steps",
     "time_grid",
     "transition",
+    "velocity_from_sample",
 ]

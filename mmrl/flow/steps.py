@@ -32,6 +32,18 @@ def _as_time(t: TimeLike, x: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def velocity_from_sample(x: torch.Tensor, x0_hat: torch.Tensor, t: TimeLike, t_min: float = 0.05) -> torch.Tensor:
+    """The velocity of a model that predicts the clean sample ("x-prediction"): on the line
+    ``x_t = t noise + (1 - t) x0`` with ``x0 = x0_hat``, ``v = noise - x0 = (x_t - x0_hat) / t``,
+    ``t`` clamped below at ``t_min`` (the 1 / t weight grows without bound as t -> 0).
+
+    An Euler step from ``t`` to ``t_next`` then lands at ``x_t t_next / t + x0_hat (1 - t_next / t)``:
+    the last step (``t_next = 0``) returns ``x0_hat`` whatever ``x_t`` was. Args: x, x0_hat ``[N, *E]``;
+    t float / 0-dim / ``[N]``. Returns ``v [N, *E]``.
+    """
+    return (x - x0_hat) / _as_time(t, x).clamp(min=t_min)
+
+
 def ode_step(x: torch.Tensor, v: torch.Tensor, t: TimeLike, t_next: TimeLike) -> tuple[torch.Tensor, torch.Tensor]:
     """Euler ODE step: ``mean = x + (t_next - t) * v``, ``std = 0`` (0-dim tensor).
 

@@ -39,12 +39,13 @@ from mmrl.flow import (
     sample,
     stochastic_mask,
     time_grid,
+    velocity_from_sample,
 )
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.processing import ActionNormalizer, resize_images
 from mmrl.utils.rows import randn_rows
 
-INIT_LOG_STD_MIN, INIT_LOG_STD_MAX = -5.0, 1.0  # bounds of the learned initial noise's log std
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0  # bounds of the learned log stds (initial noise, action noise)
 
 
 @dataclass
@@ -83,7 +84,21 @@ class FlowVLAConfig(PolicyConfig):
     # to the chain's log-prob (as a Gaussian policy's log std), so the policy can narrow the spread
     # the untrained velocity field passes on from unit noise (README, "Why the flow policy fails Ant")
     init_noise: Literal["fixed", "learned"] = "fixed"
-    stochastic: Literal["all", "one", "window"] = "all"  # which denoising steps are stochastic
+    # exploration by a Gaussian on the chain's final action: "none", or "learned": the executed action is
+    # x_0 + std * eps, std = exp(log std) a parameter per action dimension (from action_log_std_init,
+    # as a Gaussian policy's), its log-prob the Gaussian density around x_0 recomputed by the ODE from
+    # the stored x_1 (exact: a Gaussian policy whose mean is the flow's ODE sample, so PPO narrows the
+    # spread as it does a Gaussian's; README, "Why the flow policy fails Ant"); needs stochastic: none
+    action_noise: Literal["none", "learned"] = "none"
+    action_log_std_init: float = 0.0
+    # what the action expert outputs: "velocity" (v = noise - x0, pi0's) or "sample" (x-prediction:
+    # the clean chunk x0, v = (x_t - x0) / t): the untrained expert's output is near 0, so its ODE
+    # lands near 0 from any initial noise (a Gaussian policy's mean at initialisation) instead of
+    # passing the noise's spread on (README, "Why the flow policy fails Ant")
+    prediction: Literal["velocity", "sample"] = "velocity"
+    # which denoising steps are stochastic ("none": the ODE, for likelihood-free objectives or
+    # action_noise: learned)
+    stochastic: Literal["all", "one", "window", "none"] = "all"
     window: list[int] | None = None  # [start, end) transitions when stochastic == "window"
     noise_min_std: float = 0.08  # Flow-Noise bounds
     noise_max_std: float = 0.4
@@ -108,6 +123,11 @@ class FlowVLAConfig(PolicyConfig):
             raise ConfigError(
                 "policy.init_noise=learned adds the initial noise's density to the chunk's log-prob, a sum: "
                 "set policy.logp_level=chunk, policy.elem_reduce=sum and policy.step_reduce=sum, or init_noise=fixed"
+            )
+        if self.action_noise == "learned" and self.stochastic != "none":
+            raise ConfigError(
+                f"policy.action_noise=learned explores by a Gaussian on the ODE's action, but policy.stochastic="
+                f"{self.stochastic} also draws denoising steps: set policy.stochastic=none, or action_noise=none"
             )
 
 
@@ -223,18 +243,38 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         stats = {} if self.cfg.noise_level_final is None else {"noise_level": self.noise_level}
         if self.init_log_std is not None:
             stats["init_noise_std"] = self.init_std().mean().item()
+        if self.action_log_std is not None:
+            stats["action_noise_std"] = self.action_std().mean().item()
         return stats
 
     def init_std(self) -> torch.Tensor:
         """Std ``[A]`` of the chain's initial noise (1 unless ``init_noise: learned``)."""
         if self.init_log_std is None:
             return torch.ones(self.action_dim, device=self.grid.device)
-        return self.init_log_std.clamp(INIT_LOG_STD_MIN, INIT_LOG_STD_MAX).exp()
+        return self.init_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
 
     def scale_init_noise(self, eps: torch.Tensor) -> torch.Tensor:
         """The chain's initial noise from a standard-normal draw ``eps`` ``[B, C, A]``: ``eps`` itself
         with fixed unit noise (no work on the rollout's path), else ``eps * init_std``."""
         return eps if self.init_log_std is None else eps * self.init_std().to(eps.device)
+
+    def action_std(self) -> torch.Tensor:
+        """Std ``[A]`` of the Gaussian on the final action (``action_noise: learned``)."""
+        assert self.action_log_std is not None, "action_std needs policy.action_noise=learned"
+        return self.action_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
+
+    def action_log_prob(self, action: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+        """Log-density of the executed ``action`` ``[B, C, A]`` (normalised units) under the Gaussian
+        around the ODE's ``mean``: ``[B]`` summed over the chunk, or ``[B, C, A]`` with
+        ``logp_level: dim``."""
+        lp = gaussian_log_prob(action.float(), mean.float(), self.action_std().to(mean.device))
+        return lp.sum((1, 2)) if self.cfg.logp_level == "chunk" else lp
+
+    @property
+    def chain_method(self) -> str:
+        """The transitions of the rollout's chain: ``"ode"`` with ``stochastic: none`` (no step is
+        drawn, so the mean path is the ODE too), else ``method``."""
+        return "ode" if self.cfg.stochastic == "none" else self.cfg.method
 
     def init_log_prob(self, x1: torch.Tensor) -> torch.Tensor | float:
         """Log-density ``[B]`` of the chain's initial noise ``x1`` ``[B, C, A]`` under N(0, init_std^2),
@@ -280,6 +320,12 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         )
         # log std of the initial noise per action dimension (init_noise: learned), shared by the chunk
         self.init_log_std = nn.Parameter(torch.zeros(action_dim)) if cfg.init_noise == "learned" else None
+        # log std per action dimension of the Gaussian on the final action (action_noise: learned)
+        self.action_log_std = (
+            nn.Parameter(torch.full((action_dim,), float(cfg.action_log_std_init)))
+            if cfg.action_noise == "learned"
+            else None
+        )
         self.noise_head = (
             FlowNoiseHead(cfg.expert_dim, action_dim, cfg.noise_min_std, cfg.noise_max_std)
             if cfg.method == "noise"
@@ -362,6 +408,8 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             reps = x.shape[0] // prefix.shape[0]
             p, m = (prefix, mask) if reps == 1 else (prefix.repeat_interleave(reps, 0), mask.repeat_interleave(reps, 0))
             v, h = self.expert(x, t, p, m)
+            if self.cfg.prediction == "sample":  # the expert's output is x0: its velocity
+                v = velocity_from_sample(x, v, t)
             std = self.noise_head(h) if (method == "noise" and self.noise_head is not None) else None
             return v, std
 
@@ -384,7 +432,8 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         shape = (b, c.chunk_size, self.action_dim)
         if method == "mean":  # deterministic: the training sampler's means, from zero noise (none drawn)
             zeros = torch.zeros(shape, device=dev)
-            out = mean_path(self.model_fn(prefix, mask, c.method), zeros, self.grid, c.method, self.noise_level)
+            m = self.chain_method
+            out = mean_path(self.model_fn(prefix, mask, m), zeros, self.grid, m, self.noise_level)
             return self._decision(obs, out, prefix, mask)
         noise = self.scale_init_noise(randn_rows(shape, generator=generator, device=dev))
         stoch = stochastic_mask(
@@ -404,7 +453,11 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             stoch=stoch,
             generator=generator,
         )
-        return self._decision(obs, out, prefix, mask)
+        action = None
+        if mode == "train" and self.action_log_std is not None:  # the Gaussian on the ODE's action
+            eps = randn_rows(shape, generator=generator, device=dev)
+            action = out.x0.float() + self.action_std().to(dev) * eps
+        return self._decision(obs, out, prefix, mask, action)
 
     @property
     def noise_shape(self) -> tuple[int, ...]:
@@ -437,15 +490,21 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         """Width of `observation_features`' rows."""
         return self.backbone.out_dim + (self.state_dim or 0)
 
-    def _decision(self, obs, out, prefix: torch.Tensor, mask: torch.Tensor) -> Decision:
-        """The `Decision` of a sampled chain ``out`` (`FlowSample`) for observations ``obs``."""
+    def _decision(
+        self, obs, out, prefix: torch.Tensor, mask: torch.Tensor, action: torch.Tensor | None = None
+    ) -> Decision:
+        """The `Decision` of a sampled chain ``out`` (`FlowSample`) for observations ``obs``; ``action``
+        (normalised) is the executed one where the final Gaussian drew it (``action_noise: learned``)."""
         dev = prefix.device
         batch = Batch(
-            actions=self.normalizer.unnormalize(out.x0),
+            actions=self.normalizer.unnormalize(out.x0 if action is None else action),
             flow_chain=out.chain,
             flow_stoch=out.stoch,
             old_logp=self._reduce(out.logp, out.stoch) + self.init_log_prob(out.chain[:, 0]),
         )
+        if action is not None:
+            batch["flow_action"] = action
+            batch["old_logp"] = batch["old_logp"] + self.action_log_prob(action, out.x0)
         if self.uses_images:  # replay inputs: what `encode_batch` reads again
             batch.update(image=obs.image.to(dev), instruction=encode_text(obs.instruction).to(dev))
         if obs.state is not None:
@@ -458,6 +517,8 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
     def evaluate(self, batch: Batch) -> Evaluation:
         c = self.cfg
         prefix, mask = self.encode_batch(batch)
+        if self.action_log_std is not None:
+            return self._evaluate_action_noise(batch, prefix, mask)
         logp_elem = chain_log_prob(
             self.model_fn(prefix, mask, c.method),
             batch["flow_chain"],
@@ -474,6 +535,20 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             values=self.values(prefix, mask, batch.get("state")),
         )
 
+    def _evaluate_action_noise(self, batch: Batch, prefix: torch.Tensor, mask: torch.Tensor) -> Evaluation:
+        """`evaluate` with ``action_noise: learned``: the ODE from the stored x_1 integrated again
+        under the current weights (gradients through every step), the executed action's density
+        around its end, and the Gaussian's entropy per element."""
+        x1 = batch["flow_chain"][:, 0]
+        none = stochastic_mask(x1.shape[0], self.cfg.num_steps, "none", device=x1.device)
+        mean = sample(self.model_fn(prefix, mask, "ode"), x1, self.grid, "ode", stoch=none, grad=True).x0
+        log_std = self.action_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)  # type: ignore[union-attr]
+        return Evaluation(
+            logp=self.action_log_prob(batch["flow_action"], mean) + self.init_log_prob(x1),
+            entropy=(log_std + 0.5 * math.log(2 * math.pi * math.e)).mean(),
+            values=self.values(prefix, mask, batch.get("state")),
+        )
+
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
         """Conditional flow matching on demonstration chunks ``actions`` [B, C, A] (env units)."""
         prefix, mask = self.encode_batch(batch)
@@ -483,7 +558,8 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
     def likelihood_free_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
         """Advantage-weighted matching on the rollout's own chunks (no log-likelihood needed)."""
         prefix, mask = self.encode_batch(batch)
-        return awm_loss(self.model_fn(prefix, mask, "ode"), batch["flow_chain"][:, -1], advantages)
+        x0 = batch["flow_action"] if "flow_action" in batch else batch["flow_chain"][:, -1]  # the executed chunk
+        return awm_loss(self.model_fn(prefix, mask, "ode"), x0, advantages)
 
 
 def build_backbone(cfg: FlowVLAConfig, state_dim: int | None = None) -> PrefixBackbone:
