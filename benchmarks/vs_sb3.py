@@ -26,11 +26,12 @@ seed by seed.
   per update, 10 epochs of minibatches of 64, lr 3e-4, gamma 0.99, GAE 0.95, clip 0.2, no
   normalisation).
 - ``flow``: mmrl's default flow policy from the task's config alone (``configs/gym_*.yaml``:
-  ``flow_vla`` with ``backbone: auto``, i.e. the state MLP and an MLP action expert, Flow-SDE PPO,
+  ``flow_vla`` with ``backbone: auto``, i.e. the state MLP and an MLP action expert predicting the
+  clean action, an ODE chain and a learned Gaussian on its action, PPO at lr 1e-3,
   16 envs x 128-step rollouts = SB3's 2048 steps per update, 10 epochs of minibatches of 256,
   observation and reward normalisation; no warm start).
 - ``gaussian``: the same config with ``policy.type=gaussian`` (SB3's policy class inside mmrl's
-  trainer), to tell the algorithm from the policy class.
+  trainer) at SB3's lr 3e-4, to tell the algorithm from the policy class.
 
 Figures: the final held-out return per seed; ``ratio_return`` = (mmrl flow mean - random) /
 (SB3 mean - random), where random is the uniform random policy's mean return on the same held-out
@@ -74,6 +75,7 @@ TASKS = {
 TEMPLATE_STATE = "configs/gym_inverted_pendulum.yaml"  # state observations: the env id swapped in
 MUJOCO_LOCOMOTION = "HalfCheetah-v5,Hopper-v5,Walker2d-v5,Ant-v5,Swimmer-v5"
 DEFAULT_ENV_STEPS = 300_000
+GAUSSIAN_LR = 3e-4  # the Gaussian side's (SB3's) learning rate; the flow template's own is larger
 VALIDATION_SEED0, VALIDATION_EVAL_SEED = 100, 2_000_000_000  # --validation: other seeds, other episodes
 SIDES = ("sb3", "flow", "gaussian")
 
@@ -138,6 +140,7 @@ def run_mmrl(
     data = task_config(task, config)
     if policy == "gaussian":  # the same experiment with the Gaussian MLP's defaults as the policy
         data["policy"] = {"type": "gaussian"}
+        data["trainer"]["lr"] = GAUSSIAN_LR
     cfg = load_experiment(
         data,
         [
