@@ -77,24 +77,24 @@ class FlowVLAConfig(PolicyConfig):
     noise_level: float = 0.5  # a of Flow-SDE / CPS
     # a at the end of the run: the level goes linearly from noise_level to this over the planned
     # iterations (the trainer's progress, as lr_schedule: linear), so exploration shrinks as a
-    # Gaussian's learned std does; null = fixed (README, "Why the flow policy fails Ant")
+    # Gaussian's learned std does; null = fixed (README, "Why the flow policy failed Ant")
     noise_level_final: float | None = None
     # the chain's initial noise x_1 ~ N(0, std^2) per action dimension: "fixed" std 1 (pi0's), or
     # "learned": log std a parameter from 0, trained by the RL objective through x_1's density added
     # to the chain's log-prob (as a Gaussian policy's log std), so the policy can narrow the spread
-    # the untrained velocity field passes on from unit noise (README, "Why the flow policy fails Ant")
+    # the untrained velocity field passes on from unit noise (README, "Why the flow policy failed Ant")
     init_noise: Literal["fixed", "learned"] = "fixed"
     # exploration by a Gaussian on the chain's final action: "none", or "learned": the executed action is
     # x_0 + std * eps, std = exp(log std) a parameter per action dimension (from action_log_std_init,
     # as a Gaussian policy's), its log-prob the Gaussian density around x_0 recomputed by the ODE from
     # the stored x_1 (exact: a Gaussian policy whose mean is the flow's ODE sample, so PPO narrows the
-    # spread as it does a Gaussian's; README, "Why the flow policy fails Ant"); needs stochastic: none
+    # spread as it does a Gaussian's; README, "Why the flow policy failed Ant"); needs stochastic: none
     action_noise: Literal["none", "learned"] = "none"
     action_log_std_init: float = 0.0
     # what the action expert outputs: "velocity" (v = noise - x0, pi0's) or "sample" (x-prediction:
     # the clean chunk x0, v = (x_t - x0) / t): the untrained expert's output is near 0, so its ODE
     # lands near 0 from any initial noise (a Gaussian policy's mean at initialisation) instead of
-    # passing the noise's spread on (README, "Why the flow policy fails Ant")
+    # passing the noise's spread on (README, "Why the flow policy failed Ant")
     prediction: Literal["velocity", "sample"] = "velocity"
     # which denoising steps are stochastic ("none": the ODE, for likelihood-free objectives or
     # action_noise: learned)
