@@ -30,6 +30,7 @@ from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError, check_range
 from mmrl.flow import (
     FlowNoiseHead,
+    FlowSample,
     awm_loss,
     chain_log_prob,
     flow_matching_loss,
@@ -468,10 +469,13 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         """The ODE's chunk ``[B, C, A]`` (env units) from the initial ``noise`` ``[B, C, A]``: exactly
         the ``eval_method: ode`` rollout's actions when ``noise`` is the one it draws."""
         prefix, mask = self.encode(obs.image, obs.instruction, obs.state)
-        none = stochastic_mask(prefix.shape[0], self.cfg.num_steps, "none", device=prefix.device)
         noise = self.scale_init_noise(noise.to(prefix.device).float())
-        out = sample(self.model_fn(prefix, mask, "ode"), noise, self.grid, "ode", self.cfg.noise_level, none)
-        return self.normalizer.unnormalize(out.x0)
+        return self.normalizer.unnormalize(self._ode(prefix, mask, noise).x0)
+
+    def _ode(self, prefix: torch.Tensor, mask: torch.Tensor, x1: torch.Tensor, grad: bool = False) -> FlowSample:
+        """The ODE chain from the (scaled) initial noise ``x1`` under the current weights, with
+        gradients through every step when ``grad``: `act_from_noise`'s map and `action_noise`'s mean."""
+        return sample(self.model_fn(prefix, mask, "ode"), x1, self.grid, "ode", grad=grad)
 
     @torch.no_grad()
     def observation_features(self, obs) -> torch.Tensor:
@@ -496,15 +500,17 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         """The `Decision` of a sampled chain ``out`` (`FlowSample`) for observations ``obs``; ``action``
         (normalised) is the executed one where the final Gaussian drew it (``action_noise: learned``)."""
         dev = prefix.device
+        old_logp = self._reduce(out.logp, out.stoch) + self.init_log_prob(out.chain[:, 0])
+        if action is not None:
+            old_logp = old_logp + self.action_log_prob(action, out.x0)
         batch = Batch(
             actions=self.normalizer.unnormalize(out.x0 if action is None else action),
             flow_chain=out.chain,
             flow_stoch=out.stoch,
-            old_logp=self._reduce(out.logp, out.stoch) + self.init_log_prob(out.chain[:, 0]),
+            old_logp=old_logp,
         )
         if action is not None:
             batch["flow_action"] = action
-            batch["old_logp"] = batch["old_logp"] + self.action_log_prob(action, out.x0)
         if self.uses_images:  # replay inputs: what `encode_batch` reads again
             batch.update(image=obs.image.to(dev), instruction=encode_text(obs.instruction).to(dev))
         if obs.state is not None:
@@ -540,8 +546,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         under the current weights (gradients through every step), the executed action's density
         around its end, and the Gaussian's entropy per element."""
         x1 = batch["flow_chain"][:, 0]
-        none = stochastic_mask(x1.shape[0], self.cfg.num_steps, "none", device=x1.device)
-        mean = sample(self.model_fn(prefix, mask, "ode"), x1, self.grid, "ode", stoch=none, grad=True).x0
+        mean = self._ode(prefix, mask, x1, grad=True).x0
         log_std = self.action_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)  # type: ignore[union-attr]
         return Evaluation(
             logp=self.action_log_prob(batch["flow_action"], mean) + self.init_log_prob(x1),
