@@ -206,7 +206,8 @@ def child_command(
         *(["--validation"] if getattr(args, "validation", False) else []),
         *args.overrides,
     ]
-    return cmd, {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # keep the caller's
+    return cmd, {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "PYTHONPATH": path}
 
 
 def spawn(
