@@ -348,7 +348,7 @@ class SACConfig:
     tau: float = 0.005  # Polyak rate of the target critics
     temperature_lr: float | None = None  # learning rate of log(alpha); null = trainer.lr
     init_temperature: float = 1.0  # alpha at the start (SB3: 1.0)
-    target_entropy: float | None = None  # null = -(chunk_size * action_dim)
+    target_entropy: float | None = None  # null = -(the replayed action width: chunk_size * action_dim; DSRL: the noise)
     n_step: int = 1  # n-step returns (stopping at a rollout's end: needs trainer.rollout_steps >= n_step)
     critic_hidden: int = 256  # width of each of the twin Q MLPs (SB3: 256)
     critic_layers: int = 2  # their hidden layers (SB3: 2)

@@ -308,6 +308,11 @@ class Policy(nn.Module, Generic[C]):
         """Per-sample DiffusionNFT loss [B] on the rollout's own clean samples (`mmrl.flow.nft_loss`)."""
         raise NotImplementedError(f"{type(self).__name__} has no forward-process (DiffusionNFT) objective")
 
+    def replay_action_width(self, action_dim: int) -> int:
+        """Width of a replayed action row (what SAC's critics read beside `replay_state`): the action
+        chunk, ``chunk_size * action_dim``, by default. A latent-noise actor (DSRL) replays its noise."""
+        return self.chunk_size * action_dim
+
     @property
     def replay_dim(self) -> int:
         """Width of `replay_state`'s rows (the critics of the off-policy mode read it). Default:

@@ -46,7 +46,7 @@ class DSRLConfig(PolicyConfig):
     """Configuration of `DSRLPolicy` (the ``policy`` section of an experiment)."""
 
     type: str = "dsrl"
-    # the frozen base policy's section (a type with Capabilities.latent_noise: flow_vla); with
+    # the frozen base policy's section (a type with Capabilities.latent_noise: flow_vla, lerobot); with
     # base_checkpoint, the checkpoint's own recorded section replaces it
     base: PolicyConfig = field(default_factory=FlowVLAConfig)
     # an mmrl run folder or checkpoint folder holding the trained base (then no warm start); null:
@@ -63,7 +63,7 @@ class DSRLConfig(PolicyConfig):
         from mmrl.registry import POLICIES
 
         if self.base.type not in POLICIES or not POLICIES.get(self.base.type).capabilities(self.base).latent_noise:
-            steerable = [n for n in ("flow_vla",) if n in POLICIES]
+            steerable = [n for n in ("flow_vla", "lerobot") if n in POLICIES]
             raise ConfigError(
                 f"'base.type' = {self.base.type!r} has no deterministic noise -> action map "
                 f"(Capabilities.latent_noise) for DSRL to steer: use a flow policy ({', '.join(steerable)})"
@@ -111,9 +111,11 @@ class DSRLPolicy(Policy[DSRLConfig]):
         self.base: Policy = POLICIES.get(cfg.base.type)(cfg.base, action_dim=action_dim, state_dim=state_dim)
         self.text_bytes = self.base.text_bytes
         self.register_buffer("base_frozen", torch.tensor(False))
-        width = int(torch.tensor(self.base.noise_shape).prod())
+        self.noise_width = int(torch.tensor(self.base.noise_shape).prod())
         self.actor = (
-            mlp(self.base.feature_dim, cfg.hidden, cfg.layers, 2 * width, nn.ReLU) if cfg.actor == "learned" else None
+            mlp(self.base.feature_dim, cfg.hidden, cfg.layers, 2 * self.noise_width, nn.ReLU)
+            if cfg.actor == "learned"
+            else None
         )
         self.register_load_state_dict_post_hook(lambda module, incompatible: module.apply_freeze())
 
@@ -165,6 +167,11 @@ class DSRLPolicy(Policy[DSRLConfig]):
     @property
     def replay_dim(self) -> int:
         return self.base.feature_dim
+
+    def replay_action_width(self, action_dim: int) -> int:
+        """The replayed action is the noise: ``prod(base.noise_shape)`` wide (a LeRobot base's padded
+        ``[chunk_size, max_action_dim]``, not the executed chunk)."""
+        return self.noise_width
 
     def replay_state(self, obs) -> torch.Tensor:
         """The frozen base's features ``[B, feature_dim]`` (no graph)."""

@@ -203,7 +203,7 @@ class OffPolicy:
     def __init__(self, algo, trainer_cfg, policy, action_dim: int, device: torch.device, step):
         sac = algo.sac
         self.algo, self.sac, self.policy, self.device, self.step = algo, sac, policy, torch.device(device), step
-        width = policy.chunk_size * action_dim
+        width = policy.replay_action_width(action_dim)
         self.critics = SoftCritics(
             policy.replay_dim, width, sac.critic_hidden, sac.critic_layers, sac.critic_layer_norm, sac.init_temperature
         ).to(self.device)

@@ -5,7 +5,8 @@ loaded as users run them, with only what a CPU test must change: the device, siz
 checkpoint folder of the real class with the recipe's features (LIBERO's two cameras under the
 recipe's ``camera_keys``, an 8-d state, 7-d actions) in place of the hub id, and LIBERO's stand-in
 envs (tests/simulators/test_libero.py). The trainer is built from them and runs an RL iteration and
-both evaluations; the CPU config ``configs/reach_smolvla_flow_noise.yaml`` trains two iterations and
+both evaluations (``configs/libero_spatial_smolvla_dsrl.yaml``: DSRL trains its actor and leaves
+SmolVLA's weights as they were); the CPU config ``configs/reach_smolvla_flow_noise.yaml`` trains two iterations and
 its run is exported to LeRobot's format, where LeRobot's own SmolVLA acts as mmrl's policy did.
 Runs in the LeRobot venv (``bash scripts/setup_lerobot.sh``); skipped elsewhere.
 """
@@ -99,6 +100,53 @@ def test_libero_recipe_builds_and_trains_with_tiny_stand_ins(recipe, family, tmp
     assert results["final"]["iteration"] == 1 and results["final"]["episodes"] == 2
     metrics = (tmp_path / "runs" / cfg.run.name / "metrics.jsonl").read_text()
     assert '"train/approx_kl"' in metrics
+
+
+@pytest.mark.slow
+def test_libero_dsrl_recipe_builds_and_trains_with_a_frozen_tiny_smolvla(tmp_path, monkeypatch):
+    """configs/libero_spatial_smolvla_dsrl.yaml: SAC over SmolVLA's initial noise; SmolVLA's weights
+    leave the run as they came in."""
+    pytest.importorskip("libero", reason="the LIBERO extra")
+    from mmrl.policies.dsrl import DSRLPolicy
+
+    monkeypatch.setenv("LIBERO_CONFIG_PATH", str(tmp_path / "libero_cfg"))
+    folder = tiny_libero_checkpoint("smolvla", tmp_path, None)
+    cfg = load_experiment(
+        ROOT / "configs/libero_spatial_smolvla_dsrl.yaml",
+        [
+            f"policy.base.model={folder}",
+            "policy.hidden=16",
+            "run.device=cpu",
+            f"run.output_dir={tmp_path / 'runs'}",
+            "sim.num_envs=2",
+            "sim.eval_num_envs=2",
+            "sim.eval_tasks=null",
+            f"sim.kwargs.env_factory={FAKE_LIBERO}",
+            "sim.kwargs.image_size=32",
+            "sim.kwargs.max_episode_steps=20",
+            "sim.kwargs.num_noop_steps=1",
+            "algorithm.sac.learning_starts=4",
+            "algorithm.sac.batch_size=8",
+            "algorithm.sac.critic_hidden=16",
+            "trainer.rollout_steps=2",
+            "trainer.env_steps=12",
+            "trainer.eval_every=0",
+            "trainer.eval_episodes=2",
+            "trainer.video_episodes=0",
+        ],
+    )
+    trainer = build_trainer(cfg)
+    policy = trainer.policy
+    assert isinstance(policy, DSRLPolicy) and isinstance(policy.base, LeRobotVLAPolicy)
+    assert policy.base.noise_shape == (12, 32) and policy.chunk_size == 10
+    before = {k: v.clone() for k, v in policy.base.state_dict().items()}
+    actor = [p.detach().clone() for p in policy.actor.parameters()]
+    results = trainer.run()
+    assert results["final"]["env_steps"] >= 12
+    assert all(torch.equal(before[k], v) for k, v in policy.base.state_dict().items())  # frozen throughout
+    assert any(not torch.equal(a, p) for a, p in zip(actor, policy.actor.parameters()))  # the actor learned
+    metrics = (tmp_path / "runs" / cfg.run.name / "metrics.jsonl").read_text()
+    assert '"train/critic_loss"' in metrics and '"train/actor_loss"' in metrics
 
 
 @pytest.mark.slow

@@ -9,7 +9,9 @@ random-weight SmolVLA / PI0 / PI05 checkpoints of the real classes written here 
   checkpoint's statistics); statistics fitted on demonstrations reach both processors;
 - ``save_pretrained`` -> LeRobot's ``from_pretrained`` + ``make_pre_post_processors`` gives the same
   actions (LoRA merged), and mmrl loads the exported folder back;
-- a checkpoint whose weights do not load fails instead of running with random weights.
+- a checkpoint whose weights do not load fails instead of running with random weights;
+- ``act_from_noise`` (DSRL's map) is LeRobot's ``sample_actions`` from that noise, and DSRL steers a
+  LeRobot base with the base frozen.
 
 Runs in the LeRobot venv (``bash scripts/setup_lerobot.sh``; CI does); skipped elsewhere.
 """
@@ -196,6 +198,68 @@ def test_stochastic_samplers_at_noise_level_zero_are_the_ode(family, method):
     assert not noisy.batch["flow_stoch"].any()  # std 0 everywhere: no stochastic transition is counted
     moved = rollout(make_policy(family, method=method, noise_level=0.5), obs, mode="train")
     assert not torch.equal(moved.actions, ode.actions)
+
+
+# ---- the latent-noise map DSRL steers --------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_act_from_noise_is_lerobot_sample_actions_from_that_noise(family):
+    """A noise other than the one a rollout would draw: mmrl's map gives LeRobot's own actions for it."""
+    obs = observations()
+    policy = make_policy(family)
+    assert policy.capabilities(policy.cfg).latent_noise and policy.noise_shape == (HORIZON, 32)
+    noise = 1.5 * torch.randn(3, HORIZON, 32, generator=torch.Generator().manual_seed(11))
+    _, actions = upstream(family, obs, noise)
+    assert torch.equal(policy.act_from_noise(obs, noise), actions)  # bit for bit
+    with pytest.raises(ValueError, match=r"starts from \[B, \*\(8, 32\)\]"):
+        policy.act_from_noise(obs, noise[:, :EXEC])
+
+
+@pytest.mark.parametrize("family", ["smolvla", "pi0"])
+def test_dsrl_steers_a_lerobot_base(family):
+    """DSRL over a LeRobot VLA: the prior actor acts as the base's ODE rollout; the learned actor's
+    action is the base's map from its noise; the features read image, instruction and state; SAC's
+    loss reaches the actor only."""
+    from mmrl.policies.dsrl import DSRLConfig, DSRLPolicy
+    from mmrl.trainer.objectives import sac_objective
+    from mmrl.trainer.off_policy import SACAgent, SoftCritics
+
+    tok = {} if family == "smolvla" else {"tokenizer": tokenizer_folder()}
+    base = LeRobotVLAConfig(model=checkpoint(family), **tok)
+    with variants(family):
+        prior = DSRLPolicy(DSRLConfig(base=base, actor="prior"), action_dim=ACTIONS, state_dim=STATE)
+        policy = DSRLPolicy(DSRLConfig(base=base, hidden=16), action_dim=ACTIONS, state_dim=STATE)
+    obs = observations()
+    mine = prior.rollout(obs, torch.Generator().manual_seed(3), mode="train").actions
+    assert torch.equal(mine, rollout(prior.base, obs, seed=3).actions)
+
+    out = policy.rollout(obs, torch.Generator().manual_seed(0), mode="eval")
+    assert out.batch["actions"].shape == (3, HORIZON, 32) and out.actions.shape == (3, EXEC, ACTIONS)
+    w = policy.cfg.noise_bound * out.batch["actions"]
+    assert torch.equal(out.actions, policy.base.act_from_noise(obs, w))
+    f = out.batch["state"]
+    assert f.shape == (3, policy.replay_dim) and policy.replay_dim == policy.base.feature_dim
+    other = Observation(obs.image, [obs.instruction[1]] * 3, obs.state)
+    assert not torch.allclose(f[0], policy.replay_state(other)[0])  # the instruction reaches the features
+    moved = Observation(obs.image, obs.instruction, obs.state + 1.0)
+    assert not torch.allclose(f, policy.replay_state(moved))  # so does the state
+
+    policy.after_warm_start()  # frozen, as a run without a warm start leaves it
+    width, g = HORIZON * 32, torch.Generator().manual_seed(0)
+    mb = Batch(
+        state=torch.randn(4, policy.replay_dim, generator=g),
+        actions=torch.rand(4, width, generator=g) * 2 - 1,
+        rewards=torch.randn(4, generator=g),
+        discount=torch.full((4,), 0.99),
+        next_state=torch.randn(4, policy.replay_dim, generator=g),
+    )
+    from mmrl.experiment import AlgorithmConfig
+
+    loss, _ = sac_objective(
+        SACAgent(policy, SoftCritics(policy.replay_dim, width, 16), -6.0, g), mb, AlgorithmConfig(objective="sac")
+    )
+    loss.backward()
+    assert all(p.grad is None and not p.requires_grad for p in policy.base.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.actor.parameters())
 
 
 # ---- log-probs --------------------------------------------------------------------------------

@@ -185,6 +185,7 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
             logp="decision" if cfg.logp_level == "chunk" else "element",
             critic=cfg.critic,
             likelihood_free=True,
+            latent_noise=True,  # act_from_noise: LeRobot's own ODE from a given noise (DSRL steers it)
             kl_reference="logp" if cfg.reference != "none" else None,
             fixes={
                 "critic": "set policy.critic=true, or use a group estimator "
@@ -200,7 +201,7 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         lr_policy, self.preprocessor, self.postprocessor = load_lerobot(cfg, action_dim, state_dim)
         lcfg = lr_policy.config
         self.family = FAMILIES[lcfg.type]
-        self.horizon, self.max_action_dim = lcfg.chunk_size, lcfg.max_action_dim
+        self.horizon, self.max_action_dim, self.max_state_dim = lcfg.chunk_size, lcfg.max_action_dim, lcfg.max_state_dim
         self._chunk = cfg.chunk_size or lcfg.n_action_steps
         if self._chunk > self.horizon:
             raise ConfigError(
@@ -430,6 +431,45 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         return Evaluation(
             logp=self._reduce(logp_elem, batch["flow_stoch"]), entropy=entropy, values=self.values(prefix)
         )
+
+    # ---- the latent-noise map (DSRL, `mmrl.policies.dsrl`) ---------------------------------------
+    @property
+    def noise_shape(self) -> tuple[int, ...]:
+        """The whole padded chunk LeRobot's ``sample_actions`` starts from: ``(chunk_size,
+        max_action_dim)`` of the checkpoint, so a steered noise reaches every input the base reads."""
+        return (self.horizon, self.max_action_dim)
+
+    @torch.no_grad()
+    def act_from_noise(self, obs, noise: torch.Tensor) -> torch.Tensor:
+        """The executed chunk ``[B, C, A]`` (env units, through the checkpoint's postprocessor) that
+        mmrl's ODE, which reproduces LeRobot's ``sample_actions``, integrates from ``noise`` ``[B,
+        chunk_size, max_action_dim]``: LeRobot's own action for that noise."""
+        if tuple(noise.shape[1:]) != self.noise_shape:
+            raise ValueError(
+                f"noise of shape {tuple(noise.shape)}: the checkpoint starts from [B, *{self.noise_shape}]"
+            )
+        batch = self.lerobot_batch(obs.image, obs.instruction, obs.state)
+        prefix = self.family.prefix(self.lerobot, batch)
+        out = sample(self.model_fn(prefix, "ode"), noise.to(self.device).float(), self.grid, "ode")
+        return self.to_env(out.x0)
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of `observation_features`' rows."""
+        return prefix_hidden_size(self.lerobot) + (self.max_state_dim if self.state_key else 0)
+
+    @torch.no_grad()
+    def observation_features(self, obs) -> torch.Tensor:
+        """``[B, feature_dim]``: the VLM's prefix output averaged over its real positions (what the value
+        head reads), then the checkpoint's normalised state padded to ``max_state_dim`` where it reads one."""
+        batch = self.lerobot_batch(obs.image, obs.instruction, obs.state)
+        prefix = self.family.prefix(self.lerobot, batch)
+        m = prefix.pad_masks.unsqueeze(-1).float()
+        parts = [(prefix.hidden.float() * m).sum(1) / m.sum(1).clamp(min=1)]
+        if self.state_key:
+            state = batch[self.state_key].float()
+            parts.append(torch.nn.functional.pad(state, (0, self.max_state_dim - state.shape[-1])))
+        return torch.cat(parts, -1)
 
     @torch.no_grad()
     def value(self, obs) -> torch.Tensor | None:
