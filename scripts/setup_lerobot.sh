@@ -50,6 +50,10 @@ if [ -z "${MMRL_LEROBOT_FORCE:-}" ] && [ -x "$PY" ] && check; then
 fi
 
 start=$(date +%s)
+if [ -x "$PY" ] && ! "$PY" -m pip --version >/dev/null 2>&1; then
+  echo "setup_lerobot: $VENV has no pip (a setup cut off while it made the venv): making it again"
+  rm -rf "$VENV"
+fi
 if [ ! -x "$PY" ]; then
   py312=$(find_python312)
   if [ -z "$py312" ]; then
