@@ -26,7 +26,8 @@ ceiling, 1.0 by construction) and the same correct images scored against another
 (a perfect painter that ignores its prompt).
 
 Time-to-reward (per seed): the level is ``pretrained + frac * (min over the methods of their best -
-pretrained)`` (``--level-frac``, default 0.8): a level all reach. Each run's RL wall time
+pretrained)`` (``--level-frac``, default 0.8), over the methods whose best rose above the pretrained
+reward: a level all of those reach (a method that never rose never reaches it). Each run's RL wall time
 (evaluation excluded) and training samples to first reach it are interpolated linearly between
 evaluations; a method's speedups are Flow-GRPO's divided by its own (null when a run never reaches
 the level). Times are wall-clock: the load average is printed; compare them only on an idle machine.
@@ -116,6 +117,14 @@ def curve(results: dict) -> list[dict]:
     ]
 
 
+def common_level(start: float, bests: list[float], frac: float) -> float:
+    """The time-to-reward level: ``start + frac * (min best - start)`` over the methods whose best
+    rose above ``start``, so each of those reaches it; a method that never rose never reaches it
+    (not 0 s at a level equal to the start). ``inf`` when none rose."""
+    risen = [b for b in bests if b > start]
+    return start + frac * (min(risen) - start) if risen else float("inf")
+
+
 def time_to(points: list[dict], level: float, key: str) -> float | None:
     """``key`` (rl_seconds / train_episodes) at which the reward first reaches ``level``, linearly
     interpolated between evaluation points; None if it never does."""
@@ -196,8 +205,8 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
                 f"{name} evaluates differently from flow_grpo: {protocol[name]} vs {protocol['flow_grpo']}"
             )
     start = curves["flow_grpo"][0]["reward"]
-    best = min(max(p["reward"] for p in curves[n]) for n in methods)
-    level = start + args.level_frac * (best - start)
+    level = common_level(start, [max(p["reward"] for p in curves[n]) for n in methods], args.level_frac)
+    risen = level != float("inf")
     print(f"\n[seed {seed}] mean held-out reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
     print(f"{'iter':>5} | " + " | ".join(f"{LABELS[m]:>12} {'s':>7} {'samples':>8}" for m in methods))
     for points in zip(*(curves[m] for m in methods)):
@@ -221,7 +230,7 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
     print(
         f"[seed {seed}] reward gain over the pretrained generator: {gains}; load {os.getloadavg()[0]:.2f}\n", flush=True
     )
-    run.update(level=round(level, 4), pretrain_s=round(pretrain_s, 1), curves=curves)
+    run.update(level=round(level, 4) if risen else None, pretrain_s=round(pretrain_s, 1), curves=curves)
     return run, {**protocol["flow_grpo"], **protocol["baselines"]}
 
 

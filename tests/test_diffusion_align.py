@@ -1,0 +1,44 @@
+"""benchmarks/diffusion_align.py's time-to-reward arithmetic (issue 34): the common level is one that
+every method which improved reaches, a method that never rose above the pretrained reward never
+reaches it (no 0 s at a level equal to the start), and the crossing is interpolated."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("diffusion_align", ROOT / "benchmarks" / "diffusion_align.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["diffusion_align"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def points(*rewards):
+    return [{"rl_seconds": 10.0 * i, "train_episodes": 100 * i, "reward": r} for i, r in enumerate(rewards)]
+
+
+def test_the_level_is_one_every_improving_method_reaches(bench):
+    grpo, nft = points(0.2, 0.3, 0.4), points(0.2, 0.5, 0.35)
+    level = bench.common_level(0.2, [0.4, 0.5], 0.8)
+    assert level == pytest.approx(0.2 + 0.8 * 0.2)
+    assert bench.time_to(grpo, level, "rl_seconds") == pytest.approx(10 + 10 * (0.36 - 0.3) / 0.1)
+    assert bench.time_to(nft, level, "rl_seconds") == pytest.approx(10 * 0.16 / 0.3)
+
+
+def test_a_method_that_never_improves_never_reaches_the_level(bench):
+    grpo, collapsed = points(0.27, 0.3, 0.35), points(0.27, 0.13, 0.09)
+    level = bench.common_level(0.27, [0.35, 0.27], 0.8)
+    assert level == pytest.approx(0.27 + 0.8 * 0.08)  # set by the method that rose, not the collapsed one
+    assert bench.time_to(grpo, level, "rl_seconds") is not None
+    assert bench.time_to(collapsed, level, "rl_seconds") is None
+    assert bench.common_level(0.27, [0.27, 0.2], 0.8) == float("inf")  # none rose: nobody reaches it
+    assert bench.time_to(grpo, float("inf"), "rl_seconds") is None
