@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 LABELS = {"flow_grpo": "Flow-GRPO", "awm": "AWM", "nft": "DiffusionNFT"}
+VALIDATION_SEED = 100  # --validation's first seed: the reported runs use 0..N-1
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class Demo:
     output_dir: str
     iterations: int
     eval_every: int
+    # --validation: overrides that evaluate on a validation split carved out of the train prompts
+    # (and kept out of pretraining and RL training), so settings are chosen without the held-out ones
+    validation: tuple[str, ...] = ()
 
 
 def shapes_gold(sim, meta: list[dict]):
@@ -92,6 +96,11 @@ IMAGES = Demo(
     output_dir="runs/bench_diffusion",
     iterations=150,
     eval_every=25,
+    validation=(
+        "sim.kwargs.dataset_kwargs.val_fraction=0.2",
+        "sim.eval_kwargs.split=val",
+        "warm_start.kwargs.val_fraction=0.2",
+    ),
 )
 
 
@@ -270,7 +279,13 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
     from _smoke import parse_args, scratch
 
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=3, help="run seeds 0..N-1")
+    parser.add_argument("--seeds", type=int, default=3, help="run seeds 0..N-1 (100..100+N-1 with --validation)")
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="choose settings: seeds from 100, evaluated on a validation split of the train prompts "
+        "(42 prompts kept out of pretraining and RL), never on the held-out ones",
+    )
     parser.add_argument(
         "--jobs",
         type=int,
@@ -313,6 +328,12 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
         parser.error(f"--cost-steps: a comma-separated list of integers, got {args.cost_steps!r}")
     if args.seeds < (0 if args.cost_steps else 1):
         parser.error("--seeds must be >= 1 (0 only with --cost-steps)")
+    if args.validation and not demo.validation:
+        parser.error(f"--validation: this demo ({demo.samples}) has no validation split of its prompts yet")
+    first = VALIDATION_SEED if args.validation else 0
+    args.seed_list = list(range(first, first + args.seeds))
+    if args.validation:
+        args.set = [*demo.validation, *args.set]
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = sorted(set(chosen) - set(demo.configs) - {"flow_grpo"})
     if unknown:
@@ -337,12 +358,12 @@ def seed_figures(args, demo: Demo) -> dict:
 
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(min(args.jobs, args.seeds), mp_context=ctx) as pool:
-            done = list(pool.map(run_seed, range(args.seeds), [args] * args.seeds, [demo] * args.seeds))
+            done = list(pool.map(run_seed, args.seed_list, [args] * args.seeds, [demo] * args.seeds))
     else:
-        done = [run_seed(seed, args, demo) for seed in range(args.seeds)]
+        done = [run_seed(seed, args, demo) for seed in args.seed_list]
     runs, protocols = [r for r, _ in done], [p for _, p in done]
     protocol = protocols[0]  # the held-out episodes do not depend on the seed
-    out = {"seeds": list(range(args.seeds))}
+    out = {"seeds": args.seed_list, "split": "validation" if args.validation else "held-out"}
     for key in per_seed_keys(args.methods):
         out.update(summary(runs, key))
     print(

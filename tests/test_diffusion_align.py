@@ -42,3 +42,22 @@ def test_a_method_that_never_improves_never_reaches_the_level(bench):
     assert bench.time_to(collapsed, level, "rl_seconds") is None
     assert bench.common_level(0.27, [0.27, 0.2], 0.8) == float("inf")  # none rose: nobody reaches it
     assert bench.time_to(grpo, float("inf"), "rl_seconds") is None
+
+
+def test_validation_runs_evaluate_on_validation_prompts_kept_out_of_training(bench):
+    """--validation's overrides: the evaluation simulator deals the 42 validation prompts, the
+    training simulator and the pretraining data none of them, and the held-out prompts stay unused."""
+    from mmrl.data import builder_module, load_dataset
+    from mmrl.experiment import build_sim, load_experiment
+
+    cfg = load_experiment(ROOT / bench.IMAGES.configs["nft"], list(bench.IMAGES.validation))
+    shapes = builder_module("shapes")
+    val, held = (set(shapes.prompt_pool(s, 0.2, 0.2)) for s in ("val", "eval"))
+    evaluation = build_sim(cfg, 4, 0, evaluation=True)
+    assert set(evaluation.prompts) == val and len(val) == 42
+    train = build_sim(cfg, 4, 0)
+    assert not set(train.prompts) & (val | held)
+    data = load_dataset(cfg.warm_start.dataset, num_episodes=400, **cfg.warm_start.kwargs)
+    assert not set(data["prompt"]) & (val | held)
+    plain = load_experiment(ROOT / bench.IMAGES.configs["nft"])  # the reported runs: the held-out prompts
+    assert set(build_sim(plain, 4, 0, evaluation=True).prompts) == held

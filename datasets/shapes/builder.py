@@ -37,7 +37,7 @@ make_meta = _shapes.make_meta
 
 CHUNK = 1024  # samples drawn per generator; sample i depends only on (seed, i), not on num_samples
 DEFAULT_TAG_WEIGHTS = {"single": 0.2, "position": 0.3, "counting": 0.2, "color_attr": 0.3}
-SPLITS = ("train", "eval", "all")
+SPLITS = ("train", "eval", "val", "all")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,14 +65,23 @@ def _split_key(tag: str, objects: list[dict]) -> str:
     return hashlib.sha256(f"{tag}|{describe(objects)}".encode()).hexdigest()
 
 
-def spec_pool(split: str = "train", eval_fraction: float = 0.2) -> dict[str, list[list[dict]]]:
+def spec_pool(
+    split: str = "train", eval_fraction: float = 0.2, val_fraction: float = 0.0
+) -> dict[str, list[list[dict]]]:
     """Object lists of one split, by tag. Per tag, the specs are sorted by the SHA-256 of
     "tag|canonical prompt" and the first max(1, round(eval_fraction * n)) are the eval pool, the
-    rest the train pool: disjoint, fixed (independent of the seed) and the same on every machine."""
+    rest the train pool: disjoint, fixed (independent of the seed) and the same on every machine.
+    With ``val_fraction`` > 0 the next max(1, round(val_fraction * n)) after the eval pool are a
+    validation pool ("val"), taken out of the train pool: settings are chosen on it, and the eval
+    pool stays unseen. ``val_fraction`` 0 (the default) leaves the train pool whole."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if not 0.0 < eval_fraction < 1.0:
         raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
+    if not 0.0 <= val_fraction < 1.0 - eval_fraction:
+        raise ValueError(f"val_fraction must be in [0, 1 - eval_fraction), got {val_fraction}")
+    if split == "val" and val_fraction == 0.0:
+        raise ValueError("split 'val' needs val_fraction > 0 (e.g. 0.2): it is carved out of the train pool")
     out = {}
     for tag, specs in _all_specs().items():
         if split == "all":
@@ -80,13 +89,15 @@ def spec_pool(split: str = "train", eval_fraction: float = 0.2) -> dict[str, lis
             continue
         ranked = sorted(specs, key=lambda objs: _split_key(tag, objs))
         n_eval = max(1, round(eval_fraction * len(ranked)))
-        out[tag] = ranked[:n_eval] if split == "eval" else ranked[n_eval:]
+        n_val = max(1, round(val_fraction * len(ranked))) if val_fraction > 0 else 0
+        pools = {"eval": ranked[:n_eval], "val": ranked[n_eval : n_eval + n_val], "train": ranked[n_eval + n_val :]}
+        out[tag] = pools[split]
     return out
 
 
-def prompt_pool(split: str = "train", eval_fraction: float = 0.2) -> list[str]:
+def prompt_pool(split: str = "train", eval_fraction: float = 0.2, val_fraction: float = 0.0) -> list[str]:
     """The canonical prompts of a split (a color_attr pair is also sampled in the other order)."""
-    return [describe(objs) for specs in spec_pool(split, eval_fraction).values() for objs in specs]
+    return [describe(objs) for specs in spec_pool(split, eval_fraction, val_fraction).values() for objs in specs]
 
 
 def _tag_weights(tags) -> dict[str, float]:
@@ -120,8 +131,15 @@ def _draw_specs(n: int, g: torch.Generator, pool: dict[str, list], weights: dict
     return out
 
 
-def build_prompts(num_prompts: int, seed: int = 0, split: str = "train", tags=None, eval_fraction: float = 0.2) -> dict:
-    """Prompts only (for RL rollouts), from the ``split`` pool ("train", "eval" or "all").
+def build_prompts(
+    num_prompts: int,
+    seed: int = 0,
+    split: str = "train",
+    tags=None,
+    eval_fraction: float = 0.2,
+    val_fraction: float = 0.0,
+) -> dict:
+    """Prompts only (for RL rollouts), from the ``split`` pool ("train", "eval", "val" or "all").
 
     Returns ``prompt`` (list of str) and ``meta`` (list of dicts: ``tag``, ``objects`` [each
     ``color``, ``shape``, ``count``, ``position`` or None], and the first object's ``color``,
@@ -131,7 +149,7 @@ def build_prompts(num_prompts: int, seed: int = 0, split: str = "train", tags=No
     """
     if num_prompts < 1:
         raise ValueError("num_prompts must be >= 1")
-    weights, pool = _tag_weights(tags), spec_pool(split, eval_fraction)
+    weights, pool = _tag_weights(tags), spec_pool(split, eval_fraction, val_fraction)
     prompts, metas = [], []
     for c in range((num_prompts + CHUNK - 1) // CHUNK):
         n = min(CHUNK, num_prompts - c * CHUNK)
@@ -251,6 +269,7 @@ def build(
     caption_noise: float = 0.0,
     color_jitter: int = 0,
     eval_fraction: float = 0.2,
+    val_fraction: float = 0.0,
     prompts_only: bool = False,
     num_episodes: int | None = None,
     chunk_size: int | None = None,
@@ -264,6 +283,7 @@ def build(
     ``{"color", "shape", "box": [x0, y0, x1, y1]}`` per drawn object (x1, y1 exclusive), and
     ``noisy``: whether the caption was corrupted). ``split`` picks the prompt pool: "train" by
     default, so pre-training never sees a held-out prompt; "eval" or "all" only when asked for.
+    ``val_fraction`` > 0 carves a validation pool ("val") out of the train pool (`spec_pool`).
     ``caption_noise`` = p replaces the prompt by a different prompt of the same tag and the same
     split pool with probability p (the image keeps the original; ``meta`` then describes the
     prompt and ``meta["drawn"]`` the image). ``color_jitter`` = j adds a uniform integer in [-j, j]
@@ -273,14 +293,14 @@ def build(
     """
     num_samples = num_samples if num_samples is not None else num_episodes
     if prompts_only:
-        return build_prompts(num_samples, seed, split, tags, eval_fraction)
+        return build_prompts(num_samples, seed, split, tags, eval_fraction, val_fraction)
     if num_samples is None or num_samples < 1:
         raise ValueError("num_samples must be >= 1")
     if image_size % 2 or not 16 <= image_size <= 64:
         raise ValueError(f"image_size must be even and in [16, 64], got {image_size}")
     if not 0.0 <= caption_noise <= 1.0 or color_jitter < 0:
         raise ValueError("caption_noise must be in [0, 1] and color_jitter >= 0")
-    weights, pool = _tag_weights(tags), spec_pool(split, eval_fraction)
+    weights, pool = _tag_weights(tags), spec_pool(split, eval_fraction, val_fraction)
     names = list(COLORS)
     images, prompts, metas = [], [], []
     for c in range((num_samples + CHUNK - 1) // CHUNK):
