@@ -98,7 +98,7 @@ IMAGES = Demo(
     eval_every=25,
     validation=(
         "sim.kwargs.dataset_kwargs.val_fraction=0.2",
-        "sim.eval_kwargs.split=val",
+        "sim.eval_kwargs.split=validation",
         "warm_start.kwargs.val_fraction=0.2",
     ),
 )

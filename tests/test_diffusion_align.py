@@ -52,7 +52,7 @@ def test_validation_runs_evaluate_on_validation_prompts_kept_out_of_training(ben
 
     cfg = load_experiment(ROOT / bench.IMAGES.configs["nft"], list(bench.IMAGES.validation))
     shapes = builder_module("shapes")
-    val, held = (set(shapes.prompt_pool(s, 0.2, 0.2)) for s in ("val", "eval"))
+    val, held = (set(shapes.prompt_pool(s, 0.2, 0.2)) for s in ("validation", "eval"))
     evaluation = build_sim(cfg, 4, 0, evaluation=True)
     assert set(evaluation.prompts) == val and len(val) == 42
     train = build_sim(cfg, 4, 0)

@@ -37,7 +37,7 @@ make_meta = _shapes.make_meta
 
 CHUNK = 1024  # samples drawn per generator; sample i depends only on (seed, i), not on num_samples
 DEFAULT_TAG_WEIGHTS = {"single": 0.2, "position": 0.3, "counting": 0.2, "color_attr": 0.3}
-SPLITS = ("train", "eval", "val", "all")
+SPLITS = ("train", "eval", "validation", "all")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ def spec_pool(
     "tag|canonical prompt" and the first max(1, round(eval_fraction * n)) are the eval pool, the
     rest the train pool: disjoint, fixed (independent of the seed) and the same on every machine.
     With ``val_fraction`` > 0 the next max(1, round(val_fraction * n)) after the eval pool are a
-    validation pool ("val"), taken out of the train pool: settings are chosen on it, and the eval
+    validation pool ("validation"), taken out of the train pool: settings are chosen on it, and the eval
     pool stays unseen. ``val_fraction`` 0 (the default) leaves the train pool whole."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -80,8 +80,8 @@ def spec_pool(
         raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
     if not 0.0 <= val_fraction < 1.0 - eval_fraction:
         raise ValueError(f"val_fraction must be in [0, 1 - eval_fraction), got {val_fraction}")
-    if split == "val" and val_fraction == 0.0:
-        raise ValueError("split 'val' needs val_fraction > 0 (e.g. 0.2): it is carved out of the train pool")
+    if split == "validation" and val_fraction == 0.0:
+        raise ValueError("split 'validation' needs val_fraction > 0 (e.g. 0.2): it is carved out of the train pool")
     out = {}
     for tag, specs in _all_specs().items():
         if split == "all":
@@ -90,7 +90,11 @@ def spec_pool(
         ranked = sorted(specs, key=lambda objs: _split_key(tag, objs))
         n_eval = max(1, round(eval_fraction * len(ranked)))
         n_val = max(1, round(val_fraction * len(ranked))) if val_fraction > 0 else 0
-        pools = {"eval": ranked[:n_eval], "val": ranked[n_eval : n_eval + n_val], "train": ranked[n_eval + n_val :]}
+        pools = {
+            "eval": ranked[:n_eval],
+            "validation": ranked[n_eval : n_eval + n_val],
+            "train": ranked[n_eval + n_val :],
+        }
         out[tag] = pools[split]
     return out
 
@@ -139,7 +143,7 @@ def build_prompts(
     eval_fraction: float = 0.2,
     val_fraction: float = 0.0,
 ) -> dict:
-    """Prompts only (for RL rollouts), from the ``split`` pool ("train", "eval", "val" or "all").
+    """Prompts only (for RL rollouts), from the ``split`` pool ("train", "eval", "validation" or "all").
 
     Returns ``prompt`` (list of str) and ``meta`` (list of dicts: ``tag``, ``objects`` [each
     ``color``, ``shape``, ``count``, ``position`` or None], and the first object's ``color``,
@@ -283,7 +287,7 @@ def build(
     ``{"color", "shape", "box": [x0, y0, x1, y1]}`` per drawn object (x1, y1 exclusive), and
     ``noisy``: whether the caption was corrupted). ``split`` picks the prompt pool: "train" by
     default, so pre-training never sees a held-out prompt; "eval" or "all" only when asked for.
-    ``val_fraction`` > 0 carves a validation pool ("val") out of the train pool (`spec_pool`).
+    ``val_fraction`` > 0 carves a validation pool ("validation") out of the train pool (`spec_pool`).
     ``caption_noise`` = p replaces the prompt by a different prompt of the same tag and the same
     split pool with probability p (the image keeps the original; ``meta`` then describes the
     prompt and ``meta["drawn"]`` the image). ``color_jitter`` = j adds a uniform integer in [-j, j]

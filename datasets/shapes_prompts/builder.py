@@ -1,10 +1,10 @@
 """Build `shapes_prompts`: every prompt of one split of the synthetic `shapes` grammar, with its
 ground truth, for RL (`simulators.prompts.PromptSim` deals them out; `rewards.shapes` scores them).
 
-``build(split="train"|"eval"|"val", eval_fraction=0.2, tags=None, val_fraction=0.0)`` -> ``{"prompt":
+``build(split="train"|"eval"|"validation", eval_fraction=0.2, tags=None, val_fraction=0.0)`` -> ``{"prompt":
 [P str], "meta": [P dict]}`` in a fixed order. The split rule is the `shapes` dataset's (a hash of each
 prompt, per tag), so train and eval prompts never overlap; ``val_fraction`` > 0 carves a validation
-split ("val") out of the train prompts, for choosing settings without touching the eval ones.
+split ("validation") out of the train prompts, for choosing settings without touching the eval ones.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def _shapes_builder():
 
 
 def build(split: str = "train", eval_fraction: float = 0.2, tags=None, val_fraction: float = 0.0) -> dict:
-    if split not in ("train", "eval", "val"):
-        raise ValueError(f"split must be 'train', 'eval' or 'val', got {split!r}")
+    if split not in ("train", "eval", "validation"):
+        raise ValueError(f"split must be 'train', 'eval' or 'validation', got {split!r}")
     pool = _shapes_builder().spec_pool(split, eval_fraction, val_fraction)
     prompts, meta = [], []
     for tag, specs in pool.items():

@@ -56,9 +56,9 @@ def pool(shapes, split, val_fraction=0.0) -> set:
 
 
 def test_a_validation_split_comes_out_of_the_train_prompts_only(shapes):
-    """``val_fraction`` carves "val" out of the train pool: eval is untouched, the three are disjoint,
+    """``val_fraction`` carves "validation" out of the train pool: eval is untouched, the three are disjoint,
     and neither pretraining images nor RL prompts of that run contain a validation prompt."""
-    train, val, evaluation = pool(shapes, "train", 0.2), pool(shapes, "val", 0.2), pool(shapes, "eval", 0.2)
+    train, val, evaluation = pool(shapes, "train", 0.2), pool(shapes, "validation", 0.2), pool(shapes, "eval", 0.2)
     assert evaluation == held_out(shapes)  # the reported split does not move
     assert not train & val and not train & evaluation and not val & evaluation
     assert train | val == pool(shapes, "train") and len(val) == 42
@@ -69,7 +69,7 @@ def test_a_validation_split_comes_out_of_the_train_prompts_only(shapes):
     assert not seen & val and not seen & evaluation
     rl = shapes.build_prompts(500, seed=2, val_fraction=0.2)
     assert not {canonical(m["objects"]) for m in rl["meta"]} & val
-    prompts = builder_module("shapes_prompts").build(split="val", val_fraction=0.2)
+    prompts = builder_module("shapes_prompts").build(split="validation", val_fraction=0.2)
     assert {canonical(m["objects"]) for m in prompts["meta"]} == val
     with pytest.raises(ValueError, match="needs val_fraction > 0"):
-        shapes.spec_pool("val")
+        shapes.spec_pool("validation")
