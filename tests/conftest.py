@@ -1,7 +1,8 @@
 """Shared test setup: GPU tests carry the `gpu` marker and are skipped with a reason on CPU
 machines; `killed_in_iteration` interrupts a training run mid-iteration (resume tests);
 `one_torch_thread` (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``) keeps a module
-on one intra-op thread, for tests whose work shares the 2 cores with worker processes."""
+on one intra-op thread, for tests whose work shares the 2 cores with worker processes;
+`load_benchmark` imports a script of benchmarks/ by name."""
 
 import contextlib
 
@@ -50,6 +51,25 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """``load_benchmark("vs_sb3")``: a script of ``benchmarks/`` imported as a module of that name
+    (registered in ``sys.modules`` first, as its dataclasses need)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,6 @@ reaches it (no 0 s at a level equal to the start), and the crossing is interpola
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,12 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("diffusion_align", ROOT / "benchmarks" / "diffusion_align.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["diffusion_align"] = module
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("diffusion_align")
 
 
 def points(*rewards):

@@ -4,8 +4,6 @@ split shares no training seed and no evaluation episode with the reported one.""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def vs_sb3():
-    spec = importlib.util.spec_from_file_location("vs_sb3", ROOT / "benchmarks" / "vs_sb3.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vs_sb3"] = module
-    spec.loader.exec_module(module)
-    return module
+def vs_sb3(load_benchmark):
+    return load_benchmark("vs_sb3")
 
 
 def test_any_id_runs_from_the_state_template_with_its_env_id(vs_sb3):

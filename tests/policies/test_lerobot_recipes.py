@@ -50,6 +50,22 @@ def tiny_libero_checkpoint(family: str, folder: Path, tokenizer: str | None) -> 
     return tiny_lerobot.save_tiny_lerobot_policy(family, folder / family, stats=stats, **kw)
 
 
+def stand_ins(tmp_path: Path) -> list[str]:
+    """What a CPU test changes in a LIBERO recipe besides the model: the device, the run folder, two
+    stand-in LIBERO envs at 32 px with short episodes, evaluated without a sweep over the tasks."""
+    return [
+        "run.device=cpu",
+        f"run.output_dir={tmp_path / 'runs'}",
+        "sim.num_envs=2",
+        "sim.eval_num_envs=2",
+        "sim.eval_tasks=null",
+        f"sim.kwargs.env_factory={FAKE_LIBERO}",
+        "sim.kwargs.image_size=32",
+        "sim.kwargs.max_episode_steps=20",
+        "sim.kwargs.num_noop_steps=1",
+    ]
+
+
 STAT_FNS = {
     "mean": torch.zeros,
     "std": torch.ones,
@@ -74,15 +90,7 @@ def test_libero_recipe_builds_and_trains_with_tiny_stand_ins(recipe, family, tmp
         folder = tiny_libero_checkpoint(family, tmp_path, tok)
         over = [
             f"policy.model={folder}",
-            "run.device=cpu",
-            f"run.output_dir={tmp_path / 'runs'}",
-            "sim.num_envs=2",
-            "sim.eval_num_envs=2",
-            "sim.eval_tasks=null",
-            f"sim.kwargs.env_factory={FAKE_LIBERO}",
-            "sim.kwargs.image_size=32",
-            "sim.kwargs.max_episode_steps=20",
-            "sim.kwargs.num_noop_steps=1",
+            *stand_ins(tmp_path),
             "trainer.iterations=1",
             "trainer.eval_episodes=2",
             "trainer.video_episodes=0",
@@ -116,15 +124,7 @@ def test_libero_dsrl_recipe_builds_and_trains_with_a_frozen_tiny_smolvla(tmp_pat
         [
             f"policy.base.model={folder}",
             "policy.hidden=16",
-            "run.device=cpu",
-            f"run.output_dir={tmp_path / 'runs'}",
-            "sim.num_envs=2",
-            "sim.eval_num_envs=2",
-            "sim.eval_tasks=null",
-            f"sim.kwargs.env_factory={FAKE_LIBERO}",
-            "sim.kwargs.image_size=32",
-            "sim.kwargs.max_episode_steps=20",
-            "sim.kwargs.num_noop_steps=1",
+            *stand_ins(tmp_path),
             "algorithm.sac.learning_starts=4",
             "algorithm.sac.batch_size=8",
             "algorithm.sac.critic_hidden=16",
