@@ -216,7 +216,8 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
     start = curves["flow_grpo"][0]["reward"]
     level = common_level(start, [max(p["reward"] for p in curves[n]) for n in methods], args.level_frac)
     risen = level != float("inf")
-    print(f"\n[seed {seed}] mean held-out reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
+    split = "validation" if args.validation else "held-out"
+    print(f"\n[seed {seed}] mean {split} reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
     print(f"{'iter':>5} | " + " | ".join(f"{LABELS[m]:>12} {'s':>7} {'samples':>8}" for m in methods))
     for points in zip(*(curves[m] for m in methods)):
         cells = [f"{p['reward']:12.3f} {p['rl_seconds']:7.1f} {p['train_episodes']:8d}" for p in points]
@@ -367,7 +368,7 @@ def seed_figures(args, demo: Demo) -> dict:
     for key in per_seed_keys(args.methods):
         out.update(summary(runs, key))
     print(
-        f"held-out reward over {args.seeds} seeds ({protocol['eval_prompts']} held-out prompts x "
+        f"{out['split']} reward over {args.seeds} seeds ({protocol['eval_prompts']} {out['split']} prompts x "
         f"{protocol['per_prompt']} = {protocol['eval_episodes']} {demo.samples} per evaluation, "
         f"{args.iterations} iterations):"
     )
