@@ -112,7 +112,9 @@ class DiffusionConfig(PolicyConfig):
     nft_timesteps: int = 1  # stratified training times per sample
     nft_adv_max: float = 5.0  # advantages mapped to optimality r in [0, 1] over [-nft_adv_max, nft_adv_max]
     nft_adaptive_weight: bool = True  # each row's error over its mean |x0_hat - x0| (the reference's)
-    nft_old_decay: float = 0.0  # v_old: an EMA of the policy with this decay (0: the current policy, detached)
+    # v_old: an EMA of the policy with this decay, which also samples the training rollouts (the
+    # reference's data policy); 0: the current policy, detached, samples and is v_old
+    nft_old_decay: float = 0.0
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
     max_sequence_length: int | None = None  # text tokens of diffusers generators (None: the family's default, Wan 512)
     # diffusers VAEs: decode the batch one sample at a time (slicing) / in overlapping tiles (tiling),
@@ -285,8 +287,11 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
             window=tuple(c.window) if c.window else None,
             device=dev,
         )
+        # DiffusionNFT with an old policy (nft_old_decay > 0) samples its training data with it, as
+        # the reference does: v_old in the loss is then the policy the samples came from
+        which = "old" if train and c.nft_old_decay > 0 else "policy"
         out = sample(
-            self.model_fn(cond, null, guidance),
+            self.model_fn(cond, null, guidance, which),
             noise,
             grid,
             method,

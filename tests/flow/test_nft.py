@@ -84,3 +84,29 @@ def test_the_diffusion_policy_trains_with_nft_and_keeps_its_old_copy():
     pol.after_step()
     assert torch.allclose(pol._copy_params("old")[key], 0.5 * before + 0.5 * pol.gen.out[-1].bias)
     assert "nft_old__out__2__bias" in pol.state_dict()  # the old policy is checkpointed
+
+
+def test_with_an_old_policy_the_training_rollouts_come_from_it():
+    """nft_old_decay > 0: the old copy samples the training data (v_old is the data policy, as in the
+    reference); evaluation rollouts use the current policy."""
+    from mmrl.policies.diffusion import DiffusionConfig, DiffusionPolicy
+    from mmrl.simulator import Observation
+
+    torch.manual_seed(0)
+    pol = DiffusionPolicy(DiffusionConfig(num_steps=3, width=16, nft_old_decay=0.5, method="ode"), 16 * 16 * 3)
+    pol.after_warm_start()
+    obs = Observation(torch.zeros(2, 16, 16, 3, dtype=torch.uint8), ["a red circle", "two blue squares"])
+
+    def chain(mode):
+        return pol.rollout(obs, torch.Generator().manual_seed(0), mode=mode).batch.get("flow_chain")
+
+    def images(mode):
+        return pol.rollout(obs, torch.Generator().manual_seed(0), mode=mode).actions
+
+    before, shown = chain("train"), images("eval")
+    with torch.no_grad():
+        pol.gen.out[-1].bias.add_(0.5)  # the current policy moves, the old copy does not
+    assert torch.equal(chain("train"), before)
+    assert not torch.equal(images("eval"), shown)  # evaluation shows the current policy
+    pol.after_step()  # the old copy follows halfway
+    assert not torch.equal(chain("train"), before)
