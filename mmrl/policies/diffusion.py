@@ -112,9 +112,11 @@ class DiffusionConfig(PolicyConfig):
     nft_timesteps: int = 1  # stratified training times per sample
     nft_adv_max: float = 5.0  # advantages mapped to optimality r in [0, 1] over [-nft_adv_max, nft_adv_max]
     nft_adaptive_weight: bool = True  # each row's error over its mean |x0_hat - x0| (the reference's)
-    # v_old: an EMA of the policy with this decay, which also samples the training rollouts (the
-    # reference's data policy); 0: the current policy, detached, samples and is v_old
-    nft_old_decay: float = 0.0
+    # DiffusionNFT's old policy (the reference's): a copy of the trainable weights that samples the
+    # training rollouts and gives v_old, held fixed through each update and moved once per iteration
+    # by old <- d old + (1 - d) policy (0: the policy as the update left it). null: no copy, v_old is
+    # the current policy detached at every step (no trust region: the negative term pushes without bound)
+    nft_old_decay: float | None = None
     prompt_bytes: int = 256  # stored prompt width (longer prompts are rejected)
     max_sequence_length: int | None = None  # text tokens of diffusers generators (None: the family's default, Wan 512)
     # diffusers VAEs: decode the batch one sample at a time (slicing) / in overlapping tiles (tiling),
@@ -129,7 +131,9 @@ class DiffusionConfig(PolicyConfig):
                 f"policy.model {self.model} is a Wan text-to-video pipeline: set policy.num_frames "
                 "(1 + a multiple of 4, e.g. 33 or 81)"
             )
-        check_range(self, {"nft_beta": ">0", "nft_adv_max": ">0", "nft_old_decay": "0..1"})
+        check_range(self, {"nft_beta": ">0", "nft_adv_max": ">0"})
+        if self.nft_old_decay is not None and not 0.0 <= self.nft_old_decay < 1.0:
+            raise ValueError(f"nft_old_decay = {self.nft_old_decay} must be in [0, 1) or null (no old copy)")
         if not 0.0 < self.timestep_fraction <= 1.0:
             raise ValueError(
                 f"timestep_fraction = {self.timestep_fraction} must be in (0, 1] (1: every stochastic step)"
@@ -211,10 +215,10 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         self.ref = copy.deepcopy(self.gen).requires_grad_(False) if needs_ref and not self.uses_adapter else None
         trainable = [k for k, p in self.gen.named_parameters() if p.requires_grad]
         # EMA copies of the trainable weights, as buffers (saved in checkpoints): AWM's regulariser
-        # ("ema__") and DiffusionNFT's old policy with nft_old_decay > 0 ("nft_old__")
+        # ("ema__") and DiffusionNFT's old policy with nft_old_decay set ("nft_old__")
         self._copies = {
             "ema": trainable if cfg.awm_ema_coef > 0 else [],
-            "old": trainable if cfg.nft_old_decay > 0 else [],
+            "old": trainable if cfg.nft_old_decay is not None else [],
         }
         for which, prefix in _COPY_PREFIX.items():
             for k, p in self.gen.named_parameters():
@@ -287,9 +291,9 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
             window=tuple(c.window) if c.window else None,
             device=dev,
         )
-        # DiffusionNFT with an old policy (nft_old_decay > 0) samples its training data with it, as
+        # DiffusionNFT with an old policy (nft_old_decay set) samples its training data with it, as
         # the reference does: v_old in the loss is then the policy the samples came from
-        which = "old" if train and c.nft_old_decay > 0 else "policy"
+        which = "old" if train and c.nft_old_decay is not None else "policy"
         out = sample(
             self.model_fn(cond, null, guidance, which),
             noise,
@@ -401,10 +405,10 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
 
     def forward_process_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
         """DiffusionNFT (`mmrl.flow.nft_loss`) on the rollout's own clean samples, without CFG: the
-        policy against its old copy (``nft_old_decay > 0``) or against itself detached."""
+        policy against its old copy (``nft_old_decay`` set) or against itself detached."""
         c = self.cfg
         cond = self.gen.encode(decode_text(batch["instruction"]))
-        old = self.model_fn(cond, None, 1.0, "old") if c.nft_old_decay > 0 else None
+        old = self.model_fn(cond, None, 1.0, "old") if c.nft_old_decay is not None else None
         return nft_loss(
             self.model_fn(cond, None, 1.0),
             old,
@@ -444,10 +448,22 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
 
     @torch.no_grad()
     def after_step(self) -> None:
+        """AWM's EMA follows every optimizer step."""
+        self._follow("ema", self.cfg.ema_decay)
+
+    @torch.no_grad()
+    def sync_rollout(self) -> None:
+        """DiffusionNFT's old policy moves once per iteration, after the update: it stays the policy
+        the update's samples came from while the update runs."""
+        super().sync_rollout()
+        if self.cfg.nft_old_decay is not None:
+            self._follow("old", self.cfg.nft_old_decay)
+
+    def _follow(self, which: str, decay: float) -> None:
+        """``copy <- decay copy + (1 - decay) weights`` for the copy ``which``."""
         params = dict(self.gen.named_parameters())
-        for which, d in (("ema", self.cfg.ema_decay), ("old", self.cfg.nft_old_decay)):
-            for k, e in self._copy_params(which).items():
-                e.mul_(d).add_(params[k].detach(), alpha=1 - d)
+        for k, e in self._copy_params(which).items():
+            e.mul_(decay).add_(params[k].detach(), alpha=1 - decay)
 
 
 #: the diffusers pipelines the diffusion policy drives, by ``model_index.json``'s ``_class_name``

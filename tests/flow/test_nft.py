@@ -81,19 +81,21 @@ def test_the_diffusion_policy_trains_with_nft_and_keeps_its_old_copy():
     before = pol._copy_params("old")[key].clone()
     with torch.no_grad():
         pol.gen.out[-1].bias.add_(0.2)
-    pol.after_step()
+    pol.after_step()  # an optimizer step of the update: the old policy holds still
+    assert torch.equal(pol._copy_params("old")[key], before)
+    pol.sync_rollout()  # the update is over: it moves once
     assert torch.allclose(pol._copy_params("old")[key], 0.5 * before + 0.5 * pol.gen.out[-1].bias)
     assert "nft_old__out__2__bias" in pol.state_dict()  # the old policy is checkpointed
 
 
 def test_with_an_old_policy_the_training_rollouts_come_from_it():
-    """nft_old_decay > 0: the old copy samples the training data (v_old is the data policy, as in the
-    reference); evaluation rollouts use the current policy."""
+    """nft_old_decay set: the old copy samples the training data (v_old is the data policy, as in the
+    reference) and stays put through the update; evaluation rollouts use the current policy."""
     from mmrl.policies.diffusion import DiffusionConfig, DiffusionPolicy
     from mmrl.simulator import Observation
 
     torch.manual_seed(0)
-    pol = DiffusionPolicy(DiffusionConfig(num_steps=3, width=16, nft_old_decay=0.5, method="ode"), 16 * 16 * 3)
+    pol = DiffusionPolicy(DiffusionConfig(num_steps=3, width=16, nft_old_decay=0.0, method="ode"), 16 * 16 * 3)
     pol.after_warm_start()
     obs = Observation(torch.zeros(2, 16, 16, 3, dtype=torch.uint8), ["a red circle", "two blue squares"])
 
@@ -108,5 +110,9 @@ def test_with_an_old_policy_the_training_rollouts_come_from_it():
         pol.gen.out[-1].bias.add_(0.5)  # the current policy moves, the old copy does not
     assert torch.equal(chain("train"), before)
     assert not torch.equal(images("eval"), shown)  # evaluation shows the current policy
-    pol.after_step()  # the old copy follows halfway
+    pol.after_step()
+    assert torch.equal(chain("train"), before)  # not within the update
+    pol.sync_rollout()  # decay 0: the next rollouts come from the policy the update left
     assert not torch.equal(chain("train"), before)
+    params = dict(pol.gen.named_parameters())
+    assert all(torch.equal(e, params[k]) for k, e in pol._copy_params("old").items())  # a copy of it
