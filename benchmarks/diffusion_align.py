@@ -198,7 +198,8 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
     curves, finals, protocol = {}, {}, {}
     methods = args.methods
     for name in methods:
-        trainer = build_trainer(load_experiment(ROOT / demo.configs[name], [*common, f"run.name={name}"]))
+        own = [o.partition(":")[2] for o in args.method_set if o.partition(":")[0] == name]
+        trainer = build_trainer(load_experiment(ROOT / demo.configs[name], [*common, f"run.name={name}", *own]))
         protocol[name] = eval_protocol(trainer)
         if name == "flow_grpo":
             protocol["baselines"] = baselines(trainer, demo)
@@ -313,6 +314,13 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
         metavar="KEY=VALUE",
         help="a config override for both runs and the pretraining (repeatable)",
     )
+    parser.add_argument(
+        "--method-set",
+        action="append",
+        default=[],
+        metavar="METHOD:KEY=VALUE",
+        help="a config override for one method's runs only, e.g. nft:policy.nft_old_decay=0 (repeatable)",
+    )
     args = parse_args(
         parser,
         seeds=1,
@@ -335,6 +343,9 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
     args.seed_list = list(range(first, first + args.seeds))
     if args.validation:
         args.set = [*demo.validation, *args.set]
+    bad = [o for o in args.method_set if o.partition(":")[0] not in (*demo.configs, "flow_grpo") or "=" not in o]
+    if bad:
+        parser.error(f"--method-set: {bad}: write METHOD:KEY=VALUE with METHOD one of {', '.join(demo.configs)}")
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = sorted(set(chosen) - set(demo.configs) - {"flow_grpo"})
     if unknown:

@@ -635,6 +635,13 @@ class ExperimentConfig:
             )
         self.check_reward(sim_actions)
         self.check_capabilities(caps)
+        old_decay = getattr(self.policy, "nft_old_decay", None)  # DiffusionNFT's old policy samples the rollouts
+        if old_decay is not None and self.algorithm.objective != "nft":
+            raise ConfigError(
+                f"'policy.nft_old_decay' = {old_decay} keeps DiffusionNFT's old policy, which samples the rollouts, "
+                f"but 'algorithm.objective' is {self.algorithm.objective!r}: set policy.nft_old_decay=null "
+                "(or algorithm.objective=nft)"
+            )
 
     def check_off_policy(self) -> None:
         """The off-policy mode (``algorithm.objective: sac``) collects fixed-length rollouts that

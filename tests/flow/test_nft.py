@@ -116,3 +116,17 @@ def test_with_an_old_policy_the_training_rollouts_come_from_it():
     assert not torch.equal(chain("train"), before)
     params = dict(pol.gen.named_parameters())
     assert all(torch.equal(e, params[k]) for k, e in pol._copy_params("old").items())  # a copy of it
+
+
+def test_an_old_policy_outside_diffusionnft_is_refused_at_load():
+    """The old copy samples the rollouts: under Flow-GRPO's PPO that would be off-policy in silence."""
+    from pathlib import Path
+
+    from mmrl.config import ConfigError
+    from mmrl.experiment import load_experiment
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    with pytest.raises(ConfigError, match="nft_old_decay.*'ppo'.*set policy.nft_old_decay=null"):
+        load_experiment(root / "diffusion_shapes_flow_grpo.yaml", ["policy.nft_old_decay=0.0"])
+    cfg = load_experiment(root / "diffusion_shapes_nft.yaml", ["policy.nft_old_decay=0.0"])
+    assert cfg.policy.nft_old_decay == 0.0
