@@ -109,6 +109,7 @@ def per_seed_keys(methods: list[str]) -> list[str]:
     keys = ["pretrained_reward", *(f"{m}_reward" for m in methods), *(f"{m}_gain" for m in methods)]
     keys += [f"{m}_speedup_{k}" for m in methods[1:] for k in ("time", "samples")]
     keys += [f"{m}_time_to_level_s" for m in methods]
+    keys += [f"{m}_time_to_grpo_final_frac" for m in methods[1:]]
     return [*keys, "level", "pretrain_s"]
 
 
@@ -132,6 +133,13 @@ def common_level(start: float, bests: list[float], frac: float) -> float:
     (not 0 s at a level equal to the start). ``inf`` when none rose."""
     risen = [b for b in bests if b > start]
     return start + frac * (min(risen) - start) if risen else float("inf")
+
+
+def fraction_to_final(points: list[dict], grpo: list[dict]) -> float | None:
+    """RL seconds a run needs to reach Flow-GRPO's final reward, over Flow-GRPO's whole RL time
+    (None: never reached)."""
+    seconds = time_to(points, grpo[-1]["reward"], "rl_seconds")
+    return None if seconds is None or not grpo[-1]["rl_seconds"] else round(seconds / grpo[-1]["rl_seconds"], 3)
 
 
 def time_to(points: list[dict], level: float, key: str) -> float | None:
@@ -231,6 +239,8 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
         run[f"{m}_gain"] = round(finals[m] - start, 4) + 0.0
         seconds = reach[m]["rl_seconds"]
         run[f"{m}_time_to_level_s"] = None if seconds is None else round(seconds, 1)
+    for m in methods[1:]:  # the issue's goal: Flow-GRPO's final reward in at most half its wall time
+        run[f"{m}_time_to_grpo_final_frac"] = fraction_to_final(curves[m], curves["flow_grpo"])
     for m in methods[1:]:
         for key, label in (("rl_seconds", "time"), ("train_episodes", "samples")):
             g, a = reach["flow_grpo"][key], reach[m][key]
@@ -393,6 +403,7 @@ def seed_figures(args, demo: Demo) -> dict:
     ]
     rows += [(f"{m}_speedup_{k}", f"{LABELS[m]} speedup ({k})") for m in args.methods[1:] for k in ("time", "samples")]
     rows += [(f"{m}_time_to_level_s", f"{LABELS[m]} s to the level") for m in args.methods]
+    rows += [(f"{m}_time_to_grpo_final_frac", f"{LABELS[m]} to GRPO's final") for m in args.methods[1:]]
     for key, label in rows:
         mean, std = out[f"{key}_mean"], out[f"{key}_std"]
         shown = "n/a" if mean is None else f"{mean:.3f} +- {std:.3f}"

@@ -55,3 +55,11 @@ def test_validation_runs_evaluate_on_validation_prompts_kept_out_of_training(ben
     assert not set(data["prompt"]) & (val | held)
     plain = load_experiment(ROOT / bench.IMAGES.configs["nft"])  # the reported runs: the held-out prompts
     assert set(build_sim(plain, 4, 0, evaluation=True).prompts) == held
+
+
+def test_the_time_to_flow_grpos_final_reward_is_a_fraction_of_its_run(bench):
+    grpo = points(0.2, 0.3, 0.4)  # its whole run: 20 s, final reward 0.4
+    fast, never = points(0.2, 0.45, 0.5), points(0.2, 0.3, 0.35)
+    assert bench.fraction_to_final(fast, grpo) == pytest.approx(10 * (0.2 / 0.25) / 20, abs=1e-3)
+    assert bench.fraction_to_final(grpo, grpo) == 1.0
+    assert bench.fraction_to_final(never, grpo) is None
