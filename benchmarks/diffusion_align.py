@@ -225,8 +225,7 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
     start = curves["flow_grpo"][0]["reward"]
     level = common_level(start, [max(p["reward"] for p in curves[n]) for n in methods], args.level_frac)
     risen = level != float("inf")
-    split = "validation" if args.validation else "held-out"
-    print(f"\n[seed {seed}] mean {split} reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
+    print(f"\n[seed {seed}] mean {args.split} reward (pretrained {start:.3f}); level for time-to-reward {level:.3f}")
     print(f"{'iter':>5} | " + " | ".join(f"{LABELS[m]:>12} {'s':>7} {'samples':>8}" for m in methods))
     for points in zip(*(curves[m] for m in methods)):
         cells = [f"{p['reward']:12.3f} {p['rl_seconds']:7.1f} {p['train_episodes']:8d}" for p in points]
@@ -349,11 +348,12 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
         parser.error("--seeds must be >= 1 (0 only with --cost-steps)")
     if args.validation and not demo.validation:
         parser.error(f"--validation: this demo ({demo.samples}) has no validation split of its prompts yet")
+    args.split = "validation" if args.validation else "held-out"
     first = VALIDATION_SEED if args.validation else 0
     args.seed_list = list(range(first, first + args.seeds))
     if args.validation:
         args.set = [*demo.validation, *args.set]
-    bad = [o for o in args.method_set if o.partition(":")[0] not in (*demo.configs, "flow_grpo") or "=" not in o]
+    bad = [o for o in args.method_set if o.partition(":")[0] not in demo.configs or "=" not in o]
     if bad:
         parser.error(f"--method-set: {bad}: write METHOD:KEY=VALUE with METHOD one of {', '.join(demo.configs)}")
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -385,7 +385,7 @@ def seed_figures(args, demo: Demo) -> dict:
         done = [run_seed(seed, args, demo) for seed in args.seed_list]
     runs, protocols = [r for r, _ in done], [p for _, p in done]
     protocol = protocols[0]  # the held-out episodes do not depend on the seed
-    out = {"seeds": args.seed_list, "split": "validation" if args.validation else "held-out"}
+    out = {"seeds": args.seed_list, "split": args.split}
     for key in per_seed_keys(args.methods):
         out.update(summary(runs, key))
     print(

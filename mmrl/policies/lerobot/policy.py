@@ -352,9 +352,14 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
     def values(self, prefix: Prefix) -> torch.Tensor | None:
         if self.value_head is None:
             return None
-        m = prefix.pad_masks.unsqueeze(-1).float()
-        pooled = (prefix.hidden.float() * m).sum(1) / m.sum(1).clamp(min=1)
+        pooled = self.pooled(prefix)
         return self.value_head(pooled.detach() if self.cfg.detach_value else pooled).squeeze(-1)
+
+    @staticmethod
+    def pooled(prefix: Prefix) -> torch.Tensor:
+        """``[B, D]``: the VLM's prefix output averaged over its real (not padded) positions."""
+        m = prefix.pad_masks.unsqueeze(-1).float()
+        return (prefix.hidden.float() * m).sum(1) / m.sum(1).clamp(min=1)
 
     def to_env(self, x0: torch.Tensor) -> torch.Tensor:
         """Normalised padded chunks ``[B, H, 32]`` -> executed actions in env units ``[B, C, A]``
@@ -463,9 +468,7 @@ class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
         """``[B, feature_dim]``: the VLM's prefix output averaged over its real positions (what the value
         head reads), then the checkpoint's normalised state padded to ``max_state_dim`` where it reads one."""
         batch = self.lerobot_batch(obs.image, obs.instruction, obs.state)
-        prefix = self.family.prefix(self.lerobot, batch)
-        m = prefix.pad_masks.unsqueeze(-1).float()
-        parts = [(prefix.hidden.float() * m).sum(1) / m.sum(1).clamp(min=1)]
+        parts = [self.pooled(self.family.prefix(self.lerobot, batch))]
         if self.state_key:
             state = batch[self.state_key].float()
             parts.append(torch.nn.functional.pad(state, (0, self.max_state_dim - state.shape[-1])))
