@@ -349,6 +349,10 @@ class SACConfig:
     temperature_lr: float | None = None  # learning rate of log(alpha); null = trainer.lr
     init_temperature: float = 1.0  # alpha at the start (SB3: 1.0)
     target_entropy: float | None = None  # null = -(the replayed action width: chunk_size * action_dim; DSRL: the noise)
+    # the entropy bonus in the critics' target (SAC's soft backup). false: y = r + gamma min Q' (RLPD's
+    # and DrQ's `backup_entropy` switch): with a positive entropy and time limits bootstrapped, the
+    # bonus pays for staying in an episode, which works against tasks that end on success
+    backup_entropy: bool = True
     n_step: int = 1  # n-step returns (stopping at a rollout's end: needs trainer.rollout_steps >= n_step)
     critic_hidden: int = 256  # width of each of the twin Q MLPs (SB3: 256)
     critic_layers: int = 2  # their hidden layers (SB3: 2)

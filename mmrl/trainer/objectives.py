@@ -146,7 +146,8 @@ def sac_objective(agent, mb: Batch, algo) -> tuple[torch.Tensor, dict]:
         next_action, next_logp = policy.sample_reparameterized(next_state, agent.generator)
         next_q1, next_q2 = critics.target(next_state, next_action.flatten(1))
         done = torch.zeros_like(mb["discount"])  # termination is in the discount (0 where it ended)
-        target = soft_q_target(mb["rewards"], done, next_q1, next_q2, next_logp, alpha, mb["discount"])
+        backup_alpha = alpha if algo.sac.backup_entropy else torch.zeros_like(alpha)
+        target = soft_q_target(mb["rewards"], done, next_q1, next_q2, next_logp, backup_alpha, mb["discount"])
     q1, q2 = critics(state, mb["actions"])
     q_loss = critic_loss(q1, q2, target).mean()
     # actor: reparameterised actions of the replayed states, scored by the critics held fixed

@@ -159,6 +159,23 @@ def test_target_critics_move_by_polyak_and_not_by_gradient(tmp_path):
     assert not torch.isclose(a, b)
 
 
+@pytest.mark.parametrize("backup", [True, False])
+def test_the_critics_target_carries_the_entropy_bonus_only_with_backup_entropy(tmp_path, backup):
+    mode = tiny_mode(tmp_path, f"algorithm.sac.backup_entropy={backup}")
+    mb = Batch(mode.sample(torch.Generator().manual_seed(0)))
+    mode.agent.generator = torch.Generator().manual_seed(3)
+    got = sac_objective(mode.agent, mb, mode.algo)[1]["critic_loss"]
+    # by hand: y = r + gamma^m (min Q'(s', a') - alpha log pi(a'|s')), the bonus only with the backup
+    with torch.no_grad():
+        a, logp = mode.agent.policy.sample_reparameterized(mb["next_state"], torch.Generator().manual_seed(3))
+        t1, t2 = mode.critics.target(mb["next_state"], a.flatten(1))
+        bonus = mode.critics.log_alpha.exp() * logp
+        y = mb["rewards"] + mb["discount"] * (torch.minimum(t1, t2) - (bonus if backup else 0.0))
+        q1, q2 = mode.critics(mb["state"], mb["actions"])
+    torch.testing.assert_close(got, (0.5 * ((q1 - y) ** 2 + (q2 - y) ** 2)).mean())
+    assert bonus.abs().mean() > 0.1  # alpha = 1 here: the two settings differ by a visible amount
+
+
 def test_the_actor_loss_reaches_the_policy_not_the_critics(tmp_path):
     mode = tiny_mode(tmp_path)
     mb = Batch(mode.sample(torch.Generator().manual_seed(0)))
