@@ -193,7 +193,15 @@ def reach_seed(seed: int, args: argparse.Namespace) -> dict[str, dict]:
 def reach_part(args: argparse.Namespace) -> dict:
     """PPO against DSRL on reach from the same warm start, ``args.seeds`` seeds (see the docstring)."""
     seeds = list(range(args.seeds))
-    per_seed = [reach_seed(seed, args) for seed in seeds]
+    if args.jobs > 1:  # seeds side by side, each in its own process
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(args.jobs, len(seeds)), mp_context=ctx) as pool:
+            per_seed = list(pool.map(reach_seed, seeds, [args] * len(seeds)))
+    else:
+        per_seed = [reach_seed(seed, args) for seed in seeds]
     figures: dict = {"seeds": seeds, "level": args.level}
     for side in ("ppo", "dsrl"):
         rows = [r[side] for r in per_seed]
@@ -235,7 +243,7 @@ def main() -> None:
     p.add_argument("--env-steps", type=int, default=None, help="sac part: override every task's training env steps")
     p.add_argument("--eval-episodes", type=int, default=10, help="sac part: held-out episodes per run")
     p.add_argument("--sides", default=",".join(SIDES), help="sac part: which of sb3, sac to run")
-    p.add_argument("--jobs", type=int, default=1, help="sac part: runs at a time (each one torch thread)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (sac: each one torch thread; reach: seeds)")
     p.add_argument("--level", type=float, default=0.85, help="reach part: the held-out success to reach")
     p.add_argument("--reach-set", action="append", default=[], help="reach part: an override for both sides")
     p.add_argument("--ppo-set", action="append", default=[], help="reach part: an override for PPO and its warm start")
