@@ -11,10 +11,12 @@
 (``configs/quickstart_dsrl.yaml``: the same weights frozen, SAC steering their initial noise).
 Per seed the warm start runs once (``trainer.iterations=0``); PPO resumes a copy of that run folder
 for its iterations, and DSRL loads the same checkpoint as its frozen base
-(``policy.base_checkpoint``), so both start from bit-identical weights. Figures per method: held-out
-success at the start and the end, and the env steps and RL seconds (evaluation excluded) of the
-first evaluation at or above ``--level`` (0.85; null where never reached), read from the run's
-evaluations (``trainer.eval_every``, so the steps are as coarse as the evaluations).
+(``policy.base_checkpoint``), so both start from bit-identical weights. Figures per method:
+held-out success at the start and the end, and the env steps and RL seconds (evaluation excluded)
+of the first evaluation at or above ``--level`` (0.85; null where never reached), read from the
+run's evaluations (``trainer.eval_every``, so the steps are as coarse as the evaluations). PPO's
+start is the warm-started policy's; DSRL's is its untrained actor's, which steers the base with the
+noise ``noise_bound * tanh(mean)``, not with the base's own draws.
 ``--ppo-set`` / ``--dsrl-set`` add overrides for one side.
 
 **sac** (``--part sac``): mmrl's SAC against Stable-Baselines3's SAC on gymnasium control tasks with
@@ -185,8 +187,6 @@ def reach_seed(seed: int, args: argparse.Namespace) -> dict[str, dict]:
         }
         points = ", ".join(f"{p['success']:.3f}@{p['env_steps']}" for p in curve)
         print(f"reach seed {seed} {side}: held-out success @ env steps: {points}", flush=True)
-    if out["ppo"]["start"] != out["dsrl"]["start"]:  # one checkpoint, one set of held-out episodes
-        print(f"reach seed {seed}: WARNING the two sides start apart: {out['ppo']['start']} / {out['dsrl']['start']}")
     return out
 
 

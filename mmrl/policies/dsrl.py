@@ -1,5 +1,7 @@
 """DSRL: SAC in the latent-noise space of a frozen flow policy (Wagenmaker et al. 2025, "Steering
-Your Diffusion Policy with Latent Space RL"), noise-aliased (DSRL-NA).
+Your Diffusion Policy with Latent Space RL"), its DSRL-SAC form: the critics score (features,
+noise). The paper's noise-aliased DSRL-NA (an action-space critic distilled into a noise-space one)
+is not implemented.
 
     observation -> frozen base's features f [D] (pooled prefix of image + instruction, normalised
                    state: `Policy.observation_features`, computed at rollout, replayed as the state)
