@@ -114,18 +114,18 @@ def child(args: argparse.Namespace) -> None:
     print(TAG + json.dumps(out), flush=True)
 
 
-def evaluations(run_dir: Path) -> list[dict]:
-    """The run's held-out evaluations ``[{env_steps, rl_seconds, success}]`` in order of env steps
-    (one per env step count: a resumed run's folder repeats the evaluation it resumed at)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    seen: dict[int, dict] = {}
-    for r in rows:
-        if "eval/success_rate" in r:
-            seen[int(r["eval/env_steps"])] = {
-                "env_steps": int(r["eval/env_steps"]),
-                "rl_seconds": round(float(r["eval/rl_seconds"]), 1),
-                "success": round(float(r["eval/success_rate"]), 4),
-            }
+def evaluations(results: dict) -> list[dict]:
+    """The run's held-out evaluations (``Trainer.run``'s results: every evaluation by name, a resumed
+    run's included) as ``[{env_steps, rl_seconds, success}]`` in order of env steps, once per env
+    step count (the final evaluation repeats the last iteration's)."""
+    seen = {
+        int(r["env_steps"]): {
+            "env_steps": int(r["env_steps"]),
+            "rl_seconds": round(float(r["rl_seconds"]), 1),
+            "success": round(float(r["success_rate"]), 4),
+        }
+        for r in results.values()
+    }
     return [seen[k] for k in sorted(seen)]
 
 
@@ -138,13 +138,11 @@ def to_level(curve: list[dict], level: float) -> tuple[int | None, float | None]
     return None, None
 
 
-def train(config: str, overrides: list[str]) -> Path:
-    """Run one experiment to its end in this process; its run folder."""
-    from mmrl.experiment import build_trainer, load_experiment, output_dir
+def train(config: str, overrides: list[str]) -> dict:
+    """Run one experiment to its end in this process; its results (every evaluation, by name)."""
+    from mmrl.experiment import build_trainer, load_experiment
 
-    cfg = load_experiment(ROOT / config, overrides)
-    build_trainer(cfg).run()
-    return output_dir(cfg)
+    return build_trainer(load_experiment(ROOT / config, overrides)).run()
 
 
 def reach_seed(seed: int, args: argparse.Namespace) -> dict[str, dict]:
@@ -175,8 +173,8 @@ def reach_seed(seed: int, args: argparse.Namespace) -> dict[str, dict]:
         ),
     }
     out = {}
-    for side, run_dir in runs.items():
-        curve = evaluations(run_dir)
+    for side, results in runs.items():
+        curve = evaluations(results)
         steps, seconds = to_level(curve, args.level)
         out[side] = {
             "start": curve[0]["success"],

@@ -1,10 +1,8 @@
-"""benchmarks/sample_efficiency.py's reach part (issue 36): the evaluations read back from a run's
-metrics (a resumed run's repeated evaluation counted once, train rows ignored) and the env steps /
-RL seconds of the first one at the level."""
+"""benchmarks/sample_efficiency.py's reach part (issue 36): the evaluations of a run's results in
+order of env steps (a repeated evaluation counted once) and the env steps / RL seconds of the first
+one at the level."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -15,22 +13,21 @@ def bench(load_benchmark):
     return load_benchmark("sample_efficiency")
 
 
-def eval_row(steps, seconds, success):
-    return {"step": steps, "eval/env_steps": steps, "eval/rl_seconds": seconds, "eval/success_rate": success}
+def evaluation(steps, seconds, success):
+    return {"env_steps": steps, "rl_seconds": seconds, "success_rate": success, "episodes": 256}
 
 
-def test_evaluations_in_order_once_each_without_train_rows(bench, tmp_path):
-    rows = [
-        eval_row(0, 0.0, 0.40),
-        eval_row(0, 0.0, 0.40),  # a resumed run's folder repeats the evaluation it resumed at
-        {"step": 1, "train/success": 0.99, "train/env_steps": 320},
-        eval_row(640, 12.5, 0.62),
-        eval_row(320, 6.0, 0.50),
-    ]
-    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    curve = bench.evaluations(tmp_path)
+def test_evaluations_in_order_once_each(bench):
+    results = {  # Trainer.run's results: every evaluation by name, in the order they ran
+        "start": evaluation(0, 0.0, 0.40),
+        "iter_000002": evaluation(640, 12.5, 0.62),
+        "iter_000001": evaluation(320, 6.0, 0.50),
+        "final": evaluation(640, 12.5, 0.62),  # the final evaluation repeats the last iteration's
+    }
+    curve = bench.evaluations(results)
     assert [p["env_steps"] for p in curve] == [0, 320, 640]
     assert [p["success"] for p in curve] == [0.40, 0.50, 0.62]
+    assert [p["rl_seconds"] for p in curve] == [0.0, 6.0, 12.5]
 
 
 def test_steps_to_level_is_the_first_evaluation_at_or_above_it(bench):
