@@ -45,19 +45,38 @@ from simulators.qa import QASim, thumbnail
 
 class ZoomEnv(ToolCallingEnv):
     """The question's first image shown at ``show_size`` px; the ``zoom`` tool returns the
-    ``crop_size`` px full-resolution square around a point of the small image (clamped inside)."""
+    ``crop_size`` px full-resolution square around a point of the small image (clamped inside).
+    ``display_size`` (default ``show_size``): the small image is sent blown up to this many px, each
+    of its pixels a block (nearest neighbour: no more detail, only more vision tokens for it).
+    ``offer_zoom=False`` offers no tool (the no-tool baseline: answer from the small image)."""
 
     tool_methods = ("zoom",)
     PROMPT = (
         "{question} The image is shown at {size} x {size} px: call zoom(x, y) to see the part around "
         "column x, row y at full resolution."
     )
+    PROMPT_NO_TOOL = "{question} The image is shown at {size} x {size} px."
 
-    def __init__(self, tools=(), show_size: int = 16, crop_size: int = 24, prompt: str | None = None, **kw):
-        if show_size < 1 or crop_size < 1:
-            raise ValueError(f"show_size and crop_size must be >= 1, got {show_size}, {crop_size}")
-        self.show_size, self.crop_size = int(show_size), int(crop_size)
-        prompt = prompt or self.PROMPT.replace("{size}", str(self.show_size))
+    def __init__(
+        self,
+        tools=(),
+        show_size: int = 16,
+        crop_size: int = 24,
+        prompt: str | None = None,
+        offer_zoom: bool = True,
+        display_size: int | None = None,
+        **kw,
+    ):
+        display_size = show_size if display_size is None else display_size
+        if show_size < 1 or crop_size < 1 or display_size % show_size:
+            raise ValueError(
+                f"show_size and crop_size must be >= 1 and display_size a multiple of show_size, got {show_size}, "
+                f"{crop_size}, {display_size}"
+            )
+        self.show_size, self.crop_size, self.display_size = int(show_size), int(crop_size), int(display_size)
+        if not offer_zoom:
+            self.tool_methods = ()
+        prompt = prompt or (self.PROMPT if offer_zoom else self.PROMPT_NO_TOOL).replace("{size}", str(self.show_size))
         super().__init__(tools, prompt=prompt, **kw)
         self.full: torch.Tensor | None = None  # uint8 [H, W, 3] of the episode's image
 
@@ -66,14 +85,16 @@ class ZoomEnv(ToolCallingEnv):
             raise ValueError(f"the zoom environment needs a question with an image: {record['prompt']!r} has none")
         self.full = record["images"][0]
         shown = thumbnail(self.full, self.show_size)
+        k = self.display_size // self.show_size
+        shown = shown.repeat_interleave(k, 0).repeat_interleave(k, 1)
         return question_messages({**record, "images": [shown]}, self.prompt, self.system_prompt)
 
     def zoom(self, x: int, y: int):
-        """Look closer: the full-resolution part of the image around a point of the small image.
+        """See the image around a point at full resolution.
 
         Args:
-            x: column of the point in the small image (0 is the left edge)
-            y: row of the point in the small image (0 is the top edge)
+            x: column in the small image (0: left)
+            y: row in the small image (0: top)
         """
         assert self.full is not None, "reset starts an episode before its tools are called"
         h, w = self.full.shape[:2]

@@ -1,11 +1,14 @@
 """Build `zoom_vqa`: one small coloured shape in a larger scene, whose shape is only legible at full
 resolution (the multi-turn tool task of `simulators.tool_env` with ``env: zoom``). Nothing is downloaded.
 
-``build(num_samples=256, split="train", seed=0, image_size=64, object_size=7)`` -> ``{"prompt": [str],
+``build(num_samples=256, split="train", seed=0, image_size=64, object_size=7, grid=0)`` -> ``{"prompt": [str],
 "images": [[uint8 [S, S, 3]]], "meta": [dict], "solution": [str]}`` (the `vlm_records` format). The
 question ("What shape is the small red object? Answer circle, square or triangle.") needs the
 object's shape: the ``zoom`` environment shows the image at 16 px, where a 7 px shape is a 2 px
-blob, and its ``zoom(x, y)`` tool returns the full-resolution crop. Splits: ``eval`` holds the
+blob, and its ``zoom(x, y)`` tool returns the full-resolution crop. The object lies anywhere
+(``grid=0``) or, with ``grid=g``, anywhere inside one of the g x g cells of the scene, and the
+demonstrator zooms at the centre of that cell (the demo's setting: where to zoom is then one of
+g x g places, which a tiny model can learn to see). Splits: ``eval`` holds the
 (colour, shape) combinations `HELD_OUT` and ``validation`` those of `VALIDATION` (one per shape
 each), which ``train`` never shows, so colour alone cannot answer them. Sample i depends only on
 (seed, split, i) and the options.
@@ -14,9 +17,12 @@ Demonstrations (``demos=True``, SFT rows for `mmrl.policies.vlm.VLMPolicy.warm_s
 rows per question, rendered by `simulators.tool_env.ZoomEnv` itself (configured as the RL
 simulator's ``env_kwargs``: ``sim_kwargs``, which the trainer's warm start passes): (a) the first
 turn's conversation (the question with the small image) and the tool schemas -> ``<tool_call>`` of
-``zoom`` at the object's centre (each coordinate moved by up to ``jitter`` small-image pixels; with
-probability ``wrong_zoom`` at a uniformly random point instead: a noisy demonstrator), (b) that
-conversation, the call and the tool's crop -> the answer. Extra keys: ``messages`` and ``tools``
+``zoom`` at the object's centre, or its cell's with ``grid`` (each coordinate moved by up to
+``jitter`` small-image pixels; with probability ``wrong_zoom`` at a uniformly random point
+instead: a noisy demonstrator), (b) that
+conversation, the call and the tool's crop -> the answer. With the zoom tool switched off
+(``env_kwargs: {offer_zoom: false}``, the no-tool baseline) one row per question: the question with
+the small image -> the answer. Extra keys: ``messages`` and ``tools``
 per row; ``meta`` gains ``turn`` (0 or 1) and ``zoom`` ([x, y] of the call). The demonstrator's
 draws have their own random stream: the questions are those of ``demos=False``.
 """
@@ -64,6 +70,7 @@ def build(
     seed: int = 0,
     image_size: int = 64,
     object_size: int = 7,
+    grid: int = 0,
     demos: bool = False,
     jitter: int = 0,
     wrong_zoom: float = 0.0,
@@ -74,6 +81,11 @@ def build(
         raise ValueError(
             f"num_samples must be >= 1 and object_size in 3..image_size/2, got {num_samples}, {object_size}"
         )
+    if grid < 0 or (grid and object_size > image_size // grid):
+        raise ValueError(
+            f"grid must be 0 (anywhere) or a number of cells per side whose cells hold the object: grid {grid}, "
+            f"image_size {image_size}, object_size {object_size} (cells of image_size // grid px)"
+        )
     from mmrl.data import builder_module
 
     render = builder_module("shapes").render
@@ -82,7 +94,11 @@ def build(
     for i in range(num_samples):
         rng = random.Random(f"zoom_vqa|{split}|{seed}|{i}")
         c, s = rng.choice(pool)
-        x0, y0 = rng.randrange(image_size - object_size + 1), rng.randrange(image_size - object_size + 1)
+        if grid:  # anywhere inside a cell
+            cell = image_size // grid
+            x0, y0 = (rng.randrange(grid) * cell + rng.randrange(cell - object_size + 1) for _ in range(2))
+        else:
+            x0, y0 = rng.randrange(image_size - object_size + 1), rng.randrange(image_size - object_size + 1)
         color.append(COLORS.index(c))
         shape.append(SHAPES.index(s))
         box.append([x0, y0, object_size])
@@ -106,16 +122,24 @@ def build(
     prompts = [f"What shape is the small {m['color']} object? Answer circle, square or triangle." for m in meta]
     data = {"prompt": prompts, "images": [[im] for im in images], "meta": meta, "solution": [m["answer"] for m in meta]}
     if demos:
-        return demonstrations(data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size)
+        return demonstrations(data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size, grid)
     if jitter or wrong_zoom:
         raise ValueError("jitter and wrong_zoom shape the demonstrations: set demos=True")
     return data
 
 
 def demonstrations(
-    data: dict, seed: int, jitter: int, wrong_zoom: float, sim_kwargs: dict | None, image_size: int, object_size: int
+    data: dict,
+    seed: int,
+    jitter: int,
+    wrong_zoom: float,
+    sim_kwargs: dict | None,
+    image_size: int,
+    object_size: int,
+    grid: int = 0,
 ) -> dict:
-    """The SFT rows of ``data``'s questions (see the module docstring), two per question, in order."""
+    """The SFT rows of ``data``'s questions (see the module docstring), in order: two per question
+    (one where the environment offers no zoom tool)."""
     import json
 
     from mmrl.tools import CALL_CLOSE, CALL_OPEN
@@ -125,7 +149,7 @@ def demonstrations(
     sim_kwargs = dict(sim_kwargs or {})
     if sim_kwargs.get("env", "zoom") != "zoom":
         raise ValueError(f"zoom_vqa demonstrations are for the zoom environment, not env {sim_kwargs['env']!r}")
-    asked = {"image_size": image_size, "object_size": object_size}
+    asked = {"image_size": image_size, "object_size": object_size, "grid": grid}
     rl = {k: v for k, v in (sim_kwargs.get("dataset_kwargs") or {}).items() if k in asked and v != asked[k]}
     if rl:
         raise ValueError(f"the demonstrations' {asked} differ from the RL simulator's dataset_kwargs {rl}")
@@ -137,16 +161,24 @@ def demonstrations(
         rng = random.Random(f"zoom_vqa-demos|{m['split']}|{seed}|{m['index']}")
         x0, y0, x1, y1 = m["box"]
         h, w = imgs[0].shape[:2]
-        x, y = int((x0 + x1) / 2 * size / w), int((y0 + y1) / 2 * size / h)
+        if grid:  # the centre of the object's cell
+            cell = image_size // grid
+            x, y = (int((v // cell + 0.5) * cell * size / image_size) for v in (x0, y0))
+        else:  # the object's centre
+            x, y = int((x0 + x1) / 2 * size / w), int((y0 + y1) / 2 * size / h)
         x = min(max(x + rng.randint(-jitter, jitter), 0), size - 1)
         y = min(max(y + rng.randint(-jitter, jitter), 0), size - 1)
         if rng.random() < wrong_zoom:
             x, y = rng.randrange(size), rng.randrange(size)
         call = f"{CALL_OPEN}\n{json.dumps({'name': 'zoom', 'arguments': {'x': x, 'y': y}})}\n{CALL_CLOSE}"
         first = env.reset({"prompt": prompt, "images": imgs, "videos": [], "meta": m, "solution": answer})
-        second = [*first, {"role": "assistant", "content": call}]
-        second += env.step(list(second)).messages
-        for turn, (messages, target) in enumerate(((first, call), (second, answer))):
+        if not tools:  # the zoom tool is off (the no-tool baseline): answer from the small image
+            rows = [(first, answer)]
+        else:
+            second = [*first, {"role": "assistant", "content": call}]
+            second += env.step(list(second)).messages
+            rows = [(first, call), (second, answer)]
+        for turn, (messages, target) in enumerate(rows):
             out["prompt"].append(prompt)
             out["images"].append(imgs)
             out["meta"].append({**m, "turn": turn, "zoom": [x, y]})

@@ -119,3 +119,34 @@ def test_the_tool_config_warm_starts_on_demonstrations_rendered_for_its_own_simu
     assert cfg.warm_start.dataset == "zoom_vqa" and cfg.warm_start.kwargs["demos"] is True
     assert recorded_in("zoom_vqa") == cfg.sim.type  # so the trainer passes sim.kwargs as sim_kwargs
     assert "sim_kwargs" in declared_kwargs("zoom_vqa", sim_kwargs={}, chunk_size=1)
+
+
+def test_on_a_grid_each_object_sits_whole_in_one_cell_and_the_call_zooms_at_that_cell():
+    data = load_dataset("zoom_vqa", num_samples=200, grid=4)
+    cells, offsets = set(), set()
+    for m in data["meta"]:
+        x0, y0, x1, y1 = m["box"]
+        assert (x0 // 16, y0 // 16) == ((x1 - 1) // 16, (y1 - 1) // 16)  # inside one 16 px cell
+        cells.add((x0 // 16, y0 // 16))
+        offsets.add((x0 % 16, y0 % 16))
+    assert len(cells) == 16 and len(offsets) > 20  # every cell, and anywhere inside it
+    demos = load_dataset("zoom_vqa", num_samples=20, grid=4, demos=True)
+    for m, messages, image in zip(demos["meta"][::2], demos["messages"][1::2], demos["images"][1::2]):
+        assert m["zoom"] == [4 * (m["box"][0] // 16) + 2, 4 * (m["box"][1] // 16) + 2]  # the cell's centre
+        assert object_pixels(messages[-1]["content"][0]["image"]) == object_pixels(image[0]) > 0
+    with pytest.raises(ValueError, match="grid"):
+        load_dataset("zoom_vqa", num_samples=2, grid=10)  # 6 px cells cannot hold a 7 px object
+
+
+def test_without_the_zoom_tool_the_demonstrations_answer_from_the_small_image():
+    from simulators.tool_env import ToolEnvSim
+
+    plain = load_dataset("zoom_vqa", num_samples=6)
+    sim_kwargs = {"env": "zoom", "env_kwargs": {"offer_zoom": False}}
+    demos = load_dataset("zoom_vqa", num_samples=6, demos=True, sim_kwargs=sim_kwargs)
+    assert demos["solution"] == plain["solution"] and demos["tools"] == [[]] * 6  # one row: the answer
+    sim = ToolEnvSim(num_envs=2, env="zoom", env_kwargs={"offer_zoom": False}, dataset="zoom_vqa")
+    obs = sim.reset([0, 1])
+    assert obs.tools == [[], []] and "zoom" not in obs.messages[0][-1]["content"][-1]["text"]
+    assert obs.messages[0][-1]["content"][0]["image"].shape == (16, 16, 3)
+    same(obs.messages[0], load_dataset("zoom_vqa", demos=True, sim_kwargs=sim_kwargs)["messages"][int(sim._idx[0])])

@@ -35,7 +35,7 @@ def test_the_tool_schema_from_a_typed_function_reaches_the_chat_template(second_
     sim, obs = second_turn
     pol = make()
     req = pol.requests(list(obs.instruction), [[]] * 4, None, obs.messages, obs.tools)[0]
-    assert '"name": "zoom"' in req.text and "column of the point in the small image" in req.text  # the docstring
+    assert '"name": "zoom"' in req.text and "column in the small image" in req.text  # the docstring
     assert req.text.count("<|image_pad|>") == 2 and len(req.images) == 2  # question image, then the crop
     assert req.text.index("<tool_response>") < req.text.rindex("<|image_pad|>")
     assert req.text.endswith("<|im_start|>assistant\n")

@@ -146,6 +146,19 @@ def test_zoom_returns_the_full_resolution_crop_around_the_point():
     assert crop.flatten(0, 1).amax(0).sum() > 0  # the object is in the crop
 
 
+def test_a_displayed_image_is_the_small_one_blown_up_and_zoom_still_counts_small_pixels():
+    small, big = (ToolEnvSim(num_envs=1, env="zoom", env_kwargs=kw, **DATA) for kw in ({}, {"display_size": 64}))
+    a, b = (s.reset(0).messages[0][0]["content"][0]["image"] for s in (small, big))
+    assert tuple(b.shape) == (64, 64, 3) and torch.equal(b, a.repeat_interleave(4, 0).repeat_interleave(4, 1))
+    crops = [
+        s.step_chunk(Completions([call("zoom", x=5, y=9)], [5])).obs.messages[0][-1]["content"][0]["image"]
+        for s in (small, big)
+    ]
+    assert torch.equal(crops[0], crops[1])
+    with pytest.raises(ValueError, match="multiple of show_size"):
+        ToolEnvSim(num_envs=1, env="zoom", env_kwargs={"display_size": 40}, **DATA)
+
+
 def test_the_reward_stage_scores_the_answer_not_the_tool_turns_and_errors_get_the_failure_reward():
     from mmrl.algorithms.reward_synthesis import RewardSynthesis
     from mmrl.reward import as_reward
