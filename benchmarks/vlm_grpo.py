@@ -191,6 +191,7 @@ def run_seed(
         "rl_s": results["final"]["rl_seconds"],
         "episodes": results["final"]["episodes"],
         "turns": {"sft": results["start"]["length"], "rl": results["final"]["length"]},  # per episode
+        "tool_calls": {k: results[e].get("tool_calls", 0.0) for k, e in (("sft", "start"), ("rl", "final"))},
     }
 
 
