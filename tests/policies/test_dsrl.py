@@ -58,7 +58,7 @@ def test_act_from_noise_is_the_base_ode_from_that_noise():
 
 
 def test_noise_stays_within_its_bound():
-    policy = make_policy(noise_bound=0.5)
+    policy = make_policy(noise_bound=0.5, spread_draws=0)  # the actor's noise only, not the diagnostic's
     with torch.no_grad():  # a wide actor: |u| far beyond the bound before the squash
         policy.actor[-1].bias.fill_(5.0)
     obs = make_obs(b=32)
@@ -255,3 +255,36 @@ def test_dsrl_from_a_base_checkpoint(tmp_path):
     # the loaded base is frozen: a warm start of it is refused in one line
     with pytest.raises(ConfigError, match="keeps frozen"):
         build_trainer(config(tmp_path / "fourth", f"policy.base_checkpoint={tmp_path / 'q'}")).run()
+
+
+def test_the_steering_spread_is_the_bases_action_spread_over_the_bound_measured_once():
+    from mmrl.policies.dsrl import action_spread
+
+    obs = make_obs()
+    spreads = {}
+    for bound in (0.05, 4.0):
+        policy = make_policy(noise_bound=bound, spread_draws=5)
+        torch.manual_seed(1)
+        policy.rollout(obs, torch.Generator().manual_seed(0))
+        after = torch.rand(1)  # the measurement drew from its own generator, not the global one
+        torch.manual_seed(1)
+        assert torch.equal(after, torch.rand(1))
+        stats = policy.rollout_stats()
+        assert policy.rollout_stats() == {}  # logged once
+        policy.rollout(obs, torch.Generator().manual_seed(0))
+        assert policy.rollout_stats() == {}  # and measured once
+        g = torch.Generator().manual_seed(0)  # by hand: the documented draws, 4 observations x 5
+        box = bound * (2 * torch.rand(20, 3, 2, generator=g) - 1)
+        prior = torch.randn(20, 3, 2, generator=g)
+        rows = obs.index(torch.arange(4).repeat_interleave(5))
+        for key, w in (("steer_spread", box), ("base_spread", prior)):
+            expect = action_spread(policy.base.act_from_noise(rows, w).reshape(4, 5, 3, 2))
+            assert stats[key] == pytest.approx(expect, rel=1e-6)
+        spreads[bound] = stats
+    assert spreads[0.05]["base_spread"] == pytest.approx(spreads[4.0]["base_spread"])  # the same base
+    assert spreads[0.05]["steer_spread"] < 0.1 * spreads[4.0]["steer_spread"]
+    with pytest.raises(ConfigError, match="spread_draws"):
+        DSRLConfig(spread_draws=1).validate()
+    off = make_policy(spread_draws=0)
+    off.rollout(obs, torch.Generator().manual_seed(0))
+    assert off.rollout_stats() == {}
