@@ -5,6 +5,14 @@ on one intra-op thread, for tests whose work shares the 2 cores with worker proc
 `load_benchmark` imports a script of benchmarks/ by name."""
 
 import contextlib
+import os
+
+# before torch loads OpenMP: idle threads sleep instead of spinning at barriers, as mmrl's own runs do
+# (`mmrl.utils.threads`; here torch is imported first, so mmrl's setting would come too late). On a
+# busy machine spinning threads fight the other processes for the cores: a VLM / flow-policy subset
+# took 63 s beside one busy process with OpenMP's default and 38 s with this (34 s / 30 s quiet).
+# Subprocesses (torchrun ranks, benchmark smokes) inherit it. A value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import torch
