@@ -56,6 +56,7 @@ NEEDS = {
         "LIBERO and its scene assets: bash scripts/setup.sh libero && bash scripts/setup_libero_assets.sh",
     ),
     "vs_sb3": (installed("stable_baselines3"), "Stable-Baselines3: pip install -e '.[bench]'"),
+    "distributed": (installed("deepspeed"), "DeepSpeed (its ZeRO rows): pip install -e '.[deepspeed]'"),
     "sample_efficiency": (installed("stable_baselines3"), "Stable-Baselines3: pip install -e '.[bench]'"),
     "vs_trl": (installed("trl"), "TRL: pip install -e '.[vlm,bench]'"),
     "semantic_reward": (installed("open_clip"), "open_clip: pip install -e '.[clip]'"),
