@@ -5,10 +5,11 @@ then greedy outputs on training and validation questions (README, "The tool demo
     .venv/bin/python scripts/zoom_sft_probe.py --turn 1 --steps 2000   # the answer, from the crop
     .venv/bin/python scripts/zoom_sft_probe.py --turn 0 --tools        # with the tools' system turn (slow)
 
-The rows are `configs/vlm_zoom_tools.yaml`'s demonstrations (grid 4, the small image sent at 64 px),
-one turn only; without ``--tools`` the conversation is rendered without the tool schemas (prompts of
-~100 tokens instead of ~790: 0.3 s a step instead of 2-4 s on one thread). SFT: the policy's own
-``supervised_loss``, AdamW at a constant ``--lr``, batches of 16 from 256 training questions, seed 0.
+The rows are `configs/vlm_zoom_tools.yaml`'s demonstrations (read from it: grid 4, the small image
+sent at 64 px), one turn only, for its policy; without ``--tools`` the conversation is rendered
+without the tool schemas (prompts of ~100 tokens instead of ~790: 0.3 s a step instead of 2-4 s on
+one thread). SFT: the policy's own ``supervised_loss``, AdamW at a constant ``--lr``, batches of 16
+from 256 training questions, seed 0.
 Printed: the loss every 50 steps, then per split the exact matches and, for calls, the right cells.
 """
 
@@ -22,7 +23,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CONFIG = ROOT / "configs/vlm_zoom_tools.yaml"
 
 
 def main() -> None:
@@ -34,15 +37,18 @@ def main() -> None:
     a = p.parse_args()
     from mmrl.data import load_dataset
     from mmrl.engines.base import SamplingConfig
-    from mmrl.policies.vlm import VLMConfig, VLMPolicy
+    from mmrl.experiment import load_experiment
+    from mmrl.policies.vlm import VLMPolicy
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    policy = VLMPolicy(VLMConfig(model="tiny-qwen2.5-vl", max_new_tokens=72, max_prompt_tokens=1000), action_dim=1)
-    sim_kwargs = {"env": "zoom", "env_kwargs": {"display_size": 64}}
+    cfg = load_experiment(CONFIG)  # the demo's policy, simulator and demonstration settings
+    policy = VLMPolicy(cfg.policy, action_dim=1)
 
     def rows(split: str, n: int) -> dict:
-        d = load_dataset("zoom_vqa", num_samples=n, split=split, grid=4, demos=True, sim_kwargs=sim_kwargs)
+        d = load_dataset(
+            cfg.warm_start.dataset, num_samples=n, split=split, sim_kwargs=dict(cfg.sim.kwargs), **cfg.warm_start.kwargs
+        )
         keep = [i for i, m in enumerate(d["meta"]) if m["turn"] == a.turn]
         out = {k: [d[k][i] for i in keep] for k in d}
         if not a.tools:
