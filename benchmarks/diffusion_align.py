@@ -92,7 +92,15 @@ IMAGES = Demo(
     },
     gold=shapes_gold,
     one_eval=["sim.eval_num_envs=42", "trainer.eval_episodes=42"],
-    smoke=["warm_start.steps=2", "warm_start.num_episodes=64", "sim.num_envs=16", "trainer.video_episodes=4"],
+    # 2 denoising steps: the code path, not the sampler's fidelity (which tests/policies checks)
+    smoke=[
+        "warm_start.steps=1",
+        "warm_start.num_episodes=64",
+        "sim.num_envs=16",
+        "trainer.video_episodes=4",
+        "policy.num_steps=2",
+        "policy.eval_num_steps=2",
+    ],
     output_dir="runs/bench_diffusion",
     iterations=150,
     eval_every=25,

@@ -23,6 +23,8 @@ def tiny(family: str) -> list[str]:
         from tests.trainer.test_vlm_training import TINY
     else:
         from tests.trainer.test_diffusion_protocol import TINY
+
+        TINY = [*TINY, "warm_start.steps=2", "warm_start.num_episodes=64"]  # the config pretrains first
     return [*TINY, "trainer.iterations=1", "trainer.video_episodes=0"]
 
 
