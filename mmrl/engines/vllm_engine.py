@@ -158,15 +158,17 @@ class VLLMEngine(RolloutEngine):
 
     @staticmethod
     def prompt(request: GenRequest) -> dict:
-        """vLLM's prompt dict for one request; images go in ``multi_modal_data`` only when present."""
+        """vLLM's prompt dict for one request; images and videos go in ``multi_modal_data`` only when
+        present. A video is its chosen frames with their metadata (`video_item`), as the trainer's
+        processor gets them, so vLLM expands the same placeholders with the same temporal positions."""
         prompt: dict[str, Any] = {"prompt": request.text}
-        if request.videos:
-            raise NotImplementedError(
-                "video questions run on the Hugging Face engine for now: set policy.engine=hf (vLLM video input "
-                "is not wired yet)"
-            )
+        data: dict[str, Any] = {}
         if request.images:
-            prompt["multi_modal_data"] = {"image": list(request.images)}
+            data["image"] = list(request.images)
+        if request.videos:
+            data["video"] = [video_item(c) for c in request.videos]
+        if data:
+            prompt["multi_modal_data"] = data
         return prompt
 
     def generate(self, requests: list[GenRequest], sampling: SamplingConfig) -> list[Generation]:
@@ -251,6 +253,17 @@ class VLLMEngine(RolloutEngine):
         if core is not None:
             core.shutdown()
         self.llm = None
+
+
+def video_item(clip) -> tuple:
+    """vLLM's video input for a `mmrl.video.Clip`: (frames uint8 [n, H, W, 3], metadata). The metadata
+    are the clip's transformers ``VideoMetadata`` fields (source fps, total frames, the chosen frames'
+    indices: what the Qwen-VL processors turn into ``second_per_grid_ts``) plus
+    ``do_sample_frames: False``: mmrl chose the frames (`mmrl.video`), the processor must not sample
+    again, as in the trainer's call (`mmrl.engines.hf_engine.media`)."""
+    meta = clip.metadata()
+    fields = ("total_num_frames", "fps", "width", "height", "duration", "frames_indices")
+    return clip.frames.numpy(), {**{k: getattr(meta, k) for k in fields}, "do_sample_frames": False}
 
 
 # ---- weight transport ------------------------------------------------------------------------

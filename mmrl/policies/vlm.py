@@ -619,10 +619,11 @@ def load_vlm(cfg: VLMConfig):
     from mmrl.utils.compat import patch_torchvision
 
     patch_torchvision()
-    if cfg.model == "tiny" and cfg.engine == "vllm":  # vLLM's CPU attention needs head size >= 32
-        from mmrl.tiny.tiny_vllm import tiny_vllm_image_text_model
+    if cfg.model in TINY_MODELS and cfg.engine == "vllm":  # vLLM's CPU attention needs head size >= 32
+        from mmrl.tiny import tiny_vllm
 
-        return tiny_vllm_image_text_model(seed=cfg.tiny_seed)
+        build = {"tiny": tiny_vllm.tiny_vllm_image_text_model, "tiny-qwen2.5-vl": tiny_vllm.tiny_vllm_qwen_vl_model}
+        return build[cfg.model](seed=cfg.tiny_seed)
     if cfg.model in TINY_MODELS:
         import importlib
 

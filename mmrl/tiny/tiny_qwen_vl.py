@@ -26,6 +26,8 @@ FACTOR = PATCH_SIZE * MERGE_SIZE  # image sides are resized to multiples of 16 p
 MIN_PIXELS = 32 * 32  # a 32 px frame: 4 merged tokens per (temporal) patch
 MAX_PIXELS = 64 * 64
 PAD, EOS = "<|endoftext|>", "<|im_end|>"
+#: text head size -> mrope sections (t, h, w): head_dim / 2 rotary pairs in all
+MROPE = {16: [2, 3, 3], 32: [4, 6, 6]}
 QWEN_TOKENS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
 # Qwen2.5-VL-Instruct's chat template (default system prompt, one placeholder per image / video),
@@ -105,13 +107,14 @@ def tiny_qwen_vl_processor():
     )
 
 
-def tiny_qwen_vl_model(tmp_dir: str | Path | None = None, seed: int = 0):
+def tiny_qwen_vl_model(tmp_dir: str | Path | None = None, seed: int = 0, head_dim: int = 16):
     """Build a tiny random-weight ``Qwen2_5_VLForConditionalGeneration`` and its processor.
 
     Returns ``(model, processor)`` (eval mode, float32, CPU); weights are a deterministic function
     of ``seed`` and the global RNG is left untouched. With ``tmp_dir`` both are saved there, so
     ``AutoModelForImageTextToText.from_pretrained(tmp_dir)`` / ``AutoProcessor.from_pretrained``
-    load them (``policy.model: <that folder>``).
+    load them (``policy.model: <that folder>``). ``head_dim`` of the text model: 16 (4 heads) or 32
+    (2 heads, what vLLM's CPU attention takes: `mmrl.tiny.tiny_vllm.tiny_vllm_qwen_vl_model`).
     """
     patch_torchvision()
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
@@ -119,7 +122,9 @@ def tiny_qwen_vl_model(tmp_dir: str | Path | None = None, seed: int = 0):
     processor = tiny_qwen_vl_processor()
     tok = processor.tokenizer
     ids = {name: tok.convert_tokens_to_ids(t) for name, t in zip(("start", "end", "image", "video"), QWEN_TOKENS[2:])}
-    text_hidden, heads = 64, 4  # head_dim 16: mrope sections (t, h, w) of 2 + 3 + 3 = 8 rotary pairs
+    text_hidden = 64
+    if head_dim not in MROPE:
+        raise ValueError(f"head_dim must be one of {sorted(MROPE)}, got {head_dim}")
     config = Qwen2_5_VLConfig(
         vision_config=dict(
             depth=2,
@@ -139,10 +144,10 @@ def tiny_qwen_vl_model(tmp_dir: str | Path | None = None, seed: int = 0):
             hidden_size=text_hidden,
             intermediate_size=128,
             num_hidden_layers=2,
-            num_attention_heads=heads,
+            num_attention_heads=text_hidden // head_dim,
             num_key_value_heads=2,
             max_position_embeddings=1024,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": MROPE[head_dim]},
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             bos_token_id=None,

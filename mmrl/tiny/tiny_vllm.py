@@ -8,6 +8,10 @@ kernel only takes head sizes in ``{32, 64, 80, 96, 112, 128, 160, 192, 224, 256,
 head size 16 of the generic tiny model fails at the first forward with ``Unsupported CPU attention
 configuration: head_dim=16``. The vision tower (head size 16) does not go through that kernel and is
 left as is. Used by ``tests/engines/test_vllm_engine.py``; the trainer's HF path keeps the generic model.
+
+`tiny_vllm_qwen_vl_model` is the same change to the tiny Qwen2.5-VL (`mmrl.tiny.tiny_qwen_vl`: 2 text
+heads of size 32, mrope sections 4 + 6 + 6): the model of the multi-turn tool tests on vLLM
+(``policy.model: tiny-qwen2.5-vl`` with ``policy.engine: vllm``).
 """
 
 from __future__ import annotations
@@ -82,4 +86,12 @@ def tiny_vllm_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0,
     return model, processor
 
 
-__all__ = ["tiny_vllm_image_text_model", "VLLM_HEAD_DIM"]
+def tiny_vllm_qwen_vl_model(tmp_dir: str | Path | None = None, seed: int = 0):
+    """`mmrl.tiny.tiny_qwen_vl.tiny_qwen_vl_model` with text heads of `VLLM_HEAD_DIM` (same classes,
+    processor and chat template; other weights, since the shapes differ)."""
+    from mmrl.tiny.tiny_qwen_vl import tiny_qwen_vl_model
+
+    return tiny_qwen_vl_model(tmp_dir, seed=seed, head_dim=VLLM_HEAD_DIM)
+
+
+__all__ = ["tiny_vllm_image_text_model", "tiny_vllm_qwen_vl_model", "VLLM_HEAD_DIM"]

@@ -54,6 +54,29 @@ def _define(name: str) -> None:
     _DEFINED.add(name)
 
 
+def define_missing_torchvision_ops() -> bool:
+    """Before torchvision is first imported: if its compiled ops (``torchvision/_C*.so``) do not load
+    against this torch, define the schemas its fake-kernel registrations need, so that the import
+    succeeds (`mmrl.utils.torchvision_hook` calls this in processes mmrl does not start). Returns
+    whether it defined them; a torchvision whose ops load, or none, is left alone."""
+    import glob
+    import os
+
+    spec = importlib.util.find_spec("torchvision")  # finds, does not import
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    libs = [p for d in spec.submodule_search_locations for p in sorted(glob.glob(os.path.join(d, "_C*.so")))]
+    if libs:
+        try:
+            torch.ops.load_library(libs[0])  # what torchvision's import does first; loading twice is harmless
+            return False
+        except (OSError, RuntimeError):
+            pass
+    for name in TORCHVISION_OP_SCHEMAS:
+        _define(name)
+    return True
+
+
 def _forget_torchvision() -> None:
     for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
         del sys.modules[mod]
@@ -109,4 +132,4 @@ def patch_torchvision() -> str:
     return _STATE
 
 
-__all__ = ["patch_torchvision", "TORCHVISION_OP_SCHEMAS"]
+__all__ = ["define_missing_torchvision_ops", "patch_torchvision", "TORCHVISION_OP_SCHEMAS"]

@@ -137,3 +137,30 @@ def test_patch_torchvision_makes_torchvision_importable():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1] in {"ok", "patched"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is None, reason="torchvision is not installed")
+def test_the_import_hook_fixes_torchvision_in_a_process_mmrl_does_not_patch():
+    """What `scripts/setup_vllm.sh`'s .pth line does in vLLM's own processes: with the hook installed
+    (and no `patch_torchvision` call), transformers' Qwen2-VL video processor, which needs
+    torchvision, builds; where torchvision's ops load by themselves the hook defines nothing."""
+    code = (
+        "import sys\n"
+        "from mmrl.utils import torchvision_hook\n"
+        "if sys.argv[1] == 'hook':\n"
+        "    torchvision_hook.install()\n"
+        "from transformers import Qwen2VLVideoProcessor\n"
+        "Qwen2VLVideoProcessor()\n"
+        "from mmrl.utils import compat\n"
+        "print(sorted(compat._DEFINED), any(isinstance(f, torchvision_hook.TorchvisionHook) for f in sys.meta_path))\n"
+    )
+    hooked = subprocess.run([sys.executable, "-c", code, "hook"], capture_output=True, text=True, timeout=120)
+    assert hooked.returncode == 0, hooked.stderr[-2000:]
+    defined, left = hooked.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert left == "False"  # the hook acts once, then leaves sys.meta_path
+    bare = subprocess.run([sys.executable, "-c", code, "bare"], capture_output=True, text=True, timeout=120)
+    if defined == "[]":  # this torchvision's compiled ops load: nothing to fix, and it imports without the hook
+        assert bare.returncode == 0, bare.stderr[-2000:]
+    else:  # the CUDA build on CPU torch: the schemas were defined, and without the hook the import fails
+        assert defined == "['nms', 'qnms']", defined
+        assert bare.returncode != 0 and "Qwen2VLVideoProcessor" in bare.stderr, bare.stderr[-2000:]
