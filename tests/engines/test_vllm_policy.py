@@ -45,16 +45,22 @@ def test_vllm_policy_recomputes_engine_logprobs_and_syncs_updates():
 ZOOM = '<tool_call>\n{"name": "zoom", "arguments": {"x": 5, "y": 7}}\n</tool_call>'
 
 
-def test_vllm_continues_a_multi_turn_context_with_a_tool_image():
+@pytest.fixture(scope="module")
+def qwen():
+    """The tiny Qwen2.5-VL on vLLM, for both tests below (each engine start costs ~40 s here)."""
+    torch.manual_seed(0)
+    cfg = VLMConfig(model="tiny-qwen2.5-vl", engine="vllm", max_new_tokens=6, max_prompt_tokens=1000, video_fps=2.0)
+    return VLMPolicy(cfg, action_dim=0)
+
+
+def test_vllm_continues_a_multi_turn_context_with_a_tool_image(qwen):
     """Second turns of the zoom task (question image, a zoom call, the crop it returned) sampled by
     vLLM on the tiny Qwen2.5-VL: vLLM's prompt is the trainer's token for token, both images
     expanded, and its log-probs equal the trainer's recomputation."""
     sim = ToolEnvSim(num_envs=4, env="zoom", dataset="zoom_vqa", dataset_kwargs={"num_samples": 8})
     sim.reset([0, 0, 1, 1])
     obs = sim.step_chunk(Completions([ZOOM] * 4, [20] * 4)).obs
-    torch.manual_seed(0)
-    cfg = VLMConfig(model="tiny-qwen2.5-vl", engine="vllm", max_new_tokens=6, max_prompt_tokens=1000)
-    pol = VLMPolicy(cfg, action_dim=0)
+    pol = qwen
     req = pol.requests(list(obs.instruction), [[]] * 4, None, obs.messages, obs.tools)[0]
     assert len(req.images) == 2 and req.text.count("<|image_pad|>") == 2  # the question image, then the crop
     batch = pol.rollout(obs, torch.Generator().manual_seed(0)).batch
@@ -70,14 +76,12 @@ def test_vllm_continues_a_multi_turn_context_with_a_tool_image():
     assert torch.equal(pol.evaluate(batch).logp.cpu() * m, batch["old_logp"])  # ratio 1
 
 
-def test_vllm_samples_video_questions_as_the_trainer_sees_them():
+def test_vllm_samples_video_questions_as_the_trainer_sees_them(qwen):
     """Video questions (8-frame clips at 4 fps, 2 chosen per second) sampled by vLLM on the tiny
     Qwen2.5-VL: vLLM's prompt is the trainer's token for token and its log-probs equal the trainer's
     recomputation (the frames and their timing reach both alike)."""
     sim = QASim(num_envs=4, dataset="moving_shapes_vqa", dataset_kwargs={"num_samples": 8, "num_frames": 8, "fps": 4.0})
-    torch.manual_seed(0)
-    cfg = VLMConfig(model="tiny-qwen2.5-vl", engine="vllm", max_new_tokens=6, max_prompt_tokens=256, video_fps=2.0)
-    pol = VLMPolicy(cfg, action_dim=0)
+    pol = qwen
     obs = sim.reset([0, 0, 1, 1])
     batch = pol.rollout(obs, torch.Generator().manual_seed(0)).batch
     entry = pol._cache[int(batch["uid"][0])]
