@@ -111,8 +111,8 @@ class HFEngine(RolloutEngine):
 
 
 def media(requests: list[GenRequest]) -> dict:
-    """The processor's image and video arguments for a batch of requests: ``images`` nested per
-    request; ``videos`` flat in placeholder order with their ``video_metadata`` (the frames are
+    """The processor's image and video arguments for a batch of requests: ``images`` and ``videos``
+    nested per request, ``video_metadata`` flat in placeholder order (the frames are
     already chosen, `mmrl.video`, so the processor must not sample again: ``do_sample_frames=False``)."""
     kw: dict = {}
     if any(r.images for r in requests):
@@ -120,7 +120,8 @@ def media(requests: list[GenRequest]) -> dict:
     clips = [c for r in requests for c in r.videos]
     if clips:
         kw.update(
-            videos=[c.frames.numpy() for c in clips],
+            # nested per request, as `images`: SmolVLM's processor counts a request's videos so
+            videos=[[c.frames.numpy() for c in r.videos] for r in requests],
             video_metadata=[c.metadata() for c in clips],
             do_sample_frames=False,
         )

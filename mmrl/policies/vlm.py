@@ -89,6 +89,7 @@ PER_TOKEN = ("prompt_ids", "mm_token_type_ids")
 TINY_MODELS = {
     "tiny": ("mmrl.tiny.tiny_models", "tiny_image_text_model"),
     "tiny-qwen2.5-vl": ("mmrl.tiny.tiny_qwen_vl", "tiny_qwen_vl_model"),
+    "tiny-smolvlm2": ("mmrl.tiny.tiny_smolvlm2", "tiny_smolvlm2_model"),
 }
 
 
@@ -97,7 +98,7 @@ class VLMConfig(PolicyConfig):
     """Configuration of `VLMPolicy` (the ``policy`` section of an experiment)."""
 
     type: str = "vlm"
-    model: str = "Qwen/Qwen2.5-VL-3B-Instruct"  # hub id / local path, or "tiny" / "tiny-qwen2.5-vl" (built here)
+    model: str = "Qwen/Qwen2.5-VL-3B-Instruct"  # hub id / local path, or a `TINY_MODELS` name (built here)
     trust_remote_code: bool = False
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     engine: Literal["hf", "vllm"] = "hf"

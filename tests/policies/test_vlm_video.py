@@ -174,6 +174,56 @@ def test_smolvlm_without_a_video_processor_sees_the_frames_as_images(sim):
     assert ((pol.evaluate(batch).logp - batch["old_logp"]).abs() * m).max() < 1e-4
 
 
+def test_smolvlm2_sees_its_own_video_prompt_and_the_transformers_logits(sim, clip_frames):
+    """SmolVLM2's video path (tiny random SmolVLM2, `mmrl.tiny.tiny_smolvlm2`): its processor writes
+    the video's text (frame count, duration, one timestamp per chosen frame) around the frames' image
+    tokens; the policy's log-probs equal the transformers model's on the processor's outputs, and the
+    rollout's its recomputation (ratio 1)."""
+    pytest.importorskip("num2words", reason="SmolVLM2's processor writes its timestamps with num2words")
+    pol = make(model="tiny-smolvlm2", max_prompt_tokens=512)  # (patches torchvision before transformers' video code)
+    from transformers.video_utils import VideoMetadata
+
+    assert pol.video_path
+    source = {"frames": list(clip_frames[:, :, :32]), "fps": 4.0}  # 8 square frames, 2 s at 4 fps
+    (req,) = pol.requests(["Which way?"], [[]], [[source]])
+    assert req.text.count("<video>") == 1 and not req.images
+    entry = pol.encode_one(req)
+    text = pol.tokenizer.decode(entry["prompt_ids"])
+    # 2 fps kept: frames 0, 2, 5, 7 of 8 at 4 fps -> 0 s, 0.5 s, 1.25 s, 1.75 s (SmolVLM shows whole seconds)
+    assert "series of four frames from a 0:00:02 [H:MM:SS] video" in text, text
+    assert [line.split(":<")[0] for line in text.split("\n") if line.startswith("Frame from")] == [
+        "Frame from 00:00",
+        "Frame from 00:00",
+        "Frame from 00:01",
+        "Frame from 00:01",
+    ]
+    assert entry["pixel_values"].shape[:2] == (1, 4)
+    words = pol.tokenizer("left", add_special_tokens=False)["input_ids"] + [pol.stop_id]
+    completion, mask = torch.tensor([words]), torch.ones(1, len(words), dtype=torch.bool)
+    logp, _ = pol._forward_logp([entry], completion, mask)
+    frames = np.stack(source["frames"])[[0, 2, 5, 7]]
+    meta = VideoMetadata(total_num_frames=8, fps=4.0, frames_indices=[0, 2, 5, 7], duration=2.0)
+    enc = pol.processor(
+        text=[req.text], videos=[[frames]], video_metadata=[meta], do_sample_frames=False, return_tensors="pt"
+    )
+    assert torch.equal(enc["input_ids"][0], entry["prompt_ids"])
+    ids = torch.cat([enc["input_ids"], completion], 1)
+    with torch.no_grad():
+        logits = pol.model(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            pixel_values=enc["pixel_values"],
+            pixel_attention_mask=enc["pixel_attention_mask"],
+        ).logits
+    logits = logits[0, enc["input_ids"].shape[1] - 1 : -1].float() / pol.cfg.temperature
+    logits[:, pol.banned_ids] = float("-inf")
+    ref = logits.log_softmax(-1).gather(-1, completion[0, :, None])[:, 0]
+    assert torch.allclose(logp[0], ref, atol=1e-5), logp[0] - ref
+    batch = pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(0)).batch
+    m = batch["completion_mask"]
+    assert ((pol.evaluate(batch).logp - batch["old_logp"]).abs() * m).max() < 1e-4
+
+
 def test_mp4_paths_from_the_dataset_run_and_a_missing_file_is_named(tmp_path, monkeypatch):
     kw = {"num_samples": 2, "video_dir": str(tmp_path)}
     sim = QASim(num_envs=2, dataset="moving_shapes_vqa", dataset_kwargs=kw)
