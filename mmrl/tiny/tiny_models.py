@@ -85,6 +85,40 @@ def tiny_tokenizer():
     )
 
 
+def idefics3_sizes(tokenizer, **text) -> dict:
+    """The tiny Idefics3 / SmolVLM config's arguments (``Idefics3Config`` / ``SmolVLMConfig``): a 1-layer
+    32-wide vision tower on 32 px images of 8 px patches, a 2-layer 64-wide llama text model over
+    ``tokenizer``'s vocabulary; ``text`` overrides text-config entries (e.g. head sizes)."""
+    pad_id = tokenizer.pad_token_id
+    text_config = dict(
+        model_type="llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=512,
+        pad_token_id=pad_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return dict(
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=IMAGE_SIZE,
+            patch_size=PATCH_SIZE,
+        ),
+        text_config={**text_config, **text},
+        scale_factor=SCALE_FACTOR,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        pad_token_id=pad_id,
+    )
+
+
 def tiny_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0):
     """Build a tiny random-weight ``Idefics3ForConditionalGeneration`` and its ``Idefics3Processor``.
 
@@ -104,33 +138,7 @@ def tiny_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0):
         max_image_size={"longest_edge": IMAGE_SIZE},
     )
     processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=IMAGE_SEQ_LEN, chat_template=CHAT_TEMPLATE)
-    pad_id = tokenizer.pad_token_id
-    config = Idefics3Config(
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=IMAGE_SIZE,
-            patch_size=PATCH_SIZE,
-        ),
-        text_config=dict(
-            model_type="llama",
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=len(tokenizer),
-            max_position_embeddings=512,
-            pad_token_id=pad_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        ),
-        scale_factor=SCALE_FACTOR,
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-        pad_token_id=pad_id,
-    )
+    config = Idefics3Config(**idefics3_sizes(tokenizer))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Idefics3ForConditionalGeneration(config).eval()
@@ -141,7 +149,14 @@ def tiny_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0):
     return model, processor
 
 
-__all__ = ["tiny_image_text_model", "tiny_tokenizer", "synthetic_sentences", "IMAGE_SIZE", "IMAGE_SEQ_LEN"]
+__all__ = [
+    "idefics3_sizes",
+    "tiny_image_text_model",
+    "tiny_tokenizer",
+    "synthetic_sentences",
+    "IMAGE_SIZE",
+    "IMAGE_SEQ_LEN",
+]
 
 
 # --------------------------------------------------------------------------- tiny CLIP models

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from mmrl.tiny.tiny_models import IMAGE_SEQ_LEN, IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR
+from mmrl.tiny.tiny_models import IMAGE_SEQ_LEN, IMAGE_SIZE, idefics3_sizes
 from mmrl.utils.compat import patch_torchvision
 
 
@@ -56,33 +56,7 @@ def tiny_smolvlm2_model(tmp_dir: str | Path | None = None, seed: int = 0):
     from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration
 
     processor = tiny_smolvlm2_processor()
-    tok = processor.tokenizer
-    config = SmolVLMConfig(
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=IMAGE_SIZE,
-            patch_size=PATCH_SIZE,
-        ),
-        text_config=dict(
-            model_type="llama",
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=len(tok),
-            max_position_embeddings=1024,
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-        ),
-        scale_factor=SCALE_FACTOR,
-        image_token_id=tok.convert_tokens_to_ids("<image>"),
-        pad_token_id=tok.pad_token_id,
-    )
+    config = SmolVLMConfig(**idefics3_sizes(processor.tokenizer, max_position_embeddings=1024))  # frames add up
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = SmolVLMForConditionalGeneration(config).eval()

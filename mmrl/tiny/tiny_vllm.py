@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from mmrl.tiny.tiny_models import CHAT_TEMPLATE, IMAGE_SEQ_LEN, IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR, tiny_tokenizer
+from mmrl.tiny.tiny_models import CHAT_TEMPLATE, IMAGE_SEQ_LEN, IMAGE_SIZE, idefics3_sizes, tiny_tokenizer
 from mmrl.utils.compat import patch_torchvision
 
 #: text-model head size; must be one vLLM's CPU attention supports (see the module docstring)
@@ -46,34 +46,9 @@ def tiny_vllm_image_text_model(tmp_dir: str | Path | None = None, seed: int = 0,
         max_image_size={"longest_edge": IMAGE_SIZE},
     )
     processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=IMAGE_SEQ_LEN, chat_template=CHAT_TEMPLATE)
-    pad_id = tokenizer.pad_token_id
-    hidden, heads = 64, 64 // VLLM_HEAD_DIM
+    heads = 64 // VLLM_HEAD_DIM
     config = Idefics3Config(
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=IMAGE_SIZE,
-            patch_size=PATCH_SIZE,
-        ),
-        text_config=dict(
-            model_type="llama",
-            hidden_size=hidden,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=heads,
-            num_key_value_heads=1,
-            head_dim=VLLM_HEAD_DIM,
-            vocab_size=len(tokenizer),
-            max_position_embeddings=512,
-            pad_token_id=pad_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        ),
-        scale_factor=SCALE_FACTOR,
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-        pad_token_id=pad_id,
+        **idefics3_sizes(tokenizer, num_attention_heads=heads, num_key_value_heads=1, head_dim=VLLM_HEAD_DIM)
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
