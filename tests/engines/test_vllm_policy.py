@@ -91,9 +91,9 @@ def test_vllm_samples_video_questions_as_the_trainer_sees_them(qwen):
     out = engine.llm.generate(engine.prompt(req), vllm.SamplingParams(max_tokens=1), use_tqdm=False)
     assert list(out[0].prompt_token_ids) == entry["prompt_ids"].tolist()
     # Measured on the 2-core machine: 2.2e-4 with the right clips; the frames reversed 1.4e-2, blank
-    # 1.1e-2. vLLM gets the trainer's pixels (equal within 4e-7 after normalisation), so the 2.2e-4
-    # comes from the model side (vLLM 0.32's video rope or vision tower against transformers 5.19's),
-    # not from the input; images match to 5e-7. TOL still catches wrong or missing frames.
+    # 1.1e-2. vLLM gets the trainer's pixels (equal within 4e-7 after normalisation); the 2.2e-4 is the
+    # text after the video starting one rope position later in vLLM 0.32 (past the video's temporal
+    # positions) than in transformers 5.19 (past its spatial extent). TOL still catches wrong frames.
     assert pol.rollout_stats()["logp_mismatch_max"] < TOL
     m = batch["completion_mask"]
     assert torch.equal(pol.evaluate(batch).logp.cpu() * m, batch["old_logp"])  # ratio 1
