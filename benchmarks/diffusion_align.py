@@ -77,6 +77,17 @@ class Demo:
     validation: tuple[str, ...] = ()
 
 
+#: --smoke overrides of every demo (each adds its batch): 1 pretraining step, 4 videos logged, 2 denoising
+#: steps (the code path, not the sampler's fidelity, which tests/policies checks)
+SMOKE = [
+    "warm_start.steps=1",
+    "warm_start.num_episodes=64",
+    "trainer.video_episodes=4",
+    "policy.num_steps=2",
+    "policy.eval_num_steps=2",
+]
+
+
 def shapes_gold(sim, meta: list[dict]):
     from mmrl.data import builder_module
 
@@ -92,15 +103,7 @@ IMAGES = Demo(
     },
     gold=shapes_gold,
     one_eval=["sim.eval_num_envs=42", "trainer.eval_episodes=42"],
-    # 2 denoising steps: the code path, not the sampler's fidelity (which tests/policies checks)
-    smoke=[
-        "warm_start.steps=1",
-        "warm_start.num_episodes=64",
-        "sim.num_envs=16",
-        "trainer.video_episodes=4",
-        "policy.num_steps=2",
-        "policy.eval_num_steps=2",
-    ],
+    smoke=[*SMOKE, "sim.num_envs=16"],
     output_dir="runs/bench_diffusion",
     iterations=150,
     eval_every=25,

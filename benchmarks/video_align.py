@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: the image benchmark it reuses
 
-from diffusion_align import Demo, main
+from diffusion_align import SMOKE, Demo, main
 
 
 def moving_shapes_gold(sim, meta: list[dict]):
@@ -63,15 +63,7 @@ VIDEOS = Demo(
     },
     gold=moving_shapes_gold,
     one_eval=["sim.eval_num_envs=12", "trainer.eval_episodes=12"],
-    smoke=[
-        "warm_start.steps=1",
-        "warm_start.num_episodes=64",
-        "sim.num_envs=8",
-        "trainer.video_episodes=4",
-        "policy.num_steps=2",
-        "policy.eval_num_steps=2",
-        "algorithm.epochs=1",
-    ],
+    smoke=[*SMOKE, "sim.num_envs=8", "algorithm.epochs=1"],
     output_dir="runs/bench_video",
     iterations=60,
     eval_every=10,

@@ -91,6 +91,11 @@ TINY_MODELS = {
     "tiny-qwen2.5-vl": ("mmrl.tiny.tiny_qwen_vl", "tiny_qwen_vl_model"),
     "tiny-smolvlm2": ("mmrl.tiny.tiny_smolvlm2", "tiny_smolvlm2_model"),
 }
+#: the `TINY_MODELS` built otherwise for ``engine: vllm``: text heads of 32, what vLLM's CPU attention takes
+VLLM_TINY_MODELS = {
+    "tiny": ("mmrl.tiny.tiny_vllm", "tiny_vllm_image_text_model"),
+    "tiny-qwen2.5-vl": ("mmrl.tiny.tiny_vllm", "tiny_vllm_qwen_vl_model"),
+}
 
 
 @dataclass
@@ -620,15 +625,11 @@ def load_vlm(cfg: VLMConfig):
     from mmrl.utils.compat import patch_torchvision
 
     patch_torchvision()
-    if cfg.model in TINY_MODELS and cfg.engine == "vllm":  # vLLM's CPU attention needs head size >= 32
-        from mmrl.tiny import tiny_vllm
-
-        build = {"tiny": tiny_vllm.tiny_vllm_image_text_model, "tiny-qwen2.5-vl": tiny_vllm.tiny_vllm_qwen_vl_model}
-        return build[cfg.model](seed=cfg.tiny_seed)
     if cfg.model in TINY_MODELS:
         import importlib
 
-        module, builder = TINY_MODELS[cfg.model]
+        tiny = VLLM_TINY_MODELS if cfg.engine == "vllm" and cfg.model in VLLM_TINY_MODELS else TINY_MODELS
+        module, builder = tiny[cfg.model]
         return getattr(importlib.import_module(module), builder)(seed=cfg.tiny_seed)
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
