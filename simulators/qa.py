@@ -38,6 +38,17 @@ def thumbnail(image: torch.Tensor, size: int) -> torch.Tensor:
     return x[0].permute(1, 2, 0).round().clamp(0, 255).to(torch.uint8)
 
 
+def luma(rgb: torch.Tensor) -> torch.Tensor:
+    """ITU-R BT.601 luma (float, 0-255) of rgb [..., 3]."""
+    return rgb.float() @ torch.tensor([0.299, 0.587, 0.114])
+
+
+def grayscale(image: torch.Tensor) -> torch.Tensor:
+    """uint8 [..., 3] -> uint8 [..., 3]: its luma in all three channels."""
+    y = luma(image).round().clamp(0, 255).to(torch.uint8)
+    return y[..., None].expand(*y.shape, 3).contiguous()
+
+
 def check_video_paths(videos: list[list], where: str) -> None:
     """Fail at load, naming the question, if a video given as a file path does not exist."""
     from pathlib import Path

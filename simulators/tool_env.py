@@ -3,7 +3,9 @@
 An episode is a conversation (`mmrl.tools`): ``reset`` deals each environment a question from a
 VLM dataset (as `simulators.qa.QASim`: the same datasets, data order and evaluation split) and its
 `mmrl.tools.ChatEnv` turns it into the first messages (``Observation.messages``, with the tools'
-JSON schemas in ``Observation.tools`` for the chat template). Each step takes the policy's turns
+JSON schemas in ``Observation.tools`` for the chat template; ``schemas_in_prompt=False`` leaves the
+template's tools turn out, for a policy that learns the tools from demonstrations and a prompt that
+names them: the tiny CPU demo's prompts shrink from ~790 tokens to ~150). Each step takes the policy's turns
 (`mmrl.simulator.Completions`):
 
 - a turn with tool calls (``<tool_call>{"name", "arguments"}</tool_call>``): the calls run (each
@@ -40,7 +42,7 @@ import torch
 
 from mmrl.simulator import Completions, Observation, StepResult, reset_seeds
 from mmrl.tools import ChatEnv, EnvReply, ToolCallingEnv, ToolError, question_messages
-from simulators.qa import QASim, thumbnail
+from simulators.qa import QASim, grayscale, thumbnail
 
 
 class ZoomEnv(ToolCallingEnv):
@@ -48,7 +50,9 @@ class ZoomEnv(ToolCallingEnv):
     ``crop_size`` px full-resolution square around a point of the small image (clamped inside).
     ``display_size`` (default ``show_size``): the small image is sent blown up to this many px, each
     of its pixels a block (nearest neighbour: no more detail, only more vision tokens for it).
-    ``offer_zoom=False`` offers no tool (the no-tool baseline: answer from the small image)."""
+    ``offer_zoom=False`` offers no tool (the no-tool baseline: answer from the small image).
+    ``gray=True`` shows the small image in grayscale (BT.601 luma in all three channels); the crops
+    keep their colour (zoom_vqa's ``question="color"``: the overview shows where, the crop what)."""
 
     tool_methods = ("zoom",)
     PROMPT = (
@@ -56,6 +60,11 @@ class ZoomEnv(ToolCallingEnv):
         "column x, row y at full resolution."
     )
     PROMPT_NO_TOOL = "{question} The image is shown at {size} x {size} px."
+    PROMPT_GRAY = (
+        "{question} The image is shown at {size} x {size} px in grayscale: call zoom(x, y) to see the part "
+        "around column x, row y in color at full resolution."
+    )
+    PROMPT_GRAY_NO_TOOL = "{question} The image is shown at {size} x {size} px in grayscale."
 
     def __init__(
         self,
@@ -65,6 +74,7 @@ class ZoomEnv(ToolCallingEnv):
         prompt: str | None = None,
         offer_zoom: bool = True,
         display_size: int | None = None,
+        gray: bool = False,
         **kw,
     ):
         display_size = show_size if display_size is None else display_size
@@ -76,7 +86,10 @@ class ZoomEnv(ToolCallingEnv):
         self.show_size, self.crop_size, self.display_size = int(show_size), int(crop_size), int(display_size)
         if not offer_zoom:
             self.tool_methods = ()
-        prompt = prompt or (self.PROMPT if offer_zoom else self.PROMPT_NO_TOOL).replace("{size}", str(self.show_size))
+        self.gray = bool(gray)
+        default = {(True, False): self.PROMPT, (False, False): self.PROMPT_NO_TOOL}
+        default.update({(True, True): self.PROMPT_GRAY, (False, True): self.PROMPT_GRAY_NO_TOOL})
+        prompt = prompt or default[bool(offer_zoom), self.gray].replace("{size}", str(self.show_size))
         super().__init__(tools, prompt=prompt, **kw)
         self.full: torch.Tensor | None = None  # uint8 [H, W, 3] of the episode's image
 
@@ -85,6 +98,8 @@ class ZoomEnv(ToolCallingEnv):
             raise ValueError(f"the zoom environment needs a question with an image: {record['prompt']!r} has none")
         self.full = record["images"][0]
         shown = thumbnail(self.full, self.show_size)
+        if self.gray:  # the luma zoom_vqa's colour question equalises
+            shown = grayscale(shown)
         k = self.display_size // self.show_size
         shown = shown.repeat_interleave(k, 0).repeat_interleave(k, 1)
         return question_messages({**record, "images": [shown]}, self.prompt, self.system_prompt)
@@ -151,6 +166,7 @@ class ToolEnvSim(QASim):
         shuffle_seed: int = 0,
         device: str | torch.device = "cpu",
         seed: int = 0,
+        schemas_in_prompt: bool = True,
     ):
         if max_turns < 1 or max_total_tokens < 1:
             raise ValueError(f"max_turns and max_total_tokens must be >= 1, got {max_turns}, {max_total_tokens}")
@@ -166,7 +182,8 @@ class ToolEnvSim(QASim):
         self.max_episode_steps = self.max_turns = int(max_turns)
         self.max_total_tokens = int(max_total_tokens)
         self.envs = [make() for _ in range(self.num_envs)]
-        self.tool_schemas = [t.schema for t in self._probe.tools()]
+        # the chat template's tools turn; without it (schemas_in_prompt=False) the tools still run when called
+        self.tool_schemas = [t.schema for t in self._probe.tools()] if schemas_in_prompt else []
         n = self.num_envs
         self._messages: list[list[dict]] = [[] for _ in range(n)]
         self._turns = torch.zeros(n, dtype=torch.long)

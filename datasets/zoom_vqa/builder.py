@@ -1,8 +1,17 @@
-"""Build `zoom_vqa`: one small coloured shape in a larger scene, whose shape is only legible at full
-resolution (the multi-turn tool task of `simulators.tool_env` with ``env: zoom``). Nothing is downloaded.
+"""Build `zoom_vqa`: a scene whose answer is only legible through the ``zoom`` tool (the multi-turn tool
+task of `simulators.tool_env` with ``env: zoom``). Nothing is downloaded. Two questions (``question``):
 
-``build(num_samples=256, split="train", seed=0, image_size=64, object_size=7, grid=0)`` -> ``{"prompt": [str],
-"images": [[uint8 [S, S, 3]]], "meta": [dict], "solution": [str]}`` (the `vlm_records` format). The
+- ``"color"`` (the demo's, `configs/vlm_zoom_tools.yaml`; needs ``grid=2``): one shape in each quarter of
+  the scene, four different colours, and "What color is the object in the top left quarter? Answer
+  red, green, blue, yellow or purple." The environment's overview is grayscale (``env_kwargs: {gray:
+  true}``) and every object's colour is scaled to a luma drawn from `LUMA` whatever its hue, so the
+  overview shows where the objects are and nothing of their colours; ``zoom`` returns the colour
+  crop. Where to zoom is named by the question (the quarter), what to answer is read from the crop.
+  Splits: different scenes (the split is part of each sample's random stream).
+- ``"shape"``: one small shape, whose shape is only legible at full resolution (below).
+
+``build(num_samples=256, split="train", seed=0, image_size=64, object_size=7, grid=0, question="shape")`` ->
+``{"prompt": [str], "images": [[uint8 [S, S, 3]]], "meta": [dict], "solution": [str]}`` (the `vlm_records` format). The
 question ("What shape is the small red object? Answer circle, square or triangle.") needs the
 object's shape: the ``zoom`` environment shows the image at 16 px, where a 7 px shape is a 2 px
 blob, and its ``zoom(x, y)`` tool returns the full-resolution crop. The object lies anywhere
@@ -12,6 +21,10 @@ g x g places, which a tiny model can learn to see). Splits: ``eval`` holds the
 (colour, shape) combinations `HELD_OUT` and ``validation`` those of `VALIDATION` (one per shape
 each), which ``train`` never shows, so colour alone cannot answer them. Sample i depends only on
 (seed, split, i) and the options.
+
+With ``question="color"`` each quarter holds one shape (circle, square or triangle) of side drawn from
+``object_size`` to the quarter's side less twice `MARGIN`, at least `MARGIN` px inside its quarter
+(so the crop of a call at the quarter's centre holds all of it and nothing of the others).
 
 Demonstrations (``demos=True``, SFT rows for `mmrl.policies.vlm.VLMPolicy.warm_start_batch`): two
 rows per question, rendered by `simulators.tool_env.ZoomEnv` itself (configured as the RL
@@ -51,6 +64,13 @@ SPLITS = ("train", "validation", "eval")
 HELD_OUT = (("blue", "circle"), ("yellow", "square"), ("purple", "triangle"))
 #: (colour, shape) combinations only the validation split shows (settings are chosen there): one per shape
 VALIDATION = (("green", "circle"), ("red", "square"), ("blue", "triangle"))
+QUESTIONS = ("shape", "color")
+#: question "color": the luma range (ITU-R BT.601, 0-255) every object's colour is scaled to, whatever its hue
+LUMA = (110.0, 150.0)
+#: question "color": px between an object and its quarter's edges
+MARGIN = 3
+#: question "color": the quarters, row-major, as the question names them
+QUARTERS = ("top left", "top right", "bottom left", "bottom right")
 
 
 def combos(split: str) -> list[tuple[str, str]]:
@@ -75,8 +95,92 @@ def build(
     jitter: int = 0,
     wrong_zoom: float = 0.0,
     sim_kwargs: dict | None = None,
+    question: str = "shape",
 ) -> dict:
     """See the module docstring."""
+    if question not in QUESTIONS:
+        raise ValueError(f"question must be one of {QUESTIONS}, got {question!r}")
+    if question == "color":
+        data = color_questions(num_samples, split, seed, image_size, object_size, grid)
+    else:
+        data = shape_questions(num_samples, split, seed, image_size, object_size, grid)
+    if demos:
+        return demonstrations(data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size, grid, question)
+    if jitter or wrong_zoom:
+        raise ValueError("jitter and wrong_zoom shape the demonstrations: set demos=True")
+    return data
+
+
+def at_luma(rgb: torch.Tensor, y: float, luma) -> torch.Tensor:
+    """``rgb`` (float [3]) moved to luma ``y``, its hue kept: scaled toward black when brighter, mixed
+    toward white when darker (luma is linear in rgb, so both land exactly on ``y``)."""
+    now = float(luma(rgb))
+    if now >= y:
+        return rgb * (y / now)
+    return rgb + (y - now) / (255.0 - now) * (255.0 - rgb)
+
+
+def color_questions(num_samples: int, split: str, seed: int, image_size: int, object_size: int, grid: int) -> dict:
+    """Question "color" (see the module docstring): four shapes, one per quarter, of four colours."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    cell = image_size // 2
+    if grid != 2 or num_samples < 1 or not 3 <= object_size <= cell - 2 * MARGIN:
+        raise ValueError(
+            f"question 'color' puts one object in each quarter: it needs grid=2 (got {grid}), num_samples >= 1 "
+            f"(got {num_samples}) and object_size in 3..{cell - 2 * MARGIN} (got {object_size})"
+        )
+    from mmrl.data import builder_module
+
+    render = builder_module("shapes").render
+    luma = adapter("simulators.qa").luma  # the zoom environment's grayscale
+    palette = torch.tensor([_shapes.COLORS[c] for c in COLORS], dtype=torch.float32)
+    rgb, shape, box, meta = [], [], [], []
+    for i in range(num_samples):
+        rng = random.Random(f"zoom_vqa-color|{split}|{seed}|{i}")
+        colors = rng.sample(range(len(COLORS)), 4)  # quarter -> colour index, all different
+        sides = [rng.randint(object_size, cell - 2 * MARGIN) for _ in range(4)]
+        corners = [
+            [
+                (q % 2) * cell + rng.randint(MARGIN, cell - MARGIN - side),
+                (q // 2) * cell + rng.randint(MARGIN, cell - MARGIN - side),
+            ]
+            for q, side in enumerate(sides)
+        ]
+        lumas = [rng.uniform(*LUMA) for _ in range(4)]
+        shapes = [rng.randrange(len(SHAPES)) for _ in range(4)]
+        asked = rng.randrange(4)
+        rgb.append(torch.stack([at_luma(palette[c], y, luma) for c, y in zip(colors, lumas)]).round())
+        shape.append(shapes)
+        box.append([[x, y, side] for (x, y), side in zip(corners, sides)])
+        (x0, y0), side = corners[asked], sides[asked]
+        c = COLORS[colors[asked]]
+        meta.append(
+            {
+                "answer": c,
+                "color": c,
+                "shape": SHAPES[shapes[asked]],
+                "box": [x0, y0, x0 + side, y0 + side],
+                "quarter": QUARTERS[asked],
+                "colors": [COLORS[k] for k in colors],
+                "split": split,
+                "index": i,
+            }
+        )
+    images = render(
+        torch.stack(rgb).long(),
+        torch.tensor(shape),
+        torch.tensor(box),
+        torch.ones(num_samples, 4, dtype=torch.bool),
+        image_size,
+    )
+    choices = ", ".join(COLORS[:-1]) + f" or {COLORS[-1]}"
+    prompts = [f"What color is the object in the {m['quarter']} quarter? Answer {choices}." for m in meta]
+    return {"prompt": prompts, "images": [[im] for im in images], "meta": meta, "solution": [m["answer"] for m in meta]}
+
+
+def shape_questions(num_samples: int, split: str, seed: int, image_size: int, object_size: int, grid: int) -> dict:
+    """Question "shape" (see the module docstring): one small shape of a (colour, shape) of ``split``."""
     if num_samples < 1 or not 3 <= object_size <= image_size // 2:
         raise ValueError(
             f"num_samples must be >= 1 and object_size in 3..image_size/2, got {num_samples}, {object_size}"
@@ -120,12 +224,7 @@ def build(
         image_size,
     )
     prompts = [f"What shape is the small {m['color']} object? Answer circle, square or triangle." for m in meta]
-    data = {"prompt": prompts, "images": [[im] for im in images], "meta": meta, "solution": [m["answer"] for m in meta]}
-    if demos:
-        return demonstrations(data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size, grid)
-    if jitter or wrong_zoom:
-        raise ValueError("jitter and wrong_zoom shape the demonstrations: set demos=True")
-    return data
+    return {"prompt": prompts, "images": [[im] for im in images], "meta": meta, "solution": [m["answer"] for m in meta]}
 
 
 def demonstrations(
@@ -137,9 +236,11 @@ def demonstrations(
     image_size: int,
     object_size: int,
     grid: int = 0,
+    question: str = "shape",
 ) -> dict:
     """The SFT rows of ``data``'s questions (see the module docstring), in order: two per question
     (one where the environment offers no zoom tool)."""
+    import inspect
     import json
 
     from mmrl.tools import CALL_CLOSE, CALL_OPEN
@@ -149,12 +250,17 @@ def demonstrations(
     sim_kwargs = dict(sim_kwargs or {})
     if sim_kwargs.get("env", "zoom") != "zoom":
         raise ValueError(f"zoom_vqa demonstrations are for the zoom environment, not env {sim_kwargs['env']!r}")
-    asked = {"image_size": image_size, "object_size": object_size, "grid": grid}
-    rl = {k: v for k, v in (sim_kwargs.get("dataset_kwargs") or {}).items() if k in asked and v != asked[k]}
+    asked = {"image_size": image_size, "object_size": object_size, "grid": grid, "question": question}
+    # the RL simulator's questions, its defaults included: demonstrations of one question for a run of another
+    # would teach the wrong task in silence
+    defaults = {k: inspect.signature(build).parameters[k].default for k in asked}
+    rl_kwargs = {**defaults, **(sim_kwargs.get("dataset_kwargs") or {})} if sim_kwargs.get("dataset_kwargs") else {}
+    rl = {k: rl_kwargs[k] for k in asked if k in rl_kwargs and rl_kwargs[k] != asked[k]}
     if rl:
         raise ValueError(f"the demonstrations' {asked} differ from the RL simulator's dataset_kwargs {rl}")
     env = adapter("simulators.tool_env").ZoomEnv(**dict(sim_kwargs.get("env_kwargs") or {}))
     tools = [t.schema for t in env.tools()]
+    shown = tools if sim_kwargs.get("schemas_in_prompt", True) else []  # the tools turn of the rows' prompts
     size = env.show_size
     out: dict[str, list] = {k: [] for k in ("prompt", "images", "meta", "solution", "messages", "tools")}
     for prompt, imgs, m, answer in zip(data["prompt"], data["images"], data["meta"], data["solution"]):
@@ -184,7 +290,7 @@ def demonstrations(
             out["meta"].append({**m, "turn": turn, "zoom": [x, y]})
             out["solution"].append(target)
             out["messages"].append(messages)
-            out["tools"].append(list(tools))
+            out["tools"].append(list(shown))
     return out
 
 

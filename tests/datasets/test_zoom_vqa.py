@@ -150,3 +150,64 @@ def test_without_the_zoom_tool_the_demonstrations_answer_from_the_small_image():
     assert obs.tools == [[], []] and "zoom" not in obs.messages[0][-1]["content"][-1]["text"]
     assert obs.messages[0][-1]["content"][0]["image"].shape == (16, 16, 3)
     same(obs.messages[0], load_dataset("zoom_vqa", demos=True, sim_kwargs=sim_kwargs)["messages"][int(sim._idx[0])])
+
+
+COLOR = {"question": "color", "grid": 2}
+COLOR_SIM = {"env": "zoom", "env_kwargs": {"gray": True, "crop_size": 32}, "dataset_kwargs": COLOR}
+
+
+def test_a_color_question_asks_one_of_four_differently_coloured_objects_one_per_quarter():
+    from simulators.qa import luma
+
+    data = load_dataset("zoom_vqa", num_samples=60, **COLOR)
+    asked = set()
+    for prompt, m, image in zip(data["prompt"], data["meta"], data["images"]):
+        assert len(set(m["colors"])) == 4 and m["answer"] == m["colors"][zoom.QUARTERS.index(m["quarter"])]
+        assert m["quarter"] in prompt and m["answer"] not in prompt.split("?")[0]
+        x0, y0, x1, y1 = m["box"]
+        q = zoom.QUARTERS.index(m["quarter"])
+        qx, qy = (q % 2) * 32, (q // 2) * 32  # at least MARGIN px inside its quarter
+        assert (
+            qx + zoom.MARGIN <= x0 < x1 <= qx + 32 - zoom.MARGIN
+            and qy + zoom.MARGIN <= y0 < y1 <= qy + 32 - zoom.MARGIN
+        )
+        pixels = image[0][y0:y1, x0:x1].reshape(-1, 3)
+        pixels = pixels[pixels.amax(-1) > 0]  # the object's own pixels (the scene is black)
+        assert len(pixels) > 0 and (pixels == pixels[0]).all()
+        # its colour's luma is drawn from LUMA whatever its hue: the grayscale overview does not tell colours apart
+        assert zoom.LUMA[0] - 1 <= float(luma(pixels[0])) <= zoom.LUMA[1] + 1
+        # and it is the answer's palette colour at that luma, not another's
+        y = float(luma(pixels[0]))
+        at = {
+            c: zoom.at_luma(torch.tensor(rgb, dtype=torch.float32), y, luma) for c, rgb in zoom._shapes.COLORS.items()
+        }
+        assert min(at, key=lambda c: float((at[c] - pixels[0]).abs().max())) == m["answer"]
+        assert float((at[m["answer"]] - pixels[0]).abs().max()) <= 1.0
+        asked.add((m["quarter"], m["answer"]))
+    assert len(asked) >= 15  # every quarter asked, with most colours
+    with pytest.raises(ValueError, match="grid=2"):
+        load_dataset("zoom_vqa", num_samples=2, question="color")
+    with pytest.raises(ValueError, match="question must be one of"):
+        load_dataset("zoom_vqa", num_samples=2, question="size")
+
+
+def test_the_color_demonstration_zooms_at_the_asked_quarter_and_its_crop_shows_that_object_alone():
+    plain = load_dataset("zoom_vqa", num_samples=12, **COLOR)
+    demos = load_dataset("zoom_vqa", num_samples=12, demos=True, sim_kwargs=COLOR_SIM, **COLOR)
+    assert demos["prompt"][::2] == plain["prompt"] and demos["solution"][1::2] == plain["solution"]
+    for call, m, messages, image in zip(
+        demos["solution"][::2], demos["meta"][::2], demos["messages"][1::2], demos["images"][1::2]
+    ):
+        (c,) = parse_tool_calls(call)
+        q = zoom.QUARTERS.index(m["quarter"])
+        assert [c.arguments["x"], c.arguments["y"]] == [4 + 8 * (q % 2), 4 + 8 * (q // 2)]  # the quarter's centre
+        overview, crop = messages[0]["content"][0]["image"], messages[-1]["content"][0]["image"]
+        assert (overview == overview[..., :1]).all()  # grayscale
+        x0, y0, x1, y1 = m["box"]
+        colour = image[0][(y0 + y1) // 2, (x0 + x1) // 2]
+        lit = crop.reshape(-1, 3)[crop.reshape(-1, 3).amax(-1) > 0]
+        assert len(lit) == int((image[0][y0:y1, x0:x1].amax(-1) > 0).sum()) > 0 and (lit == colour).all()
+    with pytest.raises(ValueError, match="question"):  # demonstrations of one question for a run of the other
+        load_dataset(
+            "zoom_vqa", num_samples=2, demos=True, sim_kwargs={"env": "zoom", "dataset_kwargs": {"grid": 2}}, **COLOR
+        )

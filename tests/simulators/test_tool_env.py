@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from mmrl.data import load_dataset
 from mmrl.errors import UserError
 from mmrl.simulator import Completions
 from mmrl.tools import ChatEnv, EnvReply, ToolError, parse_tool_calls, question_messages, tool_content
@@ -258,3 +259,29 @@ def test_evaluation_reports_the_counters_per_episode():
     # the same episodes as the collector's test above: per-episode means under the counters' names
     assert res["tool_calls"] == pytest.approx(3 / 4) and res["tool_errors"] == pytest.approx(1 / 4)
     assert res["env_errors"] == 0 and res["capped"] == 0 and res["length"] == pytest.approx(7 / 4)
+
+
+def test_without_schemas_in_the_prompt_the_template_gets_no_tools_and_the_tools_still_run():
+    shown, hidden = (ToolEnvSim(num_envs=1, env="zoom", schemas_in_prompt=s, **DATA) for s in (True, False))
+    assert [t["function"]["name"] for t in shown.reset(0).tools[0]] == ["zoom"]
+    assert hidden.reset(0).tools == [[]] and hidden.record(0)["tools"] == []
+    res = hidden.step_chunk(Completions([call("zoom", x=5, y=9)], [5]))
+    assert int(res.info["tool_calls"][0]) == 1 and int(res.info["tool_errors"][0]) == 0 and not res.done.any()
+    assert res.obs.messages[0][-1]["role"] == "tool" and res.obs.tools == [[]]
+    sim_kwargs = {"env": "zoom", "schemas_in_prompt": False, "dataset_kwargs": {"num_samples": 4}}
+    demos = load_dataset("zoom_vqa", num_samples=4, demos=True, sim_kwargs=sim_kwargs)
+    assert demos["tools"] == [[]] * 8 and len(demos["solution"]) == 8  # still the call and the answer per question
+
+
+def test_a_gray_overview_is_the_luma_of_the_small_image_and_the_crop_keeps_its_colour():
+    from simulators.qa import luma
+
+    color, gray = (ToolEnvSim(num_envs=1, env="zoom", env_kwargs={"gray": g}, **DATA) for g in (False, True))
+    a, b = (s.reset(0).messages[0][0]["content"][0]["image"] for s in (color, gray))
+    assert (b == b[..., :1]).all() and (b[..., 0].float() - luma(a)).abs().max() <= 0.5
+    crops = [
+        s.step_chunk(Completions([call("zoom", x=5, y=9)], [5])).obs.messages[0][-1]["content"][0]["image"]
+        for s in (color, gray)
+    ]
+    assert torch.equal(crops[0], crops[1])
+    assert "grayscale" in gray.reset(0).messages[0][0]["content"][-1]["text"]
