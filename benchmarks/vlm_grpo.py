@@ -160,7 +160,8 @@ def run_seed(
                     trainer.generator("eval", 0),
                 )
             }
-            if abs(row[split]["all"] - res["success_rate"]) > 1e-9:
+            # the trainer's rate is a float32 mean (5e-9 off at 22 of 96); one episode moves it by >= 1 / episodes
+            if abs(row[split]["all"] - res["success_rate"]) > 1e-6:
                 raise RuntimeError(
                     f"per-task evaluation ({row[split]['all']}) disagrees with the trainer's "
                     f"({res['success_rate']}): not the same episodes"
