@@ -94,14 +94,16 @@ def placement_modes(n: int, rounds: int, max_steps: int, image_size: int) -> dic
     }
 
 
-def scripted_demos(episodes: int, image_size: int, task_ids: list[int] | None = None) -> dict:
+def scripted_demos(
+    episodes: int, image_size: int, task_ids: list[int] | None = None, max_steps: int | None = None
+) -> dict:
     sys.path.insert(0, str(ROOT / "datasets" / "libero_demos"))
     import scripted  # datasets/ is not a package: the module by path
 
     tasks = task_ids if task_ids is not None else [t.task_id for t in L.list_tasks(SUITE)]
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
-        stats = scripted.generate(SUITE, tasks, episodes, out, image_size=image_size)
+        stats = scripted.generate(SUITE, tasks, episodes, out, image_size=image_size, max_episode_steps=max_steps)
         dt = time.perf_counter() - t0
     per_task = {}
     for t in tasks:
@@ -115,6 +117,7 @@ def scripted_demos(episodes: int, image_size: int, task_ids: list[int] | None = 
     total = sum(v["attempted"] for v in per_task.values())
     return {
         "episodes_per_task": episodes,
+        "max_episode_steps": max_steps,
         "image_size": image_size,
         "per_task": per_task,
         "success_rate": sum(v["verified"] for v in per_task.values()) / max(total, 1),
@@ -133,8 +136,14 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=40, help="placement: episode limit")
     parser.add_argument("--demo-episodes", type=int, default=2, help="demos: init states per task")
     parser.add_argument("--demo-tasks", type=int, nargs="*", default=None, help="demos: task ids (default: all)")
+    parser.add_argument(
+        "--demo-max-steps", type=int, default=None, help="demos: the controller's step limit (default: the suite's)"
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "placement", "demos"])
-    args = parse_args(parser, image_size=32, decisions=2, rounds=1, max_steps=4, demo_episodes=1, demo_tasks=[0])
+    # the smoke's controller stops after 8 steps, unfinished (its ~300-step episode and replay take 90 s here;
+    # tests/datasets/test_libero_scripted.py runs them to success)
+    smoke = dict(image_size=32, decisions=2, rounds=1, max_steps=4, demo_episodes=1, demo_tasks=[0], demo_max_steps=8)
+    args = parse_args(parser, **smoke)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     L.check_assets()  # one clear line (and the fix) before any work
     out = {"suite": SUITE, "render_backend": L.resolve_render_backend(), "cores": os.cpu_count()}
@@ -154,7 +163,7 @@ def main() -> None:
         print("[placement] real libero_spatial, 2 envs", flush=True)
         out["placement"] = placement_modes(2, args.rounds, args.max_steps, args.image_size)
     if "demos" not in args.skip:
-        d = scripted_demos(args.demo_episodes, args.image_size, args.demo_tasks)
+        d = scripted_demos(args.demo_episodes, args.image_size, args.demo_tasks, args.demo_max_steps)
         for t, v in d["per_task"].items():
             print(
                 f"[demos] task {t}: controller {v['controller_success']}/{v['attempted']}, verified "
