@@ -5,10 +5,10 @@
     python benchmarks/vlm_tools.py --validation trainer.lr=3e-4   # choosing settings: validation split only
     python benchmarks/vlm_tools.py --smoke             # seconds: 2 iterations, no figure
 
-Each seed runs `configs/vlm_zoom_tools.yaml` (a tiny Qwen2.5-VL sees a scene at 16 px, where a small
-shape's colour shows and its shape does not, and may call ``zoom(x, y)``, which returns the
-full-resolution crop as an image, before it answers "What shape is the small red object?"; see the
-config) twice from scratch with ``run.seed`` = the seed:
+Each seed runs `configs/vlm_zoom_tools.yaml` (a tiny Qwen2.5-VL sees a scene of four shapes at 16 px
+in grayscale, where all colours look alike, and may call ``zoom(x, y)``, which returns the
+full-resolution colour crop as an image, before it answers "What color is the object in the top left
+quarter?"; see the config) twice from scratch with ``run.seed`` = the seed:
 
 - ``tools``: as configured (SFT on two-turn demonstrations: the call, then the answer after the crop;
   then GRPO on whole episodes, the loss on the model's own turns only), in ``runs/bench_vlm_tools/tools<seed>``;
@@ -17,11 +17,10 @@ config) twice from scratch with ``run.seed`` = the seed:
   baseline the tool run must beat, in ``runs/bench_vlm_tools/no_tool<seed>``.
 
 Both measure greedy accuracy after SFT and after RL on the held-out ``eval`` split of zoom_vqa
-((colour, shape) combinations never trained on, so colour alone cannot answer) and on its
-``validation`` split; ``--validation`` evaluates on validation only, the mode to choose settings
-in. The baselines (``gold``, ``constant``), ``mean_turns`` (model turns per episode: 2 for a call
-then an answer) and ``mean_tool_calls`` (per episode, the main arm at its final evaluation) and the
-JSON line are `benchmarks/_vlm_arms.py`'s, as for `vlm_video.py`.
+(scenes never trained on) and on its ``validation`` split; ``--validation`` evaluates on validation
+only, the mode to choose settings in. The baselines (``gold``, ``constant``), ``mean_turns`` (model
+turns per episode: 2 for a call then an answer) and ``mean_tool_calls`` (per episode, the main arm
+at its final evaluation) and the JSON line are `benchmarks/_vlm_arms.py`'s, as for `vlm_video.py`.
 """
 
 from __future__ import annotations

@@ -446,6 +446,7 @@ def step_vlm_video(ctx: Context) -> dict:
             "sim.num_envs=4",
             "sim.eval_num_envs=4",
             "sim.kwargs.dataset_kwargs.num_samples=16",
+            "algorithm.group_size=4",
             "algorithm.minibatch_size=4",
             "warm_start.num_episodes=4",
             "trainer.eval_episodes=4",

@@ -5,11 +5,12 @@ then greedy outputs on training and validation questions (README, "The tool demo
     .venv/bin/python scripts/zoom_sft_probe.py --turn 1 --steps 2000   # the answer, from the crop
     .venv/bin/python scripts/zoom_sft_probe.py --turn 0 --tools        # with the tools' system turn (slow)
 
-The rows are `configs/vlm_zoom_tools.yaml`'s demonstrations (read from it: grid 4, the small image
-sent at 64 px), one turn only, for its policy; without ``--tools`` the conversation is rendered
-without the tool schemas (prompts of ~100 tokens instead of ~790: 0.3 s a step instead of 2-4 s on
-one thread). SFT: the policy's own ``supervised_loss``, AdamW at a constant ``--lr``, batches of 16
-from 256 training questions, seed 0.
+The rows are `configs/vlm_zoom_tools.yaml`'s demonstrations (read from it: its question, grid and
+overview), one turn only, for its policy; without ``--tools`` the conversation is rendered without
+the tool schemas (prompts of ~100 tokens instead of ~790: 0.3 s a step instead of 2-4 s on one
+thread). The README's table of the shape question was measured with the config of 2b86684. SFT: the
+policy's own ``supervised_loss``, AdamW at a constant ``--lr``, batches of 16 from 256 training
+questions, seed 0.
 Printed: the loss every 50 steps, then per split the exact matches and, for calls, the right cells.
 """
 

@@ -120,6 +120,7 @@ def test_a_tool_run_logs_its_tool_counters_per_episode(tmp_path):
     config's warm start (SFT on zoom_vqa's two-turn demonstrations) runs through the trainer."""
     over = [f"run.output_dir={tmp_path}", "run.name=t", "trainer.iterations=1", "trainer.eval_episodes=8"]
     over += ["warm_start.num_episodes=4", "warm_start.steps=2", "warm_start.warmup_steps=0", "warm_start.batch_size=8"]
+    over += ["sim.num_envs=8", "sim.eval_num_envs=8", "algorithm.group_size=4", "algorithm.minibatch_size=8"]
     build_trainer(load_experiment("configs/vlm_zoom_tools.yaml", over)).run()
     rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert any("warm_start/loss" in r for r in rows)
