@@ -1,5 +1,5 @@
 """Does the tiny Qwen2.5-VL learn the zoom demo's vision? SFT on one turn of zoom_vqa's demonstrations,
-then greedy outputs on training and validation questions (README, "The tool demo does not learn yet").
+then greedy outputs on training and validation questions (the README of 2b86684, "The tool demo does not learn yet").
 
     .venv/bin/python scripts/zoom_sft_probe.py --turn 0 --steps 400    # the call: where to zoom
     .venv/bin/python scripts/zoom_sft_probe.py --turn 1 --steps 2000   # the answer, from the crop
