@@ -55,16 +55,12 @@ class ZoomEnv(ToolCallingEnv):
     keep their colour (zoom_vqa's ``question="color"``: the overview shows where, the crop what)."""
 
     tool_methods = ("zoom",)
+    # {view} / {crop}: "" or, with gray, " in grayscale" / " in color"
     PROMPT = (
-        "{question} The image is shown at {size} x {size} px: call zoom(x, y) to see the part around "
-        "column x, row y at full resolution."
+        "{question} The image is shown at {size} x {size} px{view}: call zoom(x, y) to see the part around "
+        "column x, row y{crop} at full resolution."
     )
-    PROMPT_NO_TOOL = "{question} The image is shown at {size} x {size} px."
-    PROMPT_GRAY = (
-        "{question} The image is shown at {size} x {size} px in grayscale: call zoom(x, y) to see the part "
-        "around column x, row y in color at full resolution."
-    )
-    PROMPT_GRAY_NO_TOOL = "{question} The image is shown at {size} x {size} px in grayscale."
+    PROMPT_NO_TOOL = "{question} The image is shown at {size} x {size} px{view}."
 
     def __init__(
         self,
@@ -87,9 +83,15 @@ class ZoomEnv(ToolCallingEnv):
         if not offer_zoom:
             self.tool_methods = ()
         self.gray = bool(gray)
-        default = {(True, False): self.PROMPT, (False, False): self.PROMPT_NO_TOOL}
-        default.update({(True, True): self.PROMPT_GRAY, (False, True): self.PROMPT_GRAY_NO_TOOL})
-        prompt = prompt or default[bool(offer_zoom), self.gray].replace("{size}", str(self.show_size))
+        if not prompt:
+            fill = {
+                "{size}": str(self.show_size),
+                "{view}": " in grayscale" * self.gray,
+                "{crop}": " in color" * self.gray,
+            }
+            prompt = self.PROMPT if offer_zoom else self.PROMPT_NO_TOOL
+            for key, value in fill.items():  # {question} stays for question_messages
+                prompt = prompt.replace(key, value)
         super().__init__(tools, prompt=prompt, **kw)
         self.full: torch.Tensor | None = None  # uint8 [H, W, 3] of the episode's image
 
