@@ -8,16 +8,19 @@
 
 **reach** (``--part reach``): on the quickstart's reach task, from one warm start per seed, PPO
 (``configs/quickstart.yaml``: the warm-started flow VLA trained on) against DSRL
-(``configs/quickstart_dsrl.yaml``: the same weights frozen, SAC steering their initial noise).
+(``configs/quickstart_dsrl.yaml``: the same weights frozen, SAC steering their initial noise) and
+RLPD (``configs/quickstart_rlpd.yaml``: the same weights frozen, SAC on a bounded correction of
+their chunk, with the warm start's demonstrations as half of every batch); ``--methods`` picks.
 Per seed the warm start runs once (``trainer.iterations=0``); PPO resumes a copy of that run folder
-for its iterations, and DSRL loads the same checkpoint as its frozen base
-(``policy.base_checkpoint``), so both start from bit-identical weights. Figures per method:
+for its iterations, and DSRL and RLPD load the same checkpoint as their frozen base
+(``policy.base_checkpoint``), so all start from bit-identical weights. Figures per method:
 held-out success at the start and the end, and the env steps and RL seconds (evaluation excluded)
 of the first evaluation at or above ``--level`` (0.85; null where never reached), read from the
 run's evaluations (``trainer.eval_every``, so the steps are as coarse as the evaluations). PPO's
 start is the warm-started policy's; DSRL's is its untrained actor's, which steers the base with the
-noise ``noise_bound * tanh(mean)``, not with the base's own draws.
-``--ppo-set`` / ``--dsrl-set`` add overrides for one side.
+noise ``noise_bound * tanh(mean)``, not with the base's own draws; RLPD's is the base's chunk from
+zero noise (its actor starts at a zero correction).
+``--ppo-set`` / ``--dsrl-set`` / ``--rlpd-set`` add overrides for one side.
 
 **sac** (``--part sac``): mmrl's SAC against Stable-Baselines3's SAC on gymnasium control tasks with
 state observations, at equal env steps.
@@ -70,6 +73,8 @@ from vs_sb3 import (  # noqa: E402
 TAG = "SAMPLE_EFFICIENCY_RESULT "
 REACH_PPO = "configs/quickstart.yaml"  # the warm start, then PPO
 REACH_DSRL = "configs/quickstart_dsrl.yaml"  # the same warm start frozen, SAC on its initial noise
+REACH_RLPD = "configs/quickstart_rlpd.yaml"  # the same warm start frozen, RLPD on a correction of its chunk
+METHODS = ("ppo", "dsrl", "rlpd")
 #: the reach part's smoke settings: the kill harness's tiny quickstart, and a DSRL of the same size
 REACH_SMOKE_DSRL = [
     "sim.num_envs=8",
@@ -85,6 +90,7 @@ REACH_SMOKE_DSRL = [
     "trainer.video_episodes=0",
     "run.threads=1",
 ]
+REACH_SMOKE_RLPD = [*REACH_SMOKE_DSRL, "algorithm.sac.demo_episodes=4"]
 CONFIG = "configs/gym_pendulum_sac.yaml"  # mmrl's SAC; other tasks swap their env id in
 TASKS = {"Pendulum-v1": 20_000, "InvertedPendulum-v5": 20_000}  # env steps per run
 SIDES = ("sb3", "sac")
@@ -146,8 +152,9 @@ def train(config: str, overrides: list[str]) -> dict:
 
 
 def reach_seed(seed: int, args: argparse.Namespace) -> dict[str, dict]:
-    """One seed of the reach part: the warm start once, then PPO (resuming a copy of it) and DSRL
-    (its frozen base); each side's evaluations and its steps / seconds to ``args.level``."""
+    """One seed of the reach part: the warm start once, then PPO (resuming a copy of it), DSRL and
+    RLPD (its frozen base; those of ``args.methods``); each side's evaluations and its steps /
+    seconds to ``args.level``."""
     from mmrl.experiment import load_experiment, output_dir
 
     common = [f"run.seed={seed}", *args.reach_set]
@@ -158,20 +165,13 @@ def reach_seed(seed: int, args: argparse.Namespace) -> dict[str, dict]:
     ppo_dir = base.with_name(f"se_reach_ppo_s{seed}")
     shutil.rmtree(ppo_dir, ignore_errors=True)
     shutil.copytree(base, ppo_dir, ignore=shutil.ignore_patterns(".lock"))
-    runs = {
-        "ppo": train(REACH_PPO, [f"run.name={ppo_dir.name}", *warm, "trainer.resume=true"]),
-        "dsrl": train(
-            REACH_DSRL,
-            [
-                f"run.name=se_reach_dsrl_s{seed}",
-                f"policy.base_checkpoint={base}",
-                "warm_start.dataset=null",
-                "trainer.resume=false",
-                *common,
-                *args.dsrl_set,
-            ],
-        ),
+    frozen = [f"policy.base_checkpoint={base}", "warm_start.dataset=null", "trainer.resume=false", *common]
+    jobs = {
+        "ppo": lambda: train(REACH_PPO, [f"run.name={ppo_dir.name}", *warm, "trainer.resume=true"]),
+        "dsrl": lambda: train(REACH_DSRL, [f"run.name=se_reach_dsrl_s{seed}", *frozen, *args.dsrl_set]),
+        "rlpd": lambda: train(REACH_RLPD, [f"run.name=se_reach_rlpd_s{seed}", *frozen, *args.rlpd_set]),
     }
+    runs = {side: jobs[side]() for side in args.methods}
     out = {}
     for side, results in runs.items():
         curve = evaluations(results)
@@ -189,7 +189,8 @@ def reach_seed(seed: int, args: argparse.Namespace) -> dict[str, dict]:
 
 
 def reach_part(args: argparse.Namespace) -> dict:
-    """PPO against DSRL on reach from the same warm start, ``args.seeds`` seeds (see the docstring)."""
+    """PPO against DSRL and RLPD on reach from the same warm start, ``args.seeds`` seeds (see the
+    docstring)."""
     seeds = list(range(args.seeds))
     if args.jobs > 1:  # seeds side by side, each in its own process
         import multiprocessing
@@ -201,7 +202,7 @@ def reach_part(args: argparse.Namespace) -> dict:
     else:
         per_seed = [reach_seed(seed, args) for seed in seeds]
     figures: dict = {"seeds": seeds, "level": args.level}
-    for side in ("ppo", "dsrl"):
+    for side in args.methods:
         rows = [r[side] for r in per_seed]
         side_figs: dict = {k: [r[k] for r in rows] for k in rows[0]}
         for k in ("start", "final"):
@@ -209,9 +210,12 @@ def reach_part(args: argparse.Namespace) -> dict:
             side_figs[f"{k}_std"] = round(statistics.stdev(side_figs[k]), 4) if len(rows) > 1 else 0.0
         side_figs["reached"] = sum(s is not None for s in side_figs["steps_to_level"])
         figures[side] = side_figs
-    both = [(d, p) for d, p in zip(figures["dsrl"]["steps_to_level"], figures["ppo"]["steps_to_level"]) if d and p]
-    # the issue's goal: DSRL at the level in at most a third of PPO's env steps (seeds where both got there)
-    figures["dsrl_over_ppo_steps"] = [round(d / p, 3) for d, p in both] or None
+    # the issue's goal: DSRL or RLPD at the level in at most a third of PPO's env steps (seeds where
+    # both got there)
+    for side in ("dsrl", "rlpd"):
+        if side in figures and "ppo" in figures:
+            both = zip(figures[side]["steps_to_level"], figures["ppo"]["steps_to_level"])
+            figures[f"{side}_over_ppo_steps"] = [round(d / p, 3) for d, p in both if d and p] or None
     return figures
 
 
@@ -246,6 +250,8 @@ def main() -> None:
     p.add_argument("--reach-set", action="append", default=[], help="reach part: an override for both sides")
     p.add_argument("--ppo-set", action="append", default=[], help="reach part: an override for PPO and its warm start")
     p.add_argument("--dsrl-set", action="append", default=[], help="reach part: an override for DSRL only")
+    p.add_argument("--rlpd-set", action="append", default=[], help="reach part: an override for RLPD only")
+    p.add_argument("--methods", default=",".join(METHODS), help="reach part: which of ppo, dsrl, rlpd to run")
     add_child_args(p)
     args = parse_args(p, seeds=1, env_steps=300, eval_episodes=1, jobs=2)
     if args.smoke:  # the runs' folders in a temporary folder; the reach runs tiny
@@ -255,6 +261,7 @@ def main() -> None:
         args.reach_set = [f"run.output_dir={scratch()}", *args.reach_set]
         args.ppo_set = [*TINY, "trainer.iterations=2", "trainer.eval_every=1", *args.ppo_set]
         args.dsrl_set = [*REACH_SMOKE_DSRL, *args.dsrl_set]
+        args.rlpd_set = [*REACH_SMOKE_RLPD, *args.rlpd_set]
     if args.child:
         return child(args)
     parts = ("sac", "reach") if args.part == "all" else (args.part,)
@@ -266,6 +273,9 @@ def main() -> None:
         check_tasks([t for t in args.tasks.split(",") if t])
     if not 0 < args.level <= 1:
         sys.exit(f"--level {args.level}: a held-out success rate in (0, 1]")
+    args.methods = [m for m in args.methods.split(",") if m]
+    if "reach" in parts and (not args.methods or set(args.methods) - set(METHODS)):
+        sys.exit(f"--methods {','.join(args.methods)!r}: choose from {', '.join(METHODS)}")
     figures: dict = {"load_avg_start": round(os.getloadavg()[0], 2)}
     if "sac" in parts:
         figures["sac_vs_sb3"] = sac_part(args)

@@ -45,7 +45,8 @@ KL_SOURCES = {
 @dataclass(frozen=True)
 class Capabilities:
     """What a policy can do as configured. ``fixes`` says, per capability it lacks (a key of
-    `as_needs` or ``kl_reference`` / ``asynchronous``), how to get it (shown by the config check)."""
+    `as_needs` or ``kl_reference`` / ``asynchronous`` / ``demonstrations``), how to get it (shown by
+    the config check)."""
 
     action_type: str = "chunk"  # what it produces (mmrl.simulator.ACTION_TYPES): it acts in simulators of this type
     logp: str = "decision"  # `LOGP_LEVELS`
@@ -59,6 +60,9 @@ class Capabilities:
     #: ``noise_shape`` and ``observation_features``): what DSRL's latent-noise actor steers
     latent_noise: bool = False
     asynchronous: bool = True  # a deep copy can roll out in a background thread (trainer.async_staleness)
+    #: its replayed actions map back from environment action chunks (``Policy.replay_actions``): what
+    #: recorded demonstrations need to be replayed (``algorithm.sac.demo_dataset``, RLPD)
+    demonstrations: bool = True
     #: class names of the blocks that sharded data-parallel training wraps one by one (FSDP2
     #: ``fully_shard`` units, DeepSpeed ZeRO-3 leaf modules); () = the whole policy as one unit
     sharding_units: tuple[str, ...] = ()
@@ -71,7 +75,7 @@ class Capabilities:
             raise ValueError(
                 f"Capabilities.kl_reference must be None or one of {list(KL_SOURCES)}, got {self.kl_reference!r}"
             )
-        unknown = sorted(set(self.fixes) - {*NEEDS, "kl_reference", "asynchronous"})
+        unknown = sorted(set(self.fixes) - {*NEEDS, "kl_reference", "asynchronous", "demonstrations"})
         if unknown:
             raise ValueError(f"Capabilities.fixes names unknown capabilities {unknown}")
 

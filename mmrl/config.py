@@ -436,10 +436,17 @@ def _validate(obj: Any, path: str) -> None:
             raise ConfigError(f"{where}: {e}") from e
 
 
+def _wraps(cls: type) -> bool:
+    """Whether section class ``cls`` holds a section of its own kind (a policy wrapping a policy)."""
+    hints = typing.get_type_hints(cls)
+    return any((s := _section(hints[name])) is not None and issubclass(cls, s) for name in _fields(cls))
+
+
 def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True, outer: tuple[type, ...] = ()):
     """Yield ``(key, hint, default, note, class)`` for every leaf key; checks the depth limit.
     ``outer``: the classes of the sections around this one, whose variants are not listed again
-    inside themselves (a policy wrapping a policy, ``policy.base`` of DSRL, lists no other wrapper)."""
+    inside themselves (a policy wrapping a policy, ``policy.base`` of DSRL, lists no wrapper: neither
+    itself nor another, such as residual RL's)."""
     if depth >= MAX_DEPTH:
         raise TypeError(
             f"config schema is too deep at '{prefix}' ({cls.__name__}): at most {MAX_DEPTH} "
@@ -464,7 +471,7 @@ def _walk(cls: type, prefix: str, depth: int, inst: Any, variants: bool = True, 
             except ImportError:  # a variant whose optional dependencies are not installed has no keys here
                 continue
             assert sub is not None, "a name of variant_names() has a class"
-            if sub in outer:
+            if sub in outer or (_wraps(sub) and any(_wraps(o) for o in outer)):
                 continue
             for key, hint, default, note, owner in _walk(sub, prefix, depth, None, variants=False, outer=outer):
                 if key not in own and not key.startswith(tuple(k + "." for k in own)):

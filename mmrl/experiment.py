@@ -293,6 +293,17 @@ def check_reward_name(name: str, key: str) -> None:
         )
 
 
+def check_dataset_choice(key: str, name: str, kwargs: dict) -> None:
+    """A config's dataset ``name`` (under ``key``) is registered and ``kwargs`` are arguments its
+    builder declares: a misspelt one fails here, before any work."""
+    from mmrl.data import check_dataset_arguments
+    from mmrl.registry import DATASETS
+
+    if name not in DATASETS:
+        raise ConfigError(f"'{key}' = {name!r} is not a registered dataset: {', '.join(DATASETS.names())}")
+    check_dataset_arguments(name, kwargs)
+
+
 @dataclass
 class WarmStartConfig:
     dataset: str | None = None  # None = no supervised warm start
@@ -322,16 +333,8 @@ class WarmStartConfig:
                 f"'candidate_steps' = {self.candidate_steps}: each candidate trains that many of the {self.steps} "
                 "steps before the best is kept, so set 1 <= candidate_steps <= steps, or leave it unset (3/8 of steps)"
             )
-        if self.dataset is None:
-            return
-        from mmrl.data import check_dataset_arguments
-        from mmrl.registry import DATASETS
-
-        if self.dataset not in DATASETS:
-            raise ConfigError(
-                f"'dataset' = {self.dataset!r} is not a registered dataset: {', '.join(DATASETS.names())}"
-            )
-        check_dataset_arguments(self.dataset, self.kwargs)  # a misspelt argument fails here, before any work
+        if self.dataset is not None:
+            check_dataset_choice("dataset", self.dataset, self.kwargs)
 
 
 @dataclass
@@ -361,6 +364,12 @@ class SACConfig:
     # actions, rewards, next_state, terminated); `demo_fraction` of every batch is drawn from them
     demos: str | None = None
     demo_fraction: float = 0.5
+    # RLPD from a registered dataset of recorded episodes (one that records rewards and episode ends,
+    # e.g. reach_demos), read after the warm start through the policy (`record_transitions`): its
+    # features as the states, `Policy.replay_actions` of the recorded chunks as the actions
+    demo_dataset: str | None = None
+    demo_episodes: int = 1000  # episodes of demo_dataset (its num_episodes)
+    demo_kwargs: dict = field(default_factory=dict)  # more arguments of its builder (checked strictly)
 
     def validate(self) -> None:
         check_range(
@@ -376,6 +385,7 @@ class SACConfig:
                 "critic_hidden": ">=1",
                 "critic_layers": ">=1",
                 "demo_fraction": "0..1",
+                "demo_episodes": ">=1",
             },
         )
         if not 0 < self.tau <= 1:
@@ -385,6 +395,8 @@ class SACConfig:
                 f"'demos' = {self.demos!r} is not a file: give a torch file of demonstration transitions "
                 "(mmrl.trainer.off_policy.load_demos), or demos: null"
             )
+        if self.demo_dataset is not None:
+            check_dataset_choice("demo_dataset", self.demo_dataset, self.demo_kwargs)
 
 
 @dataclass
@@ -719,6 +731,11 @@ class ExperimentConfig:
             raise ConfigError(
                 f"'algorithm.kl_coef' > 0 needs a reference model, which {policy} does not provide "
                 f"as configured: {caps.fix('kl_reference', 'set algorithm.kl_coef=0')}"
+            )
+        if self.algorithm.off_policy and self.algorithm.sac.demo_dataset and not caps.demonstrations:
+            raise ConfigError(
+                f"'algorithm.sac.demo_dataset' replays recorded action chunks, which {policy} cannot map to its "
+                f"replayed actions: {caps.fix('demonstrations', 'set algorithm.sac.demo_dataset=null')}"
             )
         if self.trainer.async_staleness and not caps.asynchronous:
             raise ConfigError(

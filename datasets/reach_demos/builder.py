@@ -44,7 +44,10 @@ def build(
     Returns ``image`` uint8 [M, H, W, 3], ``state`` float [M, D], ``instruction`` list of M str,
     ``actions`` float [M, C, 2] (the expert chunk executed from that observation; zeros after the
     planned success), ``episode`` long [M], ``step`` long [M] (decision index in the episode),
-    ``episode_success`` bool [E], ``success_rate`` float and ``meta`` (the build arguments).
+    ``rewards`` float [M] / ``terminated`` bool [M] / ``truncated`` bool [M] (what executing the
+    chunk returned: the transitions RLPD replays), ``episode_success`` bool [E], ``final_image`` /
+    ``final_state`` [E, ...] (the observation each episode ended on), ``success_rate`` float and
+    ``meta`` (the build arguments).
     Episode ``i`` starts from ``reset(seed + i)`` whatever the batching. ``keep_failed=False`` drops
     the records of episodes that did not succeed (with ``expert_noise > 0``, or an expert too slow
     for the time limit). ``expert_speed`` in (0, 1] scales the expert's speed: a cautious
@@ -58,9 +61,12 @@ def build(
     for key in ("num_envs", "seed"):
         if key in sim_kwargs:
             raise ValueError(f"sim_kwargs must not set {key!r}: build() chooses it")
-    parts: dict[str, list] = {k: [] for k in ("image", "state", "actions", "episode", "step")}
+    parts: dict[str, list] = {
+        k: [] for k in ("image", "state", "actions", "episode", "step", "rewards", "terminated", "truncated")
+    }
     instructions: list[str] = []
     episode_success = torch.zeros(num_episodes, dtype=torch.bool)
+    final: dict[str, torch.Tensor] = {}  # each episode's last observation (image, state)
     vocab: list[str] = []
     from tqdm import tqdm
 
@@ -82,7 +88,18 @@ def build(
             parts["step"].append(torch.full((rows.numel(),), step, dtype=torch.long))
             instructions.extend(obs.instruction[i] for i in rows.tolist())
             res = sim.step_chunk(chunk)
+            parts["rewards"].append(res.reward[rows].float().cpu())
+            parts["terminated"].append(res.terminated[rows].cpu())
+            parts["truncated"].append(res.truncated[rows].cpu())
             ended = active & res.done
+            if bool(ended.any()):
+                assert res.final_obs is not None
+                done_rows = ended.nonzero().flatten()
+                for key in ("image", "state"):
+                    value = getattr(res.final_obs, key)
+                    if key not in final:
+                        final[key] = torch.zeros(num_episodes, *value.shape[1:], dtype=value.dtype)
+                    final[key][done_rows.cpu() + start] = value[done_rows].cpu()
             bar.update(int(ended.sum()))
             episode_success[(ended & res.success).nonzero().flatten().cpu() + start] = True
             active &= ~res.done
@@ -97,6 +114,7 @@ def build(
     out = {k: v[order] for k, v in out.items()}
     out["instruction"] = [instructions[i] for i in order.tolist()]
     out["episode_success"] = episode_success
+    out["final_image"], out["final_state"] = final["image"], final["state"]
     out["success_rate"] = episode_success.float().mean().item()
     out["meta"] = {
         "num_episodes": num_episodes,

@@ -95,6 +95,11 @@ TINY: dict[str, TinySetup] = {
         {"hidden": 16, "base": {"dim": 32, "expert_dim": 32, "expert_layers": 1, "critic": False}},
         eval_ignores_seed=True,
     ),
+    # eval: the base's zero-noise chunk plus the actor's mean correction
+    "residual": TinySetup(
+        {"hidden": 16, "base": {"dim": 32, "expert_dim": 32, "expert_layers": 1, "critic": False}},
+        eval_ignores_seed=True,
+    ),
     "token_vla": TinySetup(
         {
             "model": tiny_smolvlm_folder,

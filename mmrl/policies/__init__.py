@@ -22,6 +22,13 @@ POLICIES.register(
 )
 
 POLICIES.register(
+    "residual",
+    "mmrl.policies.residual:ResidualPolicy",
+    description="residual RL: a SAC actor adding a bounded correction to the chunk of a frozen flow policy "
+    "(policy.base); its actions map back from demonstrations, so RLPD can mix them in (algorithm.objective: sac)",
+)
+
+POLICIES.register(
     "diffusion",
     "mmrl.policies.diffusion:DiffusionPolicy",
     description="flow-matching text-to-image generator (built-in tiny pixel model or diffusers SD3 / FLUX with LoRA): "

@@ -333,6 +333,13 @@ class Policy(nn.Module, Generic[C]):
         starts). Default: the actions themselves; a latent-space policy decodes them."""
         return actions
 
+    def replay_actions(self, obs, chunk: torch.Tensor) -> torch.Tensor:
+        """The inverse of `env_actions`: the replayed actions ``[B, chunk, action_dim]`` in [-1, 1]
+        whose environment actions are ``chunk`` (env units) for observations ``obs``, clipped to
+        [-1, 1] where ``chunk`` lies outside what the policy can act. What a demonstration's chunk
+        becomes in the replay buffer (RLPD). Default: ``chunk`` itself, clipped."""
+        return chunk.float().clamp(-1.0, 1.0)
+
     @property
     def noise_shape(self) -> tuple[int, ...]:
         """Shape of one decision's initial noise of a flow policy (``Capabilities.latent_noise``),

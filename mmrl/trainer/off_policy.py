@@ -159,6 +159,64 @@ def demo_transitions(data: dict, gamma: float) -> dict[str, Tensor]:
     }
 
 
+#: what a dataset of recorded episodes holds for `record_transitions` (reach_demos' fields; ``state``
+#: and ``final_state`` too where the simulator has a state vector): rows
+#: sorted by episode, then step
+RECORD_FIELDS = ("image", "instruction", "actions", "episode", "rewards", "terminated", "final_image")
+
+
+@torch.no_grad()
+def record_transitions(data: dict, policy, device: torch.device | str = "cpu", batch_size: int = 256) -> dict:
+    """`demo_transitions`' fields of a dataset of recorded episodes (``RECORD_FIELDS``; one row per
+    decision, sorted by episode, then step), as ``policy`` replays them: ``state`` / ``next_state``
+    are `Policy.replay_state` of the row's observation and of the next one (the next row of the same
+    episode, else the episode's ``final_image`` / ``final_state``), ``actions`` are
+    `Policy.replay_actions` of the recorded chunk; ``rewards`` and ``terminated`` as recorded (a
+    truncated episode's last row is bootstrapped from its final observation)."""
+    from mmrl.simulator import Observation
+
+    has_state = data.get("state") is not None
+    missing = [k for k in RECORD_FIELDS + (("final_state",) if has_state else ()) if data.get(k) is None]
+    if missing:
+        raise ValueError(
+            f"demonstration records lack {missing}: a dataset of recorded episodes with rewards and episode "
+            f"ends is needed (e.g. reach_demos); these hold {', '.join(data)}"
+        )
+    episode = data["episode"].long()
+    m = episode.shape[0]
+    if m == 0:
+        raise ValueError("the demonstration dataset holds no records")
+    if bool((episode[1:] < episode[:-1]).any()):
+        raise ValueError("demonstration records must be sorted by episode, then step")
+    cont = torch.zeros(m, dtype=torch.bool)  # the next row continues the episode
+    cont[:-1] = episode[1:] == episode[:-1]
+    nxt = (torch.arange(m) + 1).clamp(max=m - 1)
+
+    def observation(rows: Tensor, after: bool) -> Observation:
+        image, state = data["image"], data["state"]
+        if after:  # the observation after each row: the next row's, or the episode's final one
+            c = cont[rows]
+            ends = episode[rows]
+            image = torch.where(c.view(-1, *[1] * (image.dim() - 1)), image[nxt[rows]], data["final_image"][ends])
+            state = torch.where(c[:, None], state[nxt[rows]], data["final_state"][ends]) if has_state else None
+        else:
+            image, state = image[rows], state[rows] if has_state else None
+        instruction = [data["instruction"][i] for i in rows.tolist()]
+        return Observation(image.to(device), instruction, None if state is None else state.to(device).float())
+
+    parts: dict[str, list[Tensor]] = {"state": [], "next_state": [], "actions": []}
+    for start in range(0, m, batch_size):
+        rows = torch.arange(start, min(start + batch_size, m))
+        obs = observation(rows, after=False)
+        parts["state"].append(policy.replay_state(obs).cpu())
+        parts["next_state"].append(policy.replay_state(observation(rows, after=True)).cpu())
+        parts["actions"].append(policy.replay_actions(obs, data["actions"][rows].to(device)).cpu())
+    out = {k: torch.cat(v) for k, v in parts.items()}
+    out["rewards"] = data["rewards"].float()
+    out["terminated"] = data["terminated"].bool()
+    return out
+
+
 def load_demos(path: str | Path, gamma: float) -> ReplayBuffer:
     """A replay buffer of the demonstration transitions in the torch file ``path`` (a dict of the
     tensors `demo_transitions` reads; ``torch.save(dict, path)`` writes one). No mmrl dataset

@@ -334,12 +334,6 @@ class Trainer:
         """Supervised flow matching on scripted demonstrations (skipped if no dataset is set)."""
         ws = self.cfg.warm_start
         if ws.dataset:
-            from mmrl.data import declared_kwargs, load_dataset, recorded_in
-
-            # context offered where the builder declares it: demonstrations recorded in the simulator
-            # the RL runs in, configured as it is (image size, time limit, ...), when the dataset
-            # records in that simulator; warm_start.kwargs (checked strictly) wins
-            same_sim = recorded_in(ws.dataset) == self.cfg.sim.type
             rl_data = self.cfg.sim.kwargs.get("dataset")
             if rl_data is not None and rl_data != ws.dataset:  # say it: the user's data is not this
                 self.log_line(
@@ -347,19 +341,38 @@ class Trainer:
                     f"not of the RL data '{rl_data}' (sim.kwargs.dataset); set warm_start.dataset=null to skip "
                     "it, or point warm_start at your own data"
                 )
-            context = declared_kwargs(
-                ws.dataset,
-                num_episodes=ws.num_episodes,
-                num_samples=ws.num_episodes,
-                seed=self.cfg.run.seed,
-                chunk_size=self.policy.chunk_size,
-                **({"sim_kwargs": dict(self.cfg.sim.kwargs)} if same_sim else {}),
-            )
-            data = load_dataset(ws.dataset, **{**context, **ws.kwargs})
-            self.supervised(data, ws)
+            self.supervised(self.load_records(ws.dataset, ws.num_episodes, ws.kwargs), ws)
         self.policy.after_warm_start()
+        sac = self.cfg.algorithm.sac
+        if self.off_policy is not None and sac.demo_dataset:  # RLPD's demonstrations, through the trained policy
+            from mmrl.trainer.off_policy import record_transitions
+
+            data = self.load_records(sac.demo_dataset, sac.demo_episodes, sac.demo_kwargs)
+            self.off_policy.add_demos(record_transitions(data, self.policy, self.device))
+            self.log_line(
+                f"RLPD: {len(self.off_policy.demos or [])} demonstration transitions of {sac.demo_episodes} "
+                f"'{sac.demo_dataset}' episodes, {sac.demo_fraction:g} of every batch"
+            )
         self.state.warm_started = True
         self.save()
+
+    def load_records(self, name: str, num: int, kwargs: dict) -> dict:
+        """``num`` examples of the registered dataset ``name``, built with ``kwargs`` and the context
+        its builder declares: demonstrations recorded in the simulator the RL runs in, configured as
+        it is (image size, time limit, ...), when the dataset records in that simulator; ``kwargs``
+        (checked strictly) win."""
+        from mmrl.data import declared_kwargs, load_dataset, recorded_in
+
+        same_sim = recorded_in(name) == self.cfg.sim.type
+        context = declared_kwargs(
+            name,
+            num_episodes=num,
+            num_samples=num,
+            seed=self.cfg.run.seed,
+            chunk_size=self.policy.chunk_size,
+            **({"sim_kwargs": dict(self.cfg.sim.kwargs)} if same_sim else {}),
+        )
+        return load_dataset(name, **{**context, **kwargs})
 
     def supervised(self, data: dict, ws) -> None:
         """``ws.steps`` of supervised training on ``data``; with ``ws.candidates`` > 1 the first
