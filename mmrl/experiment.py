@@ -345,6 +345,11 @@ class SACConfig:
     actor learns at ``trainer.lr``, the critics at ``trainer.value_lr`` (null: ``trainer.lr``)."""
 
     buffer_size: int = 1_000_000  # transitions the replay buffer keeps (the newest)
+    # whether checkpoints hold the replay buffer (then a resume is exact). false: they leave it out
+    # (a million wide transitions are gigabytes per checkpoint); a resume then restores everything
+    # else and refills an empty buffer with the restored policy's transitions before its next
+    # gradient step (as many rows as learning started with, at least batch_size): not bit-identical
+    checkpoint_buffer: bool = True
     batch_size: int = 256  # transitions per gradient step
     learning_starts: int = 100  # env steps of uniform random actions before the first gradient step
     utd_ratio: float = 1.0  # gradient steps per transition collected (RLPD: 10-20 with layer norm)

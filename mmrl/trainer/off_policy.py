@@ -23,7 +23,11 @@ score (state, action) pairs of any policy that can draw reparameterised actions
 groups (the policy's at ``trainer.lr``, the critics' at ``trainer.value_lr``, log(alpha) at
 ``algorithm.sac.temperature_lr``): Adam's update is per parameter, so this is the three optimizers of
 SB3 / CleanRL. The buffer, the critics, their targets, log(alpha), the optimizer and the count of
-gradient steps are saved with every checkpoint (`OffPolicy.state_dict`): resume is exact.
+gradient steps are saved with every checkpoint (`OffPolicy.state_dict`): resume is exact. With
+``algorithm.sac.checkpoint_buffer: false`` the online buffer is left out (the demonstrations stay):
+a resume restores the rest and refills the empty buffer with the restored policy's transitions
+(as many rows as learning started with, at least a batch) before its next gradient step; the
+update-to-data count goes on from the checkpoint's. Such a resume is not bit-identical.
 
 Replayed observations are the rollout batch's ``state`` rows, which are ``Policy.replay_state`` of
 the observations, as the ``next_state`` rows are of the observations reached (`mmrl.rollout.next_states`):
@@ -273,6 +277,8 @@ class OffPolicy:
         self.demos = load_demos(sac.demos, algo.gamma) if sac.demos else None
         self.learning_rows = 0  # transitions collected since learning started (utd_ratio counts them)
         self.updates = 0  # gradient steps taken (or skipped for a non-finite loss)
+        self.start_rows = 0  # rows in the buffer when learning started
+        self.refill_rows = 0  # rows to collect before learning goes on (a resume without the buffer)
 
     @property
     def optimizer(self) -> torch.optim.Adam:
@@ -312,6 +318,11 @@ class OffPolicy:
         out: dict[str, float] = {"train/buffer_size": float(len(self.buffer))}
         if env_steps < self.sac.learning_starts:
             return out
+        if len(self.buffer) < self.refill_rows:  # resumed without the buffer: collect before learning
+            return out
+        self.refill_rows = 0
+        if not self.start_rows:
+            self.start_rows = len(self.buffer)
         self.learning_rows += rows["state"].shape[0]
         steps = math.floor(self.sac.utd_ratio * self.learning_rows) - self.updates
         objective = OBJECTIVES.get(self.algo.objective)
@@ -346,16 +357,29 @@ class OffPolicy:
         """Everything a resume needs beside the policy: the buffers (online and demonstrations), the
         critics with their targets and log(alpha), the optimizer, the step counters."""
         return {
-            "buffer": self.buffer.state_dict(),
+            "buffer": self.buffer.state_dict() if self.sac.checkpoint_buffer else None,
+            "buffer_rows": len(self.buffer),
             "critics": {k: v.detach().cpu().clone() for k, v in self.critics.state_dict().items()},
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
             "demos": None if self.demos is None else self.demos.state_dict(),
             "learning_rows": self.learning_rows,
             "updates": self.updates,
+            "start_rows": self.start_rows,
+            "refill_rows": self.refill_rows,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.buffer.load_state_dict(state["buffer"])
+        """Restore a checkpoint's state; one saved without its buffer (``checkpoint_buffer: false``)
+        leaves the buffer empty, to be refilled with as many rows as learning started with (at least
+        ``batch_size``, at most what it held) before the next gradient step."""
+        if state["buffer"] is not None:
+            self.buffer.load_state_dict(state["buffer"])
+            self.refill_rows = int(state.get("refill_rows", 0))
+        else:
+            self.buffer = ReplayBuffer(self.sac.buffer_size)
+            held = int(state["buffer_rows"])
+            self.refill_rows = min(held, max(self.sac.batch_size, int(state.get("start_rows", 0))))
+        self.start_rows = int(state.get("start_rows", 0))
         self.critics.load_state_dict(state["critics"])
         self.optimizer.load_state_dict(state["optimizer"])
         if state.get("demos") is not None:

@@ -14,6 +14,7 @@ pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pi
 from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.experiment import build_trainer, load_experiment
+from mmrl.trainer.checkpoint import STATE, latest_path
 from mmrl.trainer.objectives import sac_objective
 from mmrl.trainer.off_policy import OffPolicy, SoftCritics, transitions
 
@@ -237,6 +238,37 @@ def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch, of
     sa, sb = full.off_policy.optimizer.state_dict()["state"], resumed.off_policy.optimizer.state_dict()["state"]
     for i in sa:
         torch.testing.assert_close(sb[i]["exp_avg_sq"], sa[i]["exp_avg_sq"], rtol=0, atol=0)
+
+
+def test_without_the_buffer_in_checkpoints_a_resume_refills_it_before_learning(tmp_path, monkeypatch):
+    original = OffPolicy.learn
+
+    def killed(self, batch, env_steps, noise, indices):
+        if env_steps >= 32:  # iteration 4, after the checkpoint of iteration 2 (checkpoint_every=2)
+            raise KeyboardInterrupt("killed")
+        return original(self, batch, env_steps, noise, indices)
+
+    monkeypatch.setattr(OffPolicy, "learn", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(config(tmp_path, "algorithm.sac.checkpoint_buffer=false")).run()
+    monkeypatch.setattr(OffPolicy, "learn", original)
+    saved = torch.load(latest_path(tmp_path / "s") / STATE, weights_only=False)["extra"]
+    assert saved["off_policy"]["buffer"] is None and saved["off_policy"]["buffer_rows"] == 16
+    # the same command resumes: the buffer starts empty, and learning waits for as many rows as it
+    # started with (16: learning_starts of 2 envs' single steps), at least batch_size (8)
+    resumed = build_trainer(config(tmp_path, "algorithm.sac.checkpoint_buffer=false", "trainer.env_steps=64"))
+    resumed.resume()
+    mode = resumed.off_policy
+    assert len(mode.buffer) == 0 and mode.refill_rows == 16
+    updates, logged = mode.updates, []
+    monkeypatch.setattr(OffPolicy, "learn", lambda self, *a: logged.append(original(self, *a)) or logged[-1])
+    resumed.run()
+    # 2 envs x 4 decisions = 8 rows per iteration: the first after the resume refills without an
+    # update; the second fills the buffer to 16 and learns, as learning started at the run's start
+    assert [row["train/buffer_size"] for row in logged[:2]] == [8, 16]
+    assert "train/gradient_steps" not in logged[0]
+    assert all("train/gradient_steps" in row for row in logged[1:]) and mode.updates > updates
+    assert len(logged) == 6 and resumed.state.env_steps == 64
 
 
 def test_chunks_are_one_flattened_action(tmp_path):
