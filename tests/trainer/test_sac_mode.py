@@ -211,20 +211,26 @@ def test_demonstrations_are_half_of_every_batch(tmp_path):
     assert len(logged) == 4 and all(v == 0.5 for v in logged)  # the 4 iterations that learned
 
 
-def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch, off_policy_tensors):
-    full = build_trainer(config(tmp_path / "full"))
-    full.run()
+def run_until_killed(cfg, monkeypatch) -> None:
+    """Run ``cfg`` until its learn stage at 32 env steps (iteration 4, after the checkpoint of
+    iteration 2: checkpoint_every=2) is interrupted."""
     original = OffPolicy.learn
 
     def killed(self, batch, env_steps, noise, indices):
-        if env_steps >= 32:  # iteration 4, after the checkpoint of iteration 2 (checkpoint_every=2)
+        if env_steps >= 32:
             raise KeyboardInterrupt("killed")
         return original(self, batch, env_steps, noise, indices)
 
     monkeypatch.setattr(OffPolicy, "learn", killed)
     with pytest.raises(KeyboardInterrupt):
-        build_trainer(config(tmp_path / "cut")).run()
+        build_trainer(cfg).run()
     monkeypatch.setattr(OffPolicy, "learn", original)
+
+
+def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch, off_policy_tensors):
+    full = build_trainer(config(tmp_path / "full"))
+    full.run()
+    run_until_killed(config(tmp_path / "cut"), monkeypatch)
     resumed = build_trainer(config(tmp_path / "cut"))
     resumed.run()
     assert resumed.state.env_steps == full.state.env_steps == 40
@@ -241,17 +247,8 @@ def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch, of
 
 
 def test_without_the_buffer_in_checkpoints_a_resume_refills_it_before_learning(tmp_path, monkeypatch):
+    run_until_killed(config(tmp_path, "algorithm.sac.checkpoint_buffer=false"), monkeypatch)
     original = OffPolicy.learn
-
-    def killed(self, batch, env_steps, noise, indices):
-        if env_steps >= 32:  # iteration 4, after the checkpoint of iteration 2 (checkpoint_every=2)
-            raise KeyboardInterrupt("killed")
-        return original(self, batch, env_steps, noise, indices)
-
-    monkeypatch.setattr(OffPolicy, "learn", killed)
-    with pytest.raises(KeyboardInterrupt):
-        build_trainer(config(tmp_path, "algorithm.sac.checkpoint_buffer=false")).run()
-    monkeypatch.setattr(OffPolicy, "learn", original)
     saved = torch.load(latest_path(tmp_path / "s") / STATE, weights_only=False)["extra"]
     assert saved["off_policy"]["buffer"] is None and saved["off_policy"]["buffer_rows"] == 16
     # the same command resumes: the buffer starts empty, and learning waits for as many rows as it
