@@ -262,6 +262,29 @@ def test_dsrl_steers_a_lerobot_base(family):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.actor.parameters())
 
 
+def test_residual_corrects_a_lerobot_base_chunk():
+    """Residual RL over a LeRobot VLA: its correction has the executed chunk's shape (the first
+    ``chunk_size`` steps, the real action dims, env units after the postprocessor); untrained, it acts
+    as the base's ODE chunk from the zero noise; a recorded chunk maps back to the correction that acts it."""
+    from mmrl.policies.residual import ResidualConfig, ResidualPolicy
+
+    base = LeRobotVLAConfig(model=checkpoint("smolvla"))
+    with variants("smolvla"):
+        policy = ResidualPolicy(ResidualConfig(base=base, hidden=16, scale=0.3), action_dim=ACTIONS, state_dim=STATE)
+    obs = observations()
+    zero = policy.base.act_from_noise(obs, torch.zeros(3, HORIZON, 32))
+    assert zero.shape == (3, EXEC, ACTIONS) and policy.actor_shape == (EXEC, ACTIONS)
+    out = policy.rollout(obs, torch.Generator().manual_seed(0), mode="eval")
+    assert torch.equal(out.actions, zero)  # zero-initialised actor: the base's chunk
+
+    torch.nn.init.normal_(policy.actor[-1].weight, std=0.5)  # a trained actor's correction
+    out = policy.rollout(obs, torch.Generator().manual_seed(0), mode="train")
+    a = out.batch["actions"].reshape(3, EXEC, ACTIONS)
+    assert a.abs().max() > 0.05 and a.abs().max() <= 1.0
+    assert torch.allclose(out.actions, zero + 0.3 * a, atol=1e-6)
+    assert torch.allclose(policy.replay_actions(obs, out.actions), a, atol=1e-5)
+
+
 # ---- log-probs --------------------------------------------------------------------------------
 RATIO_CASES = [
     ("smolvla", dict(method=m, stochastic=s, logp_level=lv))
