@@ -137,6 +137,9 @@ def build(
     state_key: str | None = "observation.state",
     action_key: str = "action",
     image_size: int | None = None,
+    transitions: bool = False,
+    reward_key: str | None = "next.reward",
+    episode_end: str = "terminated",
 ) -> dict:
     """A LeRobotDataset as flat per-frame records (sorted by episode, then frame).
 
@@ -151,6 +154,14 @@ def build(
     ``instruction`` list of M str (the frame's task), ``episode`` long [M] (in [0, E)), ``step``
     long [M] (LeRobot's ``frame_index``), ``episode_index`` / ``task_index`` long [M] (LeRobot's)
     and ``meta``.
+
+    ``transitions=True`` gives recorded episodes for RLPD's demonstrations
+    (``algorithm.sac.demo_dataset``; see `decision_rows`): one record per decision, frames 0, C, 2C,
+    ... of each episode, with ``rewards`` [M] (the sum of ``reward_key`` over the chunk's frames; with
+    ``reward_key`` null every episode counts as a success: 1 on its last decision, 0 elsewhere),
+    ``terminated`` / ``truncated`` bool [M] (the episode's last decision, as ``episode_end`` says) and
+    ``final_image`` / ``final_state`` [E, ...] (the episode's last frame: LeRobot keeps no
+    observation after the last action, so a truncated episode bootstraps from its last frame).
     """
     if num_episodes is not None and int(num_episodes) < 1:
         raise ConfigError(f"num_episodes must be >= 1 (or null for all episodes), got {num_episodes}")
@@ -158,6 +169,8 @@ def build(
         raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
     if image_size is not None and int(image_size) < 1:
         raise ConfigError(f"image_size must be >= 1 (or null for the dataset's own size), got {image_size}")
+    if episode_end not in ("terminated", "truncated"):
+        raise ConfigError(f"episode_end must be 'terminated' or 'truncated', got {episode_end!r}")
     if repo_id is None and root is None:
         raise ConfigError(
             "dataset 'lerobot_dataset' needs repo_id (a hub id, <user>/<dataset>) "
@@ -176,6 +189,13 @@ def build(
 
     meta = LeRobotDatasetMetadata(repo_id, root=root)
     cameras = _check_keys(meta, image_keys, state_key, action_key)
+    reward_key = reward_key if transitions else None
+    if reward_key is not None and reward_key not in meta.features:
+        raise ConfigError(
+            f"LeRobot dataset {repo_id!r} has no reward column {reward_key!r}; columns: {_columns(meta)}. "
+            "Fix: reward_key (a per-frame reward column), or reward_key: null when every episode is a "
+            "success (reward 1 on its last decision)"
+        )
     total = meta.total_episodes
     pool = list(range(total)) if episodes is None else sorted({int(e) for e in episodes})
     bad = [e for e in pool if not 0 <= e < total]
@@ -213,6 +233,7 @@ def build(
                 "task": item["task"],
                 "action": item[action_key].float().reshape(-1),
                 "state": None if state_key is None else item[state_key].float().reshape(-1),
+                "reward": 0.0 if reward_key is None else float(item[reward_key].float().sum()),
             }
         )
     if not m:
@@ -241,6 +262,9 @@ def build(
     }
     if state_key is not None:
         out["state"] = torch.stack([r["state"] for r in rows])
+    if transitions:
+        rewards = torch.tensor([r["reward"] for r in rows], dtype=torch.float32)
+        out = decision_rows(out, rewards, chunk_size, success=reward_key is None, episode_end=episode_end)
     out["meta"] = {
         "repo_id": repo_id,
         "root": str(ds.root),
@@ -252,11 +276,46 @@ def build(
         "state_key": state_key,
         "action_key": action_key,
         "image_size": image_size,
+        "transitions": transitions,
+        "reward_key": reward_key,
+        "episode_end": episode_end if transitions else None,
         "fps": meta.fps,
         "robot_type": meta.robot_type,
         "instruction_vocab": list(dict.fromkeys(out["instruction"])),
     }
     return out
+
+
+def decision_rows(out: dict, rewards: torch.Tensor, chunk_size: int, success: bool, episode_end: str) -> dict:
+    """Per-frame records (``out``, sorted by episode, then frame; ``rewards`` [M] per frame) ->
+    recorded episodes, one row per decision as a policy executing ``chunk_size`` actions per decision
+    sees them: frames 0, C, 2C, ... of each episode, ``rewards`` the sum over the decision's frames
+    (``success``: 1 on each episode's last decision, 0 elsewhere), ``terminated`` / ``truncated`` on
+    the last decision (``episode_end``), ``final_image`` / ``final_state`` the episode's last frame."""
+    episode = out["episode"]
+    keep, chunk_rewards, last = [], [], []
+    finals = []
+    for pos in range(int(episode.max()) + 1 if len(episode) else 0):
+        where = (episode == pos).nonzero().flatten()
+        starts = where[::chunk_size]
+        keep.append(starts)
+        chunk_rewards.append(
+            torch.stack([rewards[where[i : i + chunk_size]].sum() for i in range(0, len(where), chunk_size)])
+        )
+        end = torch.zeros(len(starts), dtype=torch.bool)
+        end[-1] = True
+        last.append(end)
+        finals.append(int(where[-1]))
+    rows = torch.cat(keep)
+    ends = torch.cat(last)
+    picked = {k: ([v[i] for i in rows.tolist()] if isinstance(v, list) else v[rows]) for k, v in out.items()}
+    picked["rewards"] = ends.float() if success else torch.cat(chunk_rewards)
+    picked["terminated"] = ends & (episode_end == "terminated")
+    picked["truncated"] = ends & (episode_end == "truncated")
+    picked["final_image"] = out["image"][finals]
+    if "state" in out:
+        picked["final_state"] = out["state"][finals]
+    return picked
 
 
 def main(argv: list[str] | None = None) -> None:

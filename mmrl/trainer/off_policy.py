@@ -184,7 +184,8 @@ def record_transitions(data: dict, policy, device: torch.device | str = "cpu", b
     if missing:
         raise ValueError(
             f"demonstration records lack {missing}: a dataset of recorded episodes with rewards and episode "
-            f"ends is needed (e.g. reach_demos); these hold {', '.join(data)}"
+            f"ends is needed (reach_demos, or lerobot_dataset with demo_kwargs {{transitions: true}}); these "
+            f"hold {', '.join(data)}"
         )
     episode = data["episode"].long()
     m = episode.shape[0]

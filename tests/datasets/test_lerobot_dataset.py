@@ -57,6 +57,8 @@ def write(root: Path, episodes: dict[int, dict], *, video: bool = False, sizes=N
     }
     features["observation.state"] = {"dtype": "float32", "shape": (STATE,), "names": None}
     features["action"] = {"dtype": "float32", "shape": (ACTION,), "names": None}
+    if "next.reward" in next(iter(episodes.values())):  # a per-frame reward column, as HIL-SERL records
+        features["next.reward"] = {"dtype": "float32", "shape": (1,), "names": None}
     ds = LeRobotDataset.create("mmrl/test_demos", fps=10, features=features, root=root, use_videos=video)
     for e in sorted(episodes):
         arrays = episodes[e]
@@ -330,3 +332,54 @@ def test_warm_start_trains_a_tiny_smolvla_from_it(tmp_path):
     assert torch.allclose(got["action.mean"], want["action.mean"]) and torch.allclose(
         got["observation.state.std"], want["observation.state.std"]
     )
+
+
+@pytest.fixture(scope="module")
+def rewarded(tmp_path_factory) -> tuple[Path, dict]:
+    episodes = {e: frames_of(e, n) for e, n in enumerate(LENGTHS)}
+    for e, arrays in episodes.items():
+        arrays["next.reward"] = np.arange(1, LENGTHS[e] + 1, dtype=np.float32)[:, None] * 10.0**e
+    return write(tmp_path_factory.mktemp("lerobot") / "rewarded", episodes), episodes
+
+
+def test_transitions_for_rlpd_one_row_per_decision(rewarded):
+    """``transitions=True``: frames 0, C, 2C, ... of each episode, the chunk's rewards summed, the
+    episode's last decision terminated (or truncated), its last frame as the final observation; and
+    `record_transitions` replays them through a residual policy."""
+    from mmrl.policies.flow_vla import FlowVLAConfig
+    from mmrl.policies.residual import ResidualConfig, ResidualPolicy
+    from mmrl.trainer.off_policy import record_transitions
+
+    root, episodes = rewarded
+    frames = build(root=root, chunk_size=C)
+    d = build(root=root, chunk_size=C, transitions=True)
+    starts = [(e, t) for e, n in enumerate(LENGTHS) for t in range(0, n, C)]  # (0,0) (0,4) (1,0) (2,0) (2,4)
+    assert [(int(e), int(t)) for e, t in zip(d["episode"], d["step"])] == starts
+    rows = [sum(LENGTHS[:e]) + t for e, t in starts]
+    for key in ("image", "state", "actions"):
+        assert torch.equal(d[key], frames[key][rows])
+    assert d["instruction"] == [frames["instruction"][r] for r in rows]
+    sums = [float(episodes[e]["next.reward"][t : t + C].sum()) for e, t in starts]
+    assert d["rewards"].tolist() == sums  # e.g. episode 0: 1+2+3+4, then 5
+    assert d["terminated"].tolist() == [False, True, True, False, True] and not d["truncated"].any()
+    last = [sum(LENGTHS[: e + 1]) - 1 for e in range(len(LENGTHS))]
+    assert torch.equal(d["final_image"], frames["image"][last]) and torch.equal(d["final_state"], frames["state"][last])
+
+    success = build(root=root, chunk_size=C, transitions=True, reward_key=None, episode_end="truncated")
+    assert success["rewards"].tolist() == [0.0, 1.0, 1.0, 0.0, 1.0]
+    assert success["truncated"].tolist() == [False, True, True, False, True] and not success["terminated"].any()
+
+    base = FlowVLAConfig(dim=32, expert_dim=32, expert_layers=1, critic=False, chunk_size=C)
+    one = build(root=root, chunk_size=C, transitions=True, image_keys=CAMERAS[0], image_size=32)
+    policy = ResidualPolicy(ResidualConfig(base=base, hidden=16), action_dim=ACTION, state_dim=STATE)
+    policy.after_warm_start()
+    out = record_transitions(one, policy)
+    assert out["rewards"].tolist() == sums and out["actions"].shape == (5, C, ACTION)
+
+
+def test_transitions_need_a_reward_column_or_success_episodes(written):
+    root, _ = written
+    with pytest.raises(ConfigError, match=r"no reward column 'next.reward'.*reward_key: null"):
+        build(root=root, transitions=True)
+    with pytest.raises(ConfigError, match="episode_end"):
+        build(root=root, transitions=True, episode_end="done")
