@@ -96,13 +96,16 @@ def build(
     wrong_zoom: float = 0.0,
     sim_kwargs: dict | None = None,
     question: str = "shape",
+    balanced: bool = False,
 ) -> dict:
     """See the module docstring."""
     if question not in QUESTIONS:
         raise ValueError(f"question must be one of {QUESTIONS}, got {question!r}")
     if question == "color":
-        data = color_questions(num_samples, split, seed, image_size, object_size, grid)
+        data = color_questions(num_samples, split, seed, image_size, object_size, grid, balanced)
     else:
+        if balanced:
+            raise ValueError("balanced cycles the asked colour: it needs question='color'")
         data = shape_questions(num_samples, split, seed, image_size, object_size, grid)
     if demos:
         return demonstrations(data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size, grid, question)
@@ -120,8 +123,12 @@ def at_luma(rgb: torch.Tensor, y: float, luma) -> torch.Tensor:
     return rgb + (y - now) / (255.0 - now) * (255.0 - rgb)
 
 
-def color_questions(num_samples: int, split: str, seed: int, image_size: int, object_size: int, grid: int) -> dict:
-    """Question "color" (see the module docstring): four shapes, one per quarter, of four colours."""
+def color_questions(
+    num_samples: int, split: str, seed: int, image_size: int, object_size: int, grid: int, balanced: bool = False
+) -> dict:
+    """Question "color" (see the module docstring): four shapes, one per quarter, of four colours.
+    ``balanced``: question i asks for colour ``COLORS[i % 5]`` (in a random quarter), so a few
+    demonstrations teach every answer alike; otherwise the asked quarter, and so its colour, is drawn."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     cell = image_size // 2
@@ -150,6 +157,13 @@ def color_questions(num_samples: int, split: str, seed: int, image_size: int, ob
         lumas = [rng.uniform(*LUMA) for _ in range(4)]
         shapes = [rng.randrange(len(SHAPES)) for _ in range(4)]
         asked = rng.randrange(4)
+        if balanced:  # the asked quarter gets colour i % 5 (swapped in, the four stay distinct)
+            want = i % len(COLORS)
+            if want in colors:
+                j = colors.index(want)
+                colors[j], colors[asked] = colors[asked], colors[j]
+            else:
+                colors[asked] = want
         rgb.append(torch.stack([at_luma(palette[c], y, luma) for c, y in zip(colors, lumas)]).round())
         shape.append(shapes)
         box.append([[x, y, side] for (x, y), side in zip(corners, sides)])

@@ -156,10 +156,13 @@ COLOR = {"question": "color", "grid": 2}
 COLOR_SIM = {"env": "zoom", "env_kwargs": {"gray": True, "crop_size": 32}, "dataset_kwargs": COLOR}
 
 
-def test_a_color_question_asks_one_of_four_differently_coloured_objects_one_per_quarter():
+@pytest.mark.parametrize("balanced", [False, True])
+def test_a_color_question_asks_one_of_four_differently_coloured_objects_one_per_quarter(balanced):
+    """Also ``balanced``: the asked colours cycle through the palette (few demonstrations teach every
+    answer), each scene still of four different colours."""
     from simulators.qa import luma
 
-    data = load_dataset("zoom_vqa", num_samples=60, **COLOR)
+    data = load_dataset("zoom_vqa", num_samples=60, balanced=balanced, **COLOR)
     asked = set()
     for prompt, m, image in zip(data["prompt"], data["meta"], data["images"]):
         assert len(set(m["colors"])) == 4 and m["answer"] == m["colors"][zoom.QUARTERS.index(m["quarter"])]
@@ -185,6 +188,11 @@ def test_a_color_question_asks_one_of_four_differently_coloured_objects_one_per_
         assert float((at[m["answer"]] - pixels[0]).abs().max()) <= 1.0
         asked.add((m["quarter"], m["answer"]))
     assert len(asked) >= 15  # every quarter asked, with most colours
+    answers = [m["answer"] for m in data["meta"]]
+    assert (answers == [zoom.COLORS[i % len(zoom.COLORS)] for i in range(60)]) == balanced
+    if balanced:
+        with pytest.raises(ValueError, match="balanced"):
+            load_dataset("zoom_vqa", num_samples=2, balanced=True)
     with pytest.raises(ValueError, match="grid=2"):
         load_dataset("zoom_vqa", num_samples=2, question="color")
     with pytest.raises(ValueError, match="question must be one of"):
