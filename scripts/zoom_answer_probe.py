@@ -1,0 +1,85 @@
+"""Where a trained zoom-tool policy's calls land and what it answers, per true colour (a diagnosis).
+
+    .venv/bin/python scripts/zoom_answer_probe.py RUN_FOLDER CHECKPOINT [--split validation]
+
+Evaluates the checkpoint (``RUN_FOLDER/checkpoints/CHECKPOINT``, with its own config) on ``--split``
+of zoom_vqa's colour question, as `benchmarks/vlm_tools.py --validation` does, and prints the
+success rate (the run's own figure for that checkpoint), how many calls zoomed inside the asked
+quarter, and the (true colour, answer) counts. It hooks `simulators.tool_env.ZoomEnv`'s ``reset``,
+``zoom`` and ``step`` to read them. README, "The zoom-tool demo", quotes its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import simulators.tool_env as te  # noqa: E402
+from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
+from mmrl.registry import SIMULATORS  # noqa: E402
+from mmrl.trainer.evaluation import load_checkpoint_policy  # noqa: E402
+
+calls: list[tuple[str, int, int]] = []
+answers: list[tuple[str, str]] = []
+_reset, _zoom, _step = te.ZoomEnv.reset, te.ZoomEnv.zoom, te.ZoomEnv.step
+
+
+def reset(self, record):
+    self.probe_question, self.probe_solution = record["prompt"], record.get("solution")
+    return _reset(self, record)
+
+
+def zoom(self, x: int, y: int):
+    """See the image around a point at full resolution.
+
+    Args:
+        x: column in the small image (0: left)
+        y: row in the small image (0: top)
+    """
+    calls.append((self.probe_question, int(x), int(y)))
+    return _zoom(self, x, y)
+
+
+def step(self, messages):
+    out = _step(self, messages)
+    last = messages[-1]["content"]
+    if not isinstance(last, str):
+        last = " ".join(c.get("text", "") for c in last if isinstance(c, dict))
+    if "tool_call" not in last:
+        answers.append((self.probe_solution, last.strip()[:20]))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path)
+    p.add_argument("checkpoint", help="e.g. iter_000300")
+    p.add_argument("--split", default="validation")
+    p.add_argument("--episodes", type=int, default=96)
+    a = p.parse_args()
+    te.ZoomEnv.reset, te.ZoomEnv.zoom, te.ZoomEnv.step = reset, zoom, step
+    ck = a.run / "checkpoints" / a.checkpoint
+    overrides = [f"trainer.eval_episodes={a.episodes}", "trainer.resume=false", "warm_start.dataset=null"]
+    cfg = load_experiment(ck / "config.yaml", [*overrides, "run.output_dir=/tmp/zoom_answer_probe"])
+    trainer = build_trainer(cfg)
+    load_checkpoint_policy(ck, trainer.policy, cfg)
+    kwargs = {**cfg.sim.kwargs, "split": a.split}
+    trainer.eval_sim = SIMULATORS.build(cfg.sim.type, num_envs=cfg.sim.eval_num_envs, seed=2, device="cpu", **kwargs)
+    res = trainer.evaluate("probe")
+    show = int(cfg.sim.kwargs.get("env_kwargs", {}).get("show_size", 16))
+    inside = 0
+    for q, x, y in calls:
+        want = ("left" if "left" in q else "right", "top" if "top" in q else "bottom")
+        inside += want == ("left" if x < show // 2 else "right", "top" if y < show // 2 else "bottom")
+    print(f"success {res['success_rate']:.4f}; calls {len(calls)}, inside the asked quarter {inside}")
+    for (truth, said), n in sorted(collections.Counter(answers).items(), key=lambda kv: -kv[1]):
+        print(f"{truth:>8} -> {said:<10} {n}")
+
+
+if __name__ == "__main__":
+    main()
