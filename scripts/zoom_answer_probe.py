@@ -24,7 +24,7 @@ from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
 from mmrl.registry import SIMULATORS  # noqa: E402
 from mmrl.trainer.evaluation import load_checkpoint_policy  # noqa: E402
 
-calls: list[tuple[str, int, int]] = []
+calls: list[tuple[str, int, int, int]] = []  # (question, x, y, the small image's side)
 answers: list[tuple[str, str]] = []
 _reset, _zoom, _step = te.ZoomEnv.reset, te.ZoomEnv.zoom, te.ZoomEnv.step
 
@@ -41,7 +41,7 @@ def zoom(self, x: int, y: int):
         x: column in the small image (0: left)
         y: row in the small image (0: top)
     """
-    calls.append((self.probe_question, int(x), int(y)))
+    calls.append((self.probe_question, int(x), int(y), self.show_size))
     return _zoom(self, x, y)
 
 
@@ -71,9 +71,8 @@ def main() -> None:
     kwargs = {**cfg.sim.kwargs, "split": a.split}
     trainer.eval_sim = SIMULATORS.build(cfg.sim.type, num_envs=cfg.sim.eval_num_envs, seed=2, device="cpu", **kwargs)
     res = trainer.evaluate("probe")
-    show = int(cfg.sim.kwargs.get("env_kwargs", {}).get("show_size", 16))
     inside = 0
-    for q, x, y in calls:
+    for q, x, y, show in calls:
         want = ("left" if "left" in q else "right", "top" if "top" in q else "bottom")
         inside += want == ("left" if x < show // 2 else "right", "top" if y < show // 2 else "bottom")
     print(f"success {res['success_rate']:.4f}; calls {len(calls)}, inside the asked quarter {inside}")
