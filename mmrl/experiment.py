@@ -524,7 +524,11 @@ class TrainerConfig:
     rollout_steps: int = 0
     # train until this many environment steps (overrides `iterations`; null = `iterations` decides)
     env_steps: int | None = None
-    lr_schedule: Literal["constant", "linear"] = "constant"  # linear: decay to 0 over the run
+    # linear: decay to 0 over the run; adaptive: rsl_rl's KL-adaptive rate (PPO): before each minibatch
+    # step the rate is divided by 1.5 when the approx KL to the rollout policy exceeds 2 x desired_kl and
+    # multiplied by 1.5 below desired_kl / 2, between lr / 100 and 10 x lr (saved in checkpoints)
+    lr_schedule: Literal["constant", "linear", "adaptive"] = "constant"
+    desired_kl: float = 0.01  # lr_schedule: adaptive's target (rsl_rl / IsaacLab: 0.01)
     engine: TrainEngineConfig = field(default_factory=TrainEngineConfig)  # torch or DeepSpeed ZeRO
 
     def validate(self) -> None:
@@ -533,6 +537,7 @@ class TrainerConfig:
             {
                 "iterations": ">=0",
                 "lr": ">0",
+                "desired_kl": ">0",
                 "checkpoint_every": ">=1",
                 "keep_checkpoints": ">=1",
                 "eval_every": ">=0",
@@ -639,6 +644,12 @@ class ExperimentConfig:
                 )
         if self.algorithm.off_policy:
             self.check_off_policy()
+        elif self.trainer.lr_schedule == "adaptive" and self.algorithm.objective != "ppo":
+            raise ConfigError(
+                f"'trainer.lr_schedule' = 'adaptive' follows PPO's approx KL, which "
+                f"algorithm.objective={self.algorithm.objective!r} does not measure: use lr_schedule constant "
+                "or linear, or objective ppo"
+            )
         if self.sim.num_envs % self.algorithm.group_size:
             raise ConfigError(
                 f"'sim.num_envs' ({self.sim.num_envs}) must be a multiple of "

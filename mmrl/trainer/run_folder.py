@@ -138,9 +138,7 @@ def config_changes(saved: dict, current: dict) -> list[tuple[str, object, object
     `mmrl.config.to_dict` gives) whose value differs and that changes training. Keys only one side
     has (a newer mmrl's new keys) are not compared."""
     a, b = flatten(saved), flatten(current)
-    linear = (
-        b.get("trainer.lr_schedule", "constant") != "constant" or a.get("trainer.lr_schedule", "constant") != "constant"
-    )
+    linear = "linear" in (a.get("trainer.lr_schedule"), b.get("trainer.lr_schedule"))  # the rate decays over the length
     out = []
     for key in sorted(a.keys() & b.keys()):
         if a[key] == b[key] or _normalised(a[key]) == _normalised(b[key]):

@@ -64,6 +64,7 @@ class TrainState:
     results: dict = field(default_factory=dict)  # evaluation results by name
     warm_start_candidate: int = 0  # the initialisation the warm start kept (warm_start.candidates)
     warm_start_scores: list = field(default_factory=list)  # each candidate's score (`candidate_score`)
+    lr_scale: float = 1.0  # ``lr_schedule: adaptive``: the learning rate over ``trainer.lr``, as the KL moved it
 
     def count(self, info: dict) -> None:
         """Add what a collection counted (`mmrl.trainer.collectors.COUNTS`) to the run's counters."""
@@ -82,6 +83,24 @@ def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) 
     if schedule != "cosine":
         return 1.0
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(steps - warmup, 1)))
+
+
+#: ``lr_schedule: adaptive``: the factor a step multiplies or divides the learning rate by, the margin
+#: around ``desired_kl`` inside which it is left alone, and the learning rate's bounds as multiples of
+#: ``trainer.lr`` (rsl_rl's and rl_games' values; at lr 1e-3 the bounds are rsl_rl's 1e-5 and 1e-2)
+KL_LR_FACTOR, KL_MARGIN, KL_LR_BOUNDS = 1.5, 2.0, (0.01, 10.0)
+
+
+def kl_adaptive_scale(scale: float, kl: float, desired: float) -> float:
+    """The KL-adaptive learning rate (rsl_rl / rl_games / IsaacLab's ``schedule="adaptive"``), as a
+    multiple of ``trainer.lr``: divided by `KL_LR_FACTOR` when the minibatch's approx KL to the
+    rollout policy exceeds ``KL_MARGIN * desired``, multiplied by it when the KL is positive and
+    below ``desired / KL_MARGIN``, else kept; always inside `KL_LR_BOUNDS`."""
+    if kl > KL_MARGIN * desired:
+        scale /= KL_LR_FACTOR
+    elif 0.0 < kl < desired / KL_MARGIN:
+        scale *= KL_LR_FACTOR
+    return min(max(scale, KL_LR_BOUNDS[0]), KL_LR_BOUNDS[1])
 
 
 def warm_start_optimizer(policy, ws) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
@@ -544,6 +563,10 @@ class Trainer:
                     loss, metrics = self.optimizer.loss(objective, part.to(self.device), algo)
                 if self.ranks.distributed:
                     loss = loss * (count * self.ranks.world / mb.size)
+                if self.cfg.trainer.lr_schedule == "adaptive":  # this step's lr from the KL before it
+                    kl_now = distributed.mean(float(metrics["approx_kl"]))  # every rank adapts alike
+                    self.state.lr_scale = kl_adaptive_scale(self.state.lr_scale, kl_now, self.cfg.trainer.desired_kl)
+                    self.set_lr()
                 if self.optimizer_step(self.optimizer, loss, algo.max_grad_norm):
                     self.policy.after_step()
                     n, steps = n + 1, steps + 1
@@ -561,10 +584,13 @@ class Trainer:
         return out
 
     def current_lr(self) -> float:
-        """``trainer.lr``, or with ``lr_schedule: linear`` decayed linearly to 0 over the run."""
+        """``trainer.lr``; with ``lr_schedule: linear`` decayed linearly to 0 over the run; with
+        ``adaptive`` times the scale the update's KL set (`kl_adaptive_scale`, kept in the state)."""
         t = self.cfg.trainer
         if t.lr_schedule == "constant":
             return t.lr
+        if t.lr_schedule == "adaptive":
+            return t.lr * self.state.lr_scale
         progress = self.state.iteration / max(self.planned_iterations(), 1)  # iterations done before this one
         return t.lr * max(0.0, 1.0 - min(progress, 1.0))
 

@@ -82,15 +82,20 @@ def test_rollout_end_is_bootstrapped_from_the_next_observation(tmp_path):
     assert info["env_steps"] == 16 and len(info["return"]) == 0  # no 200-step episode ended yet
 
 
-@pytest.mark.parametrize("policy", ["flow_vla", "gaussian"])
-def test_resume_mid_episode_is_exact(tmp_path, killed_in_iteration, policy):
-    full = build_trainer(pendulum(tmp_path / "full", policy=policy))
+@pytest.mark.parametrize(
+    ("policy", "extra"),
+    [("flow_vla", ()), ("gaussian", ()), ("flow_vla", ("trainer.lr_schedule=adaptive", "trainer.desired_kl=1e-4"))],
+)
+def test_resume_mid_episode_is_exact(tmp_path, killed_in_iteration, policy, extra):
+    # the adaptive learning rate's scale resumes with the counters (lost, the resumed run's steps differ)
+    full = build_trainer(pendulum(tmp_path / "full", *extra, policy=policy))
     full.run()
     with killed_in_iteration(3):
-        build_trainer(pendulum(tmp_path / "cut", policy=policy)).run()
-    resumed = build_trainer(pendulum(tmp_path / "cut", policy=policy))
+        build_trainer(pendulum(tmp_path / "cut", *extra, policy=policy)).run()
+    resumed = build_trainer(pendulum(tmp_path / "cut", *extra, policy=policy))
     resumed.run()
     assert resumed.state.env_steps == full.state.env_steps
+    assert resumed.state.lr_scale == full.state.lr_scale
     for k, v in params(full.policy).items():
         torch.testing.assert_close(params(resumed.policy)[k], v, rtol=0, atol=0, msg=k)
 

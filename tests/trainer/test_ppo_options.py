@@ -1,6 +1,6 @@
-"""What a PPO user expects from the trainer: early stopping on KL, a linear learning-rate decay,
-reward scaling, the standard diagnostics, and the task's own headline metric (return where the
-task defines no success), all on a tiny Pendulum run."""
+"""What a PPO user expects from the trainer: early stopping on KL, a linear learning-rate decay, the
+KL-adaptive learning rate (rsl_rl's), reward scaling, the standard diagnostics, and the task's own
+headline metric (return where the task defines no success), all on a tiny Pendulum run."""
 
 import json
 
@@ -10,7 +10,9 @@ import yaml
 
 pytest.importorskip("gymnasium", reason='the "gym" simulator needs gymnasium: pip install "mmrl[gym]"')
 
+from mmrl.config import ConfigError
 from mmrl.experiment import build_trainer, load_experiment
+from mmrl.trainer.trainer import kl_adaptive_scale
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -47,6 +49,39 @@ def test_linear_lr_decay_over_the_env_step_budget(tmp_path):
     _, rows = run(tmp_path, "trainer.lr_schedule=linear", "trainer.lr=0.003")
     # iterations start at 0, 16 and 32 of 48 env steps
     assert [r["train/lr"] for r in rows] == pytest.approx([0.003, 0.002, 0.001])
+
+
+def test_kl_adaptive_scale_by_hand():
+    # rsl_rl's rule around desired 0.01: above 0.02 divide by 1.5, below 0.005 (and above 0) multiply
+    assert kl_adaptive_scale(1.0, 0.03, 0.01) == pytest.approx(1 / 1.5)
+    assert kl_adaptive_scale(1.0, 0.004, 0.01) == pytest.approx(1.5)
+    for kl in (0.0, 0.005, 0.01, 0.02):  # no KL measured yet (ratio exactly 1), or inside the band
+        assert kl_adaptive_scale(0.7, kl, 0.01) == 0.7
+    assert kl_adaptive_scale(9.0, 0.0001, 0.01) == 10.0  # bounded: lr / 100 .. 10 x lr
+    assert kl_adaptive_scale(0.012, 1.0, 0.01) == 0.01
+
+
+@pytest.mark.parametrize(("desired", "scale"), [(1e3, 10.0), (1e-12, 0.01)])
+def test_adaptive_lr_follows_the_update_kl(tmp_path, desired, scale):
+    # every KL is far below (above) the target: the rate climbs (falls) to its bound and stays there
+    trainer, rows = run(tmp_path, "trainer.lr_schedule=adaptive", f"trainer.desired_kl={desired}", "trainer.lr=0.001")
+    assert trainer.state.lr_scale == scale
+    assert rows[-1]["train/lr"] == pytest.approx(0.001 * scale)
+    assert rows[0]["train/lr"] != pytest.approx(0.001)  # the first update already moved it
+
+
+@pytest.mark.parametrize(("schedule", "refused"), [("constant", False), ("adaptive", False), ("linear", True)])
+def test_a_longer_run_resumes_unless_the_rate_decays_over_its_length(schedule, refused):
+    from mmrl.trainer.run_folder import config_changes
+
+    saved = {"trainer": {"lr_schedule": schedule, "env_steps": 1000}}
+    longer = {"trainer": {"lr_schedule": schedule, "env_steps": 2000}}
+    assert bool(config_changes(saved, longer)) == refused
+
+
+def test_adaptive_lr_needs_ppo(tmp_path):
+    with pytest.raises(ConfigError, match="'trainer.lr_schedule' = 'adaptive'"):
+        load_experiment("configs/quickstart.yaml", ["trainer.lr_schedule=adaptive", "algorithm.objective=awm"])
 
 
 def test_diagnostics_and_return_as_the_headline(tmp_path, capsys):
