@@ -32,7 +32,9 @@ simulator's ``env_kwargs``: ``sim_kwargs``, which the trainer's warm start passe
 turn's conversation (the question with the small image) and the tool schemas -> ``<tool_call>`` of
 ``zoom`` at the object's centre, or its cell's with ``grid`` (each coordinate moved by up to
 ``jitter`` small-image pixels; with probability ``wrong_zoom`` at a uniformly random point
-instead: a noisy demonstrator), (b) that
+instead: a noisy demonstrator; question "color": with probability ``wrong_quarter`` at the centre of
+another quarter, drawn uniformly, and then answering the colour that crop shows: a sloppy
+demonstrator, consistent with what it sees, whom RL can outdo by zooming where it is asked), (b) that
 conversation, the call and the tool's crop -> the answer. With the zoom tool switched off
 (``env_kwargs: {offer_zoom: false}``, the no-tool baseline) one row per question: the question with
 the small image -> the answer. Extra keys: ``messages`` and ``tools``
@@ -97,6 +99,7 @@ def build(
     sim_kwargs: dict | None = None,
     question: str = "shape",
     balanced: bool = False,
+    wrong_quarter: float = 0.0,
 ) -> dict:
     """See the module docstring."""
     if question not in QUESTIONS:
@@ -107,10 +110,14 @@ def build(
         if balanced:
             raise ValueError("balanced cycles the asked colour: it needs question='color'")
         data = shape_questions(num_samples, split, seed, image_size, object_size, grid)
+    if wrong_quarter and question != "color":
+        raise ValueError("wrong_quarter zooms at another quarter's object: it needs question='color'")
     if demos:
-        return demonstrations(data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size, grid, question)
-    if jitter or wrong_zoom:
-        raise ValueError("jitter and wrong_zoom shape the demonstrations: set demos=True")
+        return demonstrations(
+            data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size, grid, question, wrong_quarter
+        )
+    if jitter or wrong_zoom or wrong_quarter:
+        raise ValueError("jitter, wrong_zoom and wrong_quarter shape the demonstrations: set demos=True")
     return data
 
 
@@ -251,6 +258,7 @@ def demonstrations(
     object_size: int,
     grid: int = 0,
     question: str = "shape",
+    wrong_quarter: float = 0.0,
 ) -> dict:
     """The SFT rows of ``data``'s questions (see the module docstring), in order: two per question
     (one where the environment offers no zoom tool)."""
@@ -259,8 +267,10 @@ def demonstrations(
 
     from mmrl.tools import CALL_CLOSE, CALL_OPEN
 
-    if jitter < 0 or not 0.0 <= wrong_zoom <= 1.0:
-        raise ValueError(f"jitter must be >= 0 and wrong_zoom in [0, 1], got {jitter}, {wrong_zoom}")
+    if jitter < 0 or not 0.0 <= wrong_zoom <= 1.0 or not 0.0 <= wrong_quarter <= 1.0:
+        raise ValueError(
+            f"jitter must be >= 0, wrong_zoom and wrong_quarter in [0, 1], got {jitter}, {wrong_zoom}, {wrong_quarter}"
+        )
     sim_kwargs = dict(sim_kwargs or {})
     if sim_kwargs.get("env", "zoom") != "zoom":
         raise ValueError(f"zoom_vqa demonstrations are for the zoom environment, not env {sim_kwargs['env']!r}")
@@ -281,6 +291,11 @@ def demonstrations(
         rng = random.Random(f"zoom_vqa-demos|{m['split']}|{seed}|{m['index']}")
         x0, y0, x1, y1 = m["box"]
         h, w = imgs[0].shape[:2]
+        said, looked = answer, m.get("quarter")
+        if wrong_quarter and rng.random() < wrong_quarter:  # a sloppy look at another quarter, read as it is
+            q = rng.choice([k for k in range(len(QUARTERS)) if QUARTERS[k] != m["quarter"]])
+            x0, y0 = (q % 2) * (image_size // 2), (q // 2) * (image_size // 2)  # in that quarter: its centre below
+            said, looked = m["colors"][q], QUARTERS[q]
         if grid:  # the centre of the object's cell
             cell = image_size // grid
             x, y = (int((v // cell + 0.5) * cell * size / image_size) for v in (x0, y0))
@@ -293,15 +308,15 @@ def demonstrations(
         call = f"{CALL_OPEN}\n{json.dumps({'name': 'zoom', 'arguments': {'x': x, 'y': y}})}\n{CALL_CLOSE}"
         first = env.reset({"prompt": prompt, "images": imgs, "videos": [], "meta": m, "solution": answer})
         if not tools:  # the zoom tool is off (the no-tool baseline): answer from the small image
-            rows = [(first, answer)]
+            rows = [(first, said)]
         else:
             second = [*first, {"role": "assistant", "content": call}]
             second += env.step(list(second)).messages
-            rows = [(first, call), (second, answer)]
+            rows = [(first, call), (second, said)]
         for turn, (messages, target) in enumerate(rows):
             out["prompt"].append(prompt)
             out["images"].append(imgs)
-            out["meta"].append({**m, "turn": turn, "zoom": [x, y]})
+            out["meta"].append({**m, "turn": turn, "zoom": [x, y], **({"looked": looked} if wrong_quarter else {})})
             out["solution"].append(target)
             out["messages"].append(messages)
             out["tools"].append(list(shown))

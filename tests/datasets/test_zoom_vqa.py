@@ -219,3 +219,32 @@ def test_the_color_demonstration_zooms_at_the_asked_quarter_and_its_crop_shows_t
         load_dataset(
             "zoom_vqa", num_samples=2, demos=True, sim_kwargs={"env": "zoom", "dataset_kwargs": {"grid": 2}}, **COLOR
         )
+
+
+def test_a_sloppy_demonstrator_looks_at_another_quarter_and_answers_what_its_crop_shows():
+    """``wrong_quarter``: some calls land at another quarter's centre, and the answer taught after
+    such a call is the colour of the object that crop shows (consistent with what it saw), not the
+    asked one; the others are the plain demonstrations, call for call."""
+    plain = load_dataset("zoom_vqa", num_samples=40, demos=True, sim_kwargs=COLOR_SIM, **COLOR)
+    demos = load_dataset("zoom_vqa", num_samples=40, demos=True, sim_kwargs=COLOR_SIM, wrong_quarter=0.5, **COLOR)
+    wrong = 0
+    for k, (call, said, m, messages) in enumerate(
+        zip(demos["solution"][::2], demos["solution"][1::2], demos["meta"][::2], demos["messages"][1::2])
+    ):
+        (c,) = parse_tool_calls(call)
+        q = int(c.arguments["x"] >= 8) + 2 * int(c.arguments["y"] >= 8)  # the quarter of the call (16 px overview)
+        assert [c.arguments["x"], c.arguments["y"]] == [4 + 8 * (q % 2), 4 + 8 * (q // 2)]
+        assert said == m["colors"][q] and m["looked"] == zoom.QUARTERS[q]
+        crop = messages[-1]["content"][0]["image"]
+        lit = crop.reshape(-1, 3)[crop.reshape(-1, 3).amax(-1) > 0]
+        at = {c: torch.tensor(rgb, dtype=torch.float32) for c, rgb in zoom._shapes.COLORS.items()}
+        hue = lit[0].float() / lit[0].float().max()  # the crop's one object, scaled away from its luma
+        assert min(at, key=lambda c: float((at[c] / at[c].max() - hue).abs().max())) == said
+        if zoom.QUARTERS[q] != m["quarter"]:
+            wrong += 1
+            assert said != m["answer"]
+        else:
+            assert said == m["answer"] and call == plain["solution"][2 * k]
+    assert 10 <= wrong <= 30
+    with pytest.raises(ValueError, match="wrong_quarter"):
+        load_dataset("zoom_vqa", num_samples=2, demos=True, wrong_quarter=0.5)  # the shape question
