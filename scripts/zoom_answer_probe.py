@@ -26,11 +26,13 @@ from mmrl.trainer.evaluation import load_checkpoint_policy  # noqa: E402
 
 calls: list[tuple[str, int, int, int]] = []  # (question, x, y, the small image's side)
 answers: list[tuple[str, str]] = []
+read: list[bool] = []  # per answer after a call: does it name the colour of the quarter the call looked at?
 _reset, _zoom, _step = te.ZoomEnv.reset, te.ZoomEnv.zoom, te.ZoomEnv.step
 
 
 def reset(self, record):
     self.probe_question, self.probe_solution = record["prompt"], record.get("solution")
+    self.probe_colors, self.probe_looked = (record.get("meta") or {}).get("colors"), None
     return _reset(self, record)
 
 
@@ -42,6 +44,7 @@ def zoom(self, x: int, y: int):
         y: row in the small image (0: top)
     """
     calls.append((self.probe_question, int(x), int(y), self.show_size))
+    self.probe_looked = 2 * (int(y) >= self.show_size // 2) + (int(x) >= self.show_size // 2)  # QUARTERS' order
     return _zoom(self, x, y)
 
 
@@ -52,6 +55,8 @@ def step(self, messages):
         last = " ".join(c.get("text", "") for c in last if isinstance(c, dict))
     if "tool_call" not in last:
         answers.append((self.probe_solution, last.strip()[:20]))
+        if self.probe_colors and self.probe_looked is not None:
+            read.append(self.probe_colors[self.probe_looked] in last.lower())
     return out
 
 
@@ -76,6 +81,9 @@ def main() -> None:
         want = ("left" if "left" in q else "right", "top" if "top" in q else "bottom")
         inside += want == ("left" if x < show // 2 else "right", "top" if y < show // 2 else "bottom")
     print(f"success {res['success_rate']:.4f}; calls {len(calls)}, inside the asked quarter {inside}")
+    print("calls at (x, y):", dict(collections.Counter((x, y) for _, x, y, _ in calls).most_common(8)))
+    if read:
+        print(f"answers naming the colour of the quarter the call looked at: {sum(read)} of {len(read)}")
     for (truth, said), n in sorted(collections.Counter(answers).items(), key=lambda kv: -kv[1]):
         print(f"{truth:>8} -> {said:<10} {n}")
 
