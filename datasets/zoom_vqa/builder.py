@@ -35,7 +35,10 @@ turn's conversation (the question with the small image) and the tool schemas -> 
 instead: a noisy demonstrator; question "color": with probability ``wrong_quarter`` at the centre of
 another quarter, drawn uniformly, and then answering the colour that crop shows: a sloppy
 demonstrator, consistent with what it sees, whom RL can outdo by zooming where it is asked), (b) that
-conversation, the call and the tool's crop -> the answer. With the zoom tool switched off
+conversation, the call and the tool's crop -> the answer (with probability ``guess_answer`` an answer
+drawn uniformly from the question's vocabulary, `COLORS` or `SHAPES`, instead: a demonstrator who
+shows the protocol, calling the tool and answering in one word, but not the reading, which RL has to
+learn from the reward). With the zoom tool switched off
 (``env_kwargs: {offer_zoom: false}``, the no-tool baseline) one row per question: the question with
 the small image -> the answer. Extra keys: ``messages`` and ``tools``
 per row; ``meta`` gains ``turn`` (0 or 1) and ``zoom`` ([x, y] of the call). The demonstrator's
@@ -100,6 +103,7 @@ def build(
     question: str = "shape",
     balanced: bool = False,
     wrong_quarter: float = 0.0,
+    guess_answer: float = 0.0,
 ) -> dict:
     """See the module docstring."""
     if question not in QUESTIONS:
@@ -114,10 +118,20 @@ def build(
         raise ValueError("wrong_quarter zooms at another quarter's object: it needs question='color'")
     if demos:
         return demonstrations(
-            data, seed, jitter, wrong_zoom, sim_kwargs, image_size, object_size, grid, question, wrong_quarter
+            data,
+            seed,
+            jitter,
+            wrong_zoom,
+            sim_kwargs,
+            image_size,
+            object_size,
+            grid,
+            question,
+            wrong_quarter,
+            guess_answer,
         )
-    if jitter or wrong_zoom or wrong_quarter:
-        raise ValueError("jitter, wrong_zoom and wrong_quarter shape the demonstrations: set demos=True")
+    if jitter or wrong_zoom or wrong_quarter or guess_answer:
+        raise ValueError("jitter, wrong_zoom, wrong_quarter and guess_answer shape the demonstrations: set demos=True")
     return data
 
 
@@ -259,6 +273,7 @@ def demonstrations(
     grid: int = 0,
     question: str = "shape",
     wrong_quarter: float = 0.0,
+    guess_answer: float = 0.0,
 ) -> dict:
     """The SFT rows of ``data``'s questions (see the module docstring), in order: two per question
     (one where the environment offers no zoom tool)."""
@@ -267,9 +282,10 @@ def demonstrations(
 
     from mmrl.tools import CALL_CLOSE, CALL_OPEN
 
-    if jitter < 0 or not 0.0 <= wrong_zoom <= 1.0 or not 0.0 <= wrong_quarter <= 1.0:
+    if jitter < 0 or not all(0.0 <= p <= 1.0 for p in (wrong_zoom, wrong_quarter, guess_answer)):
         raise ValueError(
-            f"jitter must be >= 0, wrong_zoom and wrong_quarter in [0, 1], got {jitter}, {wrong_zoom}, {wrong_quarter}"
+            f"jitter must be >= 0, wrong_zoom, wrong_quarter and guess_answer in [0, 1], got {jitter}, "
+            f"{wrong_zoom}, {wrong_quarter}, {guess_answer}"
         )
     sim_kwargs = dict(sim_kwargs or {})
     if sim_kwargs.get("env", "zoom") != "zoom":
@@ -305,6 +321,8 @@ def demonstrations(
         y = min(max(y + rng.randint(-jitter, jitter), 0), size - 1)
         if rng.random() < wrong_zoom:
             x, y = rng.randrange(size), rng.randrange(size)
+        if guess_answer and rng.random() < guess_answer:  # names a word of the vocabulary, not what it sees
+            said = rng.choice(COLORS if question == "color" else SHAPES)
         call = f"{CALL_OPEN}\n{json.dumps({'name': 'zoom', 'arguments': {'x': x, 'y': y}})}\n{CALL_CLOSE}"
         first = env.reset({"prompt": prompt, "images": imgs, "videos": [], "meta": m, "solution": answer})
         if not tools:  # the zoom tool is off (the no-tool baseline): answer from the small image
@@ -316,7 +334,8 @@ def demonstrations(
         for turn, (messages, target) in enumerate(rows):
             out["prompt"].append(prompt)
             out["images"].append(imgs)
-            out["meta"].append({**m, "turn": turn, "zoom": [x, y], **({"looked": looked} if wrong_quarter else {})})
+            extra = {**({"looked": looked} if wrong_quarter else {}), **({"said": said} if guess_answer else {})}
+            out["meta"].append({**m, "turn": turn, "zoom": [x, y], **extra})
             out["solution"].append(target)
             out["messages"].append(messages)
             out["tools"].append(list(shown))
