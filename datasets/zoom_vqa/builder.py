@@ -35,10 +35,11 @@ turn's conversation (the question with the small image) and the tool schemas -> 
 instead: a noisy demonstrator; question "color": with probability ``wrong_quarter`` at the centre of
 another quarter, drawn uniformly, and then answering the colour that crop shows: a sloppy
 demonstrator, consistent with what it sees, whom RL can outdo by zooming where it is asked), (b) that
-conversation, the call and the tool's crop -> the answer (with probability ``guess_answer`` an answer
-drawn uniformly from the question's vocabulary, `COLORS` or `SHAPES`, instead: a demonstrator who
-shows the protocol, calling the tool and answering in one word, but not the reading, which RL has to
-learn from the reward). With the zoom tool switched off
+conversation, the call and the tool's crop -> the answer (with probability ``guess_answer`` one such
+row per word of the question's vocabulary, `COLORS` or `SHAPES`, instead: a demonstrator who shows
+the protocol, calling the tool and answering in one word, but not the reading, so the policy SFT
+trains answers every word alike, however often it sees the question, and RL has to learn the
+reading from the reward). With the zoom tool switched off
 (``env_kwargs: {offer_zoom: false}``, the no-tool baseline) one row per question: the question with
 the small image -> the answer. Extra keys: ``messages`` and ``tools``
 per row; ``meta`` gains ``turn`` (0 or 1) and ``zoom`` ([x, y] of the call). The demonstrator's
@@ -321,20 +322,24 @@ def demonstrations(
         y = min(max(y + rng.randint(-jitter, jitter), 0), size - 1)
         if rng.random() < wrong_zoom:
             x, y = rng.randrange(size), rng.randrange(size)
-        if guess_answer and rng.random() < guess_answer:  # names a word of the vocabulary, not what it sees
-            said = rng.choice(COLORS if question == "color" else SHAPES)
+        saids = [said]
+        if guess_answer and rng.random() < guess_answer:  # every word of the vocabulary, one row each
+            saids = list(COLORS if question == "color" else SHAPES)
         call = f"{CALL_OPEN}\n{json.dumps({'name': 'zoom', 'arguments': {'x': x, 'y': y}})}\n{CALL_CLOSE}"
         first = env.reset({"prompt": prompt, "images": imgs, "videos": [], "meta": m, "solution": answer})
         if not tools:  # the zoom tool is off (the no-tool baseline): answer from the small image
-            rows = [(first, said)]
+            rows = [(0, first, s) for s in saids]
         else:
             second = [*first, {"role": "assistant", "content": call}]
             second += env.step(list(second)).messages
-            rows = [(first, call), (second, said)]
-        for turn, (messages, target) in enumerate(rows):
+            rows = [(0, first, call), *((1, second, s) for s in saids)]
+        for turn, messages, target in rows:
             out["prompt"].append(prompt)
             out["images"].append(imgs)
-            extra = {**({"looked": looked} if wrong_quarter else {}), **({"said": said} if guess_answer else {})}
+            extra = {
+                **({"looked": looked} if wrong_quarter else {}),
+                **({"guessed": len(saids) > 1} if guess_answer else {}),
+            }
             out["meta"].append({**m, "turn": turn, "zoom": [x, y], **extra})
             out["solution"].append(target)
             out["messages"].append(messages)

@@ -250,17 +250,30 @@ def test_a_sloppy_demonstrator_looks_at_another_quarter_and_answers_what_its_cro
         load_dataset("zoom_vqa", num_samples=2, demos=True, wrong_quarter=0.5)  # the shape question
 
 
-def test_a_guessing_demonstrator_keeps_the_protocol_and_names_a_random_word_of_the_vocabulary():
-    """``guess_answer``: the calls and conversations are the plain demonstrations', and some answers
-    are a word drawn from the question's vocabulary whatever the crop shows; at 0 nothing changes."""
+def test_a_guessing_demonstrator_keeps_the_protocol_and_teaches_every_word_of_the_vocabulary_alike():
+    """``guess_answer``: the calls and conversations are the plain demonstrations', and after some
+    calls the answer rows are one per colour, the same conversation each, so SFT can only learn to
+    answer every colour alike; the other questions keep their one true answer; at 0 nothing changes."""
     plain = load_dataset("zoom_vqa", num_samples=60, demos=True, sim_kwargs=COLOR_SIM, **COLOR)
     demos = load_dataset("zoom_vqa", num_samples=60, demos=True, sim_kwargs=COLOR_SIM, guess_answer=0.6, **COLOR)
-    assert demos["solution"][::2] == plain["solution"][::2]  # every call where the plain demonstrator's is
-    said, truth = demos["solution"][1::2], plain["solution"][1::2]
-    assert all(s in zoom._shapes.COLORS for s in said) and [m["said"] for m in demos["meta"][1::2]] == said
-    wrong = sum(s != t for s, t in zip(said, truth))
-    assert 20 <= wrong <= 45  # 0.6 x 60 guesses, a fifth of them right by chance: about 29 wrong
-    assert len(set(said)) == len(zoom._shapes.COLORS)
+    per_question: dict[int, list[int]] = {}
+    for k, m in enumerate(demos["meta"]):
+        per_question.setdefault(m["index"], []).append(k)
+    assert len(per_question) == 60
+    guessed = 0
+    for q, (rows, call) in enumerate(zip(per_question.values(), plain["solution"][::2])):
+        first, *answers = rows
+        assert demos["meta"][first]["turn"] == 0 and demos["solution"][first] == call
+        said = [demos["solution"][k] for k in answers]
+        if demos["meta"][first]["guessed"]:
+            guessed += 1
+            assert sorted(said) == sorted(zoom._shapes.COLORS)
+            for k in answers:
+                same(demos["messages"][k], demos["messages"][answers[0]])
+        else:
+            assert said == [plain["solution"][2 * q + 1]]
+        assert all(demos["meta"][k]["turn"] == 1 for k in answers)
+    assert 24 <= guessed <= 48  # 0.6 x 60
     none = load_dataset("zoom_vqa", num_samples=60, demos=True, sim_kwargs=COLOR_SIM, guess_answer=0.0, **COLOR)
     assert none["solution"] == plain["solution"] and none["meta"] == plain["meta"]
     with pytest.raises(ValueError, match="guess_answer"):
