@@ -33,8 +33,9 @@ turn's conversation (the question with the small image) and the tool schemas -> 
 ``zoom`` at the object's centre, or its cell's with ``grid`` (each coordinate moved by up to
 ``jitter`` small-image pixels; with probability ``wrong_zoom`` at a uniformly random point
 instead: a noisy demonstrator; question "color": with probability ``wrong_quarter`` at the centre of
-another quarter, drawn uniformly, and then answering the colour that crop shows: a sloppy
-demonstrator, consistent with what it sees, whom RL can outdo by zooming where it is asked), (b) that
+another quarter, drawn uniformly (``wrong_quarter_kind="any"``) or the one with left and right
+swapped ("mirror"), and then answering the colour that crop shows: a sloppy demonstrator,
+consistent with what it sees, whom RL can outdo by zooming where it is asked), (b) that
 conversation, the call and the tool's crop -> the answer (with probability ``guess_answer`` one such
 row per word of the question's vocabulary, `COLORS` or `SHAPES`, instead: a demonstrator who shows
 the protocol, calling the tool and answering in one word, but not the reading, so the policy SFT
@@ -77,6 +78,9 @@ LUMA = (110.0, 150.0)
 MARGIN = 3
 #: question "color": the quarters, row-major, as the question names them
 QUARTERS = ("top left", "top right", "bottom left", "bottom right")
+#: where ``wrong_quarter``'s sloppy call lands: "any" other quarter (uniformly), or the "mirror" one
+#: (left and right swapped: a demonstrator who confuses them)
+WRONG_QUARTER_KINDS = ("any", "mirror")
 
 
 def combos(split: str) -> list[tuple[str, str]]:
@@ -105,6 +109,7 @@ def build(
     balanced: bool = False,
     wrong_quarter: float = 0.0,
     guess_answer: float = 0.0,
+    wrong_quarter_kind: str = "any",
 ) -> dict:
     """See the module docstring."""
     if question not in QUESTIONS:
@@ -130,6 +135,7 @@ def build(
             question,
             wrong_quarter,
             guess_answer,
+            wrong_quarter_kind,
         )
     if jitter or wrong_zoom or wrong_quarter or guess_answer:
         raise ValueError("jitter, wrong_zoom, wrong_quarter and guess_answer shape the demonstrations: set demos=True")
@@ -275,6 +281,7 @@ def demonstrations(
     question: str = "shape",
     wrong_quarter: float = 0.0,
     guess_answer: float = 0.0,
+    wrong_quarter_kind: str = "any",
 ) -> dict:
     """The SFT rows of ``data``'s questions (see the module docstring), in order: two per question
     (one where the environment offers no zoom tool)."""
@@ -288,6 +295,8 @@ def demonstrations(
             f"jitter must be >= 0, wrong_zoom, wrong_quarter and guess_answer in [0, 1], got {jitter}, "
             f"{wrong_zoom}, {wrong_quarter}, {guess_answer}"
         )
+    if wrong_quarter_kind not in WRONG_QUARTER_KINDS:
+        raise ValueError(f"wrong_quarter_kind must be one of {WRONG_QUARTER_KINDS}, got {wrong_quarter_kind!r}")
     sim_kwargs = dict(sim_kwargs or {})
     if sim_kwargs.get("env", "zoom") != "zoom":
         raise ValueError(f"zoom_vqa demonstrations are for the zoom environment, not env {sim_kwargs['env']!r}")
@@ -310,7 +319,8 @@ def demonstrations(
         h, w = imgs[0].shape[:2]
         said, looked = answer, m.get("quarter")
         if wrong_quarter and rng.random() < wrong_quarter:  # a sloppy look at another quarter, read as it is
-            q = rng.choice([k for k in range(len(QUARTERS)) if QUARTERS[k] != m["quarter"]])
+            asked_q = QUARTERS.index(m["quarter"])
+            q = asked_q ^ 1 if wrong_quarter_kind == "mirror" else rng.choice([k for k in range(4) if k != asked_q])
             x0, y0 = (q % 2) * (image_size // 2), (q // 2) * (image_size // 2)  # in that quarter: its centre below
             said, looked = m["colors"][q], QUARTERS[q]
         if grid:  # the centre of the object's cell

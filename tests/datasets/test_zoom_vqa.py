@@ -250,6 +250,28 @@ def test_a_sloppy_demonstrator_looks_at_another_quarter_and_answers_what_its_cro
         load_dataset("zoom_vqa", num_samples=2, demos=True, wrong_quarter=0.5)  # the shape question
 
 
+def test_a_demonstrator_who_confuses_left_and_right_looks_at_the_mirrored_quarter():
+    """``wrong_quarter_kind="mirror"``: a sloppy call lands at the quarter with left and right swapped,
+    never elsewhere, and its answer is that crop's colour; the other calls are the plain ones."""
+    kw = {"num_samples": 40, "demos": True, "sim_kwargs": COLOR_SIM, **COLOR}
+    plain = load_dataset("zoom_vqa", **kw)
+    demos = load_dataset("zoom_vqa", wrong_quarter=0.5, wrong_quarter_kind="mirror", **kw)
+    mirrored = 0
+    for k, (call, said, m) in enumerate(zip(demos["solution"][::2], demos["solution"][1::2], demos["meta"][::2])):
+        (c,) = parse_tool_calls(call)
+        q = int(c.arguments["x"] >= 8) + 2 * int(c.arguments["y"] >= 8)
+        asked = zoom.QUARTERS.index(m["quarter"])
+        assert q in (asked, asked ^ 1) and said == m["colors"][q] and m["looked"] == zoom.QUARTERS[q]
+        if q != asked:
+            mirrored += 1
+            assert zoom.QUARTERS[q].split()[0] == m["quarter"].split()[0]  # the same row, the other side
+        else:
+            assert call == plain["solution"][2 * k]
+    assert 10 <= mirrored <= 30
+    with pytest.raises(ValueError, match="wrong_quarter_kind"):
+        load_dataset("zoom_vqa", wrong_quarter=0.5, wrong_quarter_kind="diagonal", **kw)
+
+
 def test_a_guessing_demonstrator_keeps_the_protocol_and_teaches_every_word_of_the_vocabulary_alike():
     """``guess_answer``: the calls and conversations are the plain demonstrations', and after some
     calls the answer rows are one per colour, the same conversation each, so SFT can only learn to
