@@ -21,18 +21,27 @@ sys.path.insert(0, str(ROOT))
 
 import simulators.tool_env as te  # noqa: E402
 from mmrl.experiment import build_trainer, load_experiment  # noqa: E402
-from mmrl.registry import SIMULATORS  # noqa: E402
+from mmrl.registry import SIMULATORS, adapter  # noqa: E402
 from mmrl.trainer.evaluation import load_checkpoint_policy  # noqa: E402
 
 calls: list[tuple[str, int, int, int]] = []  # (question, x, y, the small image's side)
 answers: list[tuple[str, str]] = []
 read: list[bool] = []  # per answer after a call: does it name the colour of the quarter the call looked at?
 _reset, _zoom, _step = te.ZoomEnv.reset, te.ZoomEnv.zoom, te.ZoomEnv.step
+QUARTERS = adapter("datasets.zoom_vqa.builder").QUARTERS
+
+
+def quarter(x: int, y: int, show: int) -> str:
+    """The quarter of the small image (side ``show``) holding point (x, y), named as questions name it."""
+    return f"{'top' if y < show // 2 else 'bottom'} {'left' if x < show // 2 else 'right'}"
 
 
 def reset(self, record):
     self.probe_question, self.probe_solution = record["prompt"], record.get("solution")
-    self.probe_colors, self.probe_looked = (record.get("meta") or {}).get("colors"), None
+    meta = record.get("meta") or {}
+    # the quarters' colours, in the dataset's row-major order of QUARTERS (zoom_vqa's colour question)
+    self.probe_colors = dict(zip(QUARTERS, meta["colors"])) if "colors" in meta else None
+    self.probe_looked = None
     return _reset(self, record)
 
 
@@ -44,7 +53,7 @@ def zoom(self, x: int, y: int):
         y: row in the small image (0: top)
     """
     calls.append((self.probe_question, int(x), int(y), self.show_size))
-    self.probe_looked = 2 * (int(y) >= self.show_size // 2) + (int(x) >= self.show_size // 2)  # QUARTERS' order
+    self.probe_looked = quarter(int(x), int(y), self.show_size)
     return _zoom(self, x, y)
 
 
@@ -78,8 +87,7 @@ def main() -> None:
     res = trainer.evaluate("probe")
     inside = 0
     for q, x, y, show in calls:
-        want = ("left" if "left" in q else "right", "top" if "top" in q else "bottom")
-        inside += want == ("left" if x < show // 2 else "right", "top" if y < show // 2 else "bottom")
+        inside += quarter(x, y, show) in q
     print(f"success {res['success_rate']:.4f}; calls {len(calls)}, inside the asked quarter {inside}")
     print("calls at (x, y):", dict(collections.Counter((x, y) for _, x, y, _ in calls).most_common(8)))
     if read:

@@ -283,8 +283,9 @@ def demonstrations(
     guess_answer: float = 0.0,
     wrong_quarter_kind: str = "any",
 ) -> dict:
-    """The SFT rows of ``data``'s questions (see the module docstring), in order: two per question
-    (one where the environment offers no zoom tool)."""
+    """The SFT rows of ``data``'s questions (see the module docstring), in order: two per question, the
+    call and the answer (no call where the environment offers no zoom tool; one answer row per word of
+    the vocabulary for a question ``guess_answer`` draws)."""
     import inspect
     import json
 
@@ -320,7 +321,8 @@ def demonstrations(
         said, looked = answer, m.get("quarter")
         if wrong_quarter and rng.random() < wrong_quarter:  # a sloppy look at another quarter, read as it is
             asked_q = QUARTERS.index(m["quarter"])
-            q = asked_q ^ 1 if wrong_quarter_kind == "mirror" else rng.choice([k for k in range(4) if k != asked_q])
+            others = [k for k in range(len(QUARTERS)) if k != asked_q]
+            q = asked_q ^ 1 if wrong_quarter_kind == "mirror" else rng.choice(others)  # ^ 1: the other column
             x0, y0 = (q % 2) * (image_size // 2), (q // 2) * (image_size // 2)  # in that quarter: its centre below
             said, looked = m["colors"][q], QUARTERS[q]
         if grid:  # the centre of the object's cell

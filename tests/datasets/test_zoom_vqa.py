@@ -221,6 +221,12 @@ def test_the_color_demonstration_zooms_at_the_asked_quarter_and_its_crop_shows_t
         )
 
 
+def called_quarter(call: str):
+    """The index in QUARTERS of the quarter a demonstrated call zooms at (16 px overview), and the call."""
+    (c,) = parse_tool_calls(call)
+    return int(c.arguments["x"] >= 8) + 2 * int(c.arguments["y"] >= 8), c
+
+
 def test_a_sloppy_demonstrator_looks_at_another_quarter_and_answers_what_its_crop_shows():
     """``wrong_quarter``: some calls land at another quarter's centre, and the answer taught after
     such a call is the colour of the object that crop shows (consistent with what it saw), not the
@@ -231,8 +237,7 @@ def test_a_sloppy_demonstrator_looks_at_another_quarter_and_answers_what_its_cro
     for k, (call, said, m, messages) in enumerate(
         zip(demos["solution"][::2], demos["solution"][1::2], demos["meta"][::2], demos["messages"][1::2])
     ):
-        (c,) = parse_tool_calls(call)
-        q = int(c.arguments["x"] >= 8) + 2 * int(c.arguments["y"] >= 8)  # the quarter of the call (16 px overview)
+        q, c = called_quarter(call)
         assert [c.arguments["x"], c.arguments["y"]] == [4 + 8 * (q % 2), 4 + 8 * (q // 2)]
         assert said == m["colors"][q] and m["looked"] == zoom.QUARTERS[q]
         crop = messages[-1]["content"][0]["image"]
@@ -258,8 +263,7 @@ def test_a_demonstrator_who_confuses_left_and_right_looks_at_the_mirrored_quarte
     demos = load_dataset("zoom_vqa", wrong_quarter=0.5, wrong_quarter_kind="mirror", **kw)
     mirrored = 0
     for k, (call, said, m) in enumerate(zip(demos["solution"][::2], demos["solution"][1::2], demos["meta"][::2])):
-        (c,) = parse_tool_calls(call)
-        q = int(c.arguments["x"] >= 8) + 2 * int(c.arguments["y"] >= 8)
+        q, _ = called_quarter(call)
         asked = zoom.QUARTERS.index(m["quarter"])
         assert q in (asked, asked ^ 1) and said == m["colors"][q] and m["looked"] == zoom.QUARTERS[q]
         if q != asked:
