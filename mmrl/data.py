@@ -121,6 +121,28 @@ def recorded_in(name: str) -> str | None:
     return getattr(module, "SIMULATOR", None)
 
 
+def concat_records(first: dict, second: dict) -> dict:
+    """The rows of two datasets of one builder as one dataset, ``first``'s rows first: lists and
+    tuples joined, tensors and arrays concatenated along rows. Any other value is a summary of a
+    dataset (a success rate, a meta dict) and is ``first``'s, not recomputed: the result is for
+    reading rows (e.g. `mmrl.policies.base.Policy.warm_start_batch`). Columns must match."""
+    if set(first) != set(second):
+        raise ValueError(f"datasets to join have different columns: {sorted(first)} and {sorted(second)}")
+    out: dict = {}
+    for key, a in first.items():
+        b = second[key]
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+            out[key] = [*a, *b]
+        elif getattr(a, "ndim", 0) > 0 and getattr(b, "ndim", 0) > 0:
+            import numpy as np
+            import torch
+
+            out[key] = torch.cat([a, b]) if isinstance(a, torch.Tensor) else np.concatenate([a, b])
+        else:
+            out[key] = a
+    return out
+
+
 def load_dataset(name: str, **kwargs: Any):
     """Build dataset ``name`` (see `mmrl list`) with the builder's keyword arguments; an argument it
     does not declare is a `ConfigError` naming the valid ones."""

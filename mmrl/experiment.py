@@ -318,6 +318,11 @@ class WarmStartConfig:
     # finishes the `steps` (the run's own weights are candidate 0, the others are built under derived seeds)
     candidates: int = 1
     candidate_steps: int | None = None  # None: 3/8 of `steps` (300 of 800), at least 1
+    # fresh examples of `dataset` (built as the training ones, under a derived seed: never trained on)
+    # on which the warm start's mean loss is logged and, with candidates > 1, the candidates are scored
+    # (lowest kept) instead of by their own training loss. A pretrained policy's candidates, which
+    # start from the same weights, differ in the order of their batches: they need held_in > 0
+    held_in: int = 0
     kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
     def steps_per_candidate(self) -> int:
@@ -325,7 +330,8 @@ class WarmStartConfig:
         return self.candidate_steps if self.candidate_steps is not None else max(1, self.steps * 3 // 8)
 
     def validate(self) -> None:
-        check_range(self, {"num_episodes": ">=1", "steps": ">=0", "batch_size": ">=1", "lr": ">0", "candidates": ">=1"})
+        ranges = {"num_episodes": ">=1", "steps": ">=0", "batch_size": ">=1", "lr": ">0", "candidates": ">=1"}
+        check_range(self, {**ranges, "held_in": ">=0"})
         if not 0 <= self.warmup_steps < max(self.steps, 1):
             raise ConfigError(f"'warmup_steps' = {self.warmup_steps} must be >= 0 and below 'steps' ({self.steps})")
         if self.candidate_steps is not None and not 1 <= self.candidate_steps <= max(self.steps, 1):
@@ -335,6 +341,30 @@ class WarmStartConfig:
             )
         if self.dataset is not None:
             check_dataset_choice("dataset", self.dataset, self.kwargs)
+        if self.held_in:
+            self.check_held_in()
+
+    def check_held_in(self) -> None:
+        """``held_in`` draws fresh examples through the builder's seed: refuse a dataset without one
+        (it would give the training examples again) or a seed fixed in ``kwargs``."""
+        from mmrl.data import dataset_arguments
+
+        if self.dataset is None:
+            raise ConfigError(
+                f"'held_in' = {self.held_in} scores the warm start on fresh examples of warm_start.dataset, "
+                "which is unset: set held_in=0"
+            )
+        if "seed" in self.kwargs:
+            raise ConfigError(
+                f"'held_in' = {self.held_in} draws fresh examples of '{self.dataset}' under a seed derived from "
+                "run.seed, but warm_start.kwargs fixes 'seed': remove it (the run's seed is passed), or set held_in=0"
+            )
+        valid = dataset_arguments(self.dataset)
+        if valid is not None and "seed" not in valid:
+            raise ConfigError(
+                f"'held_in' = {self.held_in}: dataset '{self.dataset}' takes no seed, so it cannot draw examples "
+                "the warm start has not seen: set held_in=0 (or hold out part of your data yourself)"
+            )
 
 
 @dataclass

@@ -130,6 +130,9 @@ class Trainer:
         #: builds the configured policy again (its initial weights are drawn from the global torch
         #: RNG): the warm start's other candidates (`warm_start.candidates`)
         self.policy_factory = policy_factory
+        #: whether it builds the same weights every time (pretrained): the candidates then differ in
+        #: their batches only (`candidate_weights`)
+        self.same_weights = False
         #: the reward stage (`mmrl.trainer.reward_stage.RewardStage`): the reward model scoring each
         #: decision, in training and evaluation rollouts alike; None = the task reward alone
         self.reward_stage = reward
@@ -375,7 +378,12 @@ class Trainer:
         self.state.warm_started = True
         self.save()
 
-    def load_records(self, name: str, num: int, kwargs: dict) -> dict:
+    def held_in_records(self, ws) -> dict:
+        """``ws.held_in`` fresh examples of the warm-start dataset: built as the training ones
+        (`load_records`), under the seed `run_seed`(seed, "held_in") instead of the run's."""
+        return self.load_records(ws.dataset, ws.held_in, ws.kwargs, seed=run_seed(self.cfg.run.seed, "held_in"))
+
+    def load_records(self, name: str, num: int, kwargs: dict, seed: int | None = None) -> dict:
         """``num`` examples of the registered dataset ``name``, built with ``kwargs`` and the context
         its builder declares: demonstrations recorded in the simulator the RL runs in, configured as
         it is (image size, time limit, ...), when the dataset records in that simulator; ``kwargs``
@@ -387,7 +395,7 @@ class Trainer:
             name,
             num_episodes=num,
             num_samples=num,
-            seed=self.cfg.run.seed,
+            seed=self.cfg.run.seed if seed is None else seed,
             chunk_size=self.policy.chunk_size,
             **({"sim_kwargs": dict(self.cfg.sim.kwargs)} if same_sim else {}),
         )
@@ -396,14 +404,42 @@ class Trainer:
     def supervised(self, data: dict, ws) -> None:
         """``ws.steps`` of supervised training on ``data``; with ``ws.candidates`` > 1 the first
         ``ws.steps_per_candidate()`` of them are run from each initialisation, and the one whose loss
-        is lowest (`candidate_score`) finishes them."""
-        batch = self.policy.warm_start_batch(data)
+        is lowest (`candidate_score`, or the held-in loss with ``ws.held_in``) finishes them. With
+        ``ws.held_in`` the final held-in loss is logged (``warm_start/held_in_loss``)."""
+        batch, held = self.warm_start_batches(data, ws)
         if ws.candidates > 1 and ws.steps:
-            run = self.choose_initialisation(batch, ws)
+            run = self.choose_initialisation(batch, ws, held)
         else:
             run = self.start_supervised(batch, ws)
         self.supervised_steps(batch, ws, run, ws.steps, "warm_start", phase_offset=0)
         run.opt.zero_grad(set_to_none=True)  # no warm-start gradient may reach the RL engine's first step
+        if held is not None:
+            loss = self.held_in_loss(held, ws)
+            self.log_line(f"warm start: held-in loss {loss:.4f} on {held.size} rows of {ws.held_in} fresh examples")
+            self.logger.log(0, {"warm_start/held_in_loss": loss}, phase="warm_start", phase_step=ws.steps)
+
+    def warm_start_batches(self, data: dict, ws) -> tuple[Batch, Batch | None]:
+        """The training rows of ``data`` and, with ``ws.held_in``, the rows of the held-in examples
+        (`held_in_records`). Both come from one `warm_start_batch` call on the joined datasets (a
+        policy may keep the dataset its rows index, as the VLM policy does), the training rows first."""
+        if not ws.held_in:
+            return self.policy.warm_start_batch(data), None
+        from mmrl.data import concat_records
+
+        n = self.policy.warm_start_batch(data).size
+        both = self.policy.warm_start_batch(concat_records(data, self.held_in_records(ws)))
+        return both.index(slice(0, n)), both.index(slice(n, None))
+
+    @torch.no_grad()
+    def held_in_loss(self, held: Batch, ws) -> float:
+        """The policy's mean supervised loss over the held-in rows (in eval mode, in batches of
+        ``ws.batch_size``), the same on every rank."""
+        self.policy.eval()
+        total = 0.0
+        for start in range(0, held.size, ws.batch_size):
+            rows = held.index(slice(start, start + ws.batch_size)).to(self.device)
+            total += self.policy.supervised_loss(rows).sum().item()
+        return distributed.mean(total / held.size)
 
     def start_supervised(self, batch: Batch, ws, candidate: int = 0) -> SupervisedRun:
         """The supervised run at step 0 from the policy's current weights: statistics from the
@@ -439,14 +475,17 @@ class Trainer:
         run.step = end
         return torch.stack(losses).tolist() if losses else []
 
-    def choose_initialisation(self, batch: Batch, ws) -> SupervisedRun:
+    def choose_initialisation(self, batch: Batch, ws, held: Batch | None = None) -> SupervisedRun:
         """Train ``ws.candidates`` initialisations for ``ws.steps_per_candidate()`` steps each, and
         go on from the one with the lowest `candidate_score`: whether the warm start succeeds is a
         lottery of its initial weights (README, issue 33), and the loss tells the failing ones
         early. Candidate 0 is the policy as built, on the run's own streams (keeping it gives the
         run without candidates exactly); candidate k > 0 is built again under the derived seed
-        `run_seed`(seed, "init", k) and draws its own batches and noise (`start_supervised`). The
-        choice is in the state (``warm_start_candidate``, ``warm_start_scores``) and the log."""
+        `run_seed`(seed, "init", k) and draws its own batches and noise (`start_supervised`). With
+        ``held`` (rows of ``ws.held_in`` fresh examples) the score is the loss on them instead
+        (`held_in_loss`), and a pretrained policy's candidates, whose weights are the same, differ in
+        their batches and noise alone. The choice is in the state (``warm_start_candidate``,
+        ``warm_start_scores``) and the log."""
         if self.policy_factory is None:
             raise UserError(
                 f"warm_start.candidates = {ws.candidates} needs the trainer to build the policy again "
@@ -455,9 +494,10 @@ class Trainer:
         own = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
         best: tuple | None = None  # (score, k, snapshot of the policy, optimizer, schedule and streams)
         scores = []
-        second = self.candidate_weights(1, own)  # before any step: a pretrained policy is refused here
+        second = self.candidate_weights(1, own, held is not None)  # before any step: may refuse a pretrained policy
         for k in range(ws.candidates):
-            self.policy.load_state_dict(own if k == 0 else second if k == 1 else self.candidate_weights(k, own))
+            weights = own if k == 0 else second if k == 1 else self.candidate_weights(k, own, held is not None)
+            self.policy.load_state_dict(weights)
             run = self.start_supervised(batch, ws, candidate=k)
             losses = self.supervised_steps(
                 batch,
@@ -467,7 +507,8 @@ class Trainer:
                 f"warm_start_candidate_{k}",
                 phase_offset=(ws.candidates - k) * ws.steps,
             )
-            score = distributed.mean(candidate_score(losses))  # every rank keeps the same one
+            # every rank keeps the same one
+            score = self.held_in_loss(held, ws) if held is not None else distributed.mean(candidate_score(losses))
             scores.append(score)
             if best is None or score < best[0]:
                 best = (score, k, run.snapshot(self.policy))
@@ -475,9 +516,14 @@ class Trainer:
         _, chosen, snap = best
         self.state.warm_start_candidate, self.state.warm_start_scores = chosen, scores
         shown = " / ".join(f"{s:.4f}" for s in scores)
+        scored = (
+            f"held-in loss on {ws.held_in} fresh examples after {ws.steps_per_candidate()} steps"
+            if held is not None
+            else f"mean loss over the last third of {ws.steps_per_candidate()} steps"
+        )
         self.log_line(
-            f"warm start: kept initialisation {chosen} of {ws.candidates} (mean loss over the last third of "
-            f"{ws.steps_per_candidate()} steps: {shown}); it trains on to step {ws.steps}"
+            f"warm start: kept {'candidate' if self.same_weights else 'initialisation'} {chosen} of {ws.candidates} "
+            f"({scored}: {shown}); it trains on to step {ws.steps}"
         )
         self.logger.log(
             -ws.steps - 1,
@@ -487,10 +533,13 @@ class Trainer:
         )
         return SupervisedRun.restore(self.policy, ws, snap)
 
-    def candidate_weights(self, k: int, own: dict) -> dict:
+    def candidate_weights(self, k: int, own: dict, held_in: bool = False) -> dict:
         """Initial weights of candidate ``k`` > 0: the policy built again under a seed derived from
-        the run's, without moving the global RNG; an error if they equal the run's own (a policy
-        loaded from pretrained weights has nothing to choose between)."""
+        the run's, without moving the global RNG. Where they equal the run's own (a policy loaded
+        from pretrained weights), ``own`` when candidates are scored held-in (they then differ in
+        their batches), else an error: their training losses would choose by noise."""
+        if self.same_weights:
+            return own
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(run_seed(self.cfg.run.seed, "init", k))
             fresh = self.policy_factory()
@@ -498,9 +547,13 @@ class Trainer:
         del fresh
         trained = [n for n, p in self.policy.named_parameters() if p.requires_grad]
         if all(torch.equal(weights[n], own[n]) for n in trained if n in weights):
+            if held_in:
+                self.same_weights = True
+                return own
             raise UserError(
                 f"warm_start.candidates = {self.cfg.warm_start.candidates}, but policy '{self.cfg.policy.type}' "
-                "builds the same trainable weights under every seed (pretrained): set warm_start.candidates=1"
+                "builds the same trainable weights under every seed (pretrained): set warm_start.held_in (e.g. 32) to "
+                "score candidates that differ in their batches on fresh examples, or warm_start.candidates=1"
             )
         return weights
 
@@ -826,9 +879,9 @@ def _quiet(line: str) -> None:
 
 
 def run_seed(seed: int, purpose: str, index: int = 0) -> int:
-    """The seed of a run's ``purpose`` ("rl", "warm_start", "eval", "update", "init") at ``index``:
+    """The seed of a run's ``purpose`` ("rl", "warm_start", "eval", "update", "init", "held_in") at ``index``:
     a pure function of ``run.seed``."""
-    offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3, "init": 4}[purpose]
+    offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3, "init": 4, "held_in": 5}[purpose]
     return seed * 7919 + offset * 104729 + index
 
 

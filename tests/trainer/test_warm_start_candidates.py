@@ -127,10 +127,66 @@ def test_candidate_steps_default_to_three_eighths_and_must_fit_the_warm_start(tm
         tiny_cfg(tmp_path, *WARM, "warm_start.candidates=3", "warm_start.candidate_steps=10")
 
 
-def test_a_policy_that_builds_the_same_weights_under_every_seed_is_refused(tmp_path):
-    trainer = build_trainer(tiny_cfg(tmp_path, *WARM, *candidates(3)))
+def pretrained(trainer: Trainer) -> Trainer:
+    """``trainer`` whose policy factory gives the same weights again, as a pretrained checkpoint does."""
     built = copy.deepcopy(trainer.policy)
-    trainer.policy_factory = lambda: copy.deepcopy(built)  # the same weights again, as a pretrained checkpoint
-    with pytest.raises(UserError, match="same trainable weights under every seed.*warm_start.candidates=1"):
+    trainer.policy_factory = lambda: copy.deepcopy(built)
+    return trainer
+
+
+def test_a_policy_that_builds_the_same_weights_under_every_seed_is_refused(tmp_path):
+    trainer = pretrained(build_trainer(tiny_cfg(tmp_path, *WARM, *candidates(3))))
+    with pytest.raises(UserError, match="same trainable weights under every seed.*held_in.*warm_start.candidates=1"):
         trainer.run()
     assert not any("candidate" in line for line in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines())
+
+
+HELD = "warm_start.held_in=6"
+
+
+def test_held_in_examples_are_fresh_and_outside_the_training_rows(tmp_path):
+    trainer = build_trainer(tiny_cfg(tmp_path, *WARM, HELD))
+    ws = trainer.cfg.warm_start
+    train = trainer.load_records(ws.dataset, ws.num_episodes, ws.kwargs)
+    held = trainer.held_in_records(ws)
+    assert len(held["episode_success"]) == 6 and len(train["episode_success"]) == ws.num_episodes == 4
+    assert not any(torch.equal(a, b) for a in held["image"] for b in train["image"])  # other scenes
+    batch, rows = trainer.warm_start_batches(train, ws)
+    assert batch.size == len(train["actions"]) and rows is not None and rows.size == len(held["actions"])
+    assert torch.equal(batch["actions"], train["actions"].float())
+    assert torch.equal(rows["actions"], held["actions"].float())
+
+
+def test_candidates_are_scored_by_their_held_in_loss(tmp_path, monkeypatch):
+    monkeypatch.setattr(trainer_module, "candidate_score", lambda losses: pytest.fail("scored by the training loss"))
+    seen: list[float] = []
+    real = Trainer.held_in_loss
+
+    def recording(self, held, ws):
+        seen.append(real(self, held, ws))
+        return seen[-1]
+
+    monkeypatch.setattr(Trainer, "held_in_loss", recording)
+    trainer = warm(tmp_path, *candidates(3), HELD)
+    scores = trainer.state.warm_start_scores
+    assert scores == seen[:3] and len(set(scores)) == 3  # then once more: the final held-in loss
+    assert trainer.state.warm_start_candidate == min(range(3), key=scores.__getitem__)
+    logged = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    final = [r["warm_start/held_in_loss"] for r in logged if "warm_start/held_in_loss" in r]
+    assert final == [seen[3]] and len(seen) == 4
+
+
+def test_a_pretrained_policy_s_candidates_differ_in_their_batches_when_scored_held_in(tmp_path):
+    trainer = pretrained(build_trainer(tiny_cfg(tmp_path, *WARM, *candidates(3), HELD)))
+    start = params(trainer.policy)
+    trainer.run()
+    scores = trainer.state.warm_start_scores
+    assert trainer.same_weights and len(set(scores)) == 3  # same start, other batches: other ends
+    assert not same(params(trainer.policy), start)
+
+
+def test_held_in_needs_a_seed_it_can_vary(tmp_path):
+    with pytest.raises(ConfigError, match="'held_in' = 6 .* fixes 'seed'"):
+        tiny_cfg(tmp_path, *WARM, HELD, "warm_start.kwargs={seed: 3}")
+    with pytest.raises(ConfigError, match="'held_in' = 6 .* which is unset"):
+        tiny_cfg(tmp_path, *WARM, HELD, "warm_start.dataset=null")
