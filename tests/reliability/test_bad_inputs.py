@@ -57,6 +57,11 @@ CLI_CASES = [
         ["train", *QUICK, "warm_start.candidate_steps=10"],
         ["'candidate_steps' = 10", "1 <= candidate_steps <= steps"],
     ),
+    (
+        "warm_start.held_in=8 with a fixed seed",
+        ["train", *QUICK, "warm_start.held_in=8", "warm_start.kwargs={seed: 3}"],
+        ["'held_in' = 8", "fixes 'seed'"],
+    ),
     ("run.device=cuda without CUDA", ["train", *QUICK, "run.device=cuda"], ["run.device = 'cuda'", "run.device=cpu"]),
     (
         "eval with run.device=cuda without CUDA",
