@@ -323,6 +323,9 @@ class WarmStartConfig:
     # (lowest kept) instead of by their own training loss. A pretrained policy's candidates, which
     # start from the same weights, differ in the order of their batches: they need held_in > 0
     held_in: int = 0
+    # builder arguments of the held-in examples over `kwargs` (e.g. the demonstrator you want where
+    # the training one is sloppy: the candidates are then scored on the behaviour RL is to reach)
+    held_in_kwargs: dict[str, Any] = field(default_factory=dict)
     kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
 
     def steps_per_candidate(self) -> int:
@@ -343,6 +346,8 @@ class WarmStartConfig:
             check_dataset_choice("dataset", self.dataset, self.kwargs)
         if self.held_in:
             self.check_held_in()
+        elif self.held_in_kwargs:
+            raise ConfigError("'held_in_kwargs' builds the held-in examples, but held_in = 0: set held_in (e.g. 32)")
 
     def check_held_in(self) -> None:
         """``held_in`` draws fresh examples through the builder's seed: refuse a dataset without one
@@ -354,7 +359,7 @@ class WarmStartConfig:
                 f"'held_in' = {self.held_in} scores the warm start on fresh examples of warm_start.dataset, "
                 "which is unset: set held_in=0"
             )
-        if "seed" in self.kwargs:
+        if "seed" in self.kwargs or "seed" in self.held_in_kwargs:
             raise ConfigError(
                 f"'held_in' = {self.held_in} draws fresh examples of '{self.dataset}' under a seed derived from "
                 "run.seed, but warm_start.kwargs fixes 'seed': remove it (the run's seed is passed), or set held_in=0"
@@ -365,6 +370,7 @@ class WarmStartConfig:
                 f"'held_in' = {self.held_in}: dataset '{self.dataset}' takes no seed, so it cannot draw examples "
                 "the warm start has not seen: set held_in=0 (or hold out part of your data yourself)"
             )
+        check_dataset_choice("held_in_kwargs", self.dataset, {**self.kwargs, **self.held_in_kwargs})
 
 
 @dataclass

@@ -380,8 +380,10 @@ class Trainer:
 
     def held_in_records(self, ws) -> dict:
         """``ws.held_in`` fresh examples of the warm-start dataset: built as the training ones
-        (`load_records`), under the seed `run_seed`(seed, "held_in") instead of the run's."""
-        return self.load_records(ws.dataset, ws.held_in, ws.kwargs, seed=run_seed(self.cfg.run.seed, "held_in"))
+        (`load_records`, ``ws.held_in_kwargs`` over ``ws.kwargs``), under the seed
+        `run_seed`(seed, "held_in") instead of the run's."""
+        kwargs = {**ws.kwargs, **ws.held_in_kwargs}
+        return self.load_records(ws.dataset, ws.held_in, kwargs, seed=run_seed(self.cfg.run.seed, "held_in"))
 
     def load_records(self, name: str, num: int, kwargs: dict, seed: int | None = None) -> dict:
         """``num`` examples of the registered dataset ``name``, built with ``kwargs`` and the context

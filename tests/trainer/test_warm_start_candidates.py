@@ -190,3 +190,17 @@ def test_held_in_needs_a_seed_it_can_vary(tmp_path):
         tiny_cfg(tmp_path, *WARM, HELD, "warm_start.kwargs={seed: 3}")
     with pytest.raises(ConfigError, match="'held_in' = 6 .* which is unset"):
         tiny_cfg(tmp_path, *WARM, HELD, "warm_start.dataset=null")
+
+
+def test_held_in_examples_take_their_own_builder_arguments(tmp_path):
+    """``held_in_kwargs`` over ``kwargs``: e.g. the demonstrator RL is to reach, where the trained one is sloppy."""
+    same_demonstrator = build_trainer(tiny_cfg(tmp_path / "a", *WARM, HELD))
+    faster = build_trainer(tiny_cfg(tmp_path / "b", *WARM, HELD, "warm_start.held_in_kwargs={expert_speed: 1.0}"))
+    assert faster.cfg.warm_start.kwargs == same_demonstrator.cfg.warm_start.kwargs  # training rows unchanged
+    slow = same_demonstrator.held_in_records(same_demonstrator.cfg.warm_start)["actions"]
+    fast = faster.held_in_records(faster.cfg.warm_start)["actions"]
+    assert slow.abs().mean() < fast.abs().mean()  # the first actions of a demonstrator at full speed are larger
+    with pytest.raises(ConfigError, match="'held_in_kwargs' builds the held-in examples, but held_in = 0"):
+        tiny_cfg(tmp_path, *WARM, "warm_start.held_in_kwargs={expert_speed: 1.0}")
+    with pytest.raises(ConfigError, match="expert_sped"):
+        tiny_cfg(tmp_path, *WARM, HELD, "warm_start.held_in_kwargs={expert_sped: 1.0}")
