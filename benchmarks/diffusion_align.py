@@ -195,6 +195,44 @@ def baselines(trainer, demo: Demo) -> dict:
     }
 
 
+def pretraining_key(cfg) -> str:
+    """A fingerprint of what the pretrained generator depends on: the run's seed and the resolved
+    policy, simulator and warm-start sections (not the RL settings, which a sweep varies)."""
+    import dataclasses
+    import hashlib
+
+    parts = {"seed": cfg.run.seed, **{k: dataclasses.asdict(getattr(cfg, k)) for k in ("policy", "sim", "warm_start")}}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def pretrain(seed: int, common: list[str], args, demo: Demo) -> tuple[dict, float, bool]:
+    """The seed's pretrained generator weights, the seconds its pretraining took and whether they
+    were reused. Each is saved
+    as ``<output_dir>/pretrained/seed<s>-<key>.safetensors`` (`pretraining_key`); with
+    ``--reuse-pretrained`` a file of the same key is loaded instead of pretraining again (its
+    seconds are the ones it took then)."""
+    from mmrl.experiment import build_trainer, load_experiment
+    from mmrl.utils.weights import load_weights, save_weights
+
+    t0 = time.time()
+    cfg = load_experiment(ROOT / demo.configs["flow_grpo"], [*common, "run.name=pretrain"])
+    cache = Path(args.output_dir) / "pretrained" / f"seed{seed}-{pretraining_key(cfg)}.safetensors"
+    if args.reuse_pretrained and cache.is_file():
+        weights, meta = load_weights(cache)
+        print(f"[seed {seed}] reused {cache} (pretrained in {meta['pretrain_s']} s)", flush=True)
+        return weights, float(meta["pretrain_s"]), True
+    pre = build_trainer(cfg)
+    pre.warm_start()
+    pretrained = {k: v.detach().clone() for k, v in pre.policy.gen.state_dict().items()}
+    pretrain_s = time.time() - t0
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(".partial")
+    save_weights(pretrained, partial, {"pretrain_s": f"{pretrain_s:.1f}"})
+    partial.replace(cache)  # a kill while writing leaves no file that looks complete
+    print(f"[seed {seed}] pretrained the generator in {pretrain_s:.0f} s (saved as {cache})", flush=True)
+    return pretrained, pretrain_s, False
+
+
 def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
     """Pretrain, then each of ``args.methods`` from the same weights; the seed's figures and protocol."""
     from mmrl.experiment import build_trainer, load_experiment
@@ -208,12 +246,7 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
         f"trainer.checkpoint_every={args.iterations}",
         *args.set,
     ]
-    t0 = time.time()
-    pre = build_trainer(load_experiment(ROOT / demo.configs["flow_grpo"], [*common, "run.name=pretrain"]))
-    pre.warm_start()
-    pretrained = {k: v.clone() for k, v in pre.policy.gen.state_dict().items()}
-    pretrain_s = time.time() - t0
-    print(f"[seed {seed}] pretrained the generator in {pretrain_s:.0f} s", flush=True)
+    pretrained, pretrain_s, reused = pretrain(seed, common, args, demo)
     curves, finals, protocol = {}, {}, {}
     methods = args.methods
     for name in methods:
@@ -261,7 +294,8 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
     print(
         f"[seed {seed}] reward gain over the pretrained generator: {gains}; load {os.getloadavg()[0]:.2f}\n", flush=True
     )
-    run.update(level=round(level, 4) if risen else None, pretrain_s=round(pretrain_s, 1), curves=curves)
+    run.update(level=round(level, 4) if risen else None, pretrain_s=round(pretrain_s, 1), pretrain_reused=reused)
+    run.update(curves=curves)
     return run, {**protocol["flow_grpo"], **protocol["baselines"]}
 
 
@@ -321,6 +355,12 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
         "--methods", default="awm,nft", help="likelihood-free methods run beside Flow-GRPO (awm, nft; default both)"
     )
     parser.add_argument("--output-dir", default=demo.output_dir)
+    parser.add_argument(
+        "--reuse-pretrained",
+        action="store_true",
+        help="load each seed's pretrained generator saved by an earlier run with the same pretraining settings "
+        "(<output-dir>/pretrained/, named by a fingerprint of them) instead of pretraining again (RL sweeps)",
+    )
     parser.add_argument(
         "--cost-steps",
         default="",
@@ -399,6 +439,7 @@ def seed_figures(args, demo: Demo) -> dict:
     out = {"seeds": args.seed_list, "split": args.split}
     for key in per_seed_keys(args.methods):
         out.update(summary(runs, key))
+    out["pretrain_reused"] = [r["pretrain_reused"] for r in runs]  # then pretrain_s is the saved figure
     print(
         f"{out['split']} reward over {args.seeds} seeds ({protocol['eval_prompts']} {out['split']} prompts x "
         f"{protocol['per_prompt']} = {protocol['eval_episodes']} {demo.samples} per evaluation, "

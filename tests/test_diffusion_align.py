@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,3 +64,24 @@ def test_the_time_to_flow_grpos_final_reward_is_a_fraction_of_its_run(bench):
     assert bench.fraction_to_final(fast, grpo) == pytest.approx(10 * (0.2 / 0.25) / 20, abs=1e-3)
     assert bench.fraction_to_final(grpo, grpo) == 1.0
     assert bench.fraction_to_final(never, grpo) is None
+
+
+def test_a_pretrained_generator_is_reused_only_under_the_same_pretraining_settings(bench, tmp_path, monkeypatch):
+    """--reuse-pretrained loads the seed's saved generator (no pretraining) while the pretraining
+    settings are unchanged; an RL setting does not change the key, a warm-start one does."""
+    import argparse
+
+    import mmrl.experiment
+
+    args = argparse.Namespace(output_dir=str(tmp_path), reuse_pretrained=True)
+    common = [f"run.output_dir={tmp_path}", "trainer.resume=false", "trainer.iterations=2", *bench.SMOKE]
+    first, _, reused = bench.pretrain(0, common, args, bench.IMAGES)
+    (saved,) = (tmp_path / "pretrained").glob("seed0-*.safetensors")
+    real = mmrl.experiment.build_trainer
+    monkeypatch.setattr(mmrl.experiment, "build_trainer", lambda cfg: pytest.fail("pretrained again"))
+    again, seconds, reused_now = bench.pretrain(0, [*common, "trainer.iterations=9"], args, bench.IMAGES)
+    assert not reused and reused_now and seconds >= 0 and again.keys() == first.keys()
+    assert all(torch.equal(again[k], first[k]) for k in first)
+    monkeypatch.setattr(mmrl.experiment, "build_trainer", real)
+    bench.pretrain(0, [*common, "warm_start.steps=2"], args, bench.IMAGES)  # another key: pretrained
+    assert len(list((tmp_path / "pretrained").glob("seed0-*.safetensors"))) == 2 and saved.is_file()
