@@ -130,9 +130,6 @@ class Trainer:
         #: builds the configured policy again (its initial weights are drawn from the global torch
         #: RNG): the warm start's other candidates (`warm_start.candidates`)
         self.policy_factory = policy_factory
-        #: whether it builds the same weights every time (pretrained): the candidates then differ in
-        #: their batches only (`candidate_weights`)
-        self.same_weights = False
         #: the reward stage (`mmrl.trainer.reward_stage.RewardStage`): the reward model scoring each
         #: decision, in training and evaluation rollouts alike; None = the task reward alone
         self.reward_stage = reward
@@ -428,9 +425,10 @@ class Trainer:
             return self.policy.warm_start_batch(data), None
         from mmrl.data import concat_records
 
-        n = self.policy.warm_start_batch(data).size
-        both = self.policy.warm_start_batch(concat_records(data, self.held_in_records(ws)))
-        return both.index(slice(0, n)), both.index(slice(n, None))
+        held = self.held_in_records(ws)
+        m = self.policy.warm_start_batch(held).size  # rows of the (small) held-in set alone
+        both = self.policy.warm_start_batch(concat_records(data, held))
+        return both.index(slice(0, both.size - m)), both.index(slice(both.size - m, None))
 
     @torch.no_grad()
     def held_in_loss(self, held: Batch, ws) -> float:
@@ -497,8 +495,9 @@ class Trainer:
         best: tuple | None = None  # (score, k, snapshot of the policy, optimizer, schedule and streams)
         scores = []
         second = self.candidate_weights(1, own, held is not None)  # before any step: may refuse a pretrained policy
+        same = second is own  # a pretrained policy scored held-in: every candidate starts from its weights
         for k in range(ws.candidates):
-            weights = own if k == 0 else second if k == 1 else self.candidate_weights(k, own, held is not None)
+            weights = own if k == 0 or same else second if k == 1 else self.candidate_weights(k, own)
             self.policy.load_state_dict(weights)
             run = self.start_supervised(batch, ws, candidate=k)
             losses = self.supervised_steps(
@@ -524,7 +523,7 @@ class Trainer:
             else f"mean loss over the last third of {ws.steps_per_candidate()} steps"
         )
         self.log_line(
-            f"warm start: kept {'candidate' if self.same_weights else 'initialisation'} {chosen} of {ws.candidates} "
+            f"warm start: kept {'candidate' if same else 'initialisation'} {chosen} of {ws.candidates} "
             f"({scored}: {shown}); it trains on to step {ws.steps}"
         )
         self.logger.log(
@@ -540,8 +539,6 @@ class Trainer:
         the run's, without moving the global RNG. Where they equal the run's own (a policy loaded
         from pretrained weights), ``own`` when candidates are scored held-in (they then differ in
         their batches), else an error: their training losses would choose by noise."""
-        if self.same_weights:
-            return own
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(run_seed(self.cfg.run.seed, "init", k))
             fresh = self.policy_factory()
@@ -550,7 +547,6 @@ class Trainer:
         trained = [n for n, p in self.policy.named_parameters() if p.requires_grad]
         if all(torch.equal(weights[n], own[n]) for n in trained if n in weights):
             if held_in:
-                self.same_weights = True
                 return own
             raise UserError(
                 f"warm_start.candidates = {self.cfg.warm_start.candidates}, but policy '{self.cfg.policy.type}' "
