@@ -344,33 +344,28 @@ class WarmStartConfig:
             )
         if self.dataset is not None:
             check_dataset_choice("dataset", self.dataset, self.kwargs)
-        if self.held_in:
-            self.check_held_in()
-        elif self.held_in_kwargs:
+        if self.held_in and self.dataset is not None:  # no dataset: no warm start, nothing to hold in
+            self.check_held_in(self.dataset)
+        elif self.held_in_kwargs and not self.held_in:
             raise ConfigError("'held_in_kwargs' builds the held-in examples, but held_in = 0: set held_in (e.g. 32)")
 
-    def check_held_in(self) -> None:
-        """``held_in`` draws fresh examples through the builder's seed: refuse a dataset without one
-        (it would give the training examples again) or a seed fixed in ``kwargs``."""
+    def check_held_in(self, dataset: str) -> None:
+        """``held_in`` draws fresh examples of ``dataset`` through its builder's seed: refuse a dataset
+        without one (it would give the training examples again) or a seed fixed in ``kwargs``."""
         from mmrl.data import dataset_arguments
 
-        if self.dataset is None:
-            raise ConfigError(
-                f"'held_in' = {self.held_in} scores the warm start on fresh examples of warm_start.dataset, "
-                "which is unset: set held_in=0"
-            )
         if "seed" in self.kwargs or "seed" in self.held_in_kwargs:
             raise ConfigError(
-                f"'held_in' = {self.held_in} draws fresh examples of '{self.dataset}' under a seed derived from "
+                f"'held_in' = {self.held_in} draws fresh examples of '{dataset}' under a seed derived from "
                 "run.seed, but warm_start.kwargs fixes 'seed': remove it (the run's seed is passed), or set held_in=0"
             )
-        valid = dataset_arguments(self.dataset)
+        valid = dataset_arguments(dataset)
         if valid is not None and "seed" not in valid:
             raise ConfigError(
-                f"'held_in' = {self.held_in}: dataset '{self.dataset}' takes no seed, so it cannot draw examples "
+                f"'held_in' = {self.held_in}: dataset '{dataset}' takes no seed, so it cannot draw examples "
                 "the warm start has not seen: set held_in=0 (or hold out part of your data yourself)"
             )
-        check_dataset_choice("held_in_kwargs", self.dataset, {**self.kwargs, **self.held_in_kwargs})
+        check_dataset_choice("held_in_kwargs", dataset, {**self.kwargs, **self.held_in_kwargs})
 
 
 @dataclass
