@@ -67,6 +67,12 @@ VIDEOS = Demo(
     output_dir="runs/bench_video",
     iterations=60,
     eval_every=10,
+    # the 12 validation prompts (moving_shapes' `validation`) out of pretraining and RL, evaluated instead
+    validation=(
+        "sim.kwargs.dataset_kwargs.val_fraction=0.2",
+        "sim.eval_kwargs.split=validation",
+        "warm_start.kwargs.val_fraction=0.2",
+    ),
 )
 
 

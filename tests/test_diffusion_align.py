@@ -85,3 +85,27 @@ def test_a_pretrained_generator_is_reused_only_under_the_same_pretraining_settin
     monkeypatch.setattr(mmrl.experiment, "build_trainer", real)
     bench.pretrain(0, [*common, "warm_start.steps=2"], args, bench.IMAGES)  # another key: pretrained
     assert len(list((tmp_path / "pretrained").glob("seed0-*.safetensors"))) == 2 and saved.is_file()
+
+
+def test_video_validation_runs_keep_the_validation_prompts_out_of_pretraining_and_training(load_benchmark):
+    """video_align.py --validation: the evaluation deals moving_shapes' 12 validation prompts, which
+    neither the RL prompts nor the pretraining clips' captions or drawn clips hold, and the held-out
+    prompts stay unused; without it the reported runs keep all 48 train prompts."""
+    from mmrl.data import builder_module, load_dataset
+    from mmrl.experiment import build_sim, load_experiment
+
+    videos = load_benchmark("video_align").VIDEOS
+    cfg = load_experiment(ROOT / videos.configs["nft"], list(videos.validation))
+    shapes = builder_module("moving_shapes")
+    val, held = set(shapes.prompt_pool("validation", 0.2)), set(shapes.prompt_pool("eval"))
+    assert len(val) == 12 and not val & held
+    evaluation = build_sim(cfg, 4, 0, evaluation=True)
+    assert set(evaluation.prompts) == val
+    train = build_sim(cfg, 4, 0)
+    assert set(train.prompts) == set(shapes.prompt_pool("train", 0.2)) and not set(train.prompts) & (val | held)
+    data = load_dataset(cfg.warm_start.dataset, num_episodes=300, **cfg.warm_start.kwargs)
+    drawn = {shapes.describe(*(m.get("drawn", m)[k] for k in ("color", "shape", "direction"))) for m in data["meta"]}
+    assert not (set(data["prompt"]) | drawn) & (val | held)
+    plain = load_experiment(ROOT / videos.configs["nft"])
+    assert set(build_sim(plain, 4, 0, evaluation=True).prompts) == held
+    assert len(set(build_sim(plain, 4, 0).prompts)) == 48

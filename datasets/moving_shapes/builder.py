@@ -36,7 +36,9 @@ MIN_TRAVEL = _grammar.MIN_TRAVEL
 describe = _grammar.describe
 
 CHUNK = 1024  # samples drawn per generator; sample i depends only on (seed, i), not on num_samples
-SPLITS = ("train", "eval", "all")
+SPLITS = ("train", "validation", "eval", "all")
+#: ``val_fraction`` values a pool takes: none, or the fifth of the 60 prompts `validation` picks
+VAL_FRACTIONS = (0.0, 0.2)
 
 
 def _shapes_builder():
@@ -60,20 +62,44 @@ def held_out(color: str, shape: str, direction: str) -> bool:
     return i % len(COLORS) == 0
 
 
-def spec_pool(split: str = "train") -> list[dict]:
-    """The ``{"color", "shape", "direction"}`` of every prompt of ``split`` ("train", "eval" or
-    "all"), in vocabulary order; fixed (independent of the seed): see `held_out`."""
+def validation(color: str, shape: str, direction: str) -> bool:
+    """Whether a prompt is in the validation pool: (colour index + shape index + direction index) is 1
+    modulo the number of colours, one more than `held_out`'s: 12 of the 48 train prompts, 3 per
+    direction. Like the eval pool, each is a new combination of attribute pairs all still seen in the
+    remaining 36 (every (shape, direction) pair keeps 3 of its 5 colours there, every (colour,
+    shape) pair 2 or more of its directions, every (colour, direction) pair 1 or more of its shapes),
+    so settings chosen on it face the generalisation eval measures without touching an eval prompt."""
+    i = list(COLORS).index(color) + SHAPES.index(shape) + DIRECTIONS.index(direction)
+    return i % len(COLORS) == 1
+
+
+def spec_pool(split: str = "train", val_fraction: float = 0.0) -> list[dict]:
+    """The ``{"color", "shape", "direction"}`` of every prompt of ``split`` ("train", "validation",
+    "eval" or "all"), in vocabulary order; fixed (independent of the seed): see `held_out`. With
+    ``val_fraction`` 0.2 the `validation` prompts are carved out of the train pool (train keeps 36;
+    split "validation" needs it); 0 (the default) leaves the train pool whole (48)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if val_fraction not in VAL_FRACTIONS:
+        raise ValueError(
+            f"val_fraction must be 0 or 0.2 (the validation pool is a fixed fifth of the prompts), got {val_fraction}"
+        )
+    if split == "validation" and not val_fraction:
+        raise ValueError("split 'validation' needs val_fraction=0.2: it is carved out of the train pool")
     specs = [{"color": c, "shape": s, "direction": d} for c, s, d in itertools.product(COLORS, SHAPES, DIRECTIONS)]
     if split == "all":
         return specs
-    return [m for m in specs if held_out(**m) == (split == "eval")]
+    if split == "eval":
+        return [m for m in specs if held_out(**m)]
+    train = [m for m in specs if not held_out(**m)]
+    if not val_fraction:
+        return train
+    return [m for m in train if validation(**m) == (split == "validation")]
 
 
-def prompt_pool(split: str = "train") -> list[str]:
+def prompt_pool(split: str = "train", val_fraction: float = 0.0) -> list[str]:
     """The prompts of a split (see `spec_pool`)."""
-    return [describe(**m) for m in spec_pool(split)]
+    return [describe(**m) for m in spec_pool(split, val_fraction)]
 
 
 def _generator(seed: int, chunk: int) -> torch.Generator:
@@ -81,13 +107,14 @@ def _generator(seed: int, chunk: int) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
 
 
-def build_prompts(num_prompts: int, split: str = "train", seed: int = 0) -> dict:
-    """``num_prompts`` prompts drawn uniformly from the ``split`` pool (for RL rollouts): ``prompt``
-    (list of str) and ``meta`` (list of ``{"color", "shape", "direction"}``). Prompt i depends only
-    on (seed, i, split), and is the prompt of `build`'s sample i for the same arguments."""
+def build_prompts(num_prompts: int, split: str = "train", seed: int = 0, val_fraction: float = 0.0) -> dict:
+    """``num_prompts`` prompts drawn uniformly from the ``split`` pool (for RL rollouts; see
+    `spec_pool` for ``val_fraction``): ``prompt`` (list of str) and ``meta`` (list of ``{"color",
+    "shape", "direction"}``). Prompt i depends only on (seed, i, split, val_fraction), and is the
+    prompt of `build`'s sample i for the same arguments."""
     if num_prompts < 1:
         raise ValueError("num_prompts must be >= 1")
-    pool = spec_pool(split)
+    pool = spec_pool(split, val_fraction)
     metas = []
     for c in range((num_prompts + CHUNK - 1) // CHUNK):
         pick = torch.rand(CHUNK, generator=_generator(seed, c), dtype=torch.float64)
@@ -194,6 +221,7 @@ def build(
     caption_noise: float = 0.0,
     num_episodes: int | None = None,
     chunk_size: int | None = None,
+    val_fraction: float = 0.0,
 ) -> dict:
     """Clips of one shape moving in a straight line (see CARD.md). ``num_episodes`` is an alias of
     ``num_samples`` (what the trainer's warm start passes); ``chunk_size`` is ignored.
@@ -203,7 +231,9 @@ def build(
     right") and ``meta`` (list of M dicts: ``color``, ``shape``, ``direction``, and the motion:
     ``side`` (px), ``travel`` (px from the first to the last frame) and ``start`` ([x0, y0] of the
     first frame's box), and ``noisy``). ``split`` picks the prompt pool: "train" by default, so
-    pretraining never sees a held-out prompt; "eval" or "all" only when asked for.
+    pretraining never sees a held-out prompt; "eval" or "all" only when asked for; with
+    ``val_fraction`` 0.2 (the benchmarks' ``--validation``) "train" also leaves out the validation
+    prompts (`spec_pool`), so neither pretraining nor RL sees what settings are chosen on.
     ``caption_noise`` = p replaces the caption by another prompt of the same pool with probability
     p (like noisy web captions; the clip keeps what was drawn: ``meta`` then describes the caption
     and ``meta["drawn"]`` the clip), so a generator pretrained on it follows its prompt only part
@@ -216,7 +246,7 @@ def build(
         raise ValueError(f"caption_noise must be in [0, 1], got {caption_noise}")
     frames, size = num_frames, image_size
     _check(frames, size)
-    pool = spec_pool(split)
+    pool = spec_pool(split, val_fraction)
     videos, metas = [], []
     for c in range((num_samples + CHUNK - 1) // CHUNK):
         g = _generator(seed, c)

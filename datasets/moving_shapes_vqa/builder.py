@@ -45,29 +45,14 @@ def _moving_shapes():
     return builder_module("moving_shapes")  # spec_pool() and draw() of datasets/moving_shapes/builder.py
 
 
-def validation(color: str, shape: str, direction: str) -> bool:
-    """Whether a combination is in the ``validation`` pool: (colour index + shape index + direction
-    index) is 1 modulo the number of colours, one more than `moving_shapes.held_out`'s (the ``eval``
-    pool, 0 modulo it): 12 of the 60 combinations, 3 per direction, none in ``eval``. Like eval's,
-    each is a new combination of attribute pairs all still seen in ``train`` (every (shape,
-    direction) pair keeps 3 of its 5 colours there, every (colour, shape) pair 2 or more of its
-    directions, every (colour, direction) pair 1 or more of its shapes): settings chosen on it face
-    the generalisation eval measures, without ever answering an eval question."""
-    shapes = _moving_shapes()
-    i = list(shapes.COLORS).index(color) + shapes.SHAPES.index(shape) + DIRECTIONS.index(direction)
-    return i % len(shapes.COLORS) == 1
-
-
 def spec_pool(split: str = "train") -> list[dict]:
     """The ``{"color", "shape", "direction"}`` combinations of ``split`` (see `SPLITS`), in
     vocabulary order: ``eval`` is `moving_shapes.spec_pool`'s eval pool, ``validation`` the
-    combinations of its train pool that `validation` picks, ``train`` the rest."""
+    combinations of its train pool that `moving_shapes.validation` picks, ``train`` the rest (its
+    train pool with the validation prompts carved out, ``val_fraction=0.2``)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    shapes = _moving_shapes()
-    if split == "eval":
-        return shapes.spec_pool("eval")
-    return [m for m in shapes.spec_pool("train") if validation(**m) == (split == "validation")]
+    return _moving_shapes().spec_pool(split, val_fraction=0.2)
 
 
 def question(task: str, spec: dict) -> tuple[str, str]:
