@@ -27,6 +27,7 @@ from mmrl.trainer.evaluation import load_checkpoint_policy  # noqa: E402
 calls: list[tuple[str, int, int, int]] = []  # (question, x, y, the small image's side)
 answers: list[tuple[str, str]] = []
 read: list[bool] = []  # per answer after a call: does it name the colour of the quarter the call looked at?
+read_asked: list[tuple[int, bool]] = []  # per answer after a call inside the asked quarter: (its object's side, right?)
 _reset, _zoom, _step = te.ZoomEnv.reset, te.ZoomEnv.zoom, te.ZoomEnv.step
 QUARTERS = adapter("datasets.zoom_vqa.builder").QUARTERS
 
@@ -42,6 +43,8 @@ def reset(self, record):
     # the quarters' colours, in the dataset's row-major order of QUARTERS (zoom_vqa's colour question)
     self.probe_colors = dict(zip(QUARTERS, meta["colors"])) if "colors" in meta else None
     self.probe_looked = None
+    box = meta.get("box")
+    self.probe_asked = (meta.get("quarter"), box[2] - box[0]) if box else None
     return _reset(self, record)
 
 
@@ -66,6 +69,8 @@ def step(self, messages):
         answers.append((self.probe_solution, last.strip()[:20]))
         if self.probe_colors and self.probe_looked is not None:
             read.append(self.probe_colors[self.probe_looked] in last.lower())
+            if self.probe_asked and self.probe_looked == self.probe_asked[0]:
+                read_asked.append((self.probe_asked[1], self.probe_colors[self.probe_looked] in last.lower()))
     return out
 
 
@@ -92,6 +97,14 @@ def main() -> None:
     print("calls at (x, y):", dict(collections.Counter((x, y) for _, x, y, _ in calls).most_common(8)))
     if read:
         print(f"answers naming the colour of the quarter the call looked at: {sum(read)} of {len(read)}")
+    if read_asked:  # reading by the object's size, calls inside the asked quarter only
+        bins = [(lo, hi) for lo, hi in ((1, 10), (11, 14), (15, 18), (19, 22), (23, 64))]
+        parts = []
+        for lo, hi in bins:
+            hits = [ok for side, ok in read_asked if lo <= side <= hi]
+            if hits:
+                parts.append(f"{lo}-{hi} px {sum(hits)}/{len(hits)}")
+        print("right answers after a call inside the asked quarter, by its object's side:", ", ".join(parts))
     for (truth, said), n in sorted(collections.Counter(answers).items(), key=lambda kv: -kv[1]):
         print(f"{truth:>8} -> {said:<10} {n}")
 

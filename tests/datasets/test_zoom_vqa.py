@@ -119,6 +119,8 @@ def test_the_tool_config_warm_starts_on_demonstrations_rendered_for_its_own_simu
     assert cfg.warm_start.dataset == "zoom_vqa" and cfg.warm_start.kwargs["demos"] is True
     assert recorded_in("zoom_vqa") == cfg.sim.type  # so the trainer passes sim.kwargs as sim_kwargs
     assert "sim_kwargs" in declared_kwargs("zoom_vqa", sim_kwargs={}, chunk_size=1)
+    scenes = ("question", "grid", "object_size")  # the demonstrations' scenes are the RL questions' scenes
+    assert {k: cfg.warm_start.kwargs[k] for k in scenes} == {k: cfg.sim.kwargs["dataset_kwargs"][k] for k in scenes}
 
 
 def test_on_a_grid_each_object_sits_whole_in_one_cell_and_the_call_zooms_at_that_cell():
