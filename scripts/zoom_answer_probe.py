@@ -68,9 +68,10 @@ def step(self, messages):
     if "tool_call" not in last:
         answers.append((self.probe_solution, last.strip()[:20]))
         if self.probe_colors and self.probe_looked is not None:
-            read.append(self.probe_colors[self.probe_looked] in last.lower())
+            right = self.probe_colors[self.probe_looked] in last.lower()
+            read.append(right)
             if self.probe_asked and self.probe_looked == self.probe_asked[0]:
-                read_asked.append((self.probe_asked[1], self.probe_colors[self.probe_looked] in last.lower()))
+                read_asked.append((self.probe_asked[1], right))
     return out
 
 
@@ -98,9 +99,8 @@ def main() -> None:
     if read:
         print(f"answers naming the colour of the quarter the call looked at: {sum(read)} of {len(read)}")
     if read_asked:  # reading by the object's size, calls inside the asked quarter only
-        bins = [(lo, hi) for lo, hi in ((1, 10), (11, 14), (15, 18), (19, 22), (23, 64))]
         parts = []
-        for lo, hi in bins:
+        for lo, hi in ((1, 10), (11, 14), (15, 18), (19, 22), (23, 64)):
             hits = [ok for side, ok in read_asked if lo <= side <= hi]
             if hits:
                 parts.append(f"{lo}-{hi} px {sum(hits)}/{len(hits)}")

@@ -52,14 +52,18 @@ def _shapes_builder():
 # ---------------------------------------------------------------------------------------------
 
 
+def _residue(color: str, shape: str, direction: str) -> int:
+    """(colour index + shape index + direction index) modulo the number of colours: the pools' rule."""
+    return (list(COLORS).index(color) + SHAPES.index(shape) + DIRECTIONS.index(direction)) % len(COLORS)
+
+
 def held_out(color: str, shape: str, direction: str) -> bool:
     """Whether a prompt is in the eval pool: (colour index + shape index + direction index) is a
     multiple of the number of colours (12 of the 60 prompts). Every (shape, direction) pair keeps 4
     of its 5 colours in train, every (colour, shape) pair 3 or 4 of its directions, every (colour,
     direction) pair 2 or 3 of its shapes: each held-out prompt is a new combination of attribute
     pairs all seen in training."""
-    i = list(COLORS).index(color) + SHAPES.index(shape) + DIRECTIONS.index(direction)
-    return i % len(COLORS) == 0
+    return _residue(color, shape, direction) == 0
 
 
 def validation(color: str, shape: str, direction: str) -> bool:
@@ -69,8 +73,7 @@ def validation(color: str, shape: str, direction: str) -> bool:
     remaining 36 (every (shape, direction) pair keeps 3 of its 5 colours there, every (colour,
     shape) pair 2 or more of its directions, every (colour, direction) pair 1 or more of its shapes),
     so settings chosen on it face the generalisation eval measures without touching an eval prompt."""
-    i = list(COLORS).index(color) + SHAPES.index(shape) + DIRECTIONS.index(direction)
-    return i % len(COLORS) == 1
+    return _residue(color, shape, direction) == 1
 
 
 def spec_pool(split: str = "train", val_fraction: float = 0.0) -> list[dict]:
