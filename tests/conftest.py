@@ -17,8 +17,37 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest
 import torch
 
+# Under pytest-xdist (`-n 2 --dist loadgroup`, as the README's test command runs it) each test file
+# runs whole on one worker (its module and session fixtures are built once, its tests keep their
+# order), except these files, whose tests are independent end-to-end runs (a subprocess each) that
+# the two workers share out one by one.
+SPLIT_ACROSS_WORKERS = {"test_benchmarks_smoke.py"}
+# and these share one worker: tests/distributed's files share the session fixture `runs` (two
+# trainings), and the Ray tests each start a local Ray cluster, which two at once would fight over
+ONE_WORKER = {"tests/distributed": "ranks", "tests/placement/test_ray_backend.py": "ranks"}
+
+
+def worker_group(relpath: str) -> str:
+    for prefix, group in ONE_WORKER.items():
+        if relpath == prefix or relpath.startswith(prefix + "/"):
+            return group
+    return relpath
+
+
+def pytest_configure(config):
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:  # the workers share the cores: one worker's torch threads must not crowd out another's
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        torch.set_num_threads(max(1, cpus // int(workers)))
+
 
 def pytest_collection_modifyitems(config, items):
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if item.path.name not in SPLIT_ACROSS_WORKERS and not item.get_closest_marker("xdist_group"):
+                item.add_marker(
+                    pytest.mark.xdist_group(worker_group(item.path.relative_to(config.rootpath).as_posix()))
+                )
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine; CI never has one)")

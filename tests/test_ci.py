@@ -35,3 +35,17 @@ def test_the_check_compares_what_it_claims():
     readme = readme_test_command()
     changed = [p.replace("pytest -q", "pytest -q -x") for p in readme]
     assert changed != readme and ci_steps()[: len(readme)] != changed
+
+
+def test_xdist_groups_keep_files_whole_and_the_multi_rank_tests_together():
+    """The README's `-n 2 --dist loadgroup`: a test file is one group (its module fixtures built once),
+    tests/distributed (the session fixture `runs`) and the Ray backend's tests one group between
+    them, and the benchmark smokes no group (shared out one by one)."""
+    from tests.conftest import SPLIT_ACROSS_WORKERS, worker_group
+
+    assert worker_group("tests/policies/test_vlm.py") == "tests/policies/test_vlm.py"
+    assert worker_group("tests/distributed/test_ddp.py") == worker_group("tests/distributed/test_fsdp.py")
+    assert worker_group("tests/distributed/test_ddp.py") == worker_group("tests/placement/test_ray_backend.py")
+    assert worker_group("tests/placement/test_pipeline.py") != worker_group("tests/placement/test_ray_backend.py")
+    assert worker_group("tests/distributedx/test_a.py") == "tests/distributedx/test_a.py"  # a prefix, not a folder
+    assert "test_benchmarks_smoke.py" in SPLIT_ACROSS_WORKERS
