@@ -217,7 +217,7 @@ def pretrain(seed: int, common: list[str], args, demo: Demo) -> tuple[dict, floa
     t0 = time.time()
     cfg = load_experiment(ROOT / demo.configs["flow_grpo"], [*common, "run.name=pretrain"])
     cache = Path(args.output_dir) / "pretrained" / f"seed{seed}-{pretraining_key(cfg)}.safetensors"
-    if args.reuse_pretrained and cache.is_file():
+    if (args.reuse_pretrained or args.resume) and cache.is_file():
         weights, meta = load_weights(cache)
         print(f"[seed {seed}] reused {cache} (pretrained in {meta['pretrain_s']} s)", flush=True)
         return weights, float(meta["pretrain_s"]), True
@@ -240,10 +240,11 @@ def run_seed(seed: int, args, demo: Demo) -> tuple[dict, dict]:
     common = [
         f"run.output_dir={args.output_dir}/seed{seed}",
         f"run.seed={seed}",
-        "trainer.resume=false",
+        f"trainer.resume={str(args.resume).lower()}",
         f"trainer.iterations={args.iterations}",
         f"trainer.eval_every={args.eval_every}",
-        f"trainer.checkpoint_every={args.iterations}",
+        # a checkpoint at every evaluation: a killed benchmark goes on from there under --resume
+        f"trainer.checkpoint_every={args.eval_every}",
         *args.set,
     ]
     pretrained, pretrain_s, reused = pretrain(seed, common, args, demo)
@@ -360,6 +361,13 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
         action="store_true",
         help="load each seed's pretrained generator saved by an earlier run with the same pretraining settings "
         "(<output-dir>/pretrained/, named by a fingerprint of them) instead of pretraining again (RL sweeps)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the runs a killed benchmark left in --output-dir (same command otherwise): each seed's "
+        "pretrained generator is reused, each run resumes from its newest checkpoint (one per evaluation), "
+        "a finished run is read back; without it, earlier runs there move aside to previous_<n>/",
     )
     parser.add_argument(
         "--cost-steps",

@@ -109,3 +109,40 @@ def test_video_validation_runs_keep_the_validation_prompts_out_of_pretraining_an
     plain = load_experiment(ROOT / videos.configs["nft"])
     assert set(build_sim(plain, 4, 0, evaluation=True).prompts) == held
     assert len(set(build_sim(plain, 4, 0).prompts)) == 48
+
+
+def test_a_killed_benchmark_goes_on_from_its_runs_under_resume(bench, tmp_path):
+    """--resume reuses the seed's pretrained generator and continues each run from its newest
+    checkpoint: a run killed after iteration 2 of 3 (its last checkpoint gone) keeps its first points,
+    RL seconds included (which a run redone from the start would not), ends where the whole run ended,
+    and a finished run is read back unchanged."""
+    import argparse
+    import shutil
+
+    from mmrl.trainer import checkpoint
+
+    def args(resume):
+        return argparse.Namespace(
+            output_dir=str(tmp_path),
+            resume=resume,
+            reuse_pretrained=False,
+            iterations=3,
+            eval_every=1,
+            set=[*bench.SMOKE, *bench.IMAGES.one_eval, "trainer.video_episodes=0"],
+            method_set=[],
+            methods=["flow_grpo", "nft"],
+            level_frac=0.8,
+            split="held-out",
+        )
+
+    whole, _ = bench.run_seed(0, args(False), bench.IMAGES)
+    for m in ("flow_grpo", "nft"):  # the kill: the run's newest checkpoint never written
+        shutil.rmtree(checkpoint.latest_path(tmp_path / "seed0" / m))
+    resumed, _ = bench.run_seed(0, args(True), bench.IMAGES)
+    assert resumed["pretrain_reused"] and not whole["pretrain_reused"]
+    for m in ("flow_grpo", "nft"):
+        assert [p["iteration"] for p in resumed["curves"][m]] == [0, 1, 2, 3]
+        assert resumed["curves"][m][:3] == whole["curves"][m][:3]
+        assert resumed[f"{m}_reward"] == whole[f"{m}_reward"]
+    again, _ = bench.run_seed(0, args(True), bench.IMAGES)
+    assert again["curves"] == resumed["curves"]
