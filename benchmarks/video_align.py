@@ -1,6 +1,7 @@
 """Flow-GRPO vs the likelihood-free AWM and DiffusionNFT on the embedded VIDEO demo, same budget, per seed.
 
-    python benchmarks/video_align.py                      # seeds 0-2, 60 iterations each, eval every 10
+    python benchmarks/video_align.py                      # seeds 0-2, 120 iterations each, eval every 10
+    python benchmarks/video_align.py --resume             # a killed run goes on from its checkpoints
     python benchmarks/video_align.py --smoke              # seconds: 1 seed, 2 iterations, no figure
     python benchmarks/video_align.py --seeds 0 --cost-steps 8,16,32   # seconds per training clip at K steps
 
@@ -65,7 +66,7 @@ VIDEOS = Demo(
     one_eval=["sim.eval_num_envs=12", "trainer.eval_episodes=12"],
     smoke=[*SMOKE, "sim.num_envs=8", "algorithm.epochs=1"],
     output_dir="runs/bench_video",
-    iterations=60,
+    iterations=120,  # chosen on the validation prompts (configs/video_shapes_*.yaml)
     eval_every=10,
     # the 12 validation prompts (moving_shapes' `validation`) out of pretraining and RL, evaluated instead
     validation=(
