@@ -35,13 +35,12 @@ def measure(task: str, seed: int, iterations: int, output_dir: str) -> dict:
             "trainer.resume=false",
             f"run.seed={seed}",
             "run.threads=1",
-            f"trainer.env_steps={iterations}",  # replaced below by whole iterations
             "trainer.checkpoint_every=1000000",
             "trainer.eval_episodes=1",
             "trainer.eval_every=1000000",
         ],
     )
-    cfg.trainer.env_steps = iterations * cfg.sim.num_envs * cfg.trainer.rollout_steps
+    cfg.trainer.env_steps = iterations * cfg.sim.num_envs * cfg.trainer.rollout_steps  # whole iterations
     trainer = build_trainer(cfg)
     param = trainer.policy.action_log_std
     if param is None:
