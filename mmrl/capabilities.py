@@ -60,6 +60,9 @@ class Capabilities:
     #: ``noise_shape`` and ``observation_features``): what DSRL's latent-noise actor steers
     latent_noise: bool = False
     asynchronous: bool = True  # a deep copy can roll out in a background thread (trainer.async_staleness)
+    #: chooses its initial action std on a fresh run's first rollouts (``Policy.exploration_stds``,
+    #: `mmrl.trainer.exploration`), which the trainer then collects in order, not in the background
+    exploration_probe: bool = False
     #: its replayed actions map back from environment action chunks (``Policy.replay_actions``): what
     #: recorded demonstrations need to be replayed (``algorithm.sac.demo_dataset``, RLPD)
     demonstrations: bool = True

@@ -32,6 +32,7 @@ Every hook of the contract, with its default, is on `Policy` below.
 from __future__ import annotations
 
 import builtins
+import math
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -109,6 +110,13 @@ class Evaluation:
     #: bool like ``logp``: elements that count (real tokens, noisy steps); None = all
     logp_mask: torch.Tensor | None = None
     kl: torch.Tensor | None = None  # [B] the policy's own KL to its reference (else estimated from ``ref_logp``)
+
+
+def log_std_grid(start: float, count: int = 5, step: float = 0.5) -> list[float]:
+    """The initial stds a policy with ``log std init: auto`` offers (`Policy.exploration_stds`):
+    ``exp(start - step * k)`` for k < ``count``; from log std 0: 1, 0.61, 0.37, 0.22, 0.14 (the grid
+    of the README's sweeps)."""
+    return [math.exp(start - step * k) for k in range(count)]
 
 
 #: the config dataclass a policy class is built from (`Policy` is generic in it)
@@ -232,6 +240,17 @@ class Policy(nn.Module, Generic[C]):
         """Called by the trainer before each iteration's rollout with the fraction of the planned
         run done (0 at the start, as ``lr_schedule: linear`` counts it), for exploration that
         follows the run (e.g. the flow VLA's ``noise_level_final``); default: nothing."""
+
+    def exploration_stds(self) -> list[float]:
+        """``Capabilities.exploration_probe``: the initial action stds (normalised action units) the
+        trainer may start RL from, tried in this order on a fresh run's first rollouts
+        (`mmrl.trainer.exploration`); the first is the std the policy was built with. Default: none."""
+        return []
+
+    def set_exploration_std(self, std: float) -> None:
+        """``Capabilities.exploration_probe``: set every action dimension's std to ``std`` (one of
+        `exploration_stds`) before a rollout."""
+        raise NotImplementedError(f"{type(self).__name__} has no action std to set")
 
     def rollout_stats(self) -> dict[str, float]:
         """Metrics of the last training rollout for the log (e.g. engine-vs-trainer log-prob mismatch)."""

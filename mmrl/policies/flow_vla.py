@@ -42,7 +42,7 @@ from mmrl.flow import (
     time_grid,
     velocity_from_sample,
 )
-from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text, log_std_grid
 from mmrl.policies.processing import ActionNormalizer, resize_images
 from mmrl.utils.rows import randn_rows
 
@@ -91,7 +91,11 @@ class FlowVLAConfig(PolicyConfig):
     # the stored x_1 (exact: a Gaussian policy whose mean is the flow's ODE sample, so PPO narrows the
     # spread as it does a Gaussian's; README, "Why the flow policy failed Ant"); needs stochastic: none
     action_noise: Literal["none", "learned"] = "none"
-    action_log_std_init: float = 0.0
+    # its initial log std: a number, or "auto": the trainer starts from 0 (std 1, SB3's) and, where
+    # the first rollout shows that noise makes ending an episode pay (episodes terminate and a step
+    # costs more than it earns: Ant), moves down to the largest of 0.61 / 0.37 / 0.22 / 0.14 whose
+    # rollout earns per step (mmrl.trainer.exploration; README, "Why the flow policy failed Ant")
+    action_log_std_init: float | Literal["auto"] = "auto"
     # what the action expert outputs: "velocity" (v = noise - x0, pi0's) or "sample" (x-prediction:
     # the clean chunk x0, v = (x_t - x0) / t): the untrained expert's output is near 0, so its ODE
     # lands near 0 from any initial noise (a Gaussian policy's mean at initialisation) instead of
@@ -211,18 +215,41 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
             critic=cfg.critic,
             likelihood_free=True,
             latent_noise=True,  # act_from_noise: the ODE from a given noise (DSRL steers it)
-            # an annealed noise level follows the trainer's progress, which a background copy misses
-            asynchronous=cfg.noise_level_final is None,
+            # an annealed noise level follows the trainer's progress, which a background copy misses;
+            # the initial std's probe collects its rollouts in order
+            asynchronous=cfg.noise_level_final is None and not cls.probes_std(cfg),
+            exploration_probe=cls.probes_std(cfg),
             # FSDP2 units: the layers of the tiny backbone's mixer and of the action expert
             sharding_units=("TransformerEncoderLayer", "TransformerDecoderLayer"),
             fixes={
                 "critic": "set policy.critic=true, or use a group estimator "
                 "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                 "kl_reference": "the flow VLA keeps no reference model: set algorithm.kl_coef=0",
-                "asynchronous": "an annealed noise level (policy.noise_level_final) needs synchronous "
-                "rollouts: set trainer.async_staleness=0 or policy.noise_level_final=null",
+                "asynchronous": "an annealed noise level (policy.noise_level_final) and the initial action "
+                "std's probe (policy.action_log_std_init: auto, with action_noise: learned) need synchronous "
+                "rollouts: set trainer.async_staleness=0, or policy.noise_level_final=null and "
+                "policy.action_log_std_init to a number (e.g. 0)",
             },
         )
+
+    @staticmethod
+    def probes_std(cfg: FlowVLAConfig) -> bool:
+        """Whether the trainer chooses the action noise's initial std (`exploration_stds`)."""
+        return cfg.action_noise == "learned" and cfg.action_log_std_init == "auto"
+
+    @property
+    def log_std_start(self) -> float:
+        """The action noise's log std as built: ``action_log_std_init``, 0 under ``auto``."""
+        init = self.cfg.action_log_std_init
+        return 0.0 if init == "auto" else float(init)
+
+    def exploration_stds(self) -> list[float]:
+        return log_std_grid(self.log_std_start) if self.probes_std(self.cfg) else []
+
+    def set_exploration_std(self, std: float) -> None:
+        assert self.action_log_std is not None, "set_exploration_std needs policy.action_noise=learned"
+        with torch.no_grad():
+            self.action_log_std.fill_(math.log(std))
 
     @property
     def chunk_size(self) -> int:
@@ -323,9 +350,7 @@ class FlowVLAPolicy(Policy[FlowVLAConfig]):
         self.init_log_std = nn.Parameter(torch.zeros(action_dim)) if cfg.init_noise == "learned" else None
         # log std per action dimension of the Gaussian on the final action (action_noise: learned)
         self.action_log_std = (
-            nn.Parameter(torch.full((action_dim,), float(cfg.action_log_std_init)))
-            if cfg.action_noise == "learned"
-            else None
+            nn.Parameter(torch.full((action_dim,), self.log_std_start)) if cfg.action_noise == "learned" else None
         )
         self.noise_head = (
             FlowNoiseHead(cfg.expert_dim, action_dim, cfg.noise_min_std, cfg.noise_max_std)

@@ -31,7 +31,7 @@ from torch import nn
 from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
-from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
+from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, log_std_grid
 from mmrl.utils.rows import randn_rows
 
 
@@ -43,7 +43,9 @@ class GaussianConfig(PolicyConfig):
     chunk_size: int = 1
     hidden: int = 64  # width of the actor and critic MLPs (SB3: 64)
     layers: int = 2  # hidden layers of each (SB3: 2)
-    log_std_init: float = 0.0  # initial log std of every action dimension (SB3: 0)
+    # initial log std of every action dimension (SB3: 0), or "auto": chosen by the trainer from the
+    # first rollouts, as the flow policy's action_log_std_init (mmrl.trainer.exploration)
+    log_std_init: float | Literal["auto"] = 0.0
     logp_level: Literal["chunk", "dim"] = "chunk"
     critic: bool = True
     obs_norm: bool = True
@@ -85,6 +87,8 @@ class GaussianPolicy(Policy[GaussianConfig]):
             critic=cfg.critic,
             likelihood=not cfg.squash,
             reparameterized=cfg.squash,
+            exploration_probe=cls.probes_std(cfg),
+            asynchronous=not cls.probes_std(cfg),  # the probe collects its rollouts in order
             fixes={
                 "likelihood": "policy.squash=true draws tanh-squashed actions, whose log-probs PPO does not "
                 "replay: set policy.squash=false, or use algorithm.objective=sac",
@@ -93,8 +97,23 @@ class GaussianPolicy(Policy[GaussianConfig]):
                 "(algorithm.advantage: grpo, rloo, ...) with group_size >= 2",
                 "likelihood_free": "the Gaussian policy has no flow-matching loss: use algorithm.objective=ppo",
                 "kl_reference": "the Gaussian policy keeps no reference model: set algorithm.kl_coef=0",
+                "asynchronous": "the initial std's probe (policy.log_std_init: auto) needs synchronous rollouts: "
+                "set policy.log_std_init to a number (e.g. 0) or trainer.async_staleness=0",
             },
         )
+
+    @staticmethod
+    def probes_std(cfg: GaussianConfig) -> bool:
+        """Whether the trainer chooses the initial std (`exploration_stds`; squashed actors have none)."""
+        return cfg.log_std_init == "auto" and not cfg.squash
+
+    def exploration_stds(self) -> list[float]:
+        return log_std_grid(0.0) if self.probes_std(self.cfg) else []
+
+    def set_exploration_std(self, std: float) -> None:
+        assert self.log_std is not None, "set_exploration_std needs policy.squash=false"
+        with torch.no_grad():
+            self.log_std.fill_(math.log(std))
 
     @property
     def chunk_size(self) -> int:
@@ -116,7 +135,8 @@ class GaussianPolicy(Policy[GaussianConfig]):
         # squashed: the actor outputs the mean and the (state-dependent) log std of every element
         self.actor = mlp(state_dim, cfg.hidden, cfg.layers, width * (2 if cfg.squash else 1), act)
         nn.init.orthogonal_(cast(nn.Linear, self.actor[-1]).weight, 0.01)
-        self.log_std = None if cfg.squash else nn.Parameter(torch.full((width,), float(cfg.log_std_init)))
+        start = 0.0 if cfg.log_std_init == "auto" else float(cfg.log_std_init)  # auto: std 1, then the probe's
+        self.log_std = None if cfg.squash else nn.Parameter(torch.full((width,), start))
         self.value_head = mlp(state_dim, cfg.hidden, cfg.layers, 1, act) if cfg.critic else None
         if self.value_head is not None:
             nn.init.orthogonal_(cast(nn.Linear, self.value_head[-1]).weight, 1.0)

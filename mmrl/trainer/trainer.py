@@ -65,6 +65,8 @@ class TrainState:
     warm_start_candidate: int = 0  # the initialisation the warm start kept (warm_start.candidates)
     warm_start_scores: list = field(default_factory=list)  # each candidate's score (`candidate_score`)
     lr_scale: float = 1.0  # ``lr_schedule: adaptive``: the learning rate over ``trainer.lr``, as the KL moved it
+    #: the initial action std chosen on the first rollouts, with what each showed (`mmrl.trainer.exploration`)
+    exploration: dict = field(default_factory=dict)
 
     def count(self, info: dict) -> None:
         """Add what a collection counted (`mmrl.trainer.collectors.COUNTS`) to the run's counters."""
@@ -329,8 +331,13 @@ class Trainer:
                 f"trained on them. Newest complete checkpoint: {self.newest_checkpoint()}; fix the "
                 "simulator and run the same command to resume"
             )
+        probed = it == 0 and self.policy.caps.exploration_probe and not self.state.exploration
+        if probed:  # a fresh run: the first rollouts choose the initial action std
+            batch, info, gen = self.choose_exploration(it, batch, info, gen)
         grouped = self.group_stats(batch)  # of the rewards as scored, before any scaling
         metrics = self.learn(it, batch, info, gen)
+        if probed:
+            metrics["train/action_std_init"] = self.state.exploration["chosen_std"]
         self.policy.update_statistics(batch)
         self.sync()
         self.state.iteration = it + 1
@@ -349,6 +356,31 @@ class Trainer:
             self.save()
 
     # ---- stages ------------------------------------------------------------------------------
+    def choose_exploration(
+        self, it: int, batch: Batch, info: dict, gen: torch.Generator
+    ) -> tuple[Batch, dict, torch.Generator]:
+        """`mmrl.trainer.exploration.choose_initial_std` on the first iteration's rollout (``batch``,
+        collected at the policy's first std): each quieter std it asks for is one more rollout, counted
+        in the run's environment steps, and RL trains on the rollout of the std it keeps."""
+        from mmrl.trainer import exploration
+
+        stds = self.policy.exploration_stds()
+
+        def roll_out(k: int) -> tuple[exploration.NoiseMeasurement, tuple]:
+            self.policy.set_exploration_std(stds[k])
+            g = self.generator("probe", k)
+            b, i = self.collect(it, g)
+            self.state.count(i)
+            self.check_rewards(it, i)
+            return exploration.measure(b, stds[k]), (b, i, g)
+
+        first = (exploration.measure(batch, stds[0]), (batch, info, gen))
+        chosen, measured, kept = exploration.choose_initial_std(stds, first, roll_out)
+        self.policy.set_exploration_std(stds[chosen])
+        self.state.exploration = exploration.record(chosen, measured)
+        self.log_line(exploration.describe(chosen, measured))
+        return kept
+
     def warm_start(self) -> None:
         """Supervised flow matching on scripted demonstrations (skipped if no dataset is set)."""
         ws = self.cfg.warm_start
@@ -877,9 +909,9 @@ def _quiet(line: str) -> None:
 
 
 def run_seed(seed: int, purpose: str, index: int = 0) -> int:
-    """The seed of a run's ``purpose`` ("rl", "warm_start", "eval", "update", "init", "held_in") at ``index``:
+    """The seed of a run's ``purpose`` ("rl", "warm_start", "eval", "update", "init", "held_in", "probe") at ``index``:
     a pure function of ``run.seed``."""
-    offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3, "init": 4, "held_in": 5}[purpose]
+    offset = {"rl": 0, "warm_start": 1, "eval": 2, "update": 3, "init": 4, "held_in": 5, "probe": 6}[purpose]
     return seed * 7919 + offset * 104729 + index
 
 

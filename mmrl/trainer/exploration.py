@@ -1,0 +1,116 @@
+"""A fresh policy's initial action noise, chosen from its first rollouts (``action_log_std_init: auto``).
+
+Why (README, "Why the flow policy failed Ant"): a policy learning from scratch explores with a
+Gaussian of std 1 in normalised action units (SB3's ``log_std_init`` 0). Where the task charges for
+the actions and can end early, that noise alone can make every step cost more than it earns: on
+Ant-v5 the untrained policy's reward per step is about -1 at std 1 (a control cost of about 2.7
+against +1 for staying up), its episodes end by termination after about 70 steps, and PPO's best
+answer is to end them sooner: it learns to fall. A smaller std removes the incentive (+0.46 per step
+at std 0.37), but the same smaller std costs Hopper, whose actions are nearly free, most of its return
+(issue 33). So the std is not a constant of the template; the first rollouts tell which case a task is.
+
+The rule (`choose_initial_std`), over the stds a policy offers (`Policy.exploration_stds`: its
+configured one first, then quieter ones):
+
+1. The first rollout, at the first std, is measured (`measure`): mean reward per environment step
+   and episodes that TERMINATED (not cut by a time limit). If none terminated, or the reward per
+   step is not negative, ending an episode does not pay (`ending_pays`): that std stays, and the
+   rollout trains as any first iteration's does (the run is what it was without ``auto``).
+2. Otherwise the next quieter std rolls out, and so on, until one whose reward per step is
+   non-negative: noise was what made a step cost, and that std starts RL (on the rollout it just
+   collected, so the first update's ratio is still 1).
+3. If no std on the list reaches a non-negative reward, the negative rewards are the task's own (a
+   cost per step until a goal ends the episode, as MountainCar's): the first std stays, and its
+   rollout trains. Less noise would only explore less there.
+
+Every rollout of the probe counts in the run's environment steps; the ones not trained on are
+dropped. The measurements and the choice are logged and kept in the checkpoint's state; a resumed
+run never probes again (the chosen std is in the saved parameters).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mmrl import distributed
+from mmrl.batch import Batch
+
+
+@dataclass(frozen=True)
+class NoiseMeasurement:
+    """What one rollout at action std ``std`` showed (every rank's envs together)."""
+
+    std: float
+    reward_per_step: float  # mean reward per environment step over the valid decisions (nan if none)
+    terminated: int  # episodes that ended by termination (a time limit's truncations do not count)
+    env_steps: int
+
+
+def measure(batch: Batch, std: float) -> NoiseMeasurement:
+    """`NoiseMeasurement` of a rollout batch ``[T, N, ...]`` collected at action std ``std`` (its
+    ``rewards`` as scored, ``env_steps``, ``terminated`` and ``valid``), summed over the ranks."""
+    valid = batch["valid"].bool()
+    sums = {
+        "reward": float((batch["rewards"].float() * valid).sum()),
+        "steps": float((batch["env_steps"] * valid).sum()),
+        "terminated": float((batch["terminated"].bool() & valid).sum()),
+    }
+    sums = distributed.all_reduce(sums, op="sum")  # a rank's share alone could decide otherwise
+    steps = sums["steps"]
+    return NoiseMeasurement(
+        std=float(std),
+        reward_per_step=sums["reward"] / steps if steps else math.nan,
+        terminated=int(sums["terminated"]),
+        env_steps=int(steps),
+    )
+
+
+def ending_pays(m: NoiseMeasurement) -> bool:
+    """Whether a policy exploring as in ``m`` gains by ending its episodes sooner: some of them
+    terminated, and a step costs more than it earns on average."""
+    return m.terminated > 0 and m.reward_per_step < 0
+
+
+def choose_initial_std(
+    stds: list[float], first: tuple[NoiseMeasurement, Any], roll_out: Callable[[int], tuple[NoiseMeasurement, Any]]
+) -> tuple[int, list[NoiseMeasurement], Any]:
+    """The rule of the module docstring. ``first`` is the measurement (and whatever the caller keeps
+    of it, e.g. the batch) of the rollout at ``stds[0]``; ``roll_out(k)`` rolls out at ``stds[k]``
+    (k >= 1) and returns the same pair. Returns the chosen index, every measurement in order and
+    the chosen rollout's payload."""
+    measurements = [first[0]]
+    if not ending_pays(first[0]):
+        return 0, measurements, first[1]
+    for k in range(1, len(stds)):
+        m, payload = roll_out(k)
+        measurements.append(m)
+        if m.reward_per_step >= 0:
+            return k, measurements, payload
+    return 0, measurements, first[1]
+
+
+def describe(chosen: int, measurements: list[NoiseMeasurement]) -> str:
+    """One log line: what each rollout showed and which std RL starts from."""
+    parts = [
+        f"std {m.std:.3g}: reward per step {m.reward_per_step:+.3f}, {m.terminated} episodes terminated"
+        for m in measurements
+    ]
+    std = measurements[chosen].std
+    if len(measurements) == 1:
+        why = "ending an episode does not pay"
+    elif chosen:
+        why = "quieter noise makes a step pay"
+    else:
+        why = "no quieter noise makes a step pay: the costs are the task's own"
+    return (
+        f"initial action std (action_log_std_init: auto): {'; '.join(parts)} -> {std:.3g} ({why}; "
+        "set a number to fix it)"
+    )
+
+
+def record(chosen: int, measurements: list[NoiseMeasurement]) -> dict:
+    """What the trainer's state keeps of the choice (plain data, for the checkpoint and the results)."""
+    return {"chosen_std": measurements[chosen].std, "measurements": [asdict(m) for m in measurements]}
