@@ -27,7 +27,8 @@ seed by seed.
   normalisation).
 - ``flow``: mmrl's default flow policy from the task's config alone (``configs/gym_*.yaml``:
   ``flow_vla`` with ``backbone: auto``, i.e. the state MLP and an MLP action expert predicting the
-  clean action, an ODE chain and a learned Gaussian on its action, PPO at lr 1e-3,
+  clean action, an ODE chain and a learned Gaussian on its action whose initial std the first
+  rollouts choose (``action_log_std_init: auto``; per seed in ``action_std_init``), PPO at lr 1e-3,
   16 envs x 128-step rollouts = SB3's 2048 steps per update, 10 epochs of minibatches of 256,
   observation and reward normalisation; no warm start).
 - ``gaussian``: the same config with ``policy.type=gaussian`` (SB3's policy class inside mmrl's
@@ -156,9 +157,12 @@ def run_mmrl(
             *overrides,
         ],
     )
-    results = build_trainer(cfg).run()
-    final = results["final"]
-    return {"return": final["return"], "train_s": final["rl_seconds"], "env_steps": final["env_steps"]}
+    trainer = build_trainer(cfg)
+    final = trainer.run()["final"]
+    out = {"return": final["return"], "train_s": final["rl_seconds"], "env_steps": final["env_steps"]}
+    if trainer.state.exploration:  # action_log_std_init: auto chose the initial action std
+        out["action_std_init"] = round(trainer.state.exploration["chosen_std"], 4)
+    return out
 
 
 def run_random(task: str, episodes: int, eval_seed: int) -> dict:
@@ -305,6 +309,8 @@ def side_by_side(
                 "return": stats([r["return"] for r in rs]),
                 "steps_per_s": stats([r["env_steps"] / r["train_s"] for r in rs]),
             }
+            if any("action_std_init" in r for r in rs):  # per seed, what action_log_std_init: auto chose
+                row[side]["action_std_init"] = [r.get("action_std_init") for r in rs]
             ret = row[side]["return"]
             print(f"{task} {side}: per seed {ret['per_seed']}, mean {ret['mean']:.2f}, std {ret['std']:.2f}")
         if "sb3" in runs:

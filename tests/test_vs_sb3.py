@@ -45,3 +45,17 @@ def test_the_validation_split_shares_nothing_with_the_reported_one(vs_sb3):
     test = set(range(vs_sb3.EVAL_SEED, vs_sb3.EVAL_SEED + episodes))
     val = set(range(vs_sb3.VALIDATION_EVAL_SEED, vs_sb3.VALIDATION_EVAL_SEED + episodes))
     assert not test & val and vs_sb3.VALIDATION_SEED0 >= seeds
+
+
+def test_the_initial_std_auto_chose_is_reported_per_seed(vs_sb3):
+    def run(side, task, seed, steps):  # stands in for `spawn`: what each side's subprocess prints
+        out = {"return": float(seed), "train_s": 1.0, "env_steps": steps}
+        if side == "flow":
+            out["action_std_init"] = 0.3679 if seed else 1.0
+        return out
+
+    rows = vs_sb3.side_by_side(
+        ["Ant-v5"], ["sb3", "flow"], range(2), lambda t: 10, run, {"flow": "ratio_return"}, "flow"
+    )
+    assert rows["Ant-v5"]["flow"]["action_std_init"] == [1.0, 0.3679]
+    assert "action_std_init" not in rows["Ant-v5"]["sb3"]
