@@ -21,7 +21,7 @@ from mmrl.batch import Batch
 from mmrl.config import ConfigError
 from mmrl.experiment import build_trainer, load_experiment
 from mmrl.policies.base import log_std_grid
-from mmrl.trainer.exploration import NoiseMeasurement, choose_initial_std, ending_pays, measure
+from mmrl.trainer.exploration import NoiseMeasurement, choose_initial_std, ending_pays, measure, noise_was_the_cause
 from mmrl.trainer.objectives import valid_samples
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -30,10 +30,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 class NoiseCostEnv(gym.Env):
     """Pays ``bonus`` per step minus ``cost`` x the mean squared action; an action at a bound ends
     the episode (as Ant's noisy actions throw it over). At cost 4 the reward per step of N(0, s^2)
-    actions is about -1.1 / -0.4 / +0.5 at s = 1 / 0.61 / 0.37, and episodes end often at s = 1."""
+    actions is about -1.1 / -0.4 / +0.5 at s = 1 / 0.61 / 0.37, and episodes end often at s = 1. With
+    ``fall`` an episode ends with that probability at every step instead, whatever the action."""
 
-    def __init__(self, cost: float = 4.0, bonus: float = 1.0):
-        self.cost, self.bonus = float(cost), float(bonus)
+    def __init__(self, cost: float = 4.0, bonus: float = 1.0, fall: float | None = None):
+        self.cost, self.bonus, self.fall = float(cost), float(bonus), fall
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
@@ -44,7 +45,10 @@ class NoiseCostEnv(gym.Env):
     def step(self, action):
         a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
         reward = self.bonus - self.cost * float(np.mean(a**2))
-        terminated = bool(np.abs(a).max() >= 0.99)
+        if self.fall is None:
+            terminated = bool(np.abs(a).max() >= 0.99)
+        else:  # a body that falls whatever the noise (Walker2d's untrained policy)
+            terminated = bool(self.np_random.random() < self.fall)
         return self.np_random.normal(size=2).astype(np.float32), reward, terminated, False, {}
 
 
@@ -54,7 +58,7 @@ if "MmrlTest/NoiseCost-v0" not in gym.registry:
 ROLLOUT = 4 * 16  # env steps of one rollout: 4 envs x 16 steps
 
 
-def config(tmp_path, *extra, cost=4.0, bonus=1.0, name="r"):
+def config(tmp_path, *extra, cost=4.0, bonus=1.0, fall=None, name="r"):
     """configs/gym_inverted_pendulum.yaml (the state template, action_log_std_init auto by default)
     made tiny, on `NoiseCostEnv`, one iteration."""
     data = yaml.safe_load(open("configs/gym_inverted_pendulum.yaml"))
@@ -62,7 +66,7 @@ def config(tmp_path, *extra, cost=4.0, bonus=1.0, name="r"):
     data["sim"]["kwargs"] = {
         "env_id": "MmrlTest/NoiseCost-v0",
         "render_images": False,
-        "env_kwargs": {"cost": cost, "bonus": bonus},
+        "env_kwargs": {"cost": cost, "bonus": bonus, "fall": fall},
     }
     return load_experiment(
         data,
@@ -105,36 +109,46 @@ def m(std, reward, terminated=3):
 
 
 # ---------------------------------------------------------------------------- the rule
-def test_the_rule_moves_down_only_while_ending_an_episode_pays():
+def test_the_rule_moves_down_only_while_the_noise_makes_ending_pay():
     stds = log_std_grid(0.0)
     assert stds == pytest.approx([1.0, math.exp(-0.5), math.exp(-1.0), math.exp(-1.5), math.exp(-2.0)])
     asked = []
 
-    def roll_out(rewards):
+    def roll_out(rewards, terminated=(30, 20, 4, 1, 0)):
         def at(k):
             asked.append(k)
-            return m(stds[k], rewards[k]), f"rollout {k}"
+            return m(stds[k], rewards[k], terminated[k]), f"rollout {k}"
 
         return at
 
-    # Ant's case: negative at 1 and 0.61, positive from 0.37: the first non-negative is kept
+    first = (m(1.0, -1.0, 30), "first")
+    # Ant's case: a step costs at 1 and 0.61 and earns from 0.37, where the terminations fell from
+    # 30 to 4: the first std at which a step earns is kept, and nothing past it rolls out
     rewards = [-1.0, -0.2, 0.5, 0.8, 0.9]
-    assert choose_initial_std(stds, (m(1.0, -1.0), "first"), roll_out(rewards))[::2] == (2, "rollout 2")
-    assert asked == [1, 2]  # no rollout past the one kept
-    # a reward of exactly 0 is not a cost: kept
+    assert choose_initial_std(stds, first, roll_out(rewards))[::2] == (2, "rollout 2")
+    assert asked == [1, 2]
+    # a reward of exactly 0 is not a cost; terminations at exactly half the rate are the noise's
     asked.clear()
-    assert choose_initial_std(stds, (m(1.0, -1.0), "first"), roll_out([-1.0, 0.0, 1, 1, 1]))[0] == 1
+    assert choose_initial_std(stds, first, roll_out([-1.0, 0.0, 1, 1, 1], (30, 15, 4, 1, 0)))[0] == 1
+    # Walker2d's case: a step earns at 0.37 but the episodes end about as often (the body falls
+    # whatever the noise): std 1 and its rollout stay, and the scan stops there
+    asked.clear()
+    chosen, measured, kept = choose_initial_std(stds, first, roll_out(rewards, (30, 29, 28, 27, 26)))
+    assert (chosen, len(measured), kept) == (0, 3, "first") and asked == [1, 2]
+    asked.clear()
+    assert choose_initial_std(stds, first, roll_out(rewards, (30, 29, 16, 1, 0)))[0] == 0  # not quite half
     # no termination (HalfCheetah, Swimmer, Pendulum) or a reward that pays (Hopper): std 1, no rollout
     asked.clear()
-    for first in (m(1.0, -0.4, terminated=0), m(1.0, 0.8)):
-        chosen, measured, kept = choose_initial_std(stds, (first, "first"), roll_out(rewards))
-        assert (chosen, measured, kept) == (0, [first], "first")
+    for only in (m(1.0, -0.4, terminated=0), m(1.0, 0.8)):
+        chosen, measured, kept = choose_initial_std(stds, (only, "first"), roll_out(rewards))
+        assert (chosen, measured, kept) == (0, [only], "first")
     assert asked == []
     # the costs are the task's own (a step penalty until a goal ends the episode): every std is tried,
-    # none pays, std 1 and its rollout stay
-    chosen, measured, kept = choose_initial_std(stds, (m(1.0, -1.0), "first"), roll_out([-1.0] * 5))
+    # none earns, std 1 and its rollout stay
+    chosen, measured, kept = choose_initial_std(stds, first, roll_out([-1.0] * 5))
     assert (chosen, len(measured), kept) == (0, 5, "first") and asked == [1, 2, 3, 4]
     assert ending_pays(m(1.0, -0.01)) and not ending_pays(m(1.0, -5.0, terminated=0))
+    assert noise_was_the_cause(m(0.5, 0.0, 1), m(1.0, -1.0, 2)) and not noise_was_the_cause(m(0.5, -0.1, 0), first[0])
 
 
 def test_measure_counts_valid_decisions_only():
@@ -183,6 +197,18 @@ def test_where_the_costs_are_the_tasks_own_std_1_and_its_rollout_stay(tmp_path):
     assert state["chosen_std"] == 1.0 and len(state["measurements"]) == 5
     assert trainer.policy.action_std().tolist() == pytest.approx([1.0] * 4)
     assert trainer.state.env_steps == 5 * ROLLOUT
+    batch, logp = seen[0]
+    torch.testing.assert_close(logp, batch["old_logp"].to(logp.device), rtol=0, atol=1e-5)
+
+
+def test_where_the_body_falls_whatever_the_noise_std_1_and_its_rollout_stay(tmp_path):
+    trainer, seen = run(config(tmp_path, "trainer.lr=1e-12", fall=0.3))
+    state = trainer.state.exploration
+    measured = state["measurements"]
+    assert state["chosen_std"] == 1.0 and len(measured) == 3, measured  # a step earns at 0.37: the scan stops
+    assert measured[0]["reward_per_step"] < 0 <= measured[2]["reward_per_step"]
+    assert measured[2]["terminated"] > 0.5 * measured[0]["terminated"]
+    assert trainer.state.env_steps == 3 * ROLLOUT
     batch, logp = seen[0]
     torch.testing.assert_close(logp, batch["old_logp"].to(logp.device), rtol=0, atol=1e-5)
 
