@@ -62,6 +62,11 @@ CLI_CASES = [
         ["train", *QUICK, "warm_start.held_in=8", "warm_start.kwargs={seed: 3}"],
         ["'held_in' = 8", "fixes 'seed'"],
     ),
+    (
+        "background rollouts with the initial action std's probe (the state template's default)",
+        ["train", "configs/gym_inverted_pendulum.yaml", "trainer.rollout_steps=0", "trainer.async_staleness=1"],
+        ["'trainer.async_staleness' = 1", "policy.action_log_std_init to a number"],
+    ),
     ("run.device=cuda without CUDA", ["train", *QUICK, "run.device=cuda"], ["run.device = 'cuda'", "run.device=cpu"]),
     (
         "eval with run.device=cuda without CUDA",
