@@ -257,6 +257,8 @@ class _Checker:
             for name in ("rollout", *(("ratio_one", "replay") if likelihood else ("reparameterized",))):
                 self.run_check(name, getattr(self, name))
             self.run_check("eval_deterministic", self.eval_deterministic)
+            if self.policy.caps.exploration_probe:
+                self.run_check("exploration_stds", self.exploration_stds)
             if self.run_check("update_hooks", self.simulated_update, quiet=True):
                 again = "ratio_after_sync" if likelihood else "reparameterized_after_sync"
                 for name in (again, "gradients", "save_load"):
@@ -393,6 +395,33 @@ class _Checker:
 
     def ratio_one(self) -> str:
         return self.ratio(self.need_batch())[1]
+
+    def exploration_stds(self) -> str:
+        """``Capabilities.exploration_probe``: the initial stds offered fall, and a rollout at the
+        first and at the last replays with ratio 1, its actions spreading less at the last."""
+        p = self.policy
+        stds = p.exploration_stds()
+        ensure(
+            len(stds) >= 2 and all(a > b > 0 for a, b in zip(stds, stds[1:])),
+            f"exploration_stds() must offer at least two positive, falling stds, got {stds}",
+        )
+        spread = []
+        try:
+            for std in (stds[0], stds[-1]):
+                p.set_exploration_std(std)
+                d = self.decide(offset=7)
+                self.ratio(d.batch)
+                spread.append(float(torch.as_tensor(d.actions).float().std()))
+        finally:
+            p.set_exploration_std(stds[0])
+        ensure(
+            spread[1] < spread[0],
+            f"actions spread {spread[1]:.3g} at std {stds[-1]:.3g}, not less than {spread[0]:.3g}",
+        )
+        return (
+            f"{len(stds)} stds, {stds[0]:.3g} -> {stds[-1]:.3g}: ratio 1 at both, "
+            f"actions spread {spread[0]:.3g} -> {spread[1]:.3g}"
+        )
 
     def replay(self) -> str:
         p, batch, b = self.policy, self.need_batch(), self.num_envs

@@ -57,6 +57,8 @@ FLOW_SAMPLERS = [
     + [
         case("token_vla", "decoding=parallel", "temperature=0.7", "top_k=5"),
         case("gaussian", "logp_level=dim", "critic=false"),
+        case("gaussian", "log_std_init=auto"),  # the initial std's probe (exploration_stds)
+        case("flow_vla", "backbone=state", "prediction=sample", "stochastic=none", "action_noise=learned"),
         case("diffusion", "logp_level=sample", "method=cps", "guidance_scale=3.0"),
         case("diffusion", "num_frames=4", "method=cps"),  # a video generator, on video_prompts
     ],
@@ -65,10 +67,20 @@ def test_policy_passes_the_contract_check(name, overrides):
     result = checked(name, overrides)
     assert result.ok, f"\n{result}"
     cls = POLICIES.get(name)
-    likelihood = cls.capabilities(load_config(cls.config_class, {"type": name}, list(overrides))).likelihood
-    replayed = ["ratio_one", "replay"] if likelihood else ["reparameterized"]  # SAC's actor: no log-probs to replay
-    after = "ratio_after_sync" if likelihood else "reparameterized_after_sync"
-    assert result.passed == ["build", "rollout", *replayed, "eval_deterministic", after, "gradients", "save_load"]
+    caps = cls.capabilities(load_config(cls.config_class, {"type": name}, list(overrides)))
+    replayed = ["ratio_one", "replay"] if caps.likelihood else ["reparameterized"]  # SAC's actor: no log-probs
+    after = "ratio_after_sync" if caps.likelihood else "reparameterized_after_sync"
+    probe = ["exploration_stds"] if caps.exploration_probe else []
+    assert result.passed == [
+        "build",
+        "rollout",
+        *replayed,
+        "eval_deterministic",
+        *probe,
+        after,
+        "gradients",
+        "save_load",
+    ]
 
 
 @functools.cache
@@ -134,6 +146,18 @@ class UnsavedStatistics(GaussianPolicy):
         self.shift += batch["state"].mean(0)
 
 
+class StdIgnored(GaussianPolicy):
+    """Offers initial stds to the trainer's probe (as ``log_std_init: auto``) but never sets them:
+    every rollout of the probe would explore at the first std."""
+
+    @staticmethod
+    def probes_std(cfg):
+        return True
+
+    def set_exploration_std(self, std):
+        pass
+
+
 @pytest.mark.parametrize(
     "cls, failed, needle",
     [
@@ -151,13 +175,14 @@ class UnsavedStatistics(GaussianPolicy):
             ["save_load"],
             "after load_state_dict a fresh policy rolls out differently: actions differ",
         ),
+        (StdIgnored, ["exploration_stds"], "at std 0.135, not less than"),
     ],
 )
 def test_broken_policies_fail_for_the_right_reason(cls, failed, needle):
     result = check_policy(cls, verbose=False)  # a subclass gets the tiny setup of its config's type
     assert result.failed == failed, f"\n{result}"
     assert needle in result[failed[0]].detail, result[failed[0]].detail
-    assert len(result) == 8
+    assert len(result) == 8 + (cls is StdIgnored)
 
 
 def test_a_policy_that_cannot_be_built_fails_naming_why():
