@@ -97,11 +97,12 @@ def test_ratio_is_one_before_the_first_update_with_video_samples(sim, recompute)
 def test_a_group_decodes_its_video_once_per_iteration(sim, monkeypatch):
     import mmrl.video
 
+    obs = sim.reset([0, 0, 1, 1])  # before counting: the sim decodes a first frame per new question (thumbnails)
     calls = []
     decode = mmrl.video.decode
     monkeypatch.setattr(mmrl.video, "decode", lambda *a, **k: calls.append(1) or decode(*a, **k))
     pol = make()
-    pol.rollout(sim.reset([0, 0, 1, 1]), torch.Generator().manual_seed(0))
+    pol.rollout(obs, torch.Generator().manual_seed(0))
     assert len(calls) == 2 and len(pol._clips) == 2  # two questions, each shared by two answers
     pol.sync_rollout()
     assert len(pol._clips) == 0
