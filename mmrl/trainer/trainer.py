@@ -361,10 +361,17 @@ class Trainer:
     ) -> tuple[Batch, dict, torch.Generator]:
         """`mmrl.trainer.exploration.choose_initial_std` on the first iteration's rollout (``batch``,
         collected at the policy's first std): each quieter std it asks for is one more rollout, counted
-        in the run's environment steps, and RL trains on the rollout of the std it keeps."""
+        in the run's environment steps, and RL trains on the rollout of the std it keeps. Where it
+        keeps the first std after probing quieter ones, the episodes in progress go back to where the
+        first rollout left them (the collector's snapshot, as a checkpoint keeps it), so the run goes
+        on as the fixed-std run does, short only of the probe's environment steps; a simulator that
+        cannot snapshot itself goes on from the probe's last rollout (said in the log)."""
         from mmrl.trainer import exploration
 
         stds = self.policy.exploration_stds()
+        first = (exploration.measure(batch, stds[0]), (batch, info, gen))
+        # the episodes in progress as the first rollout left them (fresh rounds of episodes keep none)
+        snapshot = self.collector.state_dict() if exploration.ending_pays(first[0]) else {}
 
         def roll_out(k: int) -> tuple[exploration.NoiseMeasurement, tuple]:
             self.policy.set_exploration_std(stds[k])
@@ -374,11 +381,16 @@ class Trainer:
             self.check_rewards(it, i)
             return exploration.measure(b, stds[k]), (b, i, g)
 
-        first = (exploration.measure(batch, stds[0]), (batch, info, gen))
         chosen, measured, kept = exploration.choose_initial_std(stds, first, roll_out)
         self.policy.set_exploration_std(stds[chosen])
         self.state.exploration = exploration.record(chosen, measured)
-        self.log_line(exploration.describe(chosen, measured))
+        line = exploration.describe(chosen, measured)
+        if chosen == 0 and len(measured) > 1 and snapshot:  # back to the envs the kept rollout left
+            if snapshot.get("sim") is not None:
+                self.collector.load_state_dict(snapshot)
+            else:
+                line += "; the simulator cannot snapshot its state, so the episodes go on from the probe's last rollout"
+        self.log_line(line)
         return kept
 
     def warm_start(self) -> None:

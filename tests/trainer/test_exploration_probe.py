@@ -213,6 +213,21 @@ def test_where_the_body_falls_whatever_the_noise_std_1_and_its_rollout_stay(tmp_
     torch.testing.assert_close(logp, batch["old_logp"].to(logp.device), rtol=0, atol=1e-5)
 
 
+def test_where_std_1_stays_after_probing_the_run_goes_on_as_the_fixed_std_run(tmp_path):
+    """The probe's rollouts moved the envs on; keeping std 1, the episodes go back to where its kept
+    rollout left them, so three iterations after a 3-rollout probe (5 rollouts of budget) end with the
+    weights of the fixed-std run's three iterations, bit for bit (Walker2d: 767 with std 1 on the
+    reported seeds, 523 while the envs went on from the probe's last rollout)."""
+    auto, _ = run(config(tmp_path, f"trainer.env_steps={5 * ROLLOUT}", fall=0.3, name="auto"))
+    fixed, _ = run(config(tmp_path, f"trainer.env_steps={3 * ROLLOUT}", "policy.action_log_std_init=0", fall=0.3))
+    assert len(auto.state.exploration["measurements"]) == 3 and auto.state.exploration["chosen_std"] == 1.0
+    assert auto.state.iteration == fixed.state.iteration == 3 and auto.state.env_steps == 5 * ROLLOUT
+    a, b = auto.policy.state_dict(), fixed.policy.state_dict()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    assert auto.state.results["final"]["return"] == fixed.state.results["final"]["return"]
+
+
 def test_a_resumed_run_does_not_probe_again_and_matches_the_uninterrupted_one(tmp_path, monkeypatch):
     from mmrl.trainer.trainer import Trainer
 
