@@ -26,7 +26,8 @@ configured one first, then quieter ones):
    policy: -0.01 to -0.19 per step at std 1, about 100 terminations per 2048 steps at every std; its
    return at 200k fell from 782 to 451 on validation seeds when the quieter std was taken on the
    reward alone), or a cost per step until a goal ends the episode (MountainCar's). The first std
-   stays, and its rollout trains.
+   stays, and its rollout trains; the trainer puts the episodes in progress back where that rollout
+   left them (`Trainer.choose_exploration`), so the run goes on as a fixed-std run would.
 
 Every rollout of the probe counts in the run's environment steps; the ones not trained on are
 dropped. The measurements and the choice are logged and kept in the checkpoint's state; a resumed
