@@ -29,7 +29,8 @@ seed by seed.
   ``flow_vla`` with ``backbone: auto``, i.e. the state MLP and an MLP action expert predicting the
   clean action, an ODE chain and a learned Gaussian on its action whose initial std the first
   rollouts choose (``action_log_std_init: auto``; per seed in ``action_std_init``), PPO at lr 1e-3,
-  16 envs x 128-step rollouts = SB3's 2048 steps per update, 10 epochs of minibatches of 256,
+  16 envs x 128-step rollouts = SB3's 2048 steps per update, 10 epochs of minibatches of 256 (an
+  update stops after the epoch whose approx. KL passes ``target_kl`` 0.2),
   observation and reward normalisation; no warm start).
 - ``gaussian``: the same config with ``policy.type=gaussian`` (SB3's policy class inside mmrl's
   trainer) at SB3's lr 3e-4, to tell the algorithm from the policy class.
