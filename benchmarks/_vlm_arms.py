@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +49,7 @@ def run_arm(args: tuple) -> dict:
 def main(bench: ArmBenchmark, argv: list[str] | None = None) -> dict:
     """Parse the command line, run the seeds' arms, print a summary and the JSON line (returned)."""
     from _smoke import parse_args, scratch
+    from mmrl.utils.processes import side_by_side
     from vlm_grpo import mean_std
 
     names = list(bench.arms)
@@ -78,8 +78,7 @@ def main(bench: ArmBenchmark, argv: list[str] | None = None) -> dict:
     if a.jobs == 1:
         done = [run_arm(t) for t in tasks]
     else:
-        with ProcessPoolExecutor(a.jobs) as pool:
-            done = list(pool.map(run_arm, tasks))
+        done = side_by_side(run_arm, tasks, jobs=a.jobs, context=None)
     runs = {arm: [r for r in done if r["arm"] == arm] for arm in a.arms}
     for r in done:
         sft, rl = r["sft"][split]["all"], r["rl"][split]["all"]

@@ -434,12 +434,11 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
 def seed_figures(args, demo: Demo) -> dict:
     """Every seed's runs; their per-seed figures with mean and std, the protocol and the curves."""
     if args.jobs > 1:  # seeds side by side, each in a fresh process; results in seed order
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from mmrl.utils.processes import side_by_side
 
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(args.jobs, args.seeds), mp_context=ctx) as pool:
-            done = list(pool.map(run_seed, args.seed_list, [args] * args.seeds, [demo] * args.seeds))
+        done = side_by_side(
+            run_seed, args.seed_list, [args] * args.seeds, [demo] * args.seeds, jobs=min(args.jobs, args.seeds)
+        )
     else:
         done = [run_seed(seed, args, demo) for seed in args.seed_list]
     runs, protocols = [r for r, _ in done], [p for _, p in done]

@@ -193,12 +193,9 @@ def reach_part(args: argparse.Namespace) -> dict:
     docstring)."""
     seeds = list(range(args.seeds))
     if args.jobs > 1:  # seeds side by side, each in its own process
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from mmrl.utils.processes import side_by_side
 
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(args.jobs, len(seeds)), mp_context=ctx) as pool:
-            per_seed = list(pool.map(reach_seed, seeds, [args] * len(seeds)))
+        per_seed = side_by_side(reach_seed, seeds, [args] * len(seeds), jobs=min(args.jobs, len(seeds)))
     else:
         per_seed = [reach_seed(seed, args) for seed in seeds]
     figures: dict = {"seeds": seeds, "level": args.level}
