@@ -178,6 +178,9 @@ def run_random(task: str, episodes: int, eval_seed: int) -> dict:
 
 # --------------------------------------------------------------------------------- orchestration
 def child(args: argparse.Namespace) -> None:
+    from mmrl.utils.processes import exit_with_parent_if_asked
+
+    exit_with_parent_if_asked()  # started by `spawn`: stop if the orchestrator is killed
     eval_seed = VALIDATION_EVAL_SEED if args.validation else EVAL_SEED
     if args.side == "sb3":
         out = run_sb3(args.task, args.seed, args.env_steps, args.eval_episodes, eval_seed)
@@ -220,8 +223,10 @@ def spawn(
 ) -> dict:
     """Run one side in a fresh subprocess of ``script`` (`child_command`) and return the result it
     printed after ``tag``."""
+    from mmrl.utils.processes import child_env
+
     cmd, env = child_command(side, task, seed, env_steps, args, script)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**env, **child_env()}, cwd=ROOT)
     for line in proc.stdout.splitlines():
         if line.startswith(tag):
             return json.loads(line[len(tag) :])

@@ -5,7 +5,9 @@ process group, but a kill of the main process alone (``kill PID``, ``pkill -f`` 
 line, a scheduler that stops the job's leader) leaves the pool's workers running as orphans:
 they go on training for an hour, writing into the folder the next (``--resume``) run will use,
 and taking the cores it needs. `side_by_side` gives every worker a watchdog that ends it, with one
-line on stderr, as soon as its parent is gone.
+line on stderr, as soon as its parent is gone; a benchmark that runs its children as scripts
+(``subprocess``) passes `child_env` to them and they call `exit_with_parent_if_asked` (a child
+started by hand, e.g. under ``nohup``, is not asked and outlives its shell as usual).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 POLL_S = 1.0  # how often a worker checks that its parent is still there
+PARENT_ENV = "MMRL_EXIT_WITH_PARENT"  # a child script stops when this pid stops being its parent
 
 
 def _watch_parent(parent_pid: int, poll_s: float) -> None:
@@ -38,6 +41,19 @@ def exit_with_parent(parent_pid: int, poll_s: float = POLL_S) -> None:
     """Worker initializer: a daemon thread ends this process once ``parent_pid`` is no longer its
     parent (checked every ``poll_s`` seconds)."""
     threading.Thread(target=_watch_parent, args=(parent_pid, poll_s), name="exit-with-parent", daemon=True).start()
+
+
+def child_env() -> dict[str, str]:
+    """Environment entries that make a child script calling `exit_with_parent_if_asked` stop with
+    this process."""
+    return {PARENT_ENV: str(os.getpid())}
+
+
+def exit_with_parent_if_asked(poll_s: float = POLL_S) -> None:
+    """In a child script: `exit_with_parent` for the pid its starter put in `child_env`, if any."""
+    pid = os.environ.get(PARENT_ENV, "")
+    if pid.isdigit():
+        exit_with_parent(int(pid), poll_s)
 
 
 def side_by_side(

@@ -1,5 +1,6 @@
-"""A benchmark's ``--jobs`` workers (`mmrl.utils.processes.side_by_side`) stop when the process that
-started them is killed alone (``kill PID`` / ``pkill -f``), instead of training on as orphans."""
+"""A benchmark's ``--jobs`` workers (`mmrl.utils.processes.side_by_side`) and child scripts started
+with `child_env` stop when the process that started them is killed alone (``kill PID`` /
+``pkill -f``), instead of training on as orphans."""
 
 from __future__ import annotations
 
@@ -34,6 +35,31 @@ SCRIPT = textwrap.dedent(
 )
 
 
+# the same with two child scripts (vs_sb3's `spawn`): started with child_env, they ask for the watchdog
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from mmrl.utils.processes import exit_with_parent_if_asked
+
+    exit_with_parent_if_asked(poll_s=0.2)
+    path = sys.argv[1]
+    open(path + ".part", "w").write(str(os.getpid()))
+    os.replace(path + ".part", path)
+    time.sleep(300)
+    """
+)
+SCRIPTS = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from mmrl.utils.processes import child_env
+
+    env = {**os.environ, **child_env()}
+    kids = [subprocess.Popen([sys.executable, "-c", sys.argv[1], p], env=env) for p in sys.argv[2:]]
+    time.sleep(300)
+    """
+)
+
+
 def _running(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie (an orphan's zombie waits for init to reap it)."""
     try:
@@ -53,13 +79,15 @@ def _wait(cond, timeout_s: float) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
-def test_workers_stop_when_their_parent_is_killed(tmp_path):
+@pytest.mark.parametrize("kind", ["pool", "scripts"])
+def test_workers_stop_when_their_parent_is_killed(tmp_path, kind):
     script = tmp_path / "bench.py"
-    script.write_text(SCRIPT)
+    script.write_text(SCRIPT if kind == "pool" else SCRIPTS)
     marks = [tmp_path / "w0.pid", tmp_path / "w1.pid"]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    child = [] if kind == "pool" else [CHILD]
     parent = subprocess.Popen(
-        [sys.executable, str(script), *map(str, marks)], stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script), *child, *map(str, marks)], stderr=subprocess.PIPE, text=True, env=env
     )
     pids: list[int] = []
     try:
