@@ -195,13 +195,20 @@ def baselines(trainer, demo: Demo) -> dict:
     }
 
 
+#: policy fields that only choose which steps of an RL rollout are stochastic and trained: a sweep
+#: over them reuses the pretrained generator (the warm start is supervised flow matching)
+ROLLOUT_ONLY = ("stochastic", "window", "shared_noise", "timestep_fraction")
+
+
 def pretraining_key(cfg) -> str:
     """A fingerprint of what the pretrained generator depends on: the run's seed and the resolved
-    policy, simulator and warm-start sections (not the RL settings, which a sweep varies)."""
+    policy, simulator and warm-start sections (not the RL settings, which a sweep varies, nor the
+    policy's `ROLLOUT_ONLY` fields: which rollout steps are stochastic never enters pretraining)."""
     import dataclasses
     import hashlib
 
     parts = {"seed": cfg.run.seed, **{k: dataclasses.asdict(getattr(cfg, k)) for k in ("policy", "sim", "warm_start")}}
+    parts["policy"] = {k: v for k, v in parts["policy"].items() if k not in ROLLOUT_ONLY}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

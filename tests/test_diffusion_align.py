@@ -68,7 +68,8 @@ def test_the_time_to_flow_grpos_final_reward_is_a_fraction_of_its_run(bench):
 
 def test_a_pretrained_generator_is_reused_only_under_the_same_pretraining_settings(bench, tmp_path, monkeypatch):
     """--reuse-pretrained loads the seed's saved generator (no pretraining) while the pretraining
-    settings are unchanged; an RL setting does not change the key, a warm-start one does."""
+    settings are unchanged; an RL setting (the rollout's SDE window too) does not change the key, a
+    warm-start one does."""
     import argparse
 
     import mmrl.experiment
@@ -79,7 +80,8 @@ def test_a_pretrained_generator_is_reused_only_under_the_same_pretraining_settin
     (saved,) = (tmp_path / "pretrained").glob("seed0-*.safetensors")
     real = mmrl.experiment.build_trainer
     monkeypatch.setattr(mmrl.experiment, "build_trainer", lambda cfg: pytest.fail("pretrained again"))
-    again, seconds, reused_now = bench.pretrain(0, [*common, "trainer.iterations=9"], args, bench.IMAGES)
+    rl = ["trainer.iterations=9", "policy.stochastic=window", "policy.window=[0,2]", "policy.shared_noise=true"]
+    again, seconds, reused_now = bench.pretrain(0, [*common, *rl], args, bench.IMAGES)
     assert not reused and reused_now and seconds >= 0 and again.keys() == first.keys()
     assert all(torch.equal(again[k], first[k]) for k in first)
     monkeypatch.setattr(mmrl.experiment, "build_trainer", real)
