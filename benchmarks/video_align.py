@@ -11,8 +11,8 @@ The image benchmark's protocol (`benchmarks/diffusion_align.py`, which this one 
 `moving_shapes` clips (8 frames of 16 px: one coloured circle, square or triangle moving right,
 left, up or down) of the 48 TRAIN prompts with noisy captions (half of them swapped for another
 train prompt; the warm start of configs/video_shapes_flow_grpo.yaml), so it follows its prompt only
-part of the time. From those same weights configs/video_shapes_flow_grpo.yaml (Flow-SDE rollouts,
-per-step PPO ratios), configs/video_shapes_awm.yaml and configs/video_shapes_nft.yaml (ODE
+part of the time. From those same weights configs/video_shapes_flow_grpo.yaml (Flow-SDE on the first 3
+of 8 steps, per-step PPO ratios), configs/video_shapes_awm.yaml and configs/video_shapes_nft.yaml (ODE
 rollouts, no log-likelihood) each run the same iterations with the same train prompts (8 prompts x
 4 clips per iteration), and the mean `moving_shapes` reward (colour, shape and direction of motion
 read from the frames, `rewards/moving_shapes.py`) over the 12 held-out prompts, each evaluated twice
