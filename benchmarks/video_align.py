@@ -64,7 +64,7 @@ VIDEOS = Demo(
     },
     gold=moving_shapes_gold,
     one_eval=["sim.eval_num_envs=12", "trainer.eval_episodes=12"],
-    smoke=[*SMOKE, "sim.num_envs=8", "algorithm.epochs=1"],
+    smoke=[*SMOKE, "sim.num_envs=8", "algorithm.epochs=1", "policy.window=[0,1]"],  # Flow-GRPO's window in 2 steps
     output_dir="runs/bench_video",
     iterations=120,  # chosen on the validation prompts (configs/video_shapes_*.yaml)
     eval_every=10,

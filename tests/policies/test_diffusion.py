@@ -169,3 +169,13 @@ def test_dancegrpo_shared_noise_per_prompt():
     assert not torch.equal(alone[0], alone[1])  # off by default
     ev = pol.rollout(_obs(), torch.Generator().manual_seed(0), mode="eval")  # evaluation: independent noise
     assert not torch.equal(ev.actions[0], ev.actions[1])
+
+
+@pytest.mark.parametrize("window", [[0, 5], [2, 2], None, [0]])
+def test_a_window_outside_the_steps_is_refused_when_the_config_is_checked(window):
+    """stochastic: window with a window the rollout cannot have fails at config time (one line naming
+    num_steps and an example), not at the first rollout after pretraining."""
+    with pytest.raises(ValueError, match=r"0 <= start < end <= num_steps \(4\)"):
+        DiffusionConfig(num_steps=4, stochastic="window", window=window).validate()
+    DiffusionConfig(num_steps=4, stochastic="window", window=[0, 4]).validate()  # the whole range is fine
+    DiffusionConfig(num_steps=4, stochastic="all", window=[0, 9]).validate()  # ignored unless stochastic: window
