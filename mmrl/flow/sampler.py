@@ -42,6 +42,18 @@ def time_grid(num_steps: int, shift: float = 1.0, dtype: torch.dtype = torch.flo
     return t.to(dtype=dtype, device=device)
 
 
+def check_window(window: Sequence[int] | None, num_steps: int) -> tuple[int, int]:
+    """``(start, end)`` of a ``stochastic: window`` setting, or a ValueError naming the fix unless
+    ``0 <= start < end <= num_steps`` (policies call it when their config is checked)."""
+    if window is None or len(window) != 2 or not 0 <= int(window[0]) < int(window[1]) <= num_steps:
+        shown = None if window is None else list(window)
+        raise ValueError(
+            f"policy.window = {shown} with stochastic: window needs [start, end] with 0 <= start < end <= "
+            f"num_steps ({num_steps}): e.g. policy.window=[0,{min(3, num_steps)}]"
+        )
+    return int(window[0]), int(window[1])
+
+
 def stochastic_mask(
     batch: int,
     num_steps: int,
@@ -70,11 +82,7 @@ def stochastic_mask(
         idx = randint_rows(K, (batch,), generator=generator, device=gen_device)
         return torch.nn.functional.one_hot(idx.to(device), K).to(torch.bool)
     if mode == "window":
-        if window is None:
-            raise ValueError('stochastic_mask mode "window" needs window=(start, end)')
-        start, end = int(window[0]), int(window[1])
-        if not 0 <= start < end <= K:
-            raise ValueError(f"window {window} must satisfy 0 <= start < end <= K={K}")
+        start, end = check_window(window, K)
         mask = torch.zeros(batch, K, dtype=torch.bool, device=device)
         mask[:, start:end] = True
         return mask

@@ -64,7 +64,7 @@ from mmrl.flow import (
     subsample_steps,
     time_grid,
 )
-from mmrl.flow.sampler import noisy_steps
+from mmrl.flow.sampler import check_window, noisy_steps
 from mmrl.flow.steps import transition
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
 from mmrl.policies.generator import TextToImageGenerator
@@ -135,12 +135,7 @@ class DiffusionConfig(PolicyConfig):
         if self.nft_old_decay is not None and not 0.0 <= self.nft_old_decay < 1.0:
             raise ValueError(f"nft_old_decay = {self.nft_old_decay} must be in [0, 1) or null (no old copy)")
         if self.stochastic == "window":
-            w = self.window
-            if not (w is not None and len(w) == 2 and 0 <= w[0] < w[1] <= self.num_steps):
-                raise ValueError(
-                    f"policy.window = {w} with stochastic: window needs [start, end] with 0 <= start < end <= "
-                    f"num_steps ({self.num_steps}): e.g. policy.window=[0,{min(3, self.num_steps)}]"
-                )
+            check_window(self.window, self.num_steps)
         if not 0.0 < self.timestep_fraction <= 1.0:
             raise ValueError(
                 f"timestep_fraction = {self.timestep_fraction} must be in (0, 1] (1: every stochastic step)"

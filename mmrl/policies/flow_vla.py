@@ -42,6 +42,7 @@ from mmrl.flow import (
     time_grid,
     velocity_from_sample,
 )
+from mmrl.flow.sampler import check_window
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text, log_std_grid
 from mmrl.policies.processing import ActionNormalizer, resize_images
 from mmrl.utils.rows import randn_rows
@@ -123,6 +124,8 @@ class FlowVLAConfig(PolicyConfig):
 
     def validate(self) -> None:
         check_range(self, {"num_steps": ">=1", "noise_level": ">=0", "noise_level_final": ">=0"})
+        if self.stochastic == "window":
+            check_window(self.window, self.num_steps)
         sums = (self.logp_level, self.elem_reduce, self.step_reduce) == ("chunk", "sum", "sum")
         if self.init_noise == "learned" and not sums:
             raise ConfigError(

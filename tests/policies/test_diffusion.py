@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mmrl.policies.diffusion import DiffusionConfig, DiffusionPolicy
+from mmrl.policies.flow_vla import FlowVLAConfig
 from mmrl.simulator import Observation
 
 PROMPTS = ["a red circle on the left", "a red circle on the left", "two blue squares", "two blue squares"]
@@ -171,11 +172,13 @@ def test_dancegrpo_shared_noise_per_prompt():
     assert not torch.equal(ev.actions[0], ev.actions[1])
 
 
+@pytest.mark.parametrize("config", [DiffusionConfig, FlowVLAConfig])
 @pytest.mark.parametrize("window", [[0, 5], [2, 2], None, [0]])
-def test_a_window_outside_the_steps_is_refused_when_the_config_is_checked(window):
+def test_a_window_outside_the_steps_is_refused_when_the_config_is_checked(config, window):
     """stochastic: window with a window the rollout cannot have fails at config time (one line naming
-    num_steps and an example), not at the first rollout after pretraining."""
+    num_steps and an example), not at the first rollout after pretraining; generators and flow VLAs
+    share the check (`mmrl.flow.sampler.check_window`)."""
     with pytest.raises(ValueError, match=r"0 <= start < end <= num_steps \(4\)"):
-        DiffusionConfig(num_steps=4, stochastic="window", window=window).validate()
-    DiffusionConfig(num_steps=4, stochastic="window", window=[0, 4]).validate()  # the whole range is fine
-    DiffusionConfig(num_steps=4, stochastic="all", window=[0, 9]).validate()  # ignored unless stochastic: window
+        config(num_steps=4, stochastic="window", window=window).validate()
+    config(num_steps=4, stochastic="window", window=[0, 4]).validate()  # the whole range is fine
+    config(num_steps=4, stochastic="all", window=[0, 9]).validate()  # ignored unless stochastic: window
