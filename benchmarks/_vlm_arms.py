@@ -75,10 +75,7 @@ def main(bench: ArmBenchmark, argv: list[str] | None = None) -> dict:
     split = VAL if a.validation else "eval"
     t0 = time.time()
     tasks = [(seed, arm, split, a.out, a.overrides, bench) for seed in range(a.seeds) for arm in a.arms]
-    if a.jobs == 1:
-        done = [run_arm(t) for t in tasks]
-    else:
-        done = side_by_side(run_arm, tasks, jobs=a.jobs, context=None)
+    done = side_by_side(run_arm, tasks, jobs=a.jobs, context=None)  # --jobs > 1: each arm in its own process
     runs = {arm: [r for r in done if r["arm"] == arm] for arm in a.arms}
     for r in done:
         sft, rl = r["sft"][split]["all"], r["rl"][split]["all"]

@@ -412,6 +412,8 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
         parser.error(f"--cost-steps: a comma-separated list of integers, got {args.cost_steps!r}")
     if args.seeds < (0 if args.cost_steps else 1):
         parser.error("--seeds must be >= 1 (0 only with --cost-steps)")
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
     if args.validation and not demo.validation:
         parser.error(f"--validation: this demo ({demo.samples}) has no validation split of its prompts yet")
     args.split = "validation" if args.validation else "held-out"
@@ -440,14 +442,10 @@ def main(demo: Demo = IMAGES, doc: str | None = __doc__) -> None:
 
 def seed_figures(args, demo: Demo) -> dict:
     """Every seed's runs; their per-seed figures with mean and std, the protocol and the curves."""
-    if args.jobs > 1:  # seeds side by side, each in a fresh process; results in seed order
-        from mmrl.utils.processes import side_by_side
+    from mmrl.utils.processes import side_by_side
 
-        done = side_by_side(
-            run_seed, args.seed_list, [args] * args.seeds, [demo] * args.seeds, jobs=min(args.jobs, args.seeds)
-        )
-    else:
-        done = [run_seed(seed, args, demo) for seed in args.seed_list]
+    # seeds side by side, each in a fresh process (--jobs > 1); results in seed order
+    done = side_by_side(run_seed, args.seed_list, [args] * args.seeds, [demo] * args.seeds, jobs=args.jobs)
     runs, protocols = [r for r, _ in done], [p for _, p in done]
     protocol = protocols[0]  # the held-out episodes do not depend on the seed
     out = {"seeds": args.seed_list, "split": args.split}

@@ -192,12 +192,9 @@ def reach_part(args: argparse.Namespace) -> dict:
     """PPO against DSRL and RLPD on reach from the same warm start, ``args.seeds`` seeds (see the
     docstring)."""
     seeds = list(range(args.seeds))
-    if args.jobs > 1:  # seeds side by side, each in its own process
-        from mmrl.utils.processes import side_by_side
+    from mmrl.utils.processes import side_by_side
 
-        per_seed = side_by_side(reach_seed, seeds, [args] * len(seeds), jobs=min(args.jobs, len(seeds)))
-    else:
-        per_seed = [reach_seed(seed, args) for seed in seeds]
+    per_seed = side_by_side(reach_seed, seeds, [args] * len(seeds), jobs=args.jobs)  # --jobs > 1: own processes
     figures: dict = {"seeds": seeds, "level": args.level}
     for side in args.methods:
         rows = [r[side] for r in per_seed]
@@ -251,6 +248,8 @@ def main() -> None:
     p.add_argument("--methods", default=",".join(METHODS), help="reach part: which of ppo, dsrl, rlpd to run")
     add_child_args(p)
     args = parse_args(p, seeds=1, env_steps=300, eval_episodes=1, jobs=2)
+    if args.jobs < 1:
+        p.error("--jobs must be >= 1")
     if args.smoke:  # the runs' folders in a temporary folder; the reach runs tiny
         from tests.reliability.kill_harness import TINY
 

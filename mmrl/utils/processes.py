@@ -61,10 +61,15 @@ def side_by_side(
 ) -> list:
     """``list(map(fn, *iterables))`` with up to ``jobs`` calls at a time, each in a worker process
     (``context``: a `multiprocessing` start method, None for the platform's default) that stops
-    when this process goes away. Results in input order; a worker's exception is raised here."""
+    when this process goes away; with one job (or one call) they run here, one after another.
+    Results in input order; a worker's exception is raised here."""
     if jobs < 1:
         raise ValueError(f"side_by_side: jobs must be >= 1, got {jobs}")
+    calls = list(zip(*iterables))
+    if min(jobs, len(calls)) <= 1:
+        return [fn(*args) for args in calls]
     ctx = multiprocessing.get_context(context)
     parent = os.getpid()
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=exit_with_parent, initargs=(parent, poll_s)) as pool:
-        return list(pool.map(fn, *iterables))
+    workers = min(jobs, len(calls))
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=exit_with_parent, initargs=(parent, poll_s)) as pool:
+        return list(pool.map(fn, *zip(*calls)))
