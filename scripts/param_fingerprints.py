@@ -36,6 +36,9 @@ COMMON = [
     "trainer.resume=false",
 ]
 REACH = ["sim.num_envs=16", "sim.eval_num_envs=4", "warm_start.num_episodes=16", "warm_start.steps=20"]
+#: the off-policy quickstarts (16 envs x 5 decisions x 4 steps = 320 env steps an iteration): learning
+#: starts after the second iteration, a few dozen gradient steps on small batches each iteration after it
+OFF_POLICY_REACH = ["algorithm.sac.learning_starts=640", "algorithm.sac.utd_ratio=0.25", "algorithm.sac.batch_size=32"]
 #: per config: the overrides that make it short (on top of COMMON)
 SHORT = {
     "quickstart": REACH,
@@ -131,6 +134,50 @@ SHORT = {
         "algorithm.minibatch_size=8",
         "algorithm.group_size=2",
         "run.device=cpu",
+    ],
+    # the off-policy mode (SAC, DSRL, RLPD): learning starts inside the short budget, a few gradient steps
+    "gym_pendulum_sac": [
+        "sim.eval_num_envs=2",
+        "trainer.env_steps=160",
+        "trainer.eval_episodes=2",
+        "trainer.checkpoint_every=40",
+        "algorithm.sac.learning_starts=100",
+        "algorithm.sac.batch_size=32",
+    ],
+    "quickstart_dsrl": [*REACH, "trainer.env_steps=1280", *OFF_POLICY_REACH],
+    "quickstart_rlpd": [*REACH, "trainer.env_steps=1280", *OFF_POLICY_REACH, "algorithm.sac.demo_episodes=16"],
+    "diffusion_shapes_nft": [
+        "sim.num_envs=8",
+        "sim.eval_num_envs=6",
+        "warm_start.steps=10",
+        "trainer.eval_episodes=6",
+        "algorithm.minibatch_size=8",
+    ],
+    **{
+        name: [
+            "sim.num_envs=8",
+            "sim.eval_num_envs=4",
+            "warm_start.steps=10",
+            "warm_start.num_episodes=64",
+            "algorithm.minibatch_size=8",
+        ]
+        for name in ("video_shapes_awm", "video_shapes_flow_grpo", "video_shapes_nft")
+    },
+    "vlm_video_qa": [
+        "sim.num_envs=16",
+        "sim.eval_num_envs=4",
+        "warm_start.steps=5",
+        "warm_start.warmup_steps=0",
+        "warm_start.num_episodes=16",
+        "algorithm.minibatch_size=8",
+    ],
+    "vlm_zoom_tools": [
+        "sim.num_envs=8",
+        "sim.eval_num_envs=4",
+        "warm_start.steps=5",
+        "warm_start.warmup_steps=0",
+        "warm_start.num_episodes=8",
+        "algorithm.minibatch_size=8",
     ],
 }
 LEROBOT = ("reach_smolvla_flow_noise", "libero_spatial_smolvla_flow_noise", "libero_pi05_flow_sde")
