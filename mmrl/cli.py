@@ -167,6 +167,16 @@ def cmd_init(args) -> int:
 
 
 def cmd_list(args) -> int:
+    for kind, rows in list_sections().items():
+        print(f"{kind}:")
+        for name, desc in rows:
+            print(f"  {name:<24} {desc}".rstrip())
+    return 0
+
+
+def list_sections() -> dict[str, list[tuple[str, str]]]:
+    """What ``mmrl list`` shows (and the components reference page): every registry's names with
+    their one-line descriptions, and the flow sampler choices a config selects by name."""
     from mmrl.flow import mean_path, steps
     from mmrl.registry import ALL, _first_line
 
@@ -180,11 +190,7 @@ def cmd_list(args) -> int:
         ("one", "one random step per sample, ODE elsewhere"),
         ("window", "the steps of policy.window, ODE elsewhere"),
     ]
-    for kind, rows in sections.items():
-        print(f"{kind}:")
-        for name, desc in rows:
-            print(f"  {name:<24} {desc}".rstrip())
-    return 0
+    return sections
 
 
 def _kwargs(items: list[str]) -> dict:
@@ -328,6 +334,16 @@ def dotted_overrides(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv_now = dotted_overrides(sys.argv[1:] if argv is None else list(argv))
+    args = build_parser(argv_now).parse_args(argv_now)
+    return run_command(args)
+
+
+def build_parser(argv_now: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``mmrl`` argument parser (also what the CLI reference page is generated from).
+    ``argv_now``: the arguments about to be parsed, which decide whether the long help texts
+    (every config key for ``train --help``, the export formats) are built."""
+    argv_now = argv_now or []
     parser = argparse.ArgumentParser(
         prog="mmrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -335,8 +351,6 @@ def main(argv: list[str] | None = None) -> int:
 
     parser.add_argument("--version", action="version", version=f"mmrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    argv_now = dotted_overrides(sys.argv[1:] if argv is None else list(argv))
-    argv = argv_now
     wants_help = bool(argv_now) and argv_now[0] == "train" and ("-h" in argv_now or "--help" in argv_now)
     p = sub.add_parser(
         "train",
@@ -397,7 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         "kind=text|image|video and its bound keywords",
     )
     p.set_defaults(fn=cmd_check)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; a user's error is one line on stderr and exit status 2."""
     from mmrl.config import ConfigError
     from mmrl.errors import UserError
     from mmrl.registry import MissingDependencyError, UnknownComponentError

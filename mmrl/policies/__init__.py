@@ -31,8 +31,8 @@ POLICIES.register(
 POLICIES.register(
     "diffusion",
     "mmrl.policies.diffusion:DiffusionPolicy",
-    description="flow-matching text-to-image generator (built-in tiny pixel model or diffusers SD3 / FLUX with LoRA): "
-    "Flow-GRPO and AWM",
+    description="flow-matching image and video generator (built-in tiny pixel or video model, diffusers SD3 / FLUX / "
+    "Wan 2.1-2.2 with LoRA): Flow-GRPO, AWM and DiffusionNFT",
 )
 
 POLICIES.register(
