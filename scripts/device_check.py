@@ -80,7 +80,7 @@ JSON_NAME, LOG_NAME = "device_check.json", "device_check.log"
 MIN_STEP_S = 20.0  # a step that would get less time than this is skipped
 TINY_TIMEOUT_S = 240.0  # a --tiny step's limit (10-30 s on 2 quiet cores; a loaded CI machine is slower)
 ERROR_LINES = 25  # the lines of a failed step's output kept in the JSON
-#: what the GPU machine lacks (/work/shared/ENVIRONMENT.md) among what a step might import; diffusers
+#: what the GPU machine lacks (as measured there) among what a step might import; diffusers
 #: travels as a wheel (scripts/device_check.sh) and lerobot is skipped by its own step
 ABSENT_ON_DEVICE = (
     "gymnasium",

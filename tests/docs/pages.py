@@ -91,7 +91,7 @@ def all_pages(include_readme: bool = True) -> list[Page]:
     """Every Markdown page of the site (generated assets aside), and the README."""
     paths = sorted(p for p in DOCS.rglob("*.md") if "assets" not in p.parts)
     if include_readme:
-        paths.append(ROOT / "README.md")
+        paths += [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]  # the site includes CONTRIBUTING.md
     return [read_page(p) for p in paths]
 
 
