@@ -18,6 +18,8 @@ VIDEO_HELDOUT = "video_align_heldout_window_a49f0ab.json"
 VIDEO_COST = "video_cost_a49f0ab.json"
 VIDEO_VALIDATION = "video_align_validation_2026-12-03.json"
 VIDEO_SWEEP = "video_flow_grpo_validation_sweep_1d26778.json"
+NFT_VALIDATION = "nft_old_policy_validation_2026-11-28.json"
+IMAGE_BEFORE_FIX = "diffusion_align_3seeds_ff2fcf8.json"
 VLM_GRPO = "vlm_grpo_3seeds_6bfd848.json"
 VLM_VIDEO = "vlm_video_3seeds_63d5d53.json"
 VLM_TOOLS = "vlm_tools_heldout_688aff1.json"
@@ -109,6 +111,39 @@ def image_cost():
     _cost_bars(ax, data["cost_s_per_sample"], "image")
     ax.set_title("Image demo: cost per sample at K denoising steps (fc06636)", fontsize=10)
     _source(fig, IMAGE_COST)
+    return fig
+
+
+def nft_old_policy():
+    """DiffusionNFT's old policy: the variants on validation prompts, and held-out before / after the fix."""
+    val = load(NFT_VALIDATION)
+    before, after = load(IMAGE_BEFORE_FIX), load(IMAGE_HELDOUT)
+    fig, (a, b) = figure(9.6, 3.6, ncols=2)
+    variants = [
+        ("null_per_step", "v_old detached per step", COLORS["baseline"]),
+        ("it0", "old copy, decay 0", COLORS["mmrl"]),
+        ("it05", "old copy, decay 0.5", COLORS["third"]),
+    ]
+    for key, label, color in variants:
+        for s, run in enumerate(val[key]["curves"]):
+            pts = run["nft"]
+            a.plot([p["iteration"] for p in pts], [p["reward"] for p in pts], color=color, ls=SEED_STYLES[s], marker="o", ms=2.5, label=label if s == 0 else None)
+    for s, run in enumerate(val["it0"]["curves"]):  # the same Flow-GRPO runs as null_per_step's
+        pts = run["flow_grpo"]
+        a.plot([p["iteration"] for p in pts], [p["reward"] for p in pts], color=COLORS["other"], ls=SEED_STYLES[s], lw=1, label="Flow-GRPO" if s == 0 else None)
+    a.set_xlabel("RL iteration")
+    a.set_ylabel("validation reward")
+    a.set_title("validation prompts, seeds 100 (solid) / 101 (dashed)", fontsize=9)
+    a.legend(fontsize=7)
+    for data, label, color in ((before, "detached per step (ff2fcf8)", COLORS["baseline"]), (after, "old copy, decay 0 (aff6184)", COLORS["mmrl"])):
+        for s, run in enumerate(data["curves"]):
+            pts = run["nft"]
+            b.plot([p["iteration"] for p in pts], [p["reward"] for p in pts], color=color, ls=SEED_STYLES[s], marker="o", ms=2.5, label=label if s == 0 else None)
+    b.set_xlabel("RL iteration")
+    b.set_ylabel("held-out reward")
+    b.set_title("DiffusionNFT held-out, seeds 0 / 1 / 2 (solid / dashed / dotted)", fontsize=9)
+    b.legend(fontsize=7)
+    _source(fig, NFT_VALIDATION, IMAGE_BEFORE_FIX, IMAGE_HELDOUT)
     return fig
 
 
@@ -280,6 +315,7 @@ PLOTS = {
     "gen_image_heldout.png": image_heldout,
     "gen_image_curves.png": image_curves,
     "gen_image_cost.png": image_cost,
+    "gen_nft_old_policy.png": nft_old_policy,
     "gen_video_heldout.png": video_heldout,
     "gen_video_curves.png": video_curves,
     "gen_video_cost.png": video_cost,
