@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from common import COLORS, figure, load, source
+from common import COLORS, RESULTS, figure, load, source
 
 QUICKSTART = "quickstart_11seeds_e4c5bef.json"
 VS_SB3 = "vs_sb3_target_kl_test_aaeda78.json"
@@ -24,6 +24,7 @@ SAC = "sample_efficiency_sac_d17e7b8.json"
 SEMANTIC = "semantic_reward_6bfd848.json"
 ANT_NOISE = "ant_noise_sweep_h200_2026-11-27.json"
 ANT_STD = "action_std_sweep_h200_2026-11-28.json"
+H200_QUICKSTART = "quickstart_benchmark_h200_2026-11-27.log"
 OFFSETS = (-0.12, 0.0, 0.12)
 
 
@@ -252,7 +253,29 @@ def ant_std_sweep_curves():
     return fig
 
 
+def quickstart_h200_curves():
+    """Training success per RL iteration of the quickstart's three seeds on one H200 (the benchmark's
+    log prints one line per seed: ``... seed N: train success per iteration [...]``)."""
+    import ast
+    import re
+
+    text = (RESULTS / H200_QUICKSTART).read_text()
+    curves = {int(m.group(1)): ast.literal_eval(m.group(2)) for m in re.finditer(r"seed (\d+): train success per iteration (\[[^\]]*\])", text)}
+    final = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"seed (\d+): warm start [0-9.]+ -> RL ([0-9.]+)", text)}
+    fig, (ax,) = figure(6.4, 3.4)
+    for (seed, ys), ls in zip(sorted(curves.items()), ["-", "--", ":"]):
+        ax.plot(range(1, len(ys) + 1), ys, color=COLORS["mmrl"], ls=ls, lw=1.4, label=f"seed {seed} (held-out at the end: {final[seed]:.3f})")
+    ax.set_xlabel("RL iteration")
+    ax.set_ylabel("training success (per iteration)", fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+    ax.set_title("Quickstart on one H200 (the tree of 7ebdba9): training success", fontsize=9)
+    _source(fig, H200_QUICKSTART, bottom=0.18)
+    return fig
+
+
 PLOTS = {
+    "vla_quickstart_h200_curves.png": quickstart_h200_curves,
     "vla_vs_sb3_ratios.png": vs_sb3_ratios,
     "vla_ant_ratio_history.png": ant_ratio_history,
     "vla_quickstart_per_seed.png": quickstart_per_seed,
