@@ -158,7 +158,9 @@ def units(page: Page) -> list[str]:
 QUOTING_PAGES = [
     read_page(p)
     for p in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
-    if "benchmarks" not in p.relative_to(ROOT).parts[1:2] and "notes" not in p.parts and "assets" not in p.parts
+    if (p.name == "index.md" or "benchmarks" not in p.relative_to(ROOT).parts[1:2])
+    and "notes" not in p.parts
+    and "assets" not in p.parts
 ]
 
 
