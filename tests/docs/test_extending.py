@@ -12,7 +12,7 @@ For each page, in a scratch folder that stands for the user's project:
   repository's own plugin test, tests/cli/test_policy_plugin.py, lays out a plugin so);
 - every other command of the page's bash blocks runs as written, in order, in a fresh process
   (``mmrl ...`` as ``python -m mmrl ...``, ``pytest ...`` as ``python -m pytest ...``), and must
-  succeed.
+  succeed; a plain block the page introduces as what a command "prints:" must be what it printed.
 
 So a page whose example breaks the contract, registers under a misspelled group, or shows a command
 that does not work, fails here with the command's output.
@@ -58,6 +58,18 @@ def commands(page: Page) -> list[str]:
             line = line.strip()
             if line and not line.startswith("#") and not line.endswith("# docs-test: skip"):
                 out.append(line)
+    return out
+
+
+def shown_output(page: Page) -> list[tuple[int, str]]:
+    """(line, text) of the plain blocks the page introduces as a command's output: the nearest line
+    above the block ends in "prints:"."""
+    text = page.text.splitlines()
+    out = []
+    for b in page.blocks:
+        above = next((text[k] for k in range(b.line - 2, -1, -1) if text[k].strip()), "")
+        if b.lang == "" and b.marker is None and above.rstrip().endswith("prints:"):
+            out.append((b.line, b.text))
     return out
 
 
@@ -135,7 +147,7 @@ def test_the_page_builds_and_runs_as_written(path: Path, tmp_path: Path):
         assert any(re.match(r"mmrl (check|train) ", ln) for ln in lines), f"{page.name} runs no mmrl check / train"
         for test_file in (name for name in files if name.startswith("tests/")):
             assert any("pytest" in ln and test_file in ln for ln in lines), f"{page.name} never runs {test_file}"
-    site = None
+    site, printed = None, []
     for line in lines:
         if PLACEHOLDER.search(line):
             continue
@@ -146,6 +158,9 @@ def test_the_page_builds_and_runs_as_written(path: Path, tmp_path: Path):
         done = run(line, project, site)
         output = (done.stdout + done.stderr)[-4000:]
         assert done.returncode == 0, f"{page.name}: `{line}` failed (exit {done.returncode}):\n{output}"
+        printed.append(done.stdout)
+    for at, shown in shown_output(page):  # what the page says a command prints is what it printed
+        assert shown in printed, f"{page.name}: the output shown at line {at} is not what the command printed"
 
 
 def test_entry_points_are_written_as_pip_writes_them():
