@@ -107,7 +107,9 @@ def config_page() -> str:
             missing.append(f"{key} ({owner.__module__}.{owner.__name__})")
         shown = "(required)" if default is _MISSING else _code(repr(default))
         variant = f"`{note}`" if note else ""
-        rows.setdefault(section, []).append(f"| {_code(key)} | {_code(_name(hint))} | {shown} | {variant} | {_cell(doc)} |\n")
+        rows.setdefault(section, []).append(
+            f"| {_code(key)} | {_code(_name(hint))} | {shown} | {variant} | {_cell(doc)} |\n"
+        )
     if missing:
         raise Undocumented(
             "config keys without a comment documenting them in their dataclass (a `# ...` line above the "
@@ -158,7 +160,9 @@ def cli_page() -> str:
             elif action.nargs == "?":
                 flag = f"[{flag}]"
             choices = f" (one of: {', '.join(map(str, action.choices))})" if action.choices else ""
-            default = "" if action.default in (None, False, ap.SUPPRESS) or action.nargs in ("*", "+") else action.default
+            default = (
+                "" if action.default in (None, False, ap.SUPPRESS) or action.nargs in ("*", "+") else action.default
+            )
             text = (action.help or "") + choices
             if not text.strip():
                 raise Undocumented(f"mmrl {name}: argument {flag} has no help text")

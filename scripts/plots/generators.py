@@ -40,15 +40,33 @@ def _source(fig, *names: str, bottom: float = 0.2) -> None:
 def _heldout_points(ax, data: dict, unit: str, window_label: str = "") -> None:
     """Each seed's held-out reward per arm (dots), the mean (a bar), ceiling and prompt-ignoring lines."""
     arms = [("pretrained", "pretrained_reward", COLORS["baseline"])]
-    arms += [(METHODS[m] + (window_label if m == "flow_grpo" else ""), f"{m}_reward", METHOD_COLORS[m]) for m in METHODS]
-    for i, (label, key, color) in enumerate(arms):
+    arms += [
+        (METHODS[m] + (window_label if m == "flow_grpo" else ""), f"{m}_reward", METHOD_COLORS[m]) for m in METHODS
+    ]
+    for i, (_label, key, color) in enumerate(arms):
         values = data[key]
         ax.bar(i, statistics.fmean(values), width=0.6, color=color, alpha=0.35)
         ax.scatter([i + d for d in (-0.12, 0.0, 0.12)], values, color=color, zorder=3, s=22)
     ax.axhline(data["gold_reward"], color=COLORS["ceiling"], lw=1.2, ls="--")
-    ax.text(len(arms) - 0.5, data["gold_reward"] - 0.04, f"ceiling: correct {unit} of each prompt", ha="right", va="top", fontsize=7, color=COLORS["ceiling"])
+    ax.text(
+        len(arms) - 0.5,
+        data["gold_reward"] - 0.04,
+        f"ceiling: correct {unit} of each prompt",
+        ha="right",
+        va="top",
+        fontsize=7,
+        color=COLORS["ceiling"],
+    )
     ax.axhline(data["prompt_ignoring_reward"], color=COLORS["baseline"], lw=1.0, ls=":")
-    ax.text(len(arms) - 0.5, data["prompt_ignoring_reward"] + 0.015, f"correct {unit} of another prompt", ha="right", va="bottom", fontsize=7, color=COLORS["baseline"])
+    ax.text(
+        len(arms) - 0.5,
+        data["prompt_ignoring_reward"] + 0.015,
+        f"correct {unit} of another prompt",
+        ha="right",
+        va="bottom",
+        fontsize=7,
+        color=COLORS["baseline"],
+    )
     ax.set_xticks(range(len(arms)), [a[0] for a in arms], fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("held-out reward (bar: mean, dots: seeds 0-2)")
@@ -127,18 +145,44 @@ def nft_old_policy():
     for key, label, color in variants:
         for s, run in enumerate(val[key]["curves"]):
             pts = run["nft"]
-            a.plot([p["iteration"] for p in pts], [p["reward"] for p in pts], color=color, ls=SEED_STYLES[s], marker="o", ms=2.5, label=label if s == 0 else None)
+            a.plot(
+                [p["iteration"] for p in pts],
+                [p["reward"] for p in pts],
+                color=color,
+                ls=SEED_STYLES[s],
+                marker="o",
+                ms=2.5,
+                label=label if s == 0 else None,
+            )
     for s, run in enumerate(val["it0"]["curves"]):  # the same Flow-GRPO runs as null_per_step's
         pts = run["flow_grpo"]
-        a.plot([p["iteration"] for p in pts], [p["reward"] for p in pts], color=COLORS["other"], ls=SEED_STYLES[s], lw=1, label="Flow-GRPO" if s == 0 else None)
+        a.plot(
+            [p["iteration"] for p in pts],
+            [p["reward"] for p in pts],
+            color=COLORS["other"],
+            ls=SEED_STYLES[s],
+            lw=1,
+            label="Flow-GRPO" if s == 0 else None,
+        )
     a.set_xlabel("RL iteration")
     a.set_ylabel("validation reward")
     a.set_title("validation prompts, seeds 100 (solid) / 101 (dashed)", fontsize=9)
     a.legend(fontsize=7)
-    for data, label, color in ((before, "detached per step (ff2fcf8)", COLORS["baseline"]), (after, "old copy, decay 0 (aff6184)", COLORS["mmrl"])):
+    for data, label, color in (
+        (before, "detached per step (ff2fcf8)", COLORS["baseline"]),
+        (after, "old copy, decay 0 (aff6184)", COLORS["mmrl"]),
+    ):
         for s, run in enumerate(data["curves"]):
             pts = run["nft"]
-            b.plot([p["iteration"] for p in pts], [p["reward"] for p in pts], color=color, ls=SEED_STYLES[s], marker="o", ms=2.5, label=label if s == 0 else None)
+            b.plot(
+                [p["iteration"] for p in pts],
+                [p["reward"] for p in pts],
+                color=color,
+                ls=SEED_STYLES[s],
+                marker="o",
+                ms=2.5,
+                label=label if s == 0 else None,
+            )
     b.set_xlabel("RL iteration")
     b.set_ylabel("held-out reward")
     b.set_title("DiffusionNFT held-out, seeds 0 / 1 / 2 (solid / dashed / dotted)", fontsize=9)
@@ -159,7 +203,9 @@ def video_heldout():
 def video_curves():
     data = load(VIDEO_HELDOUT)
     fig, (ax,) = figure(6.4, 3.8)
-    runs = [{m: [dict(p, clips=p["train_episodes"]) for p in points] for m, points in run.items()} for run in data["curves"]]
+    runs = [
+        {m: [dict(p, clips=p["train_episodes"]) for p in points] for m, points in run.items()} for run in data["curves"]
+    ]
     _curves(ax, runs, "clips")
     ax.set_xlabel("training clips (32 per iteration)")
     ax.set_ylabel("held-out reward")
@@ -182,7 +228,7 @@ def video_validation_curves():
     data = load(VIDEO_VALIDATION)
     fig, (ax,) = figure(6.4, 3.6)
     for m, seeds in data["curves"].items():
-        for s, (seed, points) in enumerate(sorted(seeds.items())):
+        for s, (_seed, points) in enumerate(sorted(seeds.items())):
             ax.plot(
                 [p["iteration"] for p in points],
                 [p["reward"] for p in points],
@@ -225,7 +271,7 @@ def video_window_sweep():
 
 def _before_after(ax, rows: list[tuple[str, list[float], list[float]]], gold: float, constant: float) -> None:
     """Per arm: each seed's accuracy before RL (after SFT) and after, joined by a line."""
-    for i, (label, before, after) in enumerate(rows):
+    for i, (_label, before, after) in enumerate(rows):
         color = COLORS["mmrl"] if i == 0 else COLORS["baseline"]
         for j, (b, a) in enumerate(zip(before, after)):
             x0, x1 = 2 * i + 0.1 * (j - 1), 2 * i + 1 + 0.1 * (j - 1)
@@ -236,7 +282,15 @@ def _before_after(ax, rows: list[tuple[str, list[float], list[float]]], gold: fl
     ax.axhline(gold, color=COLORS["ceiling"], ls="--", lw=1.2)
     ax.text(ticks[-1], gold - 0.03, "gold answers", ha="right", va="top", fontsize=7, color=COLORS["ceiling"])
     ax.axhline(constant, color=COLORS["baseline"], ls=":", lw=1)
-    ax.text(ticks[-1], constant + 0.015, "best constant answer", ha="right", va="bottom", fontsize=7, color=COLORS["baseline"])
+    ax.text(
+        ticks[-1],
+        constant + 0.015,
+        "best constant answer",
+        ha="right",
+        va="bottom",
+        fontsize=7,
+        color=COLORS["baseline"],
+    )
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("held-out accuracy (one line per seed)")
 
@@ -282,7 +336,13 @@ def vs_trl_steps():
     repeats = range(1, len(d["mmrl_step_s_repeats"]) + 1)
     width = 0.38
     ax.bar([r - width / 2 for r in repeats], d["mmrl_step_s_repeats"], width=width, color=COLORS["mmrl"], label="mmrl")
-    ax.bar([r + width / 2 for r in repeats], d["trl_step_s_repeats"], width=width, color=COLORS["baseline"], label="TRL GRPOTrainer")
+    ax.bar(
+        [r + width / 2 for r in repeats],
+        d["trl_step_s_repeats"],
+        width=width,
+        color=COLORS["baseline"],
+        label="TRL GRPOTrainer",
+    )
     ax.axhline(d["mmrl_step_s"], color=COLORS["mmrl"], ls="--", lw=1)
     ax.axhline(d["trl_step_s"], color=COLORS["baseline"], ls="--", lw=1)
     ax.set_xticks(list(repeats), [f"repeat {r}" for r in repeats], fontsize=8)
@@ -297,7 +357,9 @@ def distributed_ranks():
     d = load(DISTRIBUTED)
     fig, (a, b) = figure(9.2, 3.4, ncols=2)
     ranks = sorted(d["samples_per_s"], key=int)
-    a.bar(ranks, [d["samples_per_s"][r] for r in ranks], color=[COLORS["baseline"]] + [COLORS["mmrl"]] * (len(ranks) - 1))
+    a.bar(
+        ranks, [d["samples_per_s"][r] for r in ranks], color=[COLORS["baseline"]] + [COLORS["mmrl"]] * (len(ranks) - 1)
+    )
     a.set_xlabel("ranks (gloo, on 2 CPU cores)")
     a.set_ylabel("samples (env steps) per second")
     a.set_title(f"one global batch of {d['global_envs']} envs", fontsize=9)

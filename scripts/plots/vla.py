@@ -173,7 +173,9 @@ def sac_vs_sb3():
     fig, axes = figure(7.2, 3.2, ncols=len(tasks))
     for ax, task in zip(axes, tasks):
         row = data[task]
-        for i, (label, key, color) in enumerate([("SB3 SAC", "sb3", COLORS["baseline"]), ("mmrl SAC", "sac", COLORS["mmrl"])]):
+        for i, (_label, key, color) in enumerate(
+            [("SB3 SAC", "sb3", COLORS["baseline"]), ("mmrl SAC", "sac", COLORS["mmrl"])]
+        ):
             values = row[key]["return"]["per_seed"]
             ax.bar(i, row[key]["return"]["mean"], width=0.6, color=color, alpha=0.35)
             ax.scatter([i + d for d in OFFSETS], values, color=color, s=18, zorder=3)
@@ -225,12 +227,16 @@ def ant_noise_sweep_curves():
     """Ant-v5 validation seeds: the old fixed Flow-SDE noise against annealed noise, Flow-Noise and a Gaussian."""
     data = load(ANT_NOISE)
     fig, (ax,) = figure(7.2, 3.8)
-    _curves(ax, data["runs"], {
-        "template": ("fixed Flow-SDE noise a = 2 (the old template)", COLORS["other"]),
-        "anneal02": ("noise_level_final 0.2", COLORS["third"]),
-        "noise": ("Flow-Noise, std in [0.02, 0.5]", COLORS["baseline"]),
-        "gaussian": ("Gaussian policy (reference)", COLORS["ceiling"]),
-    })
+    _curves(
+        ax,
+        data["runs"],
+        {
+            "template": ("fixed Flow-SDE noise a = 2 (the old template)", COLORS["other"]),
+            "anneal02": ("noise_level_final 0.2", COLORS["third"]),
+            "noise": ("Flow-Noise, std in [0.02, 0.5]", COLORS["baseline"]),
+            "gaussian": ("Gaussian policy (reference)", COLORS["ceiling"]),
+        },
+    )
     ax.legend(fontsize=7)
     ax.set_title("Ant-v5, validation seeds 100-102 (line style), stopped at 450 s (H200's CPU cores)", fontsize=9)
     _source(fig, ANT_NOISE, bottom=0.16)
@@ -241,12 +247,16 @@ def ant_std_sweep_curves():
     """Ant-v5 validation seeds 100 / 101: the state template's initial action std."""
     data = load(ANT_STD)
     fig, (ax,) = figure(7.2, 3.8)
-    _curves(ax, data["ant_h200"]["runs"], {
-        "template": ("initial std 1 (then the template)", COLORS["other"]),
-        "lsi05": ("std 0.61", COLORS["third"]),
-        "lsi10": ("std 0.37", COLORS["mmrl"]),
-        "lsi15": ("std 0.22", COLORS["ceiling"]),
-    })
+    _curves(
+        ax,
+        data["ant_h200"]["runs"],
+        {
+            "template": ("initial std 1 (then the template)", COLORS["other"]),
+            "lsi05": ("std 0.61", COLORS["third"]),
+            "lsi10": ("std 0.37", COLORS["mmrl"]),
+            "lsi15": ("std 0.22", COLORS["ceiling"]),
+        },
+    )
     ax.legend(fontsize=7)
     ax.set_title("Ant-v5, validation seeds 100 (solid) / 101 (dashed), stopped at 530 s", fontsize=9)
     _source(fig, ANT_STD, bottom=0.16)
@@ -260,11 +270,23 @@ def quickstart_h200_curves():
     import re
 
     text = (RESULTS / H200_QUICKSTART).read_text()
-    curves = {int(m.group(1)): ast.literal_eval(m.group(2)) for m in re.finditer(r"seed (\d+): train success per iteration (\[[^\]]*\])", text)}
-    final = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"seed (\d+): warm start [0-9.]+ -> RL ([0-9.]+)", text)}
+    curves = {
+        int(m.group(1)): ast.literal_eval(m.group(2))
+        for m in re.finditer(r"seed (\d+): train success per iteration (\[[^\]]*\])", text)
+    }
+    final = {
+        int(m.group(1)): float(m.group(2)) for m in re.finditer(r"seed (\d+): warm start [0-9.]+ -> RL ([0-9.]+)", text)
+    }
     fig, (ax,) = figure(6.4, 3.4)
     for (seed, ys), ls in zip(sorted(curves.items()), ["-", "--", ":"]):
-        ax.plot(range(1, len(ys) + 1), ys, color=COLORS["mmrl"], ls=ls, lw=1.4, label=f"seed {seed} (held-out at the end: {final[seed]:.3f})")
+        ax.plot(
+            range(1, len(ys) + 1),
+            ys,
+            color=COLORS["mmrl"],
+            ls=ls,
+            lw=1.4,
+            label=f"seed {seed} (held-out at the end: {final[seed]:.3f})",
+        )
     ax.set_xlabel("RL iteration")
     ax.set_ylabel("training success (per iteration)", fontsize=8)
     ax.set_ylim(0, 1.05)

@@ -43,6 +43,8 @@ def figures_in(text: str) -> list[str]:
     text = re.sub(r"\]\([^)]*\)", "]", text)
     text = VERSIONED_NAME.sub(" ", text)
     return [m for m in NUMBER.findall(text) if m.lstrip("+-").split("e")[0].count(".") == 1]
+
+
 NOT_CHECKED_BLOCKS = ("bash", "sh", "shell", "console", "python", "py", "yaml", "yml", "toml")
 BENCHMARK_PAGES = sorted(p for p in (DOCS / "benchmarks").glob("*.md") if p.name != "index.md")
 
@@ -189,5 +191,9 @@ def test_figures_beside_a_benchmark_link_are_that_benchmarks(page: Page):
         numbers = [n for b in benches for f in b.meta.get("results", []) for n in file_numbers(ROOT / f)]
         allowed = {float(x) for b in benches for x in b.meta.get("not_figures", []) or []}
         figures = figures_in(unit)
-        bad += [f"{f} (in: {unit.strip()[:80]}...)" for f in figures if abs(float(f)) not in allowed and not matches(f, numbers)]
+        bad += [
+            f"{f} (in: {unit.strip()[:80]}...)"
+            for f in figures
+            if abs(float(f)) not in allowed and not matches(f, numbers)
+        ]
     assert not bad, f"{page.name} quotes figures its linked benchmark pages' results files do not hold: {bad}"

@@ -44,7 +44,9 @@ def test_the_reference_pages_are_what_the_code_generates():
     """A new key, component or argument changes the generated text: the committed pages must be rebuilt
     (python scripts/gen_reference.py), and one without documentation fails the generator itself."""
     gen = _generator()
-    stale = [p.relative_to(ROOT).as_posix() for p, text in gen.generate().items() if not p.exists() or p.read_text() != text]
+    stale = [
+        p.relative_to(ROOT).as_posix() for p, text in gen.generate().items() if not p.exists() or p.read_text() != text
+    ]
     assert not stale, f"out of date: {stale}; run python scripts/gen_reference.py and commit the pages"
 
 
