@@ -9,6 +9,11 @@
 `missing_needs` compares the two, so that ``algorithm.objective: awm`` with a policy that has no
 likelihood-free loss fails when the config loads, naming the capability and the fix, instead of at
 the first update after the warm start. The trainer never probes a policy for optional methods.
+
+- Some capabilities come with hooks beyond the base policy contract, which a policy class opts into
+  by subclassing a role (`ROLES`: `mmrl.policies.off_policy.OffPolicyActor` for SAC's actor,
+  `LatentNoiseBase` for the flow base DSRL steers). `missing_role` finds the capability whose role a
+  class lacks: the config check names it in one line, as it names a missing capability.
 """
 
 from __future__ import annotations
@@ -25,8 +30,14 @@ NEEDS = {
     "likelihood_free": "a likelihood-free loss (Policy.likelihood_free_loss: advantage-weighted matching)",
     "forward_process": "DiffusionNFT's forward-process loss (Policy.forward_process_loss) on its own clean samples",
     "reparameterized": "reparameterised, tanh-squashed actions of a replayed state with their log-prob "
-    "(Policy.sample_reparameterized: SAC's actor)",
+    "(OffPolicyActor.sample_reparameterized: SAC's actor)",
     "replay": "transitions replayed from a buffer (the off-policy mode of the trainer, trainer.rollout_steps > 0)",
+}
+#: the capabilities whose hooks are a role (a class of `mmrl.policies.off_policy` that a policy class
+#: subclasses to opt in), by the role's name: a policy needs the role to offer the capability
+ROLES = {
+    "reparameterized": "OffPolicyActor",  # SAC's actor: replay_state, sample_reparameterized, env_actions, ...
+    "latent_noise": "LatentNoiseBase",  # the flow base DSRL / residual RL steer: act_from_noise, noise_shape, ...
 }
 #: granularity of a policy's ``old_logp`` (its log-prob shape after the batch dim)
 LOGP_LEVELS = {
@@ -56,14 +67,14 @@ class Capabilities:
     forward_process: bool = False  # DiffusionNFT's loss (a flow-matching generator's own clean samples)
     reparameterized: bool = False  # reparameterised squashed actions of a state with their log-prob (SAC)
     kl_reference: str | None = None  # `KL_SOURCES`, or None: no reference to take a KL to
-    #: a deterministic map from initial noise to an action chunk (``Policy.act_from_noise``, with
+    #: a deterministic map from initial noise to an action chunk (``LatentNoiseBase.act_from_noise``, with
     #: ``noise_shape`` and ``observation_features``): what DSRL's latent-noise actor steers
     latent_noise: bool = False
     asynchronous: bool = True  # a deep copy can roll out in a background thread (trainer.async_staleness)
     #: chooses its initial action std on a fresh run's first rollouts (``Policy.exploration_stds``,
     #: `mmrl.trainer.exploration`), which the trainer then collects in order, not in the background
     exploration_probe: bool = False
-    #: its replayed actions map back from environment action chunks (``Policy.replay_actions``): what
+    #: its replayed actions map back from environment action chunks (``OffPolicyActor.replay_actions``): what
     #: recorded demonstrations need to be replayed (``algorithm.sac.demo_dataset``, RLPD)
     demonstrations: bool = True
     #: class names of the blocks that sharded data-parallel training wraps one by one (FSDP2
@@ -133,4 +144,29 @@ def missing_needs(needs: Iterable[str], have: Iterable[str]) -> list[str]:
     return [n for n in NEEDS if n in set(needs) and n not in have]
 
 
-__all__ = ["Capabilities", "Component", "component", "missing_needs", "NEEDS", "LOGP_LEVELS", "KL_SOURCES"]
+def roles_of(cls: type) -> frozenset[str]:
+    """The roles (`ROLES`' values) a policy class opts into: the ``role`` that a class of its MRO
+    names in its own body (`mmrl.policies.off_policy.OffPolicyActor` names ``"OffPolicyActor"``)."""
+    return frozenset(vars(k)["role"] for k in cls.__mro__ if isinstance(vars(k).get("role"), str))
+
+
+def missing_role(cls: type, capabilities: Iterable[str]) -> str | None:
+    """The first of ``capabilities`` (an objective's needs, or what a policy declares) whose role
+    (`ROLES`) the policy class ``cls`` does not opt into; None when it has every one."""
+    have = roles_of(cls)
+    wanted = set(capabilities)
+    return next((c for c, role in ROLES.items() if c in wanted and role not in have), None)
+
+
+__all__ = [
+    "Capabilities",
+    "Component",
+    "component",
+    "missing_needs",
+    "missing_role",
+    "roles_of",
+    "NEEDS",
+    "ROLES",
+    "LOGP_LEVELS",
+    "KL_SOURCES",
+]

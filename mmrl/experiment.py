@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mmrl.capabilities import NEEDS, missing_needs
+from mmrl.capabilities import NEEDS, ROLES, missing_needs, missing_role
 from mmrl.config import ConfigError, check_range, load_config
 from mmrl.placement.config import PlacementConfig
 from mmrl.policies.base import PolicyConfig
@@ -765,7 +765,16 @@ class ExperimentConfig:
         checked = [("objective", self.algorithm.objective, OBJECTIVES)]
         if not self.algorithm.off_policy:  # the off-policy mode computes no advantages
             checked.insert(0, ("advantage", self.algorithm.advantage, ADVANTAGES))
+        cls = POLICIES.get(self.policy.type)
         for key, name, registry in checked:
+            role = missing_role(cls, registry.get(name).needs)  # its hooks are a role the class lacks
+            if role:
+                raise ConfigError(
+                    f"'algorithm.{key}' = {name!r} needs {NEEDS[role]}, which only a policy that is an "
+                    f"{ROLES[role]} (mmrl.policies.off_policy) has, and {policy} ({cls.__name__}) is not: use "
+                    "policy.type=gaussian with policy.squash=true, or dsrl / residual over this policy as their "
+                    "base, or an on-policy objective (algorithm.objective=ppo)"
+                )
             # groups and replay come from the collection and the trainer's mode (checked above)
             lacking = missing_needs(registry.get(name).needs, caps.as_needs() | {"groups", "replay"})
             if lacking:

@@ -13,7 +13,9 @@ run with the module in eval mode and ``evaluate`` in train mode.
 
 Checks, in order:
 
-- ``build``: the config (tiny keys + overrides, validated like YAML), the simulator, the policy.
+- ``build``: the config (tiny keys + overrides, validated like YAML), the simulator, the policy; a
+  capability it declares whose hooks are a role (`mmrl.capabilities.ROLES`: ``reparameterized``,
+  ``latent_noise``) comes with the role's class among its bases (`mmrl.policies.off_policy`).
 - ``rollout``: a train-mode rollout of B envs is a `Decision`: a `Batch` whose every value has B rows,
   and actions of its declared ``action_type`` (`Policy.capabilities`: float ``[B, chunk_size,
   action_dim]`` finite, B `Completions`, or uint8 images of the simulator's size); ``old_logp``
@@ -57,7 +59,9 @@ from typing import Any
 import torch
 
 from mmrl.batch import Batch
+from mmrl.capabilities import ROLES, missing_role
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
+from mmrl.policies.off_policy import OffPolicyActor
 from mmrl.simulator import Completions, Observation, Simulator
 
 LOGP_TOL = 1e-5  # recomputed vs rollout log-probs (and values) before an update
@@ -291,6 +295,13 @@ class _Checker:
         self.cfg = self.cls.configure(cfg, sim)
         self.policy = self.make_policy(self.seed)
         self.obs = sim.reset(self.seed)
+        caps = self.policy.caps
+        lacking = missing_role(self.cls, [c for c in ROLES if getattr(caps, c)])
+        ensure(
+            lacking is None,
+            f"declares Capabilities.{lacking}, but {self.cls.__name__} does not subclass its role "
+            f"{ROLES.get(lacking or '')} (mmrl.policies.off_policy), whose hooks it needs",
+        )
         n = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         return f"{type(self.policy).__name__} on '{self.sim_name}' ({self.num_envs} envs), {n} trainable weights"
 
@@ -456,12 +467,14 @@ class _Checker:
 
     def reparameterized(self) -> str:
         """A policy without replayable log-probs: SAC's actor (``Capabilities.reparameterized``), whose
-        rollout's ``state`` rows are its `Policy.replay_state` and whose reparameterised actions of
+        rollout's ``state`` rows are its `OffPolicyActor.replay_state` and whose reparameterised actions of
         them lie in [-1, 1] with finite log-probs."""
         p, b = self.policy, self.num_envs
         if self.batch is None:
             self.batch, self.actions = self.decide(offset=2)
         ensure(p.caps.reparameterized, "no replayable log-probs (likelihood=false) and no reparameterized actions")
+        if not isinstance(p, OffPolicyActor):  # build reported it already: the role's hooks are missing
+            raise CheckFailed(f"{type(p).__name__} is not an OffPolicyActor (mmrl.policies.off_policy)")
         state = p.replay_state(self.obs)
         ensure(
             tuple(state.shape) == (b, p.replay_dim),
@@ -535,6 +548,8 @@ class _Checker:
                 if x is not None:
                     loss, parts = loss + (torch.rand(x.shape, generator=g).to(x) * x).sum(), parts + [name]
         else:  # SAC's actor: its reparameterised actions and their log-probs
+            if not isinstance(p, OffPolicyActor):
+                raise CheckFailed("no replayable log-probs (likelihood=false), and not SAC's actor (OffPolicyActor)")
             p.train()
             a, logp = p.sample_reparameterized(batch["state"], self.gen(6))
             loss, parts = (torch.rand(a.shape, generator=g).to(a) * a).sum() + logp.sum(), ["sample_reparameterized"]

@@ -15,14 +15,12 @@ evaluates log-probs / values / entropy of given actions:
   log-likelihood (advantage-weighted matching).
 - ``forward_process_loss(batch, advantages)`` -> per-sample DiffusionNFT loss on a generator's own
   clean samples (``Capabilities.forward_process``).
-- ``sample_reparameterized(state, generator)`` -> reparameterised tanh-squashed actions of replayed
-  states and their log-probs, for SAC's actor in the trainer's off-policy mode
-  (``Capabilities.reparameterized``); ``replay_state(obs)`` is the state vector it replays (the
-  simulator's by default) and ``env_actions(obs, actions)`` what the environment receives for an
-  action of that space (the action itself by default).
-- ``act_from_noise(obs, noise)`` -> the deterministic action chunk a flow policy integrates from a
-  given initial noise (``Capabilities.latent_noise``), with ``noise_shape`` and
-  ``observation_features(obs)``: what a latent-noise policy (DSRL, `mmrl.policies.dsrl`) steers.
+
+The off-policy mode's hooks are no part of this contract: a policy opts into them by subclassing a
+role of `mmrl.policies.off_policy`: `OffPolicyActor` (SAC's actor: ``sample_reparameterized``,
+``replay_state``, ``env_actions``, ...) or `LatentNoiseBase` (``act_from_noise``: the flow base that
+DSRL and residual RL steer). The config check refuses an off-policy objective for a policy without
+the role (`mmrl.capabilities.ROLES`).
 
 Observations cross into a `Batch` as tensors only: instruction strings are stored as padded UTF-8
 bytes (``encode_text`` / ``decode_text``) so they index, flatten and checkpoint like any tensor.
@@ -326,68 +324,3 @@ class Policy(nn.Module, Generic[C]):
     def forward_process_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
         """Per-sample DiffusionNFT loss [B] on the rollout's own clean samples (`mmrl.flow.nft_loss`)."""
         raise NotImplementedError(f"{type(self).__name__} has no forward-process (DiffusionNFT) objective")
-
-    def replay_action_width(self, action_dim: int) -> int:
-        """Width of a replayed action row (what SAC's critics read beside `replay_state`): the action
-        chunk, ``chunk_size * action_dim``, by default. A latent-noise actor (DSRL) replays its noise."""
-        return self.chunk_size * action_dim
-
-    @property
-    def replay_dim(self) -> int:
-        """Width of `replay_state`'s rows (the critics of the off-policy mode read it). Default:
-        ``state_dim``."""
-        return self.state_dim or 0
-
-    def replay_state(self, obs) -> torch.Tensor:
-        """``[B, replay_dim]`` float: what the off-policy mode replays of observations ``obs`` (an
-        `Observation` of B envs) as a transition's ``state`` / ``next_state``; a rollout's batch
-        ``state`` rows are these. Default: the simulator's state vector."""
-        if obs.state is None:
-            raise ValueError("replayed transitions need the simulator's state vector, and this one has none")
-        return obs.state.float()
-
-    def env_actions(self, obs, actions: torch.Tensor) -> torch.Tensor:
-        """What the environment receives for actions ``[B, chunk, action_dim]`` in [-1, 1] of the
-        space `sample_reparameterized` draws in (the off-policy mode's uniform actions before learning
-        starts). Default: the actions themselves; a latent-space policy decodes them."""
-        return actions
-
-    def replay_actions(self, obs, chunk: torch.Tensor) -> torch.Tensor:
-        """The inverse of `env_actions`: the replayed actions ``[B, chunk, action_dim]`` in [-1, 1]
-        whose environment actions are ``chunk`` (env units) for observations ``obs``, clipped to
-        [-1, 1] where ``chunk`` lies outside what the policy can act. What a demonstration's chunk
-        becomes in the replay buffer (RLPD). Default: ``chunk`` itself, clipped."""
-        return chunk.float().clamp(-1.0, 1.0)
-
-    @property
-    def noise_shape(self) -> tuple[int, ...]:
-        """Shape of one decision's initial noise of a flow policy (``Capabilities.latent_noise``),
-        e.g. ``(chunk, action_dim)``."""
-        raise NotImplementedError(f"{type(self).__name__} samples from no initial noise")
-
-    def act_from_noise(self, obs, noise: torch.Tensor) -> torch.Tensor:
-        """``Capabilities.latent_noise``: the deterministic action chunk ``[B, chunk, action_dim]`` (in
-        the environment's units) that the flow's ODE integrates from the initial ``noise`` ``[B,
-        *noise_shape]`` for observations ``obs``: the policy's own ``eval_method: ode`` sample when
-        ``noise`` is the noise it would draw. No gradient."""
-        raise NotImplementedError(f"{type(self).__name__} has no deterministic noise -> action map")
-
-    @property
-    def feature_dim(self) -> int:
-        """Width of `observation_features`' rows (``Capabilities.latent_noise``)."""
-        raise NotImplementedError(f"{type(self).__name__} exposes no observation features")
-
-    def observation_features(self, obs) -> torch.Tensor:
-        """``Capabilities.latent_noise``: ``[B, D]`` features of observations ``obs`` as the policy
-        encodes them (images, instruction, state), detached: what a latent-noise actor reads."""
-        raise NotImplementedError(f"{type(self).__name__} exposes no observation features")
-
-    def sample_reparameterized(
-        self, state: torch.Tensor, generator: torch.Generator | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """SAC's actor (the trainer's off-policy mode, ``Capabilities.reparameterized``): for replayed
-        states ``[B, state_dim]`` (the rollout batch's ``state`` rows), actions ``[B, chunk, action_dim]``
-        in [-1, 1] drawn by the reparameterisation trick (differentiable w.r.t. the policy's parameters)
-        and their log-probs ``[B]`` (the chunk's sum, with the tanh change of variables). The policy's
-        rollout must draw its training actions from the same distribution."""
-        raise NotImplementedError(f"{type(self).__name__} has no reparameterised actions (SAC)")

@@ -6,7 +6,7 @@ is not implemented.
     observation -> frozen base's features f [D] -> actor MLP -> u ~ N(mean, std) [C, A]
     a = tanh(u) in [-1, 1]                                                (SAC's action)
     w = noise_bound * a                                                   (the initial noise)
-    w -> base's deterministic ODE (`Policy.act_from_noise`) -> action chunk [C, A] (env units)
+    w -> base's deterministic ODE (`LatentNoiseBase.act_from_noise`) -> action chunk [C, A] (env units)
 
 The frozen base, its warm start or checkpoint, the actor and the rollout are
 `mmrl.policies.frozen_base`'s (shared with residual RL, `mmrl.policies.residual`). ``actor: prior``

@@ -43,7 +43,8 @@ from mmrl.flow import (
     velocity_from_sample,
 )
 from mmrl.flow.sampler import check_window
-from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text, log_std_grid
+from mmrl.policies.base import Decision, Evaluation, PolicyConfig, decode_text, encode_text, log_std_grid
+from mmrl.policies.off_policy import LatentNoiseBase
 from mmrl.policies.processing import ActionNormalizer, resize_images
 from mmrl.utils.rows import randn_rows
 
@@ -203,7 +204,7 @@ class MLPExpert(nn.Module):
         return self.out(h), h
 
 
-class FlowVLAPolicy(Policy[FlowVLAConfig]):
+class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
     """Flow-matching VLA: backbone prefix + action expert + value head (+ Flow-Noise head)."""
 
     config_class = FlowVLAConfig

@@ -1,7 +1,7 @@
 """What DSRL and residual RL share: a small SAC actor over the features of a frozen flow policy.
 
     observation -> frozen base's features f [D] (pooled prefix of image + instruction, normalised
-                   state: `Policy.observation_features`, computed at rollout, replayed as the state)
+                   state: `LatentNoiseBase.observation_features`, computed at rollout, replayed as the state)
     f -> actor MLP -> u ~ N(mean, std) [*actor_shape] -> a = tanh(u) in [-1, 1]   (SAC's action)
     a -> `decode(obs, a)` -> the environment's action chunk [C, A]
 
@@ -32,11 +32,12 @@ import torch
 from torch import nn
 
 from mmrl.batch import Batch
-from mmrl.capabilities import Capabilities
+from mmrl.capabilities import Capabilities, missing_role
 from mmrl.config import ConfigError, check_range
-from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig
+from mmrl.policies.base import Decision, Evaluation, PolicyConfig
 from mmrl.policies.flow_vla import FlowVLAConfig
 from mmrl.policies.gaussian import LOG_STD_MAX, LOG_STD_MIN, GaussianPolicy, mlp
+from mmrl.policies.off_policy import LatentNoiseBase, OffPolicyActor
 from mmrl.utils.rows import randn_rows
 
 
@@ -59,25 +60,26 @@ class FrozenBaseConfig(PolicyConfig):
         check_range(self, {"hidden": ">=1", "layers": ">=1"})
         from mmrl.registry import POLICIES
 
-        if self.base.type not in POLICIES or not POLICIES.get(self.base.type).capabilities(self.base).latent_noise:
+        base = POLICIES.get(self.base.type) if self.base.type in POLICIES else None
+        if base is None or not base.capabilities(self.base).latent_noise or missing_role(base, ["latent_noise"]):
             steerable = [n for n in ("flow_vla", "lerobot") if n in POLICIES]
             raise ConfigError(
                 f"'base.type' = {self.base.type!r} has no deterministic noise -> action map "
-                f"(Capabilities.latent_noise) for '{self.type}' to act through: use a flow policy "
-                f"({', '.join(steerable)})"
+                f"(Capabilities.latent_noise, the LatentNoiseBase role) for '{self.type}' to act through: use a "
+                f"flow policy ({', '.join(steerable)})"
             )
 
 
 C = TypeVar("C", bound=FrozenBaseConfig)
 
 
-class FrozenBasePolicy(Policy[C], Generic[C]):
+class FrozenBasePolicy(OffPolicyActor[C], Generic[C]):
     """A SAC actor over the features of a frozen flow policy; see the module docstring. Subclasses
     set `actor_shape` and implement `decode` and `prior_actions`."""
 
     base_frozen: torch.Tensor  # buffer: bool [], whether the base is frozen (kept in the weights)
 
-    #: whether a recorded action chunk maps back to ``a`` (`Policy.replay_actions`; RLPD's demonstrations)
+    #: whether a recorded action chunk maps back to ``a`` (`OffPolicyActor.replay_actions`; RLPD's demonstrations)
     maps_demonstrations = True
     demonstrations_fix = ""
 
@@ -116,7 +118,7 @@ class FrozenBasePolicy(Policy[C], Generic[C]):
         from mmrl.registry import POLICIES
 
         self.cfg, self.action_dim, self.state_dim = cfg, action_dim, state_dim
-        self.base: Policy = POLICIES.get(cfg.base.type)(cfg.base, action_dim=action_dim, state_dim=state_dim)
+        self.base: LatentNoiseBase = POLICIES.get(cfg.base.type)(cfg.base, action_dim=action_dim, state_dim=state_dim)
         self.text_bytes = self.base.text_bytes
         self.register_buffer("base_frozen", torch.tensor(False))
         self.actor_width = int(torch.tensor(self.actor_shape).prod())

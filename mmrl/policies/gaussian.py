@@ -15,8 +15,9 @@ has a state vector.
 the actor MLP outputs the mean and the log std of ``u`` (state-dependent, clamped to [-20, 2] as
 SB3's), the action is ``tanh(u)`` and its log-prob carries the change of variables
 ``- sum log(1 - tanh(u)^2 + 1e-6)``; evaluation takes ``tanh(mean)``. Its actions are drawn by the
-reparameterisation trick (`sample_reparameterized`); PPO, which replays stored actions' log-probs, is
-not offered with it.
+reparameterisation trick (`sample_reparameterized`: the class is an
+`mmrl.policies.off_policy.OffPolicyActor`, SAC's actor with ``squash`` only); PPO, which replays
+stored actions' log-probs, is not offered with it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from torch import nn
 from mmrl.algorithms.normalization import RunningMeanStd
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
-from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, log_std_grid
+from mmrl.policies.base import Decision, Evaluation, PolicyConfig, log_std_grid
+from mmrl.policies.off_policy import OffPolicyActor
 from mmrl.utils.rows import randn_rows
 
 
@@ -73,7 +75,7 @@ def mlp(inp: int, hidden: int, layers: int, out: int, activation: type[nn.Module
     return nn.Sequential(*mods)
 
 
-class GaussianPolicy(Policy[GaussianConfig]):
+class GaussianPolicy(OffPolicyActor[GaussianConfig]):
     """Diagonal-Gaussian MLP actor + MLP critic on the state vector; see the module docstring."""
 
     config_class = GaussianConfig

@@ -4,7 +4,7 @@
     a = tanh(u) in [-1, 1]                                                (SAC's action)
     chunk = base's deterministic ODE chunk from zero noise + scale * a    (env units)
 
-The base's chunk is its ODE sample from the zero noise (`Policy.act_from_noise`), the mode of what
+The base's chunk is its ODE sample from the zero noise (`LatentNoiseBase.act_from_noise`), the mode of what
 it draws, so the correction has one fixed chunk to correct per observation. The actor's last layer
 starts at zero (``zero_init``): before training, its mean correction is 0 and evaluation acts as the
 base. Because ``a`` lives in action space, a demonstration's chunk maps back to one

@@ -65,8 +65,9 @@ from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError
 from mmrl.flow import FlowNoiseHead, awm_loss, chain_log_prob, reduce_log_prob, sample, stochastic_mask, time_grid
-from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
+from mmrl.policies.base import Decision, Evaluation, PolicyConfig, decode_text, encode_text
 from mmrl.policies.lerobot.families import FAMILIES, Prefix
+from mmrl.policies.off_policy import LatentNoiseBase
 from mmrl.utils.rows import randn_rows
 
 SUPPORTED_LEROBOT = "0.6.1"  # families.py calls into this release's model internals
@@ -171,7 +172,7 @@ def check_versions() -> None:
         )
 
 
-class LeRobotVLAPolicy(Policy[LeRobotVLAConfig]):
+class LeRobotVLAPolicy(LatentNoiseBase[LeRobotVLAConfig]):
     """A LeRobot SmolVLA / PI0 / PI05 driven by mmrl's flow samplers; see the module docstring."""
 
     config_class = LeRobotVLAConfig
