@@ -60,23 +60,23 @@ def pytest_collection_modifyitems(config, items):
 def killed_in_iteration(monkeypatch):
     """``with killed_in_iteration(k): trainer.run()``: the run is interrupted (KeyboardInterrupt,
     as Ctrl-C would) in the update of iteration k (1-based), after its rollout; asserted raised."""
-    from mmrl.trainer.trainer import Trainer
+    from mmrl.trainer.on_policy import OnPolicy
 
     @contextlib.contextmanager
     def kill(k: int):
-        original = Trainer.update
+        original = OnPolicy.update
 
         def update(self, batch, gen):
-            if self.state.iteration == k - 1:
+            if self.trainer.state.iteration == k - 1:
                 raise KeyboardInterrupt("killed")
             return original(self, batch, gen)
 
-        monkeypatch.setattr(Trainer, "update", update)
+        monkeypatch.setattr(OnPolicy, "update", update)
         try:
             with pytest.raises(KeyboardInterrupt):
                 yield
         finally:
-            monkeypatch.setattr(Trainer, "update", original)
+            monkeypatch.setattr(OnPolicy, "update", original)
 
     return kill
 
@@ -131,7 +131,7 @@ def off_policy_tensors():
 
     def tensors(trainer) -> dict:
         out = {f"policy.{k}": v.detach().clone() for k, v in trainer.policy.state_dict().items()}
-        out.update({f"critics.{k}": v.detach().clone() for k, v in trainer.off_policy.critics.state_dict().items()})
+        out.update({f"critics.{k}": v.detach().clone() for k, v in trainer.learner.critics.state_dict().items()})
         return out
 
     return tensors

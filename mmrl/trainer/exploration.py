@@ -27,7 +27,7 @@ configured one first, then quieter ones):
    return at 200k fell from 782 to 451 on validation seeds when the quieter std was taken on the
    reward alone), or a cost per step until a goal ends the episode (MountainCar's). The first std
    stays, and its rollout trains; the trainer puts the episodes in progress back where that rollout
-   left them (`Trainer.choose_exploration`), so the run goes on as a fixed-std run would.
+   left them (`probe`), so the run goes on as a fixed-std run would.
 
 Every rollout of the probe counts in the run's environment steps; the ones not trained on are
 dropped. The measurements and the choice are logged and kept in the checkpoint's state; a resumed
@@ -127,3 +127,38 @@ def describe(chosen: int, measurements: list[NoiseMeasurement]) -> str:
 def record(chosen: int, measurements: list[NoiseMeasurement]) -> dict:
     """What the trainer's state keeps of the choice (plain data, for the checkpoint and the results)."""
     return {"chosen_std": measurements[chosen].std, "measurements": [asdict(m) for m in measurements]}
+
+
+def probe(trainer, it: int, batch: Batch, info: dict, gen) -> tuple:
+    """`choose_initial_std` on the first iteration's rollout (``batch``, collected at the policy's
+    first std) of ``trainer`` (`mmrl.trainer.trainer.Trainer`, whose ``choose_exploration`` calls
+    it): each quieter std it asks for is one more rollout, counted in the run's environment steps,
+    and RL trains on the rollout of the std it keeps. Where it keeps the first std after probing
+    quieter ones, the episodes in progress go back to where the first rollout left them (the
+    collector's snapshot, as a checkpoint keeps it), so the run goes on as the fixed-std run does,
+    short only of the probe's environment steps; a simulator that cannot snapshot itself goes on
+    from the probe's last rollout (said in the log)."""
+    stds = trainer.policy.exploration_stds()
+    first = (measure(batch, stds[0]), (batch, info, gen))
+    # the episodes in progress as the first rollout left them (fresh rounds of episodes keep none)
+    snapshot = trainer.collector.state_dict() if ending_pays(first[0]) else {}
+
+    def roll_out(k: int) -> tuple[NoiseMeasurement, tuple]:
+        trainer.policy.set_exploration_std(stds[k])
+        g = trainer.generator("probe", k)
+        b, i = trainer.collect(it, g)
+        trainer.state.count(i)
+        trainer.check_rewards(it, i)
+        return measure(b, stds[k]), (b, i, g)
+
+    chosen, measured, kept = choose_initial_std(stds, first, roll_out)
+    trainer.policy.set_exploration_std(stds[chosen])
+    trainer.state.exploration = record(chosen, measured)
+    line = describe(chosen, measured)
+    if chosen == 0 and len(measured) > 1 and snapshot:  # back to the envs the kept rollout left
+        if snapshot.get("sim") is not None:
+            trainer.collector.load_state_dict(snapshot)
+        else:
+            line += "; the simulator cannot snapshot its state, so the episodes go on from the probe's last rollout"
+    trainer.log_line(line)
+    return kept

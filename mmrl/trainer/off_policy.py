@@ -1,6 +1,7 @@
 """The off-policy mode of the trainer's loop (issue 36): SAC, with RLPD's additions.
 
-The loop is the trainer's own (`mmrl.trainer.trainer.Trainer.iteration`); in this mode its stages
+The loop is the trainer's own (`mmrl.trainer.trainer.Trainer.iteration`); `OffPolicy` is its learner
+(`mmrl.trainer.learner.Learner`, beside `mmrl.trainer.on_policy.OnPolicy`), so in this mode its stages
 are:
 
 - collect: a fixed-length rollout (``trainer.rollout_steps = T`` decisions per env, the episodes going
@@ -19,7 +20,7 @@ The math is `mmrl.algorithms.sac`'s pure functions, composed in one place: the `
 (`mmrl.trainer.objectives.sac_objective`). What SAC trains beside the policy lives here, owned by the
 mode, not by the policy: the twin Q critics, their targets and log(alpha) (`SoftCritics`), since they
 score (state, action) pairs of any policy that can draw reparameterised actions
-(``Capabilities.reparameterized``, `Policy.sample_reparameterized`). One Adam holds three parameter
+(``Capabilities.reparameterized``, `OffPolicyActor.sample_reparameterized`). One Adam holds three parameter
 groups (the policy's at ``trainer.lr``, the critics' at ``trainer.value_lr``, log(alpha) at
 ``algorithm.sac.temperature_lr``): Adam's update is per parameter, so this is the three optimizers of
 SB3 / CleanRL. The buffer, the critics, their targets, log(alpha), the optimizer and the count of
@@ -29,19 +30,21 @@ a resume restores the rest and refills the empty buffer with the restored policy
 (as many rows as learning started with, at least a batch) before its next gradient step; the
 update-to-data count goes on from the checkpoint's. Such a resume is not bit-identical.
 
-Replayed observations are the rollout batch's ``state`` rows, which are ``Policy.replay_state`` of
+Replayed observations are the rollout batch's ``state`` rows, which are ``OffPolicyActor.replay_state`` of
 the observations, as the ``next_state`` rows are of the observations reached (`mmrl.rollout.next_states`):
 the simulator's state vector by default (the Gaussian MLP), a frozen encoder's features of image,
 instruction and state for a policy that replays those (DSRL, `mmrl.policies.dsrl`: its actions are
-latent noise, which ``Policy.env_actions`` decodes for the uniform actions before learning starts).
-The Adam of the mode is built at its first use, after the warm start: it holds the parameters
-trainable then (DSRL freezes its base when the warm start ends).
+latent noise, which ``OffPolicyActor.env_actions`` decodes for the uniform actions before learning
+starts). The policy is an `mmrl.policies.off_policy.OffPolicyActor`: the config check refuses the
+mode for any other. The Adam of the mode is built at its first use, after the warm start: it holds
+the parameters trainable then (DSRL freezes its base when the warm start ends).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +55,9 @@ from mmrl.algorithms.replay import ReplayBuffer, mixed_sample
 from mmrl.algorithms.sac import n_step_returns, polyak_update
 from mmrl.batch import Batch
 from mmrl.policies.base import Decision
+from mmrl.policies.off_policy import OffPolicyActor
 from mmrl.registry import OBJECTIVES
+from mmrl.trainer.state import TrainerView, run_generator
 
 Tensor = torch.Tensor
 
@@ -173,9 +178,9 @@ RECORD_FIELDS = ("image", "instruction", "actions", "episode", "rewards", "termi
 def record_transitions(data: dict, policy, device: torch.device | str = "cpu", batch_size: int = 256) -> dict:
     """`demo_transitions`' fields of a dataset of recorded episodes (``RECORD_FIELDS``; one row per
     decision, sorted by episode, then step), as ``policy`` replays them: ``state`` / ``next_state``
-    are `Policy.replay_state` of the row's observation and of the next one (the next row of the same
+    are `OffPolicyActor.replay_state` of the row's observation and of the next one (the next row of the same
     episode, else the episode's ``final_image`` / ``final_state``), ``actions`` are
-    `Policy.replay_actions` of the recorded chunk; ``rewards`` and ``terminated`` as recorded (a
+    `OffPolicyActor.replay_actions` of the recorded chunk; ``rewards`` and ``terminated`` as recorded (a
     truncated episode's last row is bootstrapped from its final observation)."""
     from mmrl.simulator import Observation
 
@@ -259,13 +264,20 @@ class UniformActions:
 
 
 class OffPolicy:
-    """The off-policy mode's state and its learn stage (see the module docstring). ``step(opt,
+    """The off-policy mode's state and its learn stage (see the module docstring): the trainer's
+    learner (`mmrl.trainer.learner.Learner`) for an objective that replays transitions. ``step(opt,
     loss)`` is the trainer's guarded optimizer step (a non-finite loss or gradient skips the step
-    and is counted)."""
+    and is counted); ``seed`` (``run.seed``) seeds the row indices of each iteration's batches."""
 
-    def __init__(self, algo, trainer_cfg, policy, action_dim: int, device: torch.device, step):
+    #: the key of its state in a checkpoint (`mmrl.trainer.checkpoint`'s extra), as checkpoints name it
+    checkpoint_key = "off_policy"
+
+    def __init__(
+        self, algo, trainer_cfg, policy: OffPolicyActor, action_dim: int, device: torch.device, step, seed: int = 0
+    ):
         sac = algo.sac
         self.algo, self.sac, self.policy, self.device, self.step = algo, sac, policy, torch.device(device), step
+        self.seed = seed
         width = policy.replay_action_width(action_dim)
         self.critics = SoftCritics(
             policy.replay_dim, width, sac.critic_hidden, sac.critic_layers, sac.critic_layer_norm, sac.init_temperature
@@ -297,6 +309,35 @@ class OffPolicy:
             )
         return self._optimizer
 
+    @classmethod
+    def for_trainer(cls, trainer: TrainerView) -> OffPolicy:
+        """The mode of ``trainer``'s run: its config, policy, device and guarded optimizer step, the
+        width of its simulator's actions."""
+        cfg = trainer.cfg
+        return cls(
+            cfg.algorithm,
+            cfg.trainer,
+            trainer.policy,
+            trainer.eval_sim.action_dim,
+            trainer.device,
+            trainer.optimizer_step,
+            seed=cfg.run.seed,
+        )
+
+    def after_warm_start(self, records: Callable[..., dict], log: Callable[[str], None]) -> None:
+        """RLPD from a dataset (``algorithm.sac.demo_dataset``): its recorded episodes, loaded by
+        ``records`` (the warm start's loader) once the policy is warm-started, replayed through it
+        (`record_transitions`) into the demonstration buffer; nothing without one."""
+        sac = self.sac
+        if not sac.demo_dataset:
+            return
+        data = records(sac.demo_dataset, sac.demo_episodes, sac.demo_kwargs)
+        self.add_demos(record_transitions(data, self.policy, self.device))
+        log(
+            f"RLPD: {len(self.demos or [])} demonstration transitions of {sac.demo_episodes} "
+            f"'{sac.demo_dataset}' episodes, {sac.demo_fraction:g} of every batch"
+        )
+
     def add_demos(self, data: dict) -> None:
         """Add demonstration transitions (`demo_transitions`' fields) to the demonstration buffer:
         the programmatic hook beside ``algorithm.sac.demos``."""
@@ -310,7 +351,13 @@ class OffPolicy:
         env steps were collected, then the policy."""
         return UniformActions(policy) if env_steps < self.sac.learning_starts else policy
 
-    def learn(self, batch: Batch, env_steps: int, noise: torch.Generator, indices: torch.Generator) -> dict:
+    def learn(self, it: int, batch: Batch, info: dict, gen: torch.Generator, env_steps: int) -> dict:
+        """The learn stage of iteration ``it`` (`learn_transitions`): the actor's noise continues
+        ``gen``, the batches' rows are drawn from the run's "update" generator of ``it``."""
+        indices = run_generator(self.seed, "update", it)  # CPU: the buffer's row indices
+        return self.learn_transitions(batch, env_steps, gen, indices)
+
+    def learn_transitions(self, batch: Batch, env_steps: int, noise: torch.Generator, indices: torch.Generator) -> dict:
         """Store the rollout's transitions, then (once ``env_steps`` reached ``learning_starts``)
         ``utd_ratio`` gradient steps per transition collected since, each on ``batch_size`` rows
         drawn with ``indices`` (a CPU generator), the actor's noise drawn with ``noise``."""

@@ -42,13 +42,13 @@ def params(policy):
 
 def record_updates(trainer) -> list[Batch]:
     """The batch of every update of ``trainer`` (rewards, advantages, old log-probs, ...), copied."""
-    seen, update = [], trainer.update
+    seen, update = [], trainer.learner.update
 
     def recording(batch, gen):
         seen.append(Batch({k: v.clone() for k, v in batch.items()}))
         return update(batch, gen)
 
-    trainer.update = recording
+    trainer.learner.update = recording
     return seen
 
 

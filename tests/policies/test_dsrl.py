@@ -188,7 +188,7 @@ def test_a_dsrl_run_on_reach_trains_checkpoints_and_resumes_bit_identical(tmp_pa
     monkeypatch.setattr(DSRLPolicy, "freeze_base", remember)
     full.run()
     monkeypatch.setattr(DSRLPolicy, "freeze_base", original_freeze)
-    mode = full.off_policy
+    mode = full.learner
     assert full.state.iteration == 4 and full.state.env_steps == 64
     # 2 x 2 decisions per iteration into the buffer; the first iteration acts at random (16 env
     # steps = learning_starts), every learn stage learns (env steps counted first): utd 0.5
@@ -204,27 +204,27 @@ def test_a_dsrl_run_on_reach_trains_checkpoints_and_resumes_bit_identical(tmp_pa
     actor = {id(p) for p in full.policy.actor.parameters()}
     assert {id(p) for p in mode.optimizer.param_groups[0]["params"]} == actor
 
-    original = OffPolicy.learn
+    original = OffPolicy.learn_transitions
 
     def killed(self, batch, env_steps, noise, indices):
         if env_steps >= 48:  # iteration 4, after the checkpoint of iteration 2
             raise KeyboardInterrupt("killed")
         return original(self, batch, env_steps, noise, indices)
 
-    monkeypatch.setattr(OffPolicy, "learn", killed)
+    monkeypatch.setattr(OffPolicy, "learn_transitions", killed)
     with pytest.raises(KeyboardInterrupt):
         build_trainer(config(tmp_path / "cut")).run()
-    monkeypatch.setattr(OffPolicy, "learn", original)
+    monkeypatch.setattr(OffPolicy, "learn_transitions", original)
     resumed = build_trainer(config(tmp_path / "cut"))
     resumed.run()
-    assert resumed.state.env_steps == 64 and resumed.off_policy.updates == mode.updates
+    assert resumed.state.env_steps == 64 and resumed.learner.updates == mode.updates
     assert not any(p.requires_grad for p in resumed.policy.base.parameters())
     a, b = off_policy_tensors(full), off_policy_tensors(resumed)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
     for k, v in mode.buffer.state_dict()["data"].items():
-        torch.testing.assert_close(resumed.off_policy.buffer.state_dict()["data"][k], v, rtol=0, atol=0, msg=k)
+        torch.testing.assert_close(resumed.learner.buffer.state_dict()["data"][k], v, rtol=0, atol=0, msg=k)
 
 
 def test_dsrl_from_a_base_checkpoint(tmp_path):

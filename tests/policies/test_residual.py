@@ -119,15 +119,15 @@ def rlpd_run(tmp_path, *extra):
 def test_an_rlpd_run_mixes_the_recorded_demonstrations_and_resumes_with_them(tmp_path):
     trainer = build_trainer(rlpd_run(tmp_path))
     trainer.run()
-    demos = trainer.off_policy.demos
+    demos = trainer.learner.demos
     assert demos is not None and len(demos) > 6  # every recorded decision of the 6 episodes
-    mb = trainer.off_policy.sample(torch.Generator().manual_seed(0))
+    mb = trainer.learner.sample(torch.Generator().manual_seed(0))
     assert mb["is_demo"].float().mean() == 0.5
     again = build_trainer(rlpd_run(tmp_path, "trainer.env_steps=400"))
     again.resume()
     for k, v in demos.state_dict().items():
         if isinstance(v, torch.Tensor):
-            torch.testing.assert_close(again.off_policy.demos.state_dict()[k], v, rtol=0, atol=0)
+            torch.testing.assert_close(again.learner.demos.state_dict()[k], v, rtol=0, atol=0)
 
 
 def test_dsrl_refuses_recorded_demonstrations_at_load_in_one_line(tmp_path):

@@ -104,18 +104,18 @@ def test_every_checkpoint_unreadable_is_one_clear_error(tmp_path):
 
 
 def test_kill_during_the_warm_start_logs_it_once(tmp_path, monkeypatch):
-    from mmrl.trainer.trainer import Trainer
+    from mmrl.trainer.warm_start import WarmStart
 
-    real = Trainer.supervised
+    real = WarmStart.supervised
 
     def dies(self, data, ws):
         real(self, data, ws)
         raise KeyboardInterrupt("killed after the warm start's steps, before its checkpoint")
 
-    monkeypatch.setattr(Trainer, "supervised", dies)
+    monkeypatch.setattr(WarmStart, "supervised", dies)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, "trainer.iterations=1")
-    monkeypatch.setattr(Trainer, "supervised", real)
+    monkeypatch.setattr(WarmStart, "supervised", real)
     assert any(r["step"] < 0 for r in rows(tmp_path))  # the warm start had logged
     run(tmp_path, "trainer.iterations=1")
     assert_no_duplicate_rows(tmp_path)

@@ -91,7 +91,7 @@ def run(cfg):
     just before that update (the ratio's numerator at the first minibatch)."""
     trainer = build_trainer(cfg)
     seen = []
-    original = trainer.update
+    original = trainer.learner.update
 
     def update(batch, gen):
         rows = valid_samples(batch)
@@ -99,7 +99,7 @@ def run(cfg):
             seen.append((rows, trainer.policy.evaluate(rows.to(trainer.device)).logp))
         return original(batch, gen)
 
-    trainer.update = update
+    trainer.learner.update = update
     trainer.run()
     return trainer, seen
 

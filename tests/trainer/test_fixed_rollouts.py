@@ -44,8 +44,8 @@ def test_episodes_continue_across_iterations_until_the_env_step_budget(tmp_path)
     trainer = build_trainer(pendulum(tmp_path))
     assert not trainer.policy.uses_images  # backbone auto -> the state MLP
     batches = []
-    original = trainer.update
-    trainer.update = lambda batch, gen: batches.append(batch) or original(batch, gen)
+    original = trainer.learner.update
+    trainer.learner.update = lambda batch, gen: batches.append(batch) or original(batch, gen)
     results = trainer.run()
     # 2 envs x 8 steps per iteration: 3 iterations reach the 40-step budget; Pendulum's episodes
     # last 200 steps, so none ended and each env's episode went on through all three rollouts

@@ -94,7 +94,7 @@ def test_diagnostics_and_return_as_the_headline(tmp_path, capsys):
     assert str(tmp_path / "o") in out  # the summary names the run folder
     # reward scaling: the critic learns returns in units of the discounted return's std (~1), not
     # Pendulum's raw returns of about -1000
-    assert trainer.reward_scaler.rms.var.item() > 1.0
+    assert trainer.learner.reward_scaler.rms.var.item() > 1.0
     assert abs(trainer.policy.value(trainer.collector.rollout.obs)).max().item() < 50
 
 

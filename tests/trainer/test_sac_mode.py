@@ -42,7 +42,7 @@ def config(tmp_path, *extra):
 
 def test_sac_runs_on_pendulum_with_the_gaussian_policy(tmp_path):
     trainer = build_trainer(config(tmp_path))
-    mode = trainer.off_policy
+    mode = trainer.learner
     initial_targets = [p.detach().clone() for p in mode.critics.target_q.parameters()]
     actors = []
     collect = trainer.collector.collect
@@ -102,7 +102,7 @@ def test_next_state_of_an_ended_episode_is_its_final_state(tmp_path):
 
 def tiny_mode(tmp_path, *extra) -> OffPolicy:
     """The off-policy mode of a tiny trainer, its buffer filled with 64 random transitions."""
-    mode = build_trainer(config(tmp_path, *extra)).off_policy
+    mode = build_trainer(config(tmp_path, *extra)).learner
     g = torch.Generator().manual_seed(0)
     mode.buffer.add(
         {
@@ -132,7 +132,7 @@ def test_the_temperature_moves_toward_its_target(tmp_path, target_entropy, direc
         next_state=torch.zeros(1, 1, 3),
     )
     mode.learning_rows = 10  # ten gradient steps owed
-    mode.learn(empty, 100, torch.Generator().manual_seed(1), torch.Generator().manual_seed(2))
+    mode.learn_transitions(empty, 100, torch.Generator().manual_seed(1), torch.Generator().manual_seed(2))
     assert mode.updates == 10
     assert direction * (mode.critics.log_alpha.item() - before) > 0
 
@@ -197,7 +197,7 @@ def test_demonstrations_are_half_of_every_batch(tmp_path):
     }
     torch.save(demos, tmp_path / "demos.pt")
     trainer = build_trainer(config(tmp_path, f"algorithm.sac.demos={tmp_path / 'demos.pt'}"))
-    mode = trainer.off_policy
+    mode = trainer.learner
     seen = []
     original = mode.sample
     mode.sample = lambda g: seen.append(original(g)) or seen[-1]
@@ -214,17 +214,17 @@ def test_demonstrations_are_half_of_every_batch(tmp_path):
 def run_until_killed(cfg, monkeypatch) -> None:
     """Run ``cfg`` until its learn stage at 32 env steps (iteration 4, after the checkpoint of
     iteration 2: checkpoint_every=2) is interrupted."""
-    original = OffPolicy.learn
+    original = OffPolicy.learn_transitions
 
     def killed(self, batch, env_steps, noise, indices):
         if env_steps >= 32:
             raise KeyboardInterrupt("killed")
         return original(self, batch, env_steps, noise, indices)
 
-    monkeypatch.setattr(OffPolicy, "learn", killed)
+    monkeypatch.setattr(OffPolicy, "learn_transitions", killed)
     with pytest.raises(KeyboardInterrupt):
         build_trainer(cfg).run()
-    monkeypatch.setattr(OffPolicy, "learn", original)
+    monkeypatch.setattr(OffPolicy, "learn_transitions", original)
 
 
 def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch, off_policy_tensors):
@@ -234,31 +234,33 @@ def test_resume_after_an_interruption_is_bit_identical(tmp_path, monkeypatch, of
     resumed = build_trainer(config(tmp_path / "cut"))
     resumed.run()
     assert resumed.state.env_steps == full.state.env_steps == 40
-    assert resumed.off_policy.updates == full.off_policy.updates
+    assert resumed.learner.updates == full.learner.updates
     a, b = off_policy_tensors(full), off_policy_tensors(resumed)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=0, msg=k)
-    for k, v in full.off_policy.buffer.state_dict()["data"].items():
-        torch.testing.assert_close(resumed.off_policy.buffer.state_dict()["data"][k], v, rtol=0, atol=0)
-    sa, sb = full.off_policy.optimizer.state_dict()["state"], resumed.off_policy.optimizer.state_dict()["state"]
+    for k, v in full.learner.buffer.state_dict()["data"].items():
+        torch.testing.assert_close(resumed.learner.buffer.state_dict()["data"][k], v, rtol=0, atol=0)
+    sa, sb = full.learner.optimizer.state_dict()["state"], resumed.learner.optimizer.state_dict()["state"]
     for i in sa:
         torch.testing.assert_close(sb[i]["exp_avg_sq"], sa[i]["exp_avg_sq"], rtol=0, atol=0)
 
 
 def test_without_the_buffer_in_checkpoints_a_resume_refills_it_before_learning(tmp_path, monkeypatch):
     run_until_killed(config(tmp_path, "algorithm.sac.checkpoint_buffer=false"), monkeypatch)
-    original = OffPolicy.learn
+    original = OffPolicy.learn_transitions
     saved = torch.load(latest_path(tmp_path / "s") / STATE, weights_only=False)["extra"]
     assert saved["off_policy"]["buffer"] is None and saved["off_policy"]["buffer_rows"] == 16
     # the same command resumes: the buffer starts empty, and learning waits for as many rows as it
     # started with (16: learning_starts of 2 envs' single steps), at least batch_size (8)
     resumed = build_trainer(config(tmp_path, "algorithm.sac.checkpoint_buffer=false", "trainer.env_steps=64"))
     resumed.resume()
-    mode = resumed.off_policy
+    mode = resumed.learner
     assert len(mode.buffer) == 0 and mode.refill_rows == 16
     updates, logged = mode.updates, []
-    monkeypatch.setattr(OffPolicy, "learn", lambda self, *a: logged.append(original(self, *a)) or logged[-1])
+    monkeypatch.setattr(
+        OffPolicy, "learn_transitions", lambda self, *a: logged.append(original(self, *a)) or logged[-1]
+    )
     resumed.run()
     # 2 envs x 4 decisions = 8 rows per iteration: the first after the resume refills without an
     # update; the second fills the buffer to 16 and learns, as learning started at the run's start
@@ -271,8 +273,8 @@ def test_without_the_buffer_in_checkpoints_a_resume_refills_it_before_learning(t
 def test_chunks_are_one_flattened_action(tmp_path):
     trainer = build_trainer(config(tmp_path, "policy.chunk_size=2"))
     trainer.run()
-    assert trainer.off_policy.buffer.data["actions"].shape[1:] == (2,)
-    assert trainer.off_policy.agent.target_entropy == -2.0
+    assert trainer.learner.buffer.data["actions"].shape[1:] == (2,)
+    assert trainer.learner.agent.target_entropy == -2.0
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mmrl.experiment import build_trainer, load_experiment
-from mmrl.trainer.trainer import Trainer
+from mmrl.trainer.warm_start import WarmStart
 
 TINY = [
     "sim.num_envs=8",
@@ -132,7 +132,7 @@ def test_demonstrations_are_recorded_in_the_configured_simulator(tmp_path, monke
     """sim.kwargs reach the warm start's demonstrations: 16 px RL gets 16 px demos, and a slower
     demonstrator (warm_start.kwargs) is honoured on top."""
     seen = {}
-    monkeypatch.setattr(Trainer, "supervised", lambda self, data, ws: seen.update(data))
+    monkeypatch.setattr(WarmStart, "supervised", lambda self, data, ws: seen.update(data))
     cfg = tiny_cfg(
         tmp_path,
         "sim.kwargs={max_episode_steps: 12, image_size: 16}",

@@ -14,8 +14,9 @@ import torch
 from mmrl.config import ConfigError
 from mmrl.errors import UserError
 from mmrl.experiment import build_trainer
-from mmrl.trainer import trainer as trainer_module
-from mmrl.trainer.trainer import Trainer, candidate_score
+from mmrl.trainer import warm_start as warm_start_module
+from mmrl.trainer.trainer import Trainer
+from mmrl.trainer.warm_start import WarmStart, candidate_score
 from tests.trainer.test_checkpoint_safety import same
 from tests.trainer.test_trainer import params, tiny_cfg
 
@@ -35,7 +36,7 @@ def warm(tmp_path, *extra) -> Trainer:
 def forced(monkeypatch, scores: list[float]) -> None:
     """Make candidate k score ``scores[k]``, whatever its losses."""
     calls = iter(scores)
-    monkeypatch.setattr(trainer_module, "candidate_score", lambda losses: next(calls))
+    monkeypatch.setattr(warm_start_module, "candidate_score", lambda losses: next(calls))
 
 
 def test_the_score_is_the_mean_of_the_last_third_of_the_losses():
@@ -84,14 +85,14 @@ def test_a_kept_candidate_goes_on_whatever_was_trained_after_it(tmp_path, monkey
 def test_each_candidate_draws_its_own_batches(tmp_path, monkeypatch):
     """The candidates share no path (batches, noise); candidate 0 keeps the run's own."""
     drawn: list[list[int]] = []
-    real = trainer_module.random_indices
+    real = warm_start_module.random_indices
 
     def recording(n, k, gen):
         idx = real(n, k, gen)
         drawn.append(idx.tolist())
         return idx
 
-    monkeypatch.setattr(trainer_module, "random_indices", recording)
+    monkeypatch.setattr(warm_start_module, "random_indices", recording)
     warm(tmp_path / "alone", "warm_start.candidates=1", "warm_start.num_episodes=20")
     alone, drawn[:] = drawn[:6], []
     warm(tmp_path / "three", *candidates(3), "warm_start.num_episodes=20")
@@ -103,17 +104,17 @@ def test_each_candidate_draws_its_own_batches(tmp_path, monkeypatch):
 def test_a_kill_during_the_candidates_resumes_to_the_same_weights(tmp_path, monkeypatch):
     extra = [*candidates(3), "trainer.iterations=1"]
     straight = params(warm(tmp_path / "straight", *extra).policy)
-    real = Trainer.supervised_steps
+    real = WarmStart.supervised_steps
 
     def dies(self, batch, ws, run, end, phase, phase_offset):
         if phase == "warm_start_candidate_1":
             raise KeyboardInterrupt("killed during the second candidate")
         return real(self, batch, ws, run, end, phase, phase_offset)
 
-    monkeypatch.setattr(Trainer, "supervised_steps", dies)
+    monkeypatch.setattr(WarmStart, "supervised_steps", dies)
     with pytest.raises(KeyboardInterrupt):
         warm(tmp_path / "killed", *extra)
-    monkeypatch.setattr(Trainer, "supervised_steps", real)
+    monkeypatch.setattr(WarmStart, "supervised_steps", real)
     resumed = warm(tmp_path / "killed", *extra)
     assert same(params(resumed.policy), straight)
     rows = (tmp_path / "killed" / "t" / "metrics.jsonl").read_text().splitlines()
@@ -146,27 +147,27 @@ HELD = "warm_start.held_in=6"
 
 def test_held_in_examples_are_fresh_and_outside_the_training_rows(tmp_path):
     trainer = build_trainer(tiny_cfg(tmp_path, *WARM, HELD))
-    ws = trainer.cfg.warm_start
-    train = trainer.load_records(ws.dataset, ws.num_episodes, ws.kwargs)
-    held = trainer.held_in_records(ws)
+    ws, stage = trainer.cfg.warm_start, WarmStart(trainer)
+    train = stage.load_records(ws.dataset, ws.num_episodes, ws.kwargs)
+    held = stage.held_in_records(ws)
     assert len(held["episode_success"]) == 6 and len(train["episode_success"]) == ws.num_episodes == 4
     assert not any(torch.equal(a, b) for a in held["image"] for b in train["image"])  # other scenes
-    batch, rows = trainer.warm_start_batches(train, ws)
+    batch, rows = stage.warm_start_batches(train, ws)
     assert batch.size == len(train["actions"]) and rows is not None and rows.size == len(held["actions"])
     assert torch.equal(batch["actions"], train["actions"].float())
     assert torch.equal(rows["actions"], held["actions"].float())
 
 
 def test_candidates_are_scored_by_their_held_in_loss(tmp_path, monkeypatch):
-    monkeypatch.setattr(trainer_module, "candidate_score", lambda losses: pytest.fail("scored by the training loss"))
+    monkeypatch.setattr(warm_start_module, "candidate_score", lambda losses: pytest.fail("scored by the training loss"))
     seen: list[float] = []
-    real = Trainer.held_in_loss
+    real = WarmStart.held_in_loss
 
     def recording(self, held, ws):
         seen.append(real(self, held, ws))
         return seen[-1]
 
-    monkeypatch.setattr(Trainer, "held_in_loss", recording)
+    monkeypatch.setattr(WarmStart, "held_in_loss", recording)
     trainer = warm(tmp_path, *candidates(3), HELD)
     scores = trainer.state.warm_start_scores
     assert scores == seen[:3] and len(set(scores)) == 3  # then once more: the final held-in loss
@@ -198,8 +199,8 @@ def test_held_in_examples_take_their_own_builder_arguments(tmp_path):
     same_demonstrator = build_trainer(tiny_cfg(tmp_path / "a", *WARM, HELD))
     faster = build_trainer(tiny_cfg(tmp_path / "b", *WARM, HELD, "warm_start.held_in_kwargs={expert_speed: 1.0}"))
     assert faster.cfg.warm_start.kwargs == same_demonstrator.cfg.warm_start.kwargs  # training rows unchanged
-    slow = same_demonstrator.held_in_records(same_demonstrator.cfg.warm_start)["actions"]
-    fast = faster.held_in_records(faster.cfg.warm_start)["actions"]
+    slow = WarmStart(same_demonstrator).held_in_records(same_demonstrator.cfg.warm_start)["actions"]
+    fast = WarmStart(faster).held_in_records(faster.cfg.warm_start)["actions"]
     assert slow.abs().mean() < fast.abs().mean()  # the first actions of a demonstrator at full speed are larger
     with pytest.raises(ConfigError, match="'held_in_kwargs' builds the held-in examples, but held_in = 0"):
         tiny_cfg(tmp_path, *WARM, "warm_start.held_in_kwargs={expert_speed: 1.0}")
