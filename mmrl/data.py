@@ -104,6 +104,14 @@ def check_dataset_arguments(name: str, kwargs: dict) -> None:
             )
 
 
+def check_dataset_choice(key: str, name: str, kwargs: dict) -> None:
+    """A config's dataset ``name`` (under ``key``) is registered and ``kwargs`` are arguments its
+    builder declares: a misspelt one fails here, before any work."""
+    if name not in DATASETS:
+        raise ConfigError(f"'{key}' = {name!r} is not a registered dataset: {', '.join(DATASETS.names())}")
+    check_dataset_arguments(name, kwargs)
+
+
 def declared_kwargs(name: str, **offered: Any) -> dict:
     """The ``offered`` arguments dataset ``name`` declares (all of them where that is unknown): how a
     caller passes context a builder may use (the trainer: seed, num_episodes, chunk_size, ...)."""

@@ -6,9 +6,15 @@ The objectives the config can name (``algorithm.objective``) are registered in
 ``objective(policy, minibatch, algo) -> (loss, metrics)`` and what they need from the policy
 (`mmrl.capabilities.Component`): a plugin adds one the same way (or by the ``mmrl.objectives``
 entry point). An objective that needs ``replay`` (``sac``) runs in the trainer's off-policy mode
-(`mmrl.trainer.off_policy`) on replayed transitions, its first argument the mode's `SACAgent`."""
+(`mmrl.trainer.off_policy`) on replayed transitions, its first argument the mode's `SACAgent`.
+
+The config section that picks them, `AlgorithmConfig` (``algorithm``: the estimator, the objective
+and their options; the off-policy mode's under ``algorithm.sac``), is defined here beside them."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -17,7 +23,97 @@ from mmrl.algorithms.losses import gspo_token_ratio
 from mmrl.algorithms.sac import actor_loss, critic_loss, soft_q_target, temperature_loss
 from mmrl.batch import Batch
 from mmrl.capabilities import component
+from mmrl.config import ConfigError, check_range
 from mmrl.registry import ADVANTAGES, OBJECTIVES
+from mmrl.trainer.off_policy import SACConfig
+
+
+@dataclass
+class AlgorithmConfig:
+    objective: str = "ppo"  # a registered objective (`mmrl list`): ppo (clipped ratio), awm, nft (likelihood-free)
+    advantage: str = "gae"  # a registered estimator: gae (critic) or a group estimator: grpo, dr_grpo, rloo, ...
+    group_size: int = 1  # episodes sharing an initial state (GRPO family)
+    gamma: float = 0.99
+    lam: float = 0.95
+    normalize_advantages: bool = True
+    # over which samples advantages are whitened (and then PSR-weighted and clipped): the whole
+    # rollout once (default), or each minibatch as it is drawn (SB3's and CleanRL's PPO)
+    advantage_norm_scope: Literal["rollout", "minibatch"] = "rollout"
+    adv_clip: float | None = None  # clamp advantages to [-adv_clip, adv_clip] (Flow-GRPO: 5)
+    # PSR/NSR: scale positive / negative advantages after normalisation (W-REINFORCE: 0.1 / 1.0)
+    pos_weight: float = 1.0
+    neg_weight: float = 1.0
+    ratio: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, collect more
+    max_sampling_rounds: int = 4  # dynamic sampling: rollout rounds per iteration at most
+    clip_low: float = 0.2
+    clip_high: float | None = None  # None = clip_low (symmetric); larger = DAPO clip-higher
+    dual_clip: float | None = None  # c > 1 bounds the loss of negative-advantage samples
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
+        "token-mean"
+    )
+    vf_coef: float = 0.5
+    value_clip: float | None = None
+    ent_coef: float = 0.0
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    epochs: int = 2
+    minibatch_size: int = 256
+    max_grad_norm: float = 1.0
+    # scale rewards by the running std of the discounted return (SB3 VecNormalize / CleanRL
+    # NormalizeReward); the critic then learns returns in those units. State saved in checkpoints.
+    reward_norm: bool = False
+    # stop an iteration's update early once the mean approx KL of an epoch exceeds this (None = never)
+    target_kl: float | None = None
+    # the off-policy mode's options (objective: sac): replay buffer, update-to-data ratio, SAC, RLPD
+    sac: SACConfig = field(default_factory=SACConfig)
+
+    def validate(self) -> None:
+        check_range(
+            self,
+            {
+                "group_size": ">=1",
+                "gamma": "0..1",
+                "lam": "0..1",
+                "clip_low": ">0",
+                "clip_high": ">0",
+                "dual_clip": ">1",
+                "epochs": ">=1",
+                "minibatch_size": ">=1",
+                "max_grad_norm": ">0",
+                "vf_coef": ">=0",
+                "ent_coef": ">=0",
+                "kl_coef": ">=0",
+                "adv_clip": ">0",
+                "value_clip": ">0",
+            },
+        )
+        if self.target_kl is not None and not self.target_kl > 0:
+            raise ConfigError(f"'target_kl' must be > 0 or null, got {self.target_kl}")
+        if self.advantage not in ADVANTAGES:
+            raise ConfigError(f"'advantage' = {self.advantage!r} is not one of: {', '.join(ADVANTAGES.names())}")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"'objective' = {self.objective!r} is not one of: {', '.join(OBJECTIVES.names())}")
+        if self.max_sampling_rounds < 1:
+            raise ConfigError(f"'max_sampling_rounds' must be >= 1, got {self.max_sampling_rounds}")
+        if self.dynamic_sampling and not self.grouped:
+            raise ConfigError("'dynamic_sampling' filters groups: use a group estimator (grpo, dr_grpo, rloo, ...)")
+        if self.pos_weight < 0 or self.neg_weight < 0:
+            raise ConfigError(f"'pos_weight' / 'neg_weight' must be >= 0, got {self.pos_weight} / {self.neg_weight}")
+        if self.grouped and self.group_size < 2:
+            raise ConfigError(f"'advantage' = {self.advantage!r} compares episodes within a group: set group_size >= 2")
+
+    @property
+    def off_policy(self) -> bool:
+        """Whether the objective learns from replayed transitions (SAC): the trainer's off-policy
+        mode (`mmrl.trainer.off_policy`); its objective declares that it needs ``replay``."""
+        return "replay" in OBJECTIVES.get(self.objective).needs
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the advantage estimator compares episodes within groups (GRPO family): it
+        declares that it needs ``groups`` (`mmrl.capabilities`)."""
+        return "groups" in ADVANTAGES.get(self.advantage).needs
 
 
 def compute_advantages(batch: Batch, algo, last_values: torch.Tensor | None = None) -> Batch:

@@ -37,7 +37,9 @@ instruction and state for a policy that replays those (DSRL, `mmrl.policies.dsrl
 latent noise, which ``OffPolicyActor.env_actions`` decodes for the uniform actions before learning
 starts). The policy is an `mmrl.policies.off_policy.OffPolicyActor`: the config check refuses the
 mode for any other. The Adam of the mode is built at its first use, after the warm start: it holds
-the parameters trainable then (DSRL freezes its base when the warm start ends).
+the parameters trainable then (DSRL freezes its base when the warm start ends). Its config section,
+`SACConfig` (``algorithm.sac``), is defined here beside it, as is the check of what the mode cannot
+combine with (`check_off_policy`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ from torch import nn
 from mmrl.algorithms.replay import ReplayBuffer, mixed_sample
 from mmrl.algorithms.sac import n_step_returns, polyak_update
 from mmrl.batch import Batch
+from mmrl.config import ConfigError, check_range
+from mmrl.data import check_dataset_choice
 from mmrl.policies.base import Decision
 from mmrl.policies.off_policy import OffPolicyActor
 from mmrl.registry import OBJECTIVES
@@ -63,6 +67,94 @@ Tensor = torch.Tensor
 
 #: the fields of a replayed transition (every row of the buffer)
 FIELDS = ("state", "actions", "rewards", "discount", "next_state")
+
+
+@dataclass
+class SACConfig:
+    """The off-policy mode's options (``algorithm.sac``, read when ``algorithm.objective: sac``):
+    SAC (Haarnoja et al. 2018) with SB3's defaults, and RLPD's additions (Ball et al. 2023: layer
+    norm in the critics, a high update-to-data ratio, half of each batch from demonstrations). The
+    actor learns at ``trainer.lr``, the critics at ``trainer.value_lr`` (null: ``trainer.lr``)."""
+
+    buffer_size: int = 1_000_000  # transitions the replay buffer keeps (the newest)
+    # whether checkpoints hold the replay buffer (then a resume is exact). false: they leave it out
+    # (a million wide transitions are gigabytes per checkpoint); a resume then restores everything
+    # else and refills an empty buffer with the restored policy's transitions before its next
+    # gradient step (as many rows as learning started with, at least batch_size): not bit-identical
+    checkpoint_buffer: bool = True
+    batch_size: int = 256  # transitions per gradient step
+    learning_starts: int = 100  # env steps of uniform random actions before the first gradient step
+    utd_ratio: float = 1.0  # gradient steps per transition collected (RLPD: 10-20 with layer norm)
+    tau: float = 0.005  # Polyak rate of the target critics
+    temperature_lr: float | None = None  # learning rate of log(alpha); null = trainer.lr
+    init_temperature: float = 1.0  # alpha at the start (SB3: 1.0)
+    target_entropy: float | None = None  # null = -(the replayed action width: chunk_size * action_dim; DSRL: the noise)
+    # the entropy bonus in the critics' target (SAC's soft backup). false: y = r + gamma min Q' (RLPD's
+    # and DrQ's `backup_entropy` switch): with a positive entropy and time limits bootstrapped, the
+    # bonus pays for staying in an episode, which works against tasks that end on success
+    backup_entropy: bool = True
+    n_step: int = 1  # n-step returns (stopping at a rollout's end: needs trainer.rollout_steps >= n_step)
+    critic_hidden: int = 256  # width of each of the twin Q MLPs (SB3: 256)
+    critic_layers: int = 2  # their hidden layers (SB3: 2)
+    critic_layer_norm: bool = False  # RLPD: LayerNorm after every hidden layer of the critics
+    # RLPD: a torch file of demonstration transitions (`mmrl.trainer.off_policy.load_demos`: state,
+    # actions, rewards, next_state, terminated); `demo_fraction` of every batch is drawn from them
+    demos: str | None = None
+    demo_fraction: float = 0.5
+    # RLPD from a registered dataset of recorded episodes (one that records rewards and episode ends,
+    # e.g. reach_demos), read after the warm start through the policy (`record_transitions`): its
+    # features as the states, `Policy.replay_actions` of the recorded chunks as the actions
+    demo_dataset: str | None = None
+    demo_episodes: int = 1000  # episodes of demo_dataset (its num_episodes)
+    demo_kwargs: dict = field(default_factory=dict)  # more arguments of its builder (checked strictly)
+
+    def validate(self) -> None:
+        check_range(
+            self,
+            {
+                "buffer_size": ">=1",
+                "batch_size": ">=1",
+                "learning_starts": ">=0",
+                "utd_ratio": ">0",
+                "temperature_lr": ">0",
+                "init_temperature": ">0",
+                "n_step": ">=1",
+                "critic_hidden": ">=1",
+                "critic_layers": ">=1",
+                "demo_fraction": "0..1",
+                "demo_episodes": ">=1",
+            },
+        )
+        if not 0 < self.tau <= 1:
+            raise ConfigError(f"'tau' = {self.tau!r} must be in (0, 1] (the Polyak rate; 1 copies the critics)")
+        if self.demos is not None and not Path(self.demos).is_file():
+            raise ConfigError(
+                f"'demos' = {self.demos!r} is not a file: give a torch file of demonstration transitions "
+                "(mmrl.trainer.off_policy.load_demos), or demos: null"
+            )
+        if self.demo_dataset is not None:
+            check_dataset_choice("demo_dataset", self.demo_dataset, self.demo_kwargs)
+
+
+def check_off_policy(cfg) -> None:
+    """The off-policy mode (``algorithm.objective: sac``) of experiment ``cfg`` collects fixed-length
+    rollouts that continue episodes into a replay buffer: what it cannot combine with fails here in one line."""
+    a, t, sac = cfg.algorithm, cfg.trainer, cfg.algorithm.sac
+    why = (
+        "set trainer.rollout_steps >= 1 (decisions per env per iteration, e.g. 1 as SB3's SAC)"
+        if not t.rollout_steps
+        else f"set trainer.rollout_steps >= algorithm.sac.n_step ({sac.n_step}): n-step returns stop at a rollout's end"
+        if t.rollout_steps < sac.n_step
+        else "set algorithm.reward_norm=false (it scales on-policy rollouts)"
+        if a.reward_norm
+        else "set trainer.lr_schedule=constant"
+        if t.lr_schedule != "constant"
+        else "set trainer.engine.backend=torch"
+        if t.engine.backend != "torch"
+        else None
+    )
+    if why:
+        raise ConfigError(f"'algorithm.objective' = {a.objective!r} (the off-policy mode): {why}")
 
 
 def q_mlp(inp: int, hidden: int, layers: int, layer_norm: bool) -> nn.Sequential:

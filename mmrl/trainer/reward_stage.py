@@ -452,7 +452,7 @@ def build_reward_stage(
     frames: FrameScoring | None = None,
     timeout_s: float | None = None,
 ) -> RewardStage:
-    """The stage of an experiment's ``reward:`` section (`mmrl.experiment.RewardConfig` holds the
+    """The stage of an experiment's ``reward:`` section (`mmrl.trainer.reward_config.RewardConfig` holds the
     fields) for a simulator whose actions are ``action_type``: one model (``type``) or a weighted
     sum (``weights``, with per-part ``kwargs``), checked with its `Reward.preflight` before any work.
     ``timeout_s`` limits each call of a user's reward function (`FunctionReward`; None: automatic,

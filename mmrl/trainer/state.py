@@ -1,8 +1,9 @@
-"""What every stage of the trainer's loop shares: the run's counters (`TrainState`, saved in every
-checkpoint), its random streams (`run_seed`, `run_generator`: pure functions of ``run.seed``, which
-is what makes a resume exact) and the trainer as a stage sees it (`TrainerView`: the warm start,
-`mmrl.trainer.warm_start`, and the learners, `mmrl.trainer.on_policy` / `mmrl.trainer.off_policy`,
-read the config, the policy and the state through it and step through its guarded optimizer step).
+"""What every stage of the trainer's loop shares: its config section (`TrainerConfig`, ``trainer``),
+the run's counters (`TrainState`, saved in every checkpoint), its random streams (`run_seed`,
+`run_generator`: pure functions of ``run.seed``, which is what makes a resume exact) and the trainer
+as a stage sees it (`TrainerView`: the warm start, `mmrl.trainer.warm_start`, and the learners,
+`mmrl.trainer.on_policy` / `mmrl.trainer.off_policy`, read the config, the policy and the state
+through it and step through its guarded optimizer step).
 """
 
 from __future__ import annotations
@@ -10,13 +11,79 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
+from mmrl.config import ConfigError, check_range
 from mmrl.distributed import Ranks
 from mmrl.trainer.logging import RunLogger, SilentLogger
-from mmrl.trainer.train_engine import TrainEngine
+from mmrl.trainer.train_engine import TrainEngine, TrainEngineConfig
+
+
+@dataclass
+class TrainerConfig:
+    iterations: int = 30
+    lr: float = 3e-4
+    # learning rate of the critic (the policy's value head); null = `lr`. A fresh critic beside a
+    # pretrained policy fine-tuned at a small lr needs its own, larger one (pi_RL trains it apart)
+    value_lr: float | None = None
+    checkpoint_every: int = 5
+    keep_checkpoints: int = 2
+    resume: bool = True  # restart from the newest checkpoint in the run folder if there is one
+    # resume although the config differs from the checkpoint's in keys that change training (the
+    # change is recorded in OUT/config_history.jsonl); false: such a resume is refused, naming the keys
+    accept_config_change: bool = False
+    # the run stops (newest checkpoint kept) when this many optimizer steps in a row were skipped
+    # for a non-finite loss or gradient
+    max_skipped_steps: int = 20
+    # episodes with a non-finite reward are dropped and counted; the run stops when more than this
+    # fraction of its episodes so far were dropped
+    max_nonfinite_fraction: float = 0.05
+    eval_every: int = 0  # 0 = evaluate only after the warm start and at the end
+    eval_episodes: int = 256
+    eval_seed: int = 1_000_000_000  # held-out reset seeds: eval_seed + episode index
+    video_episodes: int = 8  # episodes shown side by side in each evaluation mp4 (0 = none)
+    # async rollout: N > 0 collects batch k+N (with the weights of update k) in the background while
+    # batch k trains, so batches are off-policy by at most N versions; 0 = synchronous
+    async_staleness: int = 0
+    # decisions per env per iteration: 0 = one whole episode per env (every env reset each iteration);
+    # T > 0 = fixed-length rollouts of T decisions that continue episodes across iterations (PPO's
+    # usual scheme: long episodes still give an update every T decisions), bootstrapped at the cut
+    rollout_steps: int = 0
+    # train until this many environment steps (overrides `iterations`; null = `iterations` decides)
+    env_steps: int | None = None
+    # linear: decay to 0 over the run; adaptive: rsl_rl's KL-adaptive rate (PPO): before each minibatch
+    # step the rate is divided by 1.5 when the approx KL to the rollout policy exceeds 2 x desired_kl and
+    # multiplied by 1.5 below desired_kl / 2, between lr / 100 and 10 x lr (saved in checkpoints)
+    lr_schedule: Literal["constant", "linear", "adaptive"] = "constant"
+    desired_kl: float = 0.01  # lr_schedule: adaptive's target (rsl_rl / IsaacLab: 0.01)
+    engine: TrainEngineConfig = field(default_factory=TrainEngineConfig)  # torch or DeepSpeed ZeRO
+
+    def validate(self) -> None:
+        check_range(
+            self,
+            {
+                "iterations": ">=0",
+                "lr": ">0",
+                "desired_kl": ">0",
+                "checkpoint_every": ">=1",
+                "keep_checkpoints": ">=1",
+                "eval_every": ">=0",
+                "eval_episodes": ">=1",
+                "video_episodes": ">=0",
+                "max_skipped_steps": ">=1",
+                "max_nonfinite_fraction": "0..1",
+            },
+        )
+        if self.value_lr is not None and not self.value_lr > 0:
+            raise ConfigError(f"'value_lr' = {self.value_lr} must be > 0, or null (the critic learns at `lr`)")
+        if self.rollout_steps < 0:
+            raise ConfigError(f"'rollout_steps' = {self.rollout_steps} must be >= 0 (0 = one episode per env)")
+        if self.env_steps is not None and self.env_steps < 1:
+            raise ConfigError(f"'env_steps' = {self.env_steps} must be >= 1 or null")
+        if self.async_staleness < 0:
+            raise ConfigError(f"'async_staleness' = {self.async_staleness} must be >= 0 (0 = synchronous rollout)")
 
 
 @dataclass

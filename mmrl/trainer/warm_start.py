@@ -15,22 +15,90 @@ order it:
   `warm_start_lr_factor`), its batches and noise drawn from the run's seeded streams
   (`mmrl.trainer.state.run_generator`), so a killed warm start is redone identically.
 
-Where it stands between steps (optimizer, schedule, streams) is a `SupervisedRun`.
+Where it stands between steps (optimizer, schedule, streams) is a `SupervisedRun`. Its section of the
+config, `WarmStartConfig`, is defined here beside it.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 from tqdm import tqdm
 
 from mmrl import distributed
 from mmrl.batch import Batch, random_indices
+from mmrl.config import ConfigError, check_range
+from mmrl.data import check_dataset_choice
 from mmrl.errors import UserError
 from mmrl.trainer.state import TrainerView, run_seed
+
+
+@dataclass
+class WarmStartConfig:
+    dataset: str | None = None  # None = no supervised warm start
+    num_episodes: int = 20  # demonstrations to generate / load
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 1e-3
+    schedule: Literal["constant", "cosine"] = "constant"  # cosine decays the lr to 0 over the steps
+    warmup_steps: int = 0  # linear warm-up from 0 over the first steps, then the schedule (LeRobot's presets warm up)
+    # initialisations tried (a policy trained from random weights): each is trained `candidate_steps`
+    # (on its own batches and noise); the one with the lowest mean loss over the last third of them
+    # finishes the `steps` (the run's own weights are candidate 0, the others are built under derived seeds)
+    candidates: int = 1
+    candidate_steps: int | None = None  # None: 3/8 of `steps` (300 of 800), at least 1
+    # fresh examples of `dataset` (built as the training ones, under a derived seed: never trained on)
+    # on which the warm start's mean loss is logged and, with candidates > 1, the candidates are scored
+    # (lowest kept) instead of by their own training loss. A pretrained policy's candidates, which
+    # start from the same weights, differ in the order of their batches: they need held_in > 0
+    held_in: int = 0
+    # builder arguments of the held-in examples over `kwargs` (e.g. the demonstrator you want where
+    # the training one is sloppy: the candidates are then scored on the behaviour RL is to reach)
+    held_in_kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # dataset builder arguments
+
+    def steps_per_candidate(self) -> int:
+        """``candidate_steps``, or 3/8 of ``steps`` (at least 1) when it is unset."""
+        return self.candidate_steps if self.candidate_steps is not None else max(1, self.steps * 3 // 8)
+
+    def validate(self) -> None:
+        ranges = {"num_episodes": ">=1", "steps": ">=0", "batch_size": ">=1", "lr": ">0", "candidates": ">=1"}
+        check_range(self, {**ranges, "held_in": ">=0"})
+        if not 0 <= self.warmup_steps < max(self.steps, 1):
+            raise ConfigError(f"'warmup_steps' = {self.warmup_steps} must be >= 0 and below 'steps' ({self.steps})")
+        if self.candidate_steps is not None and not 1 <= self.candidate_steps <= max(self.steps, 1):
+            raise ConfigError(
+                f"'candidate_steps' = {self.candidate_steps}: each candidate trains that many of the {self.steps} "
+                "steps before the best is kept, so set 1 <= candidate_steps <= steps, or leave it unset (3/8 of steps)"
+            )
+        if self.dataset is not None:
+            check_dataset_choice("dataset", self.dataset, self.kwargs)
+        if self.held_in and self.dataset is not None:  # no dataset: no warm start, nothing to hold in
+            self.check_held_in(self.dataset)
+        elif self.held_in_kwargs and not self.held_in:
+            raise ConfigError("'held_in_kwargs' builds the held-in examples, but held_in = 0: set held_in (e.g. 32)")
+
+    def check_held_in(self, dataset: str) -> None:
+        """``held_in`` draws fresh examples of ``dataset`` through its builder's seed: refuse a dataset
+        without one (it would give the training examples again) or a seed fixed in ``kwargs``."""
+        from mmrl.data import dataset_arguments
+
+        if "seed" in self.kwargs or "seed" in self.held_in_kwargs:
+            raise ConfigError(
+                f"'held_in' = {self.held_in} draws fresh examples of '{dataset}' under a seed derived from "
+                "run.seed, but warm_start.kwargs fixes 'seed': remove it (the run's seed is passed), or set held_in=0"
+            )
+        valid = dataset_arguments(dataset)
+        if valid is not None and "seed" not in valid:
+            raise ConfigError(
+                f"'held_in' = {self.held_in}: dataset '{dataset}' takes no seed, so it cannot draw examples "
+                "the warm start has not seen: set held_in=0 (or hold out part of your data yourself)"
+            )
+        check_dataset_choice("held_in_kwargs", dataset, {**self.kwargs, **self.held_in_kwargs})
 
 
 def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) -> float:
