@@ -277,8 +277,11 @@ def main() -> None:
     if args.compare:
         a, b = ({r["config"]: r for r in map(json.loads, Path(p).read_text().splitlines())} for p in args.compare)
         for name in sorted(set(a) | set(b)):
-            fa, fb = a.get(name, {}).get("fingerprint"), b.get(name, {}).get("fingerprint")
-            print(f"{name:36s} {fa or '-':18s} {fb or '-':18s} {'same' if fa and fa == fb else 'DIFFERENT'}")
+            ra, rb = a.get(name, {}), b.get(name, {})
+            fa, fb = ra.get("fingerprint"), rb.get("fingerprint")
+            skipped = not fa and not fb and ra.get("skipped") and ra.get("skipped") == rb.get("skipped")
+            verdict = f"skipped ({ra['skipped']})" if skipped else "same" if fa and fa == fb else "DIFFERENT"
+            print(f"{name:36s} {fa or '-':18s} {fb or '-':18s} {verdict}")
         return
     root, work = Path(args.root).resolve(), Path(args.work).resolve()
     sys.path.insert(0, str(root))
