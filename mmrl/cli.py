@@ -1,4 +1,4 @@
-"""Command line: ``mmrl train|eval|list|check``.
+"""Command line: ``mmrl train|eval|export|list|config|init|check``.
 
 mmrl train configs/quickstart.yaml [key=value ...]     train (resumes from the run's last checkpoint)
 mmrl eval RUN_OR_CHECKPOINT [key=value ...]            evaluate a run's newest checkpoint with its own config
@@ -7,6 +7,7 @@ mmrl export RUN --to DIR [--adapter] [--push-to-hub REPO]  a trained policy in i
 mmrl list                                              every registered component, objective and flow sampler
 mmrl config show CONFIG [key=value ...]                the resolved config, every default filled in
 mmrl config keys [PREFIX]                              every config key: type, default and what it does
+mmrl init [NAME]                                       write an example config (configs/NAME.yaml) into this folder
 mmrl --version
 mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
 mmrl check reward NAME [key=value ...]                 run the reward contract checker
@@ -392,7 +393,7 @@ def build_parser(argv_now: list[str] | None = None) -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_export)
     p = sub.add_parser("config", help="show a resolved config, or every config key with its default and help")
     p.add_argument("action", choices=["show", "keys"], help="show CONFIG [key=value ...] | keys [PREFIX]")
-    p.add_argument("rest", nargs="*")
+    p.add_argument("rest", nargs="*", help="show: CONFIG and its dotted overrides; keys: an optional key PREFIX")
     p.set_defaults(fn=cmd_config)
     p = sub.add_parser("list", help="list registered components")
     p.set_defaults(fn=cmd_list)
@@ -403,7 +404,9 @@ def build_parser(argv_now: list[str] | None = None) -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_init)
     p = sub.add_parser("check", help="run a contract checker")
     p.add_argument("kind", help="simulator, reward or policy")
-    p.add_argument("name")
+    p.add_argument(
+        "name", help="the registered name (mmrl list); simulators take NAME:TASK, rewards also path/file.py:function"
+    )
     p.add_argument(
         "overrides",
         nargs="*",

@@ -45,13 +45,13 @@ from mmrl.trainer.warm_start import WarmStartConfig
 
 @dataclass
 class RunConfig:
-    name: str = "run"
-    output_dir: str = "runs"
-    seed: int = 0
-    device: str = "cpu"
+    name: str = "run"  # the run's name: its folder is output_dir/name (a plain folder name)
+    output_dir: str = "runs"  # where run folders go
+    seed: int = 0  # every random draw of the run derives from it (reset seeds, sampling, warm-start batches)
+    device: str = "cpu"  # where the policy lives and trains: cpu, cuda, cuda:<index> or mps
     threads: int = 0  # torch intra-op threads: 0 = automatic (CPUs - 1), -1 = torch's default, N (mmrl.utils.threads)
-    wandb: bool = False
-    wandb_project: str = "mmrl"
+    wandb: bool = False  # also log to Weights & Biases (needs the wandb extra and a login)
+    wandb_project: str = "mmrl"  # the Weights & Biases project of the run
 
     def validate(self) -> None:
         from mmrl.placement.config import _valid_device

@@ -80,7 +80,7 @@ def components_page() -> str:
                 continue
             entry = registry._entries[name]
             spec = entry.spec if isinstance(entry.spec, str) else f"{entry.spec.__module__}:{_qualname(entry.spec)}"
-            needs = f"`{entry.extra}`" if entry.extra else ("see its error" if entry.fix else "")
+            needs = f"`{entry.extra}`" if entry.extra else (_cell(entry.fix) if entry.fix else "")
             out.append(f"| {_code(name)} | {_cell(description)} | {needs} | {_code(spec.partition(':')[0])} |\n")
     if missing:
         raise Undocumented(
@@ -149,7 +149,8 @@ def cli_page() -> str:
     sub = next(a for a in parser._actions if isinstance(a, ap._SubParsersAction))
     helps = {c.dest: c.help for c in sub._choices_actions}
     for name, p in sub.choices.items():
-        out.append(f"\n## `mmrl {name}`\n\n{_cell(helps.get(name, ''))}.\n\n")
+        text = _cell(helps.get(name, ""))
+        out.append(f"\n## `mmrl {name}`\n\n{text[:1].upper()}{text[1:]}.\n\n")
         out.append("| argument | what it is | default |\n|---|---|---|\n")
         for action in p._actions:
             if isinstance(action, ap._HelpAction):

@@ -31,8 +31,10 @@ ROLES = ("render",)  # roles with a device of their own here (the policy's is ru
 
 @dataclass
 class PlacementConfig:
+    # collocated: simulate in the trainer's process; disaggregated: in a worker process; hybrid: stages pipelined
     mode: Literal["collocated", "disaggregated", "hybrid"] = "collocated"
     stages: int = 1  # hybrid: env-batch slices (one sim worker each) pipelined against inference
+    # local: worker processes on this machine; ray: Ray actors in a placement group (and Ray Train ranks)
     backend: Literal["local", "ray"] = "local"
     # device the sim workers build their simulators on ("cpu", "cuda", "cuda:1"); inference and the
     # update run where the policy lives, `run.device`

@@ -1,8 +1,8 @@
-"""Flow-matching text-to-image generators as policies: Flow-GRPO (PPO on SDE rollouts) and AWM.
+"""Flow-matching image and video generators as policies: Flow-GRPO (PPO on SDE rollouts), AWM and DiffusionNFT.
 
     prompt -> generator.encode -> cond
     noise x_1 -> K denoising transitions (mmrl.flow samplers: ODE / Flow-SDE / CPS; stochastic on
-    all steps, one random step or a window) -> x_0 -> generator.decode -> image -> reward (PromptSim)
+    all steps, one random step or a window) -> x_0 -> generator.decode -> image or clip -> the reward stage scores it
 
 Generators (one file each): the built-in pixel-space `TinyTextToImage` (``model: tiny``) and two
 diffusers families, LoRA through peft by default (``model:`` a hub id or a local pipeline folder):
@@ -81,10 +81,10 @@ class DiffusionConfig(PolicyConfig):
     num_frames: int = 0  # 0: images; >= 1: videos of this many frames (Wan: 1 + a multiple of 4, e.g. 33, 81)
     width: int = 64  # tiny generator channels
     finetune: Literal["lora", "full"] = "lora"  # SD3 / FLUX; the tiny generator is always fully trained
-    lora_rank: int = 32
-    lora_alpha: int = 64
+    lora_rank: int = 32  # LoRA rank of the adapters (finetune: lora)
+    lora_alpha: int = 64  # LoRA scale alpha (the update is scaled by alpha / rank)
     num_steps: int = 10  # denoising transitions of training rollouts
-    eval_num_steps: int = 20
+    eval_num_steps: int = 20  # denoising transitions at evaluation
     shift: float = 1.0  # SD3 time shift of the grid (SD3.5 uses 3.0; FLUX.1-dev: the generator's default_shift)
     method: Literal["sde", "cps"] = "sde"
     noise_level: float = 0.7
@@ -94,20 +94,21 @@ class DiffusionConfig(PolicyConfig):
     # (their differences then come from the SDE alone), and each sample trains on this fraction of
     # its stochastic transitions, drawn at random (1: all; the rollout stays stochastic on all)
     shared_noise: bool = False
-    timestep_fraction: float = 1.0
+    timestep_fraction: float = 1.0  # see shared_noise: the fraction of stochastic transitions each sample trains on
     eval_method: Literal["ode", "sde", "cps"] = "ode"
     guidance_scale: float = 1.0  # CFG in training rollouts and their log-probs (1 = off)
-    eval_guidance_scale: float = 1.0
+    eval_guidance_scale: float = 1.0  # CFG at evaluation (1 = off)
     flux_guidance: float = 3.5  # FLUX.1-dev's guidance embedding input (not CFG: one model call per step)
     cfg_dropout: float = 0.1  # prompts dropped while pretraining (enables CFG)
     logp_level: Literal["step", "sample"] = "step"
     kl_reference: bool = False  # compute Flow-GRPO's KL to the reference (set algorithm.kl_coef)
-    awm_timesteps: int = 4
+    awm_timesteps: int = 4  # AWM: stratified flow times per sample at which the matching loss is taken
+    # AWM: the loss weight over flow time: uniform, t, or pseudo-Huber (huber)
     awm_weighting: Literal["uniform", "t", "huber"] = "uniform"
-    awm_huber_c: float | None = None
+    awm_huber_c: float | None = None  # AWM's pseudo-Huber constant c (null: 1e-5)
     awm_ref_coef: float = 0.0  # ||v - v_ref||^2 regulariser of AWM
     awm_ema_coef: float = 0.0  # ||v - v_ema||^2 regulariser of AWM
-    ema_decay: float = 0.95
+    ema_decay: float = 0.95  # decay of the EMA copy awm_ema_coef regularises towards
     nft_beta: float = 1.0  # DiffusionNFT (algorithm.objective: nft): the implicit policies' step
     nft_timesteps: int = 1  # stratified training times per sample
     nft_adv_max: float = 5.0  # advantages mapped to optimality r in [0, 1] over [-nft_adv_max, nft_adv_max]
@@ -122,7 +123,7 @@ class DiffusionConfig(PolicyConfig):
     # diffusers VAEs: decode the batch one sample at a time (slicing) / in overlapping tiles (tiling),
     # less memory for large videos and images at some speed (the VAE's enable_slicing / enable_tiling)
     vae_slicing: bool = False
-    vae_tiling: bool = False
+    vae_tiling: bool = False  # see vae_slicing
 
     def validate(self) -> None:
         check_range(self, {"num_steps": ">=1", "eval_num_steps": ">=1", "nft_timesteps": ">=1", "num_frames": ">=0"})

@@ -55,69 +55,71 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0  # bounds of the learned log stds (initial 
 class FlowVLAConfig(PolicyConfig):
     """Configuration of `FlowVLAPolicy` (the ``policy`` section of an experiment)."""
 
-    type: str = "flow_vla"
+    type: str = "flow_vla"  # the policy family (`mmrl list`): the flow-matching VLA
     # "auto": the built-in image encoder ("tiny") if the simulator renders images, else "state" (an
     # MLP over the state vector); or a transformers image-text hub id / local path
     backbone: str = "auto"
+    # keep the image / state backbone's weights fixed (only the action expert and heads train)
     freeze_backbone: bool = False
-    image_size: int = 32
+    image_size: int = 32  # camera images are resized to this side before the built-in encoder
     num_views: int | None = None  # cameras per observation; None = the simulator's
     dim: int = 64  # built-in backbone width
-    expert_dim: int = 64
-    expert_layers: int = 2
+    expert_dim: int = 64  # width of the action expert
+    expert_layers: int = 2  # layers of the action expert
     # the action expert: "transformer" (action tokens attend to the prefix, pi0-style), "mlp" (the
     # whole chunk, flow time and pooled prefix through an MLP: ReinFlow / DPPO-style, far cheaper for
     # state tasks), or "auto": mlp on the state backbone, transformer otherwise
     expert: Literal["auto", "transformer", "mlp"] = "auto"
-    chunk_size: int = 4
+    chunk_size: int = 4  # actions per decision (executed open-loop before the next observation)
     # environment units of the action bounds, per dimension (or one value for all): the policy
     # samples in [-1, 1] and the environment gets low + (x + 1) (high - low) / 2 (e.g. a dataset's
     # 1st / 99th percentiles, as OpenVLA); null = the simulator's [-1, 1] contract
     action_low: list[float] | None = None
-    action_high: list[float] | None = None
+    action_high: list[float] | None = None  # upper bounds, as action_low
     num_steps: int = 4  # denoising steps (rollout and training)
     method: Literal["sde", "cps", "noise"] = "sde"  # stochastic sampler used by RL rollouts
     noise_level: float = 0.5  # a of Flow-SDE / CPS
     # a at the end of the run: the level goes linearly from noise_level to this over the planned
     # iterations (the trainer's progress, as lr_schedule: linear), so exploration shrinks as a
-    # Gaussian's learned std does; null = fixed (README, "Why the flow policy failed Ant")
+    # Gaussian's learned std does; null = fixed (docs/notes/2026-11-28-ant-exploration-noise.md)
     noise_level_final: float | None = None
     # the chain's initial noise x_1 ~ N(0, std^2) per action dimension: "fixed" std 1 (pi0's), or
     # "learned": log std a parameter from 0, trained by the RL objective through x_1's density added
     # to the chain's log-prob (as a Gaussian policy's log std), so the policy can narrow the spread
-    # the untrained velocity field passes on from unit noise (README, "Why the flow policy failed Ant")
+    # the untrained velocity field passes on from unit noise (docs/notes/2026-11-28-ant-exploration-noise.md)
     init_noise: Literal["fixed", "learned"] = "fixed"
     # exploration by a Gaussian on the chain's final action: "none", or "learned": the executed action is
     # x_0 + std * eps, std = exp(log std) a parameter per action dimension (from action_log_std_init,
     # as a Gaussian policy's), its log-prob the Gaussian density around x_0 recomputed by the ODE from
     # the stored x_1 (exact: a Gaussian policy whose mean is the flow's ODE sample, so PPO narrows the
-    # spread as it does a Gaussian's; README, "Why the flow policy failed Ant"); needs stochastic: none
+    # spread as it does a Gaussian's; docs/notes/2026-11-28-ant-exploration-noise.md); needs stochastic: none
     action_noise: Literal["none", "learned"] = "none"
     # its initial log std: a number, or "auto": the trainer starts from 0 (std 1, SB3's) and, where
     # the first rollout shows that noise makes ending an episode pay (episodes terminate and a step
     # costs more than it earns: Ant), moves down to the largest of 0.61 / 0.37 / 0.22 / 0.14 whose
-    # rollout earns per step (mmrl.trainer.exploration; README, "Why the flow policy failed Ant")
+    # rollout earns per step (mmrl.trainer.exploration; docs/notes/2026-11-28-ant-exploration-noise.md)
     action_log_std_init: float | Literal["auto"] = "auto"
     # what the action expert outputs: "velocity" (v = noise - x0, pi0's) or "sample" (x-prediction:
     # the clean chunk x0, v = (x_t - x0) / t): the untrained expert's output is near 0, so its ODE
     # lands near 0 from any initial noise (a Gaussian policy's mean at initialisation) instead of
-    # passing the noise's spread on (README, "Why the flow policy failed Ant")
+    # passing the noise's spread on (docs/notes/2026-11-28-ant-exploration-noise.md)
     prediction: Literal["velocity", "sample"] = "velocity"
     # which denoising steps are stochastic ("none": the ODE, for likelihood-free objectives or
     # action_noise: learned)
     stochastic: Literal["all", "one", "window", "none"] = "all"
     window: list[int] | None = None  # [start, end) transitions when stochastic == "window"
     noise_min_std: float = 0.08  # Flow-Noise bounds
-    noise_max_std: float = 0.4
+    noise_max_std: float = 0.4  # Flow-Noise's learned std stays in [noise_min_std, noise_max_std]
     # evaluation sampler: "ode" (the flow's ODE from a noise sample: a sample of the learned action
     # distribution, as pi0's inference), "mean" (the rollout sampler's chain with its noise left
     # out, from zero noise: one deterministic action per observation, as a Gaussian policy's mean),
     # or a stochastic sampler
     eval_method: Literal["ode", "mean", "sde", "cps", "noise"] = "ode"
+    # chunk: one log-prob (and PPO ratio) per decision; dim: one per action dimension
     logp_level: Literal["chunk", "dim"] = "chunk"
     elem_reduce: Literal["sum", "mean"] = "sum"  # over the chunk's elements (chunk level only)
     step_reduce: Literal["sum", "mean"] = "sum"  # over the stochastic denoising steps
-    critic: bool = True
+    critic: bool = True  # a value head for GAE (false for critic-free estimators such as GRPO)
     detach_value: bool = True  # value head does not backpropagate into the backbone
     # running mean / std normalisation of the state vector (statistics saved with the weights,
     # updated after each RL iteration's update, frozen during the warm start's first use)

@@ -80,7 +80,8 @@ class TokenVLAConfig(PolicyConfig):
 
     type: str = "token_vla"
     model: str = "HuggingFaceTB/SmolVLM-256M-Instruct"  # transformers image-text hub id or local path
-    trust_remote_code: bool = False
+    trust_remote_code: bool = False  # let transformers run the checkpoint's own modelling code
+    # the model's weights dtype (auto: the checkpoint's)
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     chunk_size: int = 4
     # environment units of the action bounds, per dimension (or one value for all): the policy
@@ -88,8 +89,9 @@ class TokenVLAConfig(PolicyConfig):
     # 1st / 99th percentiles, as OpenVLA); null = the simulator's [-1, 1] contract
     action_low: list[float] | None = None
     action_high: list[float] | None = None
-    num_bins: int = 256
+    num_bins: int = 256  # uniform bins over [-1, 1] per action dimension, one reserved token each
     action_tokens: Literal["last", "new"] = "last"  # which vocabulary ids are the action bins
+    # autoregressive (OpenVLA: a token at a time) or parallel (OpenVLA-OFT-like: one forward pass)
     decoding: Literal["autoregressive", "parallel"] = "autoregressive"
     placeholder_token: str | None = None  # parallel decoding's input token (None = add <action_query>)
     temperature: float = 1.0  # divides the bin logits in rollout AND evaluate
@@ -97,9 +99,9 @@ class TokenVLAConfig(PolicyConfig):
     critic: bool = True
     detach_value: bool = True
     image_size: int = 224  # camera images are resized to this before the processor
-    max_instruction_tokens: int = 64
-    prompt: str = "What action should the robot take to {instruction}?"
-    freeze_vision: bool = False
+    max_instruction_tokens: int = 64  # longer instructions are cut to this many tokens
+    prompt: str = "What action should the robot take to {instruction}?"  # the text around the instruction
+    freeze_vision: bool = False  # keep the vision tower fixed (not the projector)
 
     def validate(self) -> None:
         if self.num_bins < 2:

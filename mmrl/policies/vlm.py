@@ -5,7 +5,8 @@
          video_max_frames, video_max_pixels)
       -> chat template (optional system prompt; one placeholder per video, then per image, then the text)
       -> rollout engine (`mmrl.engines`: Hugging Face ``generate`` or vLLM) samples a completion
-      -> the completion's text goes to the simulator (`simulators.qa.QASim`) as bytes, scored there
+      -> the completion's text goes back to the trainer, whose reward stage scores it
+         (`mmrl.trainer.reward_stage`; the `qa` simulator holds the questions and their answers)
 
 Models: any transformers ``AutoModelForImageTextToText`` checkpoint by hub id or local path
 (Qwen2.5-VL / Qwen3-VL, SmolVLM, Gemma 3, ...), or ``model: tiny``: a tiny random-weight SmolVLM
@@ -104,29 +105,32 @@ class VLMConfig(PolicyConfig):
 
     type: str = "vlm"
     model: str = "Qwen/Qwen2.5-VL-3B-Instruct"  # hub id / local path, or a `TINY_MODELS` name (built here)
-    trust_remote_code: bool = False
+    trust_remote_code: bool = False  # let transformers run the checkpoint's own modelling code
+    # the model's weights dtype (auto: the checkpoint's)
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    # rollout engine: hf (transformers generate) or vllm (needs .venv-vllm or the vllm wheel)
     engine: Literal["hf", "vllm"] = "hf"
     engine_kwargs: dict = field(default_factory=dict)  # e.g. vLLM gpu_memory_utilization, max_model_len
-    system_prompt: str | None = None
-    prompt: str = "{question}"
+    system_prompt: str | None = None  # a system message before every conversation (null: none)
+    prompt: str = "{question}"  # the user turn's text around the question ({question})
     max_prompt_tokens: int = 2048  # processed prompt (image tokens included); longer ones fail at load
-    max_new_tokens: int = 64
+    max_new_tokens: int = 64  # tokens generated per model turn at most
     temperature: float = 1.0  # rollout sampling temperature (log-probs use the same one)
-    top_p: float = 1.0
+    top_p: float = 1.0  # nucleus sampling in rollouts (1 = off)
     top_k: int = 0  # 0 = off
     eval_temperature: float = 0.0  # 0 = greedy evaluation
+    # full: every weight trains; lora: adapters on the language model (lora_vision: also the vision tower)
     finetune: Literal["full", "lora"] = "full"
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
+    lora_rank: int = 16  # LoRA rank (finetune: lora)
+    lora_alpha: int = 32  # LoRA scale alpha (the update is scaled by alpha / rank)
+    lora_dropout: float = 0.0  # dropout on the LoRA inputs
     lora_vision: bool = False  # adapters on the vision tower too
     freeze_vision: bool = False  # full fine-tuning: keep the vision encoder fixed
     reference: Literal["none", "adapter", "copy"] = "none"  # KL reference (algorithm.kl_coef > 0)
     recompute_logp: bool | None = None  # None: False with the HF engine, True with vLLM
     tis_cap: float | None = None  # truncated importance sampling cap (with recompute_logp)
-    gradient_checkpointing: bool = False
-    tiny_seed: int = 0
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, more time
+    tiny_seed: int = 0  # seed of a tiny model built here (model: a TINY_MODELS name) and of the vLLM engine
     video_fps: float | None = 2.0  # frames per second sampled from a question's video; null: every frame
     video_max_frames: int = 16  # at most this many frames per video (evenly spaced)
     video_max_pixels: int | None = None  # per-frame pixel budget before the processor (aspect kept)

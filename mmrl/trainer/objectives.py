@@ -33,33 +33,35 @@ class AlgorithmConfig:
     objective: str = "ppo"  # a registered objective (`mmrl list`): ppo (clipped ratio), awm, nft (likelihood-free)
     advantage: str = "gae"  # a registered estimator: gae (critic) or a group estimator: grpo, dr_grpo, rloo, ...
     group_size: int = 1  # episodes sharing an initial state (GRPO family)
-    gamma: float = 0.99
-    lam: float = 0.95
-    normalize_advantages: bool = True
+    gamma: float = 0.99  # discount factor
+    lam: float = 0.95  # GAE's lambda
+    normalize_advantages: bool = True  # whiten advantages (mean 0, std 1) before the update
     # over which samples advantages are whitened (and then PSR-weighted and clipped): the whole
     # rollout once (default), or each minibatch as it is drawn (SB3's and CleanRL's PPO)
     advantage_norm_scope: Literal["rollout", "minibatch"] = "rollout"
     adv_clip: float | None = None  # clamp advantages to [-adv_clip, adv_clip] (Flow-GRPO: 5)
     # PSR/NSR: scale positive / negative advantages after normalisation (W-REINFORCE: 0.1 / 1.0)
     pos_weight: float = 1.0
-    neg_weight: float = 1.0
+    neg_weight: float = 1.0  # see pos_weight
     ratio: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, collect more
     max_sampling_rounds: int = 4  # dynamic sampling: rollout rounds per iteration at most
-    clip_low: float = 0.2
+    clip_low: float = 0.2  # PPO's clip range below 1 (and above, unless clip_high)
     clip_high: float | None = None  # None = clip_low (symmetric); larger = DAPO clip-higher
     dual_clip: float | None = None  # c > 1 bounds the loss of negative-advantage samples
+    # how per-token losses become one: token-mean, or per sequence first (Dr.GRPO: seq-mean-token-sum-norm)
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
         "token-mean"
     )
-    vf_coef: float = 0.5
+    vf_coef: float = 0.5  # weight of the value loss
+    # clip the value prediction's change to this range around the old value (null: no clip)
     value_clip: float | None = None
-    ent_coef: float = 0.0
-    kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    epochs: int = 2
-    minibatch_size: int = 256
-    max_grad_norm: float = 1.0
+    ent_coef: float = 0.0  # weight of the entropy bonus
+    kl_coef: float = 0.0  # weight of the KL penalty to the reference policy (0: no reference needed)
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"  # k1, k2 or k3 (Schulman's estimators of the KL)
+    epochs: int = 2  # passes over the collected batch per update
+    minibatch_size: int = 256  # samples per gradient step
+    max_grad_norm: float = 1.0  # clip the gradient's global norm to this
     # scale rewards by the running std of the discounted return (SB3 VecNormalize / CleanRL
     # NormalizeReward); the critic then learns returns in those units. State saved in checkpoints.
     reward_norm: bool = False

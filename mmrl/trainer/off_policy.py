@@ -100,7 +100,7 @@ class SACConfig:
     # RLPD: a torch file of demonstration transitions (`mmrl.trainer.off_policy.load_demos`: state,
     # actions, rewards, next_state, terminated); `demo_fraction` of every batch is drawn from them
     demos: str | None = None
-    demo_fraction: float = 0.5
+    demo_fraction: float = 0.5  # RLPD: the fraction of every batch drawn from the demonstrations
     # RLPD from a registered dataset of recorded episodes (one that records rewards and episode ends,
     # e.g. reach_demos), read after the warm start through the policy (`record_transitions`): its
     # features as the states, `Policy.replay_actions` of the recorded chunks as the actions

@@ -56,16 +56,18 @@ class CombineConfig:
     simulator's terms ``task`` (its own reward), ``success``, ``terminated``, ``truncated`` and
     ``step_cost`` (-1 per step): `mmrl.algorithms.reward_synthesis.RewardSynthesis`."""
 
+    # weighted: a weighted sum of terms; gated: score x gate x factors; hierarchical: VLM-RL's speed synthesis
     mode: Literal["weighted", "gated", "hierarchical"] = "weighted"
     # weighted: sum of weight * term; the default adds the score to the task reward ({model: 1.0} alone
     # replaces the task reward, as VLM-RL's semantic reward does)
     weights: dict[str, float] = field(default_factory=lambda: {"model": 1.0, "task": 1.0})
     gate: str | None = None  # gated: score * gate * prod(factors)
-    factors: list[str] = field(default_factory=list)
+    factors: list[str] = field(default_factory=list)  # gated / hierarchical: terms in [0, 1] the score is multiplied by
     speed: str = "speed"  # hierarchical (VLM-RL): the speed term and its target
+    # hierarchical: v_target (the score in [0, 1] sets the desired speed score x v_target); required there
     target_speed: float | None = None
     failure_term: str | None = None  # a term whose steps get failure_penalty instead (e.g. terminated)
-    failure_penalty: float = -10.0
+    failure_penalty: float = -10.0  # the reward of a failure_term step, whatever the other terms say (VLM-RL: -10)
 
     def validate(self) -> None:
         from mmrl.trainer.reward_stage import TERMS, unknown_terms

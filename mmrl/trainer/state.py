@@ -23,13 +23,13 @@ from mmrl.trainer.train_engine import TrainEngine, TrainEngineConfig
 
 @dataclass
 class TrainerConfig:
-    iterations: int = 30
-    lr: float = 3e-4
+    iterations: int = 30  # RL iterations (collect, update); env_steps, when set, decides instead
+    lr: float = 3e-4  # Adam's learning rate of the RL update
     # learning rate of the critic (the policy's value head); null = `lr`. A fresh critic beside a
     # pretrained policy fine-tuned at a small lr needs its own, larger one (pi_RL trains it apart)
     value_lr: float | None = None
-    checkpoint_every: int = 5
-    keep_checkpoints: int = 2
+    checkpoint_every: int = 5  # iterations between checkpoints
+    keep_checkpoints: int = 2  # the newest checkpoints kept (older ones are deleted once a newer one is complete)
     resume: bool = True  # restart from the newest checkpoint in the run folder if there is one
     # resume although the config differs from the checkpoint's in keys that change training (the
     # change is recorded in OUT/config_history.jsonl); false: such a resume is refused, naming the keys
@@ -41,7 +41,7 @@ class TrainerConfig:
     # fraction of its episodes so far were dropped
     max_nonfinite_fraction: float = 0.05
     eval_every: int = 0  # 0 = evaluate only after the warm start and at the end
-    eval_episodes: int = 256
+    eval_episodes: int = 256  # held-out episodes per evaluation
     eval_seed: int = 1_000_000_000  # held-out reset seeds: eval_seed + episode index
     video_episodes: int = 8  # episodes shown side by side in each evaluation mp4 (0 = none)
     # async rollout: N > 0 collects batch k+N (with the weights of update k) in the background while

@@ -1,4 +1,5 @@
-"""Training engines: what the trainer needs from an optimizer, with plain torch or DeepSpeed behind it.
+"""Training engines: what the trainer needs from an optimizer, with plain torch (DDP on several ranks),
+FSDP2 or DeepSpeed ZeRO behind it.
 
     engine = build_train_engine(cfg, policy, lr, device, value_lr=None)
     with engine.autocast():
@@ -98,6 +99,7 @@ class TrainEngineConfig:
     zero_stage: int = 2  # 0-3, deepspeed only
     offload_optimizer: bool = False  # optimizer state and step on the CPU (ZeRO 1-3)
     offload_params: bool = False  # parameters on the CPU between uses (ZeRO-3; fsdp: CPUOffloadPolicy)
+    # fp32; bf16 / fp16 weights and autocast (fp16: DeepSpeed only, for its loss scaling)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     gradient_checkpointing: bool = False  # recompute activations in backward (HF models)
     #: where the engine splits the optimizer state over the ranks, each rank writes its own part to a

@@ -41,9 +41,9 @@ from mmrl.trainer.state import TrainerView, run_seed
 class WarmStartConfig:
     dataset: str | None = None  # None = no supervised warm start
     num_episodes: int = 20  # demonstrations to generate / load
-    steps: int = 300
-    batch_size: int = 64
-    lr: float = 1e-3
+    steps: int = 300  # supervised optimizer steps
+    batch_size: int = 64  # examples per step
+    lr: float = 1e-3  # Adam's learning rate of the warm start
     schedule: Literal["constant", "cosine"] = "constant"  # cosine decays the lr to 0 over the steps
     warmup_steps: int = 0  # linear warm-up from 0 over the first steps, then the schedule (LeRobot's presets warm up)
     # initialisations tried (a policy trained from random weights): each is trained `candidate_steps`
@@ -263,7 +263,7 @@ class WarmStart:
         demonstrations, a fresh Adam and schedule, and sampling streams (batches, flow-matching
         noise) from their start: the run's own for candidate 0, derived ones for the others of
         `choose_initialisation`, so that the candidates share no path (their initial weights decide
-        far more often where they land: README, issue 33)."""
+        far more often where they land: docs/notes/2026-11-27-warm-start-lottery.md)."""
         self.policy.update_statistics(batch)  # e.g. observation normalisation starts from the demos
         opt, sched = warm_start_optimizer(self.policy, ws)
         seed = self.cfg.run.seed
@@ -295,8 +295,8 @@ class WarmStart:
     def choose_initialisation(self, batch: Batch, ws, held: Batch | None = None) -> SupervisedRun:
         """Train ``ws.candidates`` initialisations for ``ws.steps_per_candidate()`` steps each, and
         go on from the one with the lowest `candidate_score`: whether the warm start succeeds is a
-        lottery of its initial weights (README, issue 33), and the loss tells the failing ones
-        early. Candidate 0 is the policy as built, on the run's own streams (keeping it gives the
+        lottery of its initial weights (docs/notes/2026-11-27-warm-start-lottery.md), and the loss
+        tells the failing ones early. Candidate 0 is the policy as built, on the run's own streams (keeping it gives the
         run without candidates exactly); candidate k > 0 is built again under the derived seed
         `run_seed`(seed, "init", k) and draws its own batches and noise (`start_supervised`). With
         ``held`` (rows of ``ws.held_in`` fresh examples) the score is the loss on them instead
