@@ -3,7 +3,7 @@ runs every other ``benchmarks/*.py`` with ``--smoke``).
 
 A smoke run takes the benchmark's whole code path with tiny settings, in seconds, and ends with the
 same JSON line (the same keys) as a full run; its numbers measure nothing. Its run folders go to a
-temporary folder, removed when it exits, never over the run folders of the README's figures.
+temporary folder, removed when it exits, never over the run folders of the documented figures.
 """
 
 from __future__ import annotations

@@ -61,8 +61,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "VS_SB3_RESULT "
 EVAL_SEED = 1_000_000_000  # mmrl's trainer.eval_seed: held-out episode e resets with EVAL_SEED + e
-# tasks with a config of their own and the budget of the README's figures; any other gymnasium id
-# runs from the template of its observation kind with ``--env-steps`` (default DEFAULT_ENV_STEPS)
+# tasks with a config of their own and the budget of the documented figures (docs/benchmarks/vs-sb3.md);
+# any other gymnasium id runs from the template of its observation kind with ``--env-steps`` (default DEFAULT_ENV_STEPS)
 TASKS = {
     "Pendulum-v1": {"config": "configs/gym_pendulum.yaml", "env_steps": 100_000},
     "InvertedPendulum-v5": {"config": "configs/gym_inverted_pendulum.yaml", "env_steps": 50_000},

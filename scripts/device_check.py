@@ -35,9 +35,9 @@ skipped, saying so. Steps (`STEPS`):
   (needs lerobot, which runs on Python >= 3.12).
 - ``distributed``: ``torchrun --nproc_per_node 1`` of the quickstart with the FSDP2 engine, which
   starts a process group of one: NCCL on CUDA, gloo on the CPU.
-- ``benchmark``: the README's quickstart benchmark (benchmarks/quickstart.py, 3 seeds; ``--smoke``
+- ``benchmark``: the quickstart benchmark (benchmarks/quickstart.py, 3 seeds; ``--smoke``
   with --tiny) as users run it, evaluation videos included: held-out success and wall time per seed
-  against the CPU figures in the README.
+  against the CPU figures of docs/benchmarks/quickstart.md.
 
 ``--cpu --tiny`` runs every step on the CPU with tiny settings (CI's dry run:
 tests/test_device_check.py), so the script cannot rot between the times a GPU is lent. ``--hide
@@ -498,7 +498,7 @@ def step_distributed(ctx: Context) -> dict:
 
 
 def step_benchmark(ctx: Context) -> dict:
-    """The README's quickstart benchmark (``benchmarks/quickstart.py``) on the device, as users run
+    """The quickstart benchmark (``benchmarks/quickstart.py``) on the device, as users run
     it: baselines, warm start, RL and evaluation videos of 3 seeds (``--smoke`` with --tiny); its
     JSON line."""
     import runpy

@@ -6,7 +6,7 @@ Evaluates the checkpoint (``RUN_FOLDER/checkpoints/CHECKPOINT``, with its own co
 of zoom_vqa's colour question, as `benchmarks/vlm_tools.py --validation` does, and prints the
 success rate (the run's own figure for that checkpoint), how many calls zoomed inside the asked
 quarter, and the (true colour, answer) counts. It hooks `simulators.tool_env.ZoomEnv`'s ``reset``,
-``zoom`` and ``step`` to read them. README, "The zoom-tool demo", quotes its output.
+``zoom`` and ``step`` to read them. docs/notes/2026-12-02-zoom-demo-settings.md quotes its output.
 """
 
 from __future__ import annotations

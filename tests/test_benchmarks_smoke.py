@@ -1,6 +1,6 @@
 """Every benchmark still runs (issue 28, "benchmarks rot unseen"): ``python benchmarks/<name>.py
 --smoke`` (tiny settings, the whole code path, seconds to a minute) exits 0, its last line of stdout
-is one JSON object, and it wrote nothing under ``runs/``, where the README's figures live.
+is one JSON object, and it wrote nothing under ``runs/``, where documented runs live.
 
 The benchmarks are found by glob, so a new one without ``--smoke`` fails here; ``benchmarks/_*.py``
 are helpers (``_smoke.py``), not benchmarks. Each runs in a subprocess of this interpreter from the
@@ -105,4 +105,4 @@ def test_benchmark_smoke(name):
     except json.JSONDecodeError:
         figures = None
     assert isinstance(figures, dict), f"benchmarks/{name}.py --smoke: the last stdout line is not a JSON object; {tail}"
-    assert snapshot(ROOT / "runs") == runs, f"benchmarks/{name}.py --smoke wrote under runs/ (the README's run folders)"
+    assert snapshot(ROOT / "runs") == runs, f"benchmarks/{name}.py --smoke wrote under runs/ (documented runs)"

@@ -113,7 +113,7 @@ class Evaluation:
 def log_std_grid(start: float, count: int = 5, step: float = 0.5) -> list[float]:
     """The initial stds a policy with ``log std init: auto`` offers (`Policy.exploration_stds`):
     ``exp(start - step * k)`` for k < ``count``; from log std 0: 1, 0.61, 0.37, 0.22, 0.14 (the grid
-    of the README's sweeps)."""
+    of the sweeps in docs/notes/)."""
     return [math.exp(start - step * k) for k in range(count)]
 
 

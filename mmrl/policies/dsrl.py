@@ -17,7 +17,7 @@ How far the noise can steer the base is logged once, at the first rollout (`stee
 ``train/steer_spread``, the std of the base's actions (env units) over ``spread_draws`` noises
 uniform in the bound's box, per observation, averaged; ``train/base_spread``, the same over the
 base's own N(0, I) draws. A base distilled from one deterministic demonstrator maps most noise to
-one action (README, "DSRL on reach": 0.024 over N(0, I), 0.33 at corners of 3): a steer spread small
+one action (docs/notes/2026-11-29-dsrl-on-reach.md: 0.024 over N(0, I), 0.33 at corners of 3): a steer spread small
 against the actions' range says DSRL cannot move the base, and a larger ``noise_bound`` is the fix.
 """
 

@@ -1,6 +1,6 @@
 """A fresh policy's initial action noise, chosen from its first rollouts (``action_log_std_init: auto``).
 
-Why (README, "Why the flow policy failed Ant"): a policy learning from scratch explores with a
+Why (docs/notes/2026-12-05-ant-initial-std-auto.md): a policy learning from scratch explores with a
 Gaussian of std 1 in normalised action units (SB3's ``log_std_init`` 0). Where the task charges for
 the actions and can end early, that noise alone can make every step cost more than it earns: on
 Ant-v5 the untrained policy's reward per step is about -1 at std 1 (a control cost of about 2.7
