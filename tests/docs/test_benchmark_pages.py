@@ -197,3 +197,16 @@ def test_figures_beside_a_benchmark_link_are_that_benchmarks(page: Page):
             if abs(float(f)) not in allowed and not matches(f, numbers)
         ]
     assert not bad, f"{page.name} quotes figures its linked benchmark pages' results files do not hold: {bad}"
+
+
+def test_every_benchmark_script_has_a_page():
+    """A benchmark nobody can find is a figure nobody can check: each ``benchmarks/<name>.py`` is named
+    by a page under docs/benchmarks/ that the benchmarks index links."""
+    index = (DOCS / "benchmarks" / "index.md").read_text()
+    pages = {p.name: p.read_text() for p in BENCHMARK_PAGES}
+    missing = []
+    for script in sorted((ROOT / "benchmarks").glob("[!_]*.py")):
+        named = [name for name, text in pages.items() if f"benchmarks/{script.name}" in text]
+        if not any(f"]({name})" in index for name in named):
+            missing.append(script.name)
+    assert not missing, f"benchmarks without a page linked from docs/benchmarks/index.md: {missing}"
