@@ -31,6 +31,14 @@ SIMULATORS.register(
 )
 
 SIMULATORS.register(
+    "metaworld",
+    f"{__name__}.metaworld:MetaWorldSim",
+    description="Meta-World's 50 Sawyer manipulation tasks, one (metaworld:pick-place-v3) or MT10 / MT50, an "
+    "instruction per task, train and held-out goal variations",
+    extra="metaworld",
+)
+
+SIMULATORS.register(
     "maniskill",
     f"{__name__}.maniskill:ManiSkillSim",
     description="ManiSkill3 tasks (PickCube-v1, ...): GPU-batched on CUDA, one worker process per env on CPU",

@@ -423,24 +423,50 @@ class GymSim(Simulator):
         if num_envs < 1 or image_size < 1:
             raise ValueError(f"GymSim: num_envs and image_size must be positive, got {num_envs}, {image_size}")
         check_env_id(env_id)
-        self.num_envs = int(num_envs)
         self.env_id = env_id
+        self.instruction = instruction or f"control the {env_id} environment to maximise reward"
+        fn = functools.partial(
+            _make_env, env_id, bool(render_images), max_episode_steps, dict(env_kwargs or {}), int(image_size)
+        )
+        self._start(
+            [fn] * int(num_envs),
+            image_size,
+            vectorization,
+            render_images,
+            device,
+            seed,
+            max_episode_steps,
+            success_key,
+            stagger_episodes,
+        )
+
+    def _start(
+        self,
+        fns: list,
+        image_size: int,
+        vectorization: str,
+        render_images: bool,
+        device: str | torch.device,
+        seed: int,
+        max_episode_steps: int | None,
+        success_key: str | None,
+        stagger_episodes: bool,
+    ) -> None:
+        """Build the vector env of ``fns`` (one env factory each, returning a `ContractEnv`) and read
+        its spaces: what every simulator on gymnasium envs shares (`simulators.metaworld` too)."""
+        self.num_envs = len(fns)
         self.image_size = int(image_size)
         self.vectorization = vectorization
         self.render_images = bool(render_images)
         self.device = torch.device(device)
-        self.instruction = instruction or f"control the {env_id} environment to maximise reward"
-        fn = functools.partial(
-            _make_env, env_id, self.render_images, max_episode_steps, dict(env_kwargs or {}), self.image_size
-        )
         vec_cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
-        self._vec = vec_cls([fn] * self.num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        self._vec = vec_cls(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         self._closed = False
         spec = self._vec.get_attr("spec")[0]
         steps = max_episode_steps if max_episode_steps is not None else getattr(spec, "max_episode_steps", None)
         if not steps:
             self.close()
-            raise ValueError(f"GymSim: {env_id} has no time limit in its spec; pass max_episode_steps=<int>")
+            raise ValueError(f"GymSim: {self.env_id} has no time limit in its spec; pass max_episode_steps=<int>")
         self.max_episode_steps = int(steps)
         if stagger_episodes:
             self._vec.set_attr("_first_limit", first_episode_limits(self.num_envs, self.max_episode_steps, seed))
@@ -471,7 +497,17 @@ class GymSim(Simulator):
     def _observation(self, obs: dict[str, np.ndarray]) -> Observation:
         image = self._images(obs["frame"] if self.render_images else None)
         state = torch.from_numpy(np.array(obs["state"], dtype=np.float32)).to(self.device)
-        return Observation(image, [self.instruction] * self.num_envs, state)
+        return self._labelled(image, state, [self._row(obs, i) for i in range(self.num_envs)])
+
+    def _row(self, obs: Any, i: int) -> dict:
+        """What env ``i``'s observation says beyond its state and frame (a multi-task simulator's
+        task); ``obs`` is the batched dict, or a list of per-env dicts for final observations."""
+        return {}
+
+    def _labelled(self, image: torch.Tensor, state: torch.Tensor, rows: list[dict]) -> Observation:
+        """The `Observation` of ``image`` and ``state``; one instruction for every env here (a
+        multi-task simulator gives each env its own task's and ``meta``)."""
+        return Observation(image, [self.instruction] * len(rows), state)
 
     def _final_observation(self, final: np.ndarray, done: np.ndarray, current: Observation) -> Observation:
         """`Observation` whose done rows are the finished episodes' last observations."""
@@ -483,7 +519,12 @@ class GymSim(Simulator):
         image = current.image.clone()
         if self.render_images:
             image[torch.as_tensor(rows)] = self._images(np.stack([final[i]["frame"] for i in rows]))
-        return Observation(image, [self.instruction] * self.num_envs, state)
+        labels = [self._row(final, i) if done[i] else self._current_row(current, i) for i in range(self.num_envs)]
+        return self._labelled(image, state, labels)
+
+    def _current_row(self, current: Observation, i: int) -> dict:
+        """`_row` of an env whose episode goes on, read back from the current observation."""
+        return {}
 
     # ------------------------------------------------------------------ contract
     def reset(self, seed: int | list[int] | None = None) -> Observation:
