@@ -19,9 +19,10 @@ Observations
     positions and quaternions, the previous frame's 18 numbers, the goal position). ``instruction``:
     each env's task as a sentence (`INSTRUCTIONS`), ``meta[i]["task"]`` its task name (success per task
     in logs and `mmrl eval`). ``image``: all zeros unless ``render_images=True``, which renders the
-    ``camera`` (default ``corner``) offscreen at ``image_size`` px through MuJoCo's OpenGL: slow on a
-    CPU (about 5 env steps/s at 64 px with OSMesa, measured under load), so pixels are for a GPU machine
-    and state + instruction is the CPU path.
+    ``camera`` (default ``corner``) offscreen at ``image_size`` px through MuJoCo's OpenGL. Without
+    ``MUJOCO_GL`` set, OSMesa (software; ``apt-get install libosmesa6``) renders: 13-15 env steps/s at
+    64 px in one env on a CPU core (Mesa's EGL: 12), against about 1,200 without rendering, so pixels are for a
+    GPU machine (``MUJOCO_GL=egl``) and state + instruction is the CPU path.
 
 Actions, rewards, success
     ``[N, 4]`` in ``[-1, 1]``: the hand's displacement (x, y, z) and the gripper effort, as Meta-World
@@ -161,12 +162,14 @@ def variations(tasks: list[str], split: str, task_seed: int) -> dict[str, list]:
     """Per task, its 50 goal variations (Meta-World ``Task`` objects) of ``split``."""
     if split not in ("train", "heldout"):
         raise UserError(f"simulator 'metaworld': split must be 'train' or 'heldout', got {split!r}")
-    mw = _metaworld()
     seed = task_seed if split == "train" else task_seed + HELDOUT_SEED_OFFSET
-    out: dict[str, list] = {}
-    for name in tasks:
-        out[name] = list(mw.MT1(name, seed=seed).train_tasks)
-    return out
+    return {name: _task_variations(name, seed) for name in tasks}
+
+
+@functools.lru_cache(maxsize=256)
+def _task_variations(name: str, seed: int) -> list:
+    """Meta-World draws a task's variations by resetting its env 50 times (about 2 s): once per process."""
+    return list(_metaworld().MT1(name, seed=seed).train_tasks)
 
 
 class MetaWorldTasksEnv(gym.Env):
@@ -178,15 +181,14 @@ class MetaWorldTasksEnv(gym.Env):
     def __init__(
         self,
         tasks: list[str],
-        split: str,
-        task_seed: int,
+        pools: dict[str, list],
         max_episode_steps: int,
         terminate_on_success: bool,
         render_images: bool,
         image_size: int,
         camera: str,
     ):
-        self.tasks, self.pools = tasks, variations(tasks, split, task_seed)
+        self.tasks, self.pools = tasks, pools
         self.max_episode_steps, self.terminate_on_success = max_episode_steps, terminate_on_success
         self.render_mode = "rgb_array" if render_images else None
         self.image_size, self.camera = image_size, camera
@@ -263,9 +265,21 @@ class MetaWorldContractEnv(ContractEnv):
         return np.ascontiguousarray(np.asarray(self.env.render())[..., :3], dtype=np.uint8)
 
 
-def _make(tasks, split, task_seed, max_steps, terminate, render_images, image_size, camera) -> gym.Env:
-    env = MetaWorldTasksEnv(tasks, split, task_seed, max_steps, terminate, render_images, image_size, camera)
-    return MetaWorldContractEnv(env, render_images)
+def _make(tasks, pools, max_steps, terminate, render_images, image_size, camera) -> gym.Env:
+    env = MetaWorldTasksEnv(tasks, pools, max_steps, terminate, render_images, image_size, camera)
+    if not render_images:
+        return MetaWorldContractEnv(env, render_images)
+    try:
+        env.reset(seed=0)  # builds the first task's env and its OpenGL context
+        env.render()
+        return MetaWorldContractEnv(env, render_images)
+    except Exception as exc:  # any failure here means: no OpenGL rendering on this machine
+        raise UserError(
+            f"simulator 'metaworld': MuJoCo could not render (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). Fix: MUJOCO_GL=osmesa needs "
+            "libOSMesa (apt-get install libosmesa6), MUJOCO_GL=egl needs an EGL driver (a GPU's); or "
+            "render_images=False (state + instruction)"
+        ) from None
 
 
 class MetaWorldSim(GymSim):
@@ -305,9 +319,10 @@ class MetaWorldSim(GymSim):
         self.suite = task.upper() if isinstance(task, str) and task.upper() in BENCHMARKS else None
         if render_images and not os.environ.get("MUJOCO_GL"):
             os.environ["MUJOCO_GL"] = "osmesa"  # software rendering that works without a display or GPU
+        pools = variations(self.tasks, split, int(task_seed))  # once per process (`_task_variations`)
         fn = functools.partial(
-            _make, self.tasks, split, int(task_seed), int(max_episode_steps), bool(terminate_on_success),
-            bool(render_images), int(image_size), camera,
+            _make, self.tasks, pools, int(max_episode_steps), bool(terminate_on_success), bool(render_images),
+            int(image_size), camera,
         )  # fmt: skip
         self._start(
             [fn] * int(num_envs), image_size, vectorization, render_images, device, seed, max_episode_steps,
