@@ -30,7 +30,9 @@ Actions, rewards, success
     env's own ``info["success"]`` reached at any step of the episode (`PROTOCOL`); with
     ``terminate_on_success`` (evaluation, as Meta-World's ``evaluation.evaluation`` does) the episode
     ends at the first success; in training it runs to the time limit by default, since ending it would
-    cut the reward that success keeps earning.
+    cut the reward that success keeps earning. ``stagger_episodes`` (training only) cuts each env's
+    first episode at a random length, as the gym adapter's does, so fixed-length rollouts of envs
+    reset together cover every phase of an episode.
 """
 
 from __future__ import annotations
@@ -289,7 +291,7 @@ class MetaWorldSim(GymSim):
     task_arg = "task"
     passthrough_arg = None
     #: held-out goal variations, episodes ending at the first success (Meta-World's evaluation)
-    eval_kwargs = {"split": "heldout", "terminate_on_success": True}
+    eval_kwargs = {"split": "heldout", "terminate_on_success": True, "stagger_episodes": False}
 
     def __init__(
         self,
@@ -305,6 +307,7 @@ class MetaWorldSim(GymSim):
         seed: int = 0,
         max_episode_steps: int = PROTOCOL["max_episode_steps"],
         terminate_on_success: bool = False,
+        stagger_episodes: bool = False,
     ):
         if num_envs < 1 or image_size < 1:
             raise ValueError(f"MetaWorldSim: num_envs and image_size must be positive, got {num_envs}, {image_size}")
@@ -326,7 +329,7 @@ class MetaWorldSim(GymSim):
         )  # fmt: skip
         self._start(
             [fn] * int(num_envs), image_size, vectorization, render_images, device, seed, max_episode_steps,
-            "success", False,
+            "success", stagger_episodes,
         )  # fmt: skip
 
     @classmethod
