@@ -163,6 +163,25 @@ SHORT = {
         ]
         for name in ("video_shapes_awm", "video_shapes_flow_grpo", "video_shapes_nft")
     },
+    "metaworld_sac": [
+        "sim.num_envs=2",
+        "sim.eval_num_envs=2",
+        "sim.kwargs.max_episode_steps=20",
+        "trainer.env_steps=160",
+        "trainer.eval_episodes=2",
+        "trainer.checkpoint_every=40",
+        "algorithm.sac.learning_starts=100",
+        "algorithm.sac.batch_size=32",
+    ],
+    "metaworld_ppo": [
+        "sim.num_envs=4",
+        "sim.eval_num_envs=2",
+        "sim.kwargs.max_episode_steps=20",
+        "trainer.rollout_steps=16",
+        "trainer.env_steps=256",
+        "algorithm.minibatch_size=32",
+        "trainer.eval_episodes=2",
+    ],
     "vlm_video_qa": [
         "sim.num_envs=16",
         "sim.eval_num_envs=4",

@@ -46,9 +46,14 @@ from mmrl.flow.sampler import check_window
 from mmrl.policies.base import Decision, Evaluation, PolicyConfig, decode_text, encode_text, log_std_grid
 from mmrl.policies.off_policy import LatentNoiseBase
 from mmrl.policies.processing import ActionNormalizer, resize_images
+from mmrl.policies.state_backbone import HashedText
 from mmrl.utils.rows import randn_rows
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0  # bounds of the learned log stds (initial noise, action noise)
+
+
+#: width of the critic's own instruction features (``backbone: state_text``)
+CRITIC_TEXT_DIM = 16
 
 
 @dataclass
@@ -57,7 +62,8 @@ class FlowVLAConfig(PolicyConfig):
 
     type: str = "flow_vla"  # the policy family (`mmrl list`): the flow-matching VLA
     # "auto": the built-in image encoder ("tiny") if the simulator renders images, else "state" (an
-    # MLP over the state vector); or a transformers image-text hub id / local path
+    # MLP over the state vector); "state_text": the state MLP and the instruction (tasks told apart by
+    # their instruction: Meta-World MT10 from state); or a transformers image-text hub id / local path
     backbone: str = "auto"
     # keep the image / state backbone's weights fixed (only the action expert and heads train)
     freeze_backbone: bool = False
@@ -345,6 +351,8 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
             self.backbone.requires_grad_(False)
         d = self.backbone.out_dim
         self.uses_images = self.backbone.uses_images
+        #: a state backbone that also reads the instruction (`StateTextBackbone`)
+        self.uses_text = not self.uses_images and bool(getattr(self.backbone, "uses_instructions", False))
         # image backbones get the state as one extra prefix token; the state backbone reads it itself
         self.state_proj = nn.Linear(state_dim, d) if state_dim and self.uses_images else None
         self.obs_norm = RunningMeanStd(state_dim) if state_dim and cfg.obs_norm else None
@@ -366,10 +374,14 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
         # the critic reads the pooled prefix (detached by default); without images it is its own MLP
         # on the normalised state, as in SB3 / CleanRL (actor and critic share no layers)
         self.value_head: nn.Sequential | None = None
+        #: the critic's own reading of the instruction (state_text): its task, beside the state
+        self.value_text: HashedText | None = None
         if cfg.critic and not self.uses_images:
             assert state_dim is not None, "a backbone without images encodes the state vector: there is one"
+            text_dim = CRITIC_TEXT_DIM if self.uses_text else 0
+            self.value_text = HashedText(CRITIC_TEXT_DIM) if self.uses_text else None
             self.value_head = nn.Sequential(
-                nn.Linear(state_dim, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)
+                nn.Linear(state_dim + text_dim, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)
             )
         elif cfg.critic:
             self.value_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
@@ -388,7 +400,7 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
         """Prefix tokens ``[B, L, D]`` and mask of observations (``state`` raw, normalised here)."""
         state = self.normalized_state(state)
         if not self.uses_images:
-            return self.backbone(state)
+            return self.backbone(state, instructions) if self.uses_text else self.backbone(state)
         assert image is not None, "observations of a simulator with images carry them"
         image = resize_images(image.to(self.grid.device), self.cfg.image_size)
         prefix, mask = self.backbone(image, instructions)
@@ -401,18 +413,31 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
     def encode_batch(self, batch: Batch):
         """`encode` for observations stored in a `Batch` (instructions as UTF-8 bytes)."""
         if not self.uses_images:
-            return self.encode(None, [], batch["state"])
+            return self.encode(None, self.batch_instructions(batch), batch["state"])
         return self.encode(batch["image"], decode_text(batch["instruction"]), batch.get("state"))
 
+    def batch_instructions(self, batch: Batch) -> list[str]:
+        """The instructions a `Batch` stores, where the policy reads them (state backbones without
+        text store none)."""
+        return decode_text(batch["instruction"]) if self.uses_images or self.uses_text else []
+
     def values(
-        self, prefix: torch.Tensor | None, mask: torch.Tensor | None, state: torch.Tensor | None = None
+        self,
+        prefix: torch.Tensor | None,
+        mask: torch.Tensor | None,
+        state: torch.Tensor | None = None,
+        instructions: list[str] | None = None,
     ) -> torch.Tensor | None:
         """Critic value ``[B]`` from the prefix (image backbones) or the raw state (state backbone,
-        which needs no prefix)."""
+        which needs no prefix; ``state_text``: and the instruction, through the critic's own text)."""
         if self.value_head is None:
             return None
         if not self.uses_images:
-            return self.value_head(self.normalized_state(state)).squeeze(-1)
+            x = self.normalized_state(state)
+            assert x is not None, "a state backbone's critic reads the state"
+            if self.value_text is not None:
+                x = torch.cat([x, self.value_text(instructions or [])], -1)
+            return self.value_head(x).squeeze(-1)
         assert prefix is not None and mask is not None, "an image backbone's critic reads its prefix"
         m = mask.unsqueeze(-1).float()
         pooled = (prefix * m).sum(1) / m.sum(1).clamp(min=1)
@@ -425,7 +450,7 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
         if self.value_head is None:
             return None
         if not self.uses_images:
-            return self.values(None, None, obs.state)
+            return self.values(None, None, obs.state, obs.instruction)
         return self.values(*self.encode(obs.image, obs.instruction, obs.state))
 
     def update_statistics(self, batch: Batch) -> None:
@@ -543,10 +568,12 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
         if action is not None:
             batch["flow_action"] = action
         if self.uses_images:  # replay inputs: what `encode_batch` reads again
-            batch.update(image=obs.image.to(dev), instruction=encode_text(obs.instruction).to(dev))
+            batch["image"] = obs.image.to(dev)
+        if self.uses_images or self.uses_text:
+            batch["instruction"] = encode_text(obs.instruction).to(dev)
         if obs.state is not None:
             batch["state"] = obs.state.to(dev).float()
-        values = self.values(prefix, mask, obs.state)
+        values = self.values(prefix, mask, obs.state, obs.instruction)
         if values is not None:
             batch["old_values"] = values
         return Decision(batch, batch["actions"])
@@ -569,7 +596,7 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
         return Evaluation(
             logp=self._reduce(logp_elem, batch["flow_stoch"]) + self.init_log_prob(batch["flow_chain"][:, 0]),
             entropy=entropy,
-            values=self.values(prefix, mask, batch.get("state")),
+            values=self.values(prefix, mask, batch.get("state"), self.batch_instructions(batch)),
         )
 
     def _evaluate_action_noise(self, batch: Batch, prefix: torch.Tensor, mask: torch.Tensor) -> Evaluation:
@@ -582,7 +609,7 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
         return Evaluation(
             logp=self.action_log_prob(batch["flow_action"], mean) + self.init_log_prob(x1),
             entropy=(log_std + 0.5 * math.log(2 * math.pi * math.e)).mean(),
-            values=self.values(prefix, mask, batch.get("state")),
+            values=self.values(prefix, mask, batch.get("state"), self.batch_instructions(batch)),
         )
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
@@ -600,10 +627,10 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
 
 def build_backbone(cfg: FlowVLAConfig, state_dim: int | None = None) -> PrefixBackbone:
     # "auto" is resolved from the simulator by `FlowVLAPolicy.configure`; built by hand it is "tiny"
-    if cfg.backbone == "state":
-        from mmrl.policies.state_backbone import StateBackbone
+    if cfg.backbone in ("state", "state_text"):
+        from mmrl.policies.state_backbone import StateBackbone, StateTextBackbone
 
-        return StateBackbone(state_dim or 0, dim=cfg.dim)
+        return (StateTextBackbone if cfg.backbone == "state_text" else StateBackbone)(state_dim or 0, dim=cfg.dim)
     if cfg.backbone in ("tiny", "auto"):
         from mmrl.policies.tiny_backbone import TinyBackbone
 

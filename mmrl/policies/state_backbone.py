@@ -37,3 +37,40 @@ class StateBackbone(nn.Module):
     def forward(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.net(state.float()).view(state.shape[0], self.tokens, self.out_dim)
         return self.norm(h), torch.ones(state.shape[0], self.tokens, dtype=torch.bool, device=state.device)
+
+
+class HashedText(nn.Module):
+    """Instructions -> ``[B, dim]``: the mean of hashed word embeddings (`hash_tokenize`: any vocabulary,
+    no tokenizer), what a state-only policy needs to tell its tasks apart."""
+
+    def __init__(self, dim: int, buckets: int = 4096, max_words: int = 16):
+        super().__init__()
+        self.buckets, self.max_words = buckets, max_words
+        self.words = nn.EmbeddingBag(buckets, dim, mode="mean", padding_idx=0)
+
+    def forward(self, instructions: list[str]) -> torch.Tensor:
+        from mmrl.policies.tiny_backbone import hash_tokenize
+
+        ids = hash_tokenize(instructions, self.buckets, self.max_words).to(self.words.weight.device)
+        return self.words(ids)
+
+
+class StateTextBackbone(nn.Module):
+    """``backbone: state_text``: the state MLP's tokens (`StateBackbone`) plus one token of the
+    instruction (`HashedText`), for state-only simulators whose episodes run different tasks
+    (Meta-World MT10 / MT50 from state): the action expert attends to both."""
+
+    uses_images = False
+    uses_instructions = True
+
+    def __init__(self, state_dim: int, dim: int = 64, hidden: int = 64, tokens: int = 1):
+        super().__init__()
+        self.state = StateBackbone(state_dim, dim, hidden, tokens)
+        self.out_dim, self.tokens = dim, tokens + 1
+        self.text = HashedText(dim)
+        self.text_norm = nn.LayerNorm(dim)
+
+    def forward(self, state: torch.Tensor, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, mask = self.state(state)
+        text = self.text_norm(self.text(instructions))[:, None]
+        return torch.cat([tokens, text], 1), torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
