@@ -218,6 +218,11 @@ def main() -> None:
     p.add_argument("--validation", action="store_true", help="seeds from 100, held-out variations of task_seed 7")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (each one torch thread)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_metaworld", help="run folders and runs.jsonl")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: the figures of the tasks whose runs --out already holds, the others listed as incomplete",
+    )
     add_child_args(p)
     args = parse_args(p, tasks="reach-v3", seeds=1, env_steps=300, eval_episodes=2, jobs=2, out=lambda: Path(scratch()))
     if args.child:
@@ -257,6 +262,8 @@ def main() -> None:
         (task, b, 0) for task in tasks for b in ("random", "expert") if (task, b, 0, 0, args.eval_episodes) not in done
     ]
     print(f"{len(todo)} runs to go ({len(done)} kept from {log})", flush=True)
+    if args.report:  # what an interrupted or still-running command has so far
+        todo = []
 
     def one(job):
         task, method, seed = job
@@ -281,11 +288,22 @@ def main() -> None:
     }
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, todo))
+    incomplete = {}
     for task in tasks:
+        keys = [(task, m, s, args.env_steps, args.eval_episodes) for m in methods for s in seeds]
+        keys += [(task, b, 0, 0, args.eval_episodes) for b in ("random", "expert")]
+        missing = [f"{k[1]} seed {k[2]}" for k in keys if k not in done]
+        if missing:  # only under --report: a full run has run them all
+            incomplete[task] = missing
+            continue
         runs = {(m, s): done[(task, m, s, args.env_steps, args.eval_episodes)] for m in methods for s in seeds}
         base = {b: done[(task, b, 0, 0, args.eval_episodes)] for b in ("random", "expert")}
         figures[task] = summarise(task, args.env_steps, runs, seeds, methods, base)
         print(f"{task}: {figures[task]}", flush=True)
+    if incomplete:
+        figures["incomplete"] = incomplete
+        print(f"incomplete (runs missing): {incomplete}", flush=True)
+    tasks = [t for t in tasks if t in figures]
     counted = [t for t in tasks if figures[t].get("counted")]
     figures["counted_tasks"] = counted
     figures["goal_met"] = all((figures[t].get("ratio_success") or 0) >= 1 for t in counted) if counted else None
