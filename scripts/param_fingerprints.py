@@ -182,6 +182,16 @@ SHORT = {
         "algorithm.minibatch_size=32",
         "trainer.eval_episodes=2",
     ],
+    "metaworld_mt10": [
+        "sim.num_envs=10",
+        "sim.eval_num_envs=10",
+        "sim.kwargs.max_episode_steps=20",
+        "warm_start.num_episodes=10",
+        "warm_start.steps=5",
+        "trainer.rollout_steps=4",
+        "trainer.eval_episodes=10",
+        "algorithm.minibatch_size=40",
+    ],
     "vlm_video_qa": [
         "sim.num_envs=16",
         "sim.eval_num_envs=4",
