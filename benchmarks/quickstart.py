@@ -63,6 +63,9 @@ def run_config(path: str, seed: int, overrides: list[str]) -> dict:
         "episodes": results["final"]["episodes"],
         "wall_s": round(wall, 1),
         "warm_start_candidate": trainer.state.warm_start_candidate,  # the initialisation kept (warm_start.candidates)
+        # a multi-task simulator's success per task, {task: {"success_rate", "episodes"}} (else absent)
+        **({"sft_tasks": results["start"]["tasks"]} if "tasks" in results["start"] else {}),
+        **({"rl_tasks": results["final"]["tasks"]} if "tasks" in results["final"] else {}),
     }
 
 
