@@ -33,6 +33,10 @@ skipped, saying so. Steps (`STEPS`):
   tool use: the zoom tool's image crops in the conversation), SFT on its demonstrations, then GRPO.
 - ``lerobot``: configs/reach_smolvla_flow_noise.yaml with tiny LeRobot SmolVLA and PI05 models
   (needs lerobot, which runs on Python >= 3.12).
+- ``metaworld``: configs/metaworld_mt50_pixels.yaml (one flow VLA over Meta-World's MT50 from 64 px
+  pixels, state and instruction): env steps/s with and without rendering (EGL on the GPU), and a
+  short run (scripted-expert demonstrations recorded with the camera, warm start, RL). Needs
+  metaworld, mujoco, gymnasium and scipy, which travel as wheels (scripts/device_check.sh).
 - ``distributed``: ``torchrun --nproc_per_node 1`` of the quickstart with the FSDP2 engine, which
   starts a process group of one: NCCL on CUDA, gloo on the CPU.
 - ``benchmark``: the quickstart benchmark (benchmarks/quickstart.py, 3 seeds; ``--smoke``
@@ -481,6 +485,56 @@ def step_lerobot(ctx: Context) -> dict:
     }
 
 
+def step_metaworld(ctx: Context) -> dict:
+    """Meta-World from pixels (configs/metaworld_mt50_pixels.yaml): env steps/s of the simulator at
+    64 px, rendering through EGL on the GPU (the sim's default GL on the CPU), against the same envs
+    without pixels; then a short run of the config (scripted-expert demonstrations recorded with the
+    same camera, the warm start, RL iterations)."""
+    import torch
+
+    if ctx.device == "cuda":
+        os.environ.setdefault("MUJOCO_GL", "egl")  # before MuJoCo loads: the GPU's EGL, no display
+    from mmrl.experiment import build_sim, load_experiment
+
+    envs = ctx.pick(["sim.num_envs=32", "sim.eval_num_envs=50"], ["sim.num_envs=2", "sim.eval_num_envs=2"])
+    tiny = ctx.pick(
+        ["warm_start.num_episodes=100", "warm_start.steps=100", "trainer.rollout_steps=8", "trainer.eval_episodes=50"],
+        [
+            "sim.kwargs.vectorization=sync",
+            "sim.kwargs.task=MT10",  # the same code; MT50's 50 tasks take longer to build on a CPU
+            "sim.kwargs.max_episode_steps=20",
+            "policy.dim=32",
+            "policy.expert_dim=32",
+            "warm_start.num_episodes=2",
+            "warm_start.steps=2",
+            "warm_start.batch_size=8",
+            "trainer.rollout_steps=2",
+            "trainer.eval_episodes=2",
+            "algorithm.minibatch_size=4",
+            "algorithm.epochs=1",
+        ],
+    )
+    figures: dict = {}
+    for pixels in (True, False):
+        cfg = load_experiment(
+            ROOT / "configs" / "metaworld_mt50_pixels.yaml",
+            [*envs, *tiny, f"run.device={ctx.device}", f"sim.kwargs.render_images={str(pixels).lower()}"],
+        )
+        sim = build_sim(cfg, cfg.sim.num_envs, seed=0)
+        gen = torch.Generator().manual_seed(0)
+        n, chunk = sim.num_envs, 4
+        rate = env_steps_per_s(
+            ctx, sim, lambda obs: torch.rand((n, chunk, sim.action_dim), generator=gen) * 2 - 1, chunk,
+            ctx.pick(5.0, 0.3),
+        )  # fmt: skip
+        sim.close()
+        figures["pixels_env_steps_per_s" if pixels else "state_env_steps_per_s"] = round(rate, 1)
+    figures["mujoco_gl"] = os.environ.get("MUJOCO_GL", "")
+    figures["train"] = train(ctx, "metaworld_mt50_pixels", "metaworld_mt50_pixels", [*envs, *tiny, "trainer.iterations=1"])
+    print(f"metaworld: {figures}", flush=True)
+    return figures
+
+
 def step_distributed(ctx: Context) -> dict:
     """``torchrun --nproc_per_node 1`` of this script's `distributed_worker` (the quickstart with the
     FSDP2 engine, which starts a process group of one); its figures."""
@@ -543,6 +597,9 @@ class Step:
     run: Callable[[Context], dict]
     timeout_s: float  # on the GPU (--tiny: `TINY_TIMEOUT_S`)
     needs: tuple[str, ...] = ()  # Python packages beyond mmrl's own dependencies; skipped without them
+    #: its ``needs`` travel to the GPU machine as wheels (.whl/, scripts/device_check.sh): ``--hide
+    #: device`` leaves them importable for this step only (every other step still finds them absent)
+    travels: bool = False
 
 
 STEPS = [
@@ -554,6 +611,7 @@ STEPS = [
     Step("video", step_video, 90, needs=("diffusers", "peft", "transformers")),
     Step("vlm_video", step_vlm_video, 60, needs=("transformers",)),
     Step("lerobot", step_lerobot, 60, needs=("lerobot",)),
+    Step("metaworld", step_metaworld, 120, needs=("metaworld", "mujoco", "gymnasium", "scipy"), travels=True),
     Step("distributed", step_distributed, 60),
     Step("benchmark", step_benchmark, 170),
 ]
@@ -570,8 +628,10 @@ def hide_modules(names: list[str]) -> None:
 
 def child_main(args: argparse.Namespace) -> int:
     """Run one step (or a worker) and write its outcome to ``--result``: 0 ok or skipped, 1 failed."""
-    hide_modules([n for n in os.environ.get(HIDE_ENV, "").split(",") if n])
     name = args.step or args.worker
+    step = next((s for s in STEPS if s.name == name), None)
+    brought = set(step.needs) if step is not None and step.travels else set()
+    hide_modules([n for n in os.environ.get(HIDE_ENV, "").split(",") if n and n not in brought])
     ctx = Context(
         device="cpu" if args.cpu else "cuda",
         tiny=args.tiny,

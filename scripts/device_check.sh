@@ -14,7 +14,14 @@
 #   Made here, once, from the repository root:
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_17_x86_64 -d .whl diffusers==0.42.1
-#   Without it that step is skipped, saying so. LeRobot (the `lerobot` step) needs too many
+#   Without it that step is skipped, saying so. The `metaworld` step needs metaworld, mujoco,
+#   gymnasium and their small dependencies (about 45 MB of wheels, metaworld's MuJoCo assets most of
+#   it), made the same way into .whl/:
+#     metaworld==3.1.1 mujoco==3.3.0 gymnasium==1.2.2 farama-notifications cloudpickle absl-py etils pyopengl
+#     (and glfw with --platform manylinux_2_28_x86_64)
+#   and scipy, whose wheel (35 MB) would take the carry past its 64 MiB: where the GPU machine has no
+#   scipy, that step is skipped, naming it. It renders through the GPU's EGL (MUJOCO_GL=egl).
+#   LeRobot (the `lerobot` step) needs too many
 #   packages to travel (av, draccus, datasets, ...): that step is skipped there.
 # - mmrl itself: `pip install --no-deps --no-build-isolation --no-index -e .` from the working tree
 #   that travelled (setuptools is there; no build isolation, which would fetch it). If that fails,

@@ -20,7 +20,8 @@ Observations
     each env's task as a sentence (`INSTRUCTIONS`), ``meta[i]["task"]`` its task name (success per task
     in logs and `mmrl eval`). ``image``: all zeros unless ``render_images=True``, which renders the
     ``camera`` (default ``corner``) offscreen at ``image_size`` px through MuJoCo's OpenGL. Without
-    ``MUJOCO_GL`` set, OSMesa (software; ``apt-get install libosmesa6``) renders: 13-15 env steps/s at
+    ``MUJOCO_GL`` set, OSMesa (software; ``apt-get install libosmesa6``) renders where libOSMesa is
+    installed, else EGL (`default_gl`): 13-15 env steps/s at
     64 px in one env on a CPU core (Mesa's EGL: 12), against about 1,200 without rendering, so pixels are for a
     GPU machine (``MUJOCO_GL=egl``) and state + instruction is the CPU path.
 
@@ -267,6 +268,14 @@ class MetaWorldContractEnv(ContractEnv):
         return np.ascontiguousarray(np.asarray(self.env.render())[..., :3], dtype=np.uint8)
 
 
+def default_gl() -> str:
+    """The MuJoCo GL backend to render with when ``MUJOCO_GL`` is unset: OSMesa (software, no display
+    or GPU needed) where libOSMesa is installed, else EGL (a GPU's driver, or Mesa's)."""
+    import ctypes.util
+
+    return "osmesa" if ctypes.util.find_library("OSMesa") else "egl"
+
+
 def _make(tasks, pools, max_steps, terminate, render_images, image_size, camera) -> gym.Env:
     env = MetaWorldTasksEnv(tasks, pools, max_steps, terminate, render_images, image_size, camera)
     if not render_images:
@@ -321,7 +330,7 @@ class MetaWorldSim(GymSim):
         self.instruction = INSTRUCTIONS[self.tasks[0]] if len(self.tasks) == 1 else None
         self.suite = task.upper() if isinstance(task, str) and task.upper() in BENCHMARKS else None
         if render_images and not os.environ.get("MUJOCO_GL"):
-            os.environ["MUJOCO_GL"] = "osmesa"  # software rendering that works without a display or GPU
+            os.environ["MUJOCO_GL"] = default_gl()
         pools = variations(self.tasks, split, int(task_seed))  # once per process (`_task_variations`)
         fn = functools.partial(
             _make, self.tasks, pools, int(max_episode_steps), bool(terminate_on_success), bool(render_images),

@@ -160,6 +160,19 @@ def test_rendering_or_one_line(monkeypatch):
         MetaWorldSim(num_envs=1, task="reach-v3", render_images=True, image_size=32)
 
 
+def test_default_gl_is_osmesa_only_where_libosmesa_is(monkeypatch):
+    """Without MUJOCO_GL, OSMesa where libOSMesa is installed, else EGL (a machine without libosmesa6
+    still renders through Mesa's or a GPU's EGL instead of failing)."""
+    import ctypes.util
+
+    from simulators.metaworld import default_gl
+
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert default_gl() == "egl"
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libOSMesa.so.8" if name == "OSMesa" else None)
+    assert default_gl() == "osmesa"
+
+
 def test_no_snapshots_rather_than_wrong_ones():
     sim = MetaWorldSim(num_envs=1)
     with pytest.raises(NotImplementedError, match="does not reproduce"):
