@@ -80,7 +80,8 @@ def baselines(config: str, overrides: list[str], episodes: int, eval_seed: int) 
         ("expert", 1.0, 0.0),
         ("demonstrator", float(ws.get("expert_speed", 1.0)), float(ws.get("expert_noise", 0.0))),
     ):
-        data = builder_module("metaworld_demos").build(episodes, seed=eval_seed, sim_kwargs=sim_kwargs, expert_speed=speed, expert_noise=noise)
+        build = builder_module("metaworld_demos").build
+        data = build(episodes, seed=eval_seed, sim_kwargs=sim_kwargs, expert_speed=speed, expert_noise=noise)
         out[name] = rates(data["episode_task"], data["episode_success"].float().tolist())
     sim = build_sim(cfg, min(episodes, 50), 0, evaluation=True)
     rng, tasks, success = np.random.default_rng(0), [], []

@@ -74,6 +74,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -485,6 +486,13 @@ def step_lerobot(ctx: Context) -> dict:
     }
 
 
+def random_chunk(shape: tuple, gen, obs=None):
+    """Uniform actions in [-1, 1] of ``shape`` (whatever the observation)."""
+    import torch
+
+    return torch.rand(shape, generator=gen) * 2 - 1
+
+
 def step_metaworld(ctx: Context) -> dict:
     """Meta-World from pixels (configs/metaworld_mt50_pixels.yaml): env steps/s of the simulator at
     64 px, rendering through EGL on the GPU (the sim's default GL on the CPU), against the same envs
@@ -521,16 +529,15 @@ def step_metaworld(ctx: Context) -> dict:
             [*envs, *tiny, f"run.device={ctx.device}", f"sim.kwargs.render_images={str(pixels).lower()}"],
         )
         sim = build_sim(cfg, cfg.sim.num_envs, seed=0)
+        shape = (sim.num_envs, 4, sim.action_dim)  # random chunks of 4 actions
         gen = torch.Generator().manual_seed(0)
-        n, chunk = sim.num_envs, 4
-        rate = env_steps_per_s(
-            ctx, sim, lambda obs: torch.rand((n, chunk, sim.action_dim), generator=gen) * 2 - 1, chunk,
-            ctx.pick(5.0, 0.3),
-        )  # fmt: skip
+        rate = env_steps_per_s(ctx, sim, partial(random_chunk, shape, gen), 4, ctx.pick(5.0, 0.3))
         sim.close()
         figures["pixels_env_steps_per_s" if pixels else "state_env_steps_per_s"] = round(rate, 1)
     figures["mujoco_gl"] = os.environ.get("MUJOCO_GL", "")
-    figures["train"] = train(ctx, "metaworld_mt50_pixels", "metaworld_mt50_pixels", [*envs, *tiny, "trainer.iterations=1"])
+    figures["train"] = train(
+        ctx, "metaworld_mt50_pixels", "metaworld_mt50_pixels", [*envs, *tiny, "trainer.iterations=1"]
+    )
     print(f"metaworld: {figures}", flush=True)
     return figures
 
