@@ -90,17 +90,20 @@ def test_held_out_variations_are_not_the_training_ones():
         s.close()
 
 
-def expert_episode(terminate: bool) -> tuple[list[bool], list[bool]]:
-    """reach-v3 driven by Meta-World's scripted expert: (done, success) per step until the episode ends."""
+def expert_episode(terminate: bool, rewards: list | None = None, **kwargs) -> tuple[list[bool], list[bool]]:
+    """reach-v3 driven by Meta-World's scripted expert: (done, success) per step until the episode
+    ends (its rewards appended to ``rewards``)."""
     from metaworld.policies import SawyerReachV3Policy
 
-    sim = MetaWorldSim(num_envs=1, task="reach-v3", terminate_on_success=terminate, max_episode_steps=150)
+    sim = MetaWorldSim(num_envs=1, task="reach-v3", terminate_on_success=terminate, max_episode_steps=150, **kwargs)
     obs, expert, done, success = sim.reset(3), SawyerReachV3Policy(), [], []
     for _ in range(150):
         action = torch.as_tensor(expert.get_action(obs.state[0].double().numpy()), dtype=torch.float32)[None]
         res = sim.step(action.clamp(-1, 1))
         done.append(bool(res.done[0]))
         success.append(bool(res.success[0]))
+        if rewards is not None:
+            rewards.append(float(res.reward[0]))
         if res.done[0]:
             break
         obs = res.obs
@@ -115,9 +118,34 @@ def test_success_at_any_step_and_termination_in_evaluation():
     assert len(done_free) == 150 and success_free[-1], "run to the time limit, success reached earlier still counts"
 
 
+def test_success_reward_is_one_at_the_first_success_only():
+    """reward='success': 1 at the step the task first succeeds, 0 at every other (also after it,
+    while the episode runs on); the default is Meta-World's shaped reward."""
+    sparse, dense = [], []
+    _, success = expert_episode(terminate=False, rewards=sparse, reward="success")
+    first = success.index(True)
+    assert sparse[first] == 1.0 and sum(sparse) == 1.0 and len(sparse) == 150
+    expert_episode(terminate=False, rewards=dense)
+    assert sum(dense) > 100, "Meta-World's own reward (0-10 per step) by default"
+
+
+def test_slots_share_envs_so_memory_follows_slots_not_tasks():
+    """Each slot holds one MuJoCo env; the task it leaves goes to a bounded idle pool. Ten slots
+    walking through MT10's ten tasks used to keep 100 envs (about 19 MB each) alive."""
+    before = mw.LIVE_ENVS[0]
+    sim = MetaWorldSim(num_envs=10, task="MT10")
+    for k in range(10):  # round k: slot i plays task k (seed k + 10 i), so every slot visits every task
+        obs = sim.reset([k + 10 * i for i in range(10)])
+        assert {m["task"] for m in obs.meta} == {sim.tasks[k]}
+    live = mw.LIVE_ENVS[0] - before
+    assert live <= 10 + mw.IDLE_PER_TASK * 10, f"{live} envs alive for 10 slots"
+    sim.close()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
+        ({"reward": "sparse"}, "reward must be one of dense, success"),
         ({"task": "pick-plase"}, "did you mean pick-place-v3"),
         ({"task": ["reach-v3", "reach"]}, "repeat"),
         ({"split": "test"}, "split must be 'train' or 'heldout'"),
