@@ -130,6 +130,11 @@ class FlowVLAConfig(PolicyConfig):
     # running mean / std normalisation of the state vector (statistics saved with the weights,
     # updated after each RL iteration's update, frozen during the warm start's first use)
     obs_norm: bool = True
+    # when the statistics update: "always" (the demonstrations, then every RL iteration), or
+    # "warm_start" (the demonstrations only, then fixed: a warm-started policy keeps seeing its inputs
+    # scaled as in its supervised training; RL rollouts that drift elsewhere, e.g. long episodes past
+    # the demonstrations' end, no longer move them). Without a warm start "warm_start" acts as "always"
+    obs_norm_update: Literal["always", "warm_start"] = "always"
 
     def validate(self) -> None:
         check_range(self, {"num_steps": ">=1", "noise_level": ">=0", "noise_level_final": ">=0"})
@@ -356,6 +361,8 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
         # image backbones get the state as one extra prefix token; the state backbone reads it itself
         self.state_proj = nn.Linear(state_dim, d) if state_dim and self.uses_images else None
         self.obs_norm = RunningMeanStd(state_dim) if state_dim and cfg.obs_norm else None
+        if self.obs_norm is not None and cfg.obs_norm_update == "warm_start":  # saved: a resumed run stays fixed
+            self.register_buffer("obs_norm_fixed", torch.zeros((), dtype=torch.bool))
         mlp = cfg.expert == "mlp" or (cfg.expert == "auto" and not self.uses_images)
         self.expert = (MLPExpert if mlp else ActionExpert)(
             action_dim, cfg.chunk_size, cfg.expert_dim, d, cfg.expert_layers
@@ -454,8 +461,19 @@ class FlowVLAPolicy(LatentNoiseBase[FlowVLAConfig]):
         return self.values(*self.encode(obs.image, obs.instruction, obs.state))
 
     def update_statistics(self, batch: Batch) -> None:
-        if self.obs_norm is not None and "state" in batch:
+        if self.obs_norm is not None and "state" in batch and not self.stats_fixed:
             self.obs_norm.update(batch["state"][batch["valid"]] if "valid" in batch else batch["state"])
+
+    @property
+    def stats_fixed(self) -> bool:
+        """``obs_norm_update: warm_start`` once the warm start has set the statistics."""
+        return bool(getattr(self, "obs_norm_fixed", False))
+
+    def after_warm_start(self) -> None:
+        super().after_warm_start()
+        fixed = getattr(self, "obs_norm_fixed", None)
+        if fixed is not None and self.obs_norm is not None and self.obs_norm.count.item() >= 1:
+            fixed.fill_(True)  # demonstrations set the statistics: they stay (no warm start: they keep updating)
 
     def model_fn(self, prefix: torch.Tensor, mask: torch.Tensor, method: str):
         """Velocity (and Flow-Noise std) as a function of (x_t, t); rows of x may be a multiple of
