@@ -49,18 +49,14 @@ CONFIG = "configs/metaworld_mt10.yaml"
 EVAL_SEED = 1_000_000_000  # a multiple of 500: episode e = task e % 10, held-out variation e // 10
 VALIDATION_SEED0, VALIDATION_VARIATION0 = 100, 30
 GOAL_POINTS = 20.0
-SMOKE = [
-    "sim.num_envs=10",
-    "sim.eval_num_envs=10",
-    "sim.kwargs.max_episode_steps=20",
-    "warm_start.num_episodes=10",
-    "warm_start.steps=5",
-    "trainer.rollout_steps=4",
-    "trainer.iterations=1",
-    "trainer.eval_every=0",
-    "trainer.checkpoint_every=1",
-    "algorithm.minibatch_size=40",
-]
+SMOKE_EXTRA = ["trainer.iterations=1", "trainer.eval_every=0", "trainer.checkpoint_every=1"]
+
+
+def smoke_overrides(config: str) -> list[str]:
+    """--smoke: the config's short settings (scripts/param_fingerprints.py keeps one list per config)."""
+    from scripts.param_fingerprints import SHORT
+
+    return [*SHORT[Path(config).stem], *SMOKE_EXTRA]
 
 
 def baselines(config: str, overrides: list[str], episodes: int, eval_seed: int) -> dict:
@@ -160,7 +156,7 @@ def main() -> None:
     overrides = [
         f"trainer.eval_seed={eval_seed}",
         f"trainer.eval_episodes={args.episodes}",
-        *(SMOKE + [f"run.output_dir={scratch()}"] if args.smoke else []),
+        *([*smoke_overrides(args.config), f"run.output_dir={scratch()}"] if args.smoke else []),
         *args.overrides,
     ]
     seed0 = VALIDATION_SEED0 if args.validation else 0
