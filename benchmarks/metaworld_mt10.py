@@ -4,6 +4,7 @@
     python benchmarks/metaworld_mt10.py                         # configs/metaworld_mt10.yaml, seeds 0-2
     python benchmarks/metaworld_mt10.py --validation            # choose settings here: seeds 100-102, other variations
     python benchmarks/metaworld_mt10.py trainer.iterations=50   # dotted overrides for every run
+    python benchmarks/metaworld_mt10.py --report                # train nothing: the seeds finished so far
     python benchmarks/metaworld_mt10.py --smoke                 # seconds: the code path, no figure
 
 Each seed runs ``configs/metaworld_mt10.yaml`` from scratch (``run.seed`` = the seed: the
@@ -99,6 +100,44 @@ def baselines(config: str, overrides: list[str], episodes: int, eval_seed: int) 
     return out
 
 
+def cached_baselines(config: str, overrides: list[str], episodes: int, eval_seed: int) -> dict:
+    """`baselines`, kept in run.output_dir (named by the task set, the held-out episodes and the
+    demonstrator's speed and noise: all they depend on), so a later --report reuses them."""
+    from mmrl.experiment import load_experiment
+
+    cfg = load_experiment(ROOT / config, overrides)
+    ws, folder = cfg.warm_start.kwargs, Path(cfg.run.output_dir)
+    demonstrator = f"{ws.get('expert_speed', 1.0)}_{ws.get('expert_noise', 0.0)}"  # what the demonstrator is
+    path = folder / f"metaworld_mt10_baselines_{cfg.sim.kwargs.get('task')}_{eval_seed}_{episodes}_{demonstrator}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    base = baselines(config, overrides, episodes, eval_seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(base))
+    return base
+
+
+def finished_run(config: str, seed: int, overrides: list[str]) -> dict | None:
+    """``--report``: what `run_config` returns for ``seed``, read from its run folder's results.json
+    (None while the run has no final evaluation)."""
+    from mmrl.experiment import load_experiment, output_dir
+
+    cfg = load_experiment(ROOT / config, [f"run.name=bench_{Path(config).stem}_s{seed}", *overrides])
+    path = output_dir(cfg) / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if "final" not in results:
+        return None
+    start, final = results["start"], results["final"]
+    return {
+        "sft_success": start["success_rate"],
+        "rl_success": final["success_rate"],
+        "episodes": final["episodes"],
+        "wall_s": round(final["rl_seconds"], 1),  # the RL iterations only: the whole run's time is not kept
+        "sft_tasks": start["tasks"],
+        "rl_tasks": final["tasks"],
+    }
+
+
 def rates(tasks: list[str], success: list[float]) -> dict:
     """``{"overall": rate, "tasks": {task: rate}}`` of per-episode successes."""
     per: dict[str, list[float]] = {}
@@ -146,6 +185,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (from 100 with --validation)")
     parser.add_argument("--episodes", type=int, default=200, help="held-out episodes per evaluation (10 tasks)")
     parser.add_argument("--validation", action="store_true", help="seeds from 100, held-out variations 30-49")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="train nothing: the figures of the seeds whose runs finished (their run folders), the others listed",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides applied to every run")
     args = parse_args(parser, seeds=1, episodes=10)
     if args.episodes < 10 or args.episodes % 10:
@@ -162,15 +206,12 @@ def main() -> None:
     seed0 = VALIDATION_SEED0 if args.validation else 0
     seeds = list(range(seed0, seed0 + args.seeds))
     load = os.getloadavg()[0]
-    base = baselines(args.config, overrides, args.episodes, eval_seed)
-    print(
-        "held-out baselines (overall): scripted expert {expert:.3f}, the demonstrator {demonstrator:.3f}, "
-        "random actions {random:.3f}".format(**{k: v["overall"] for k, v in base.items()}),
-        flush=True,
-    )
-    runs = []
+    runs, missing = [], []
     for seed in seeds:
-        r = run_config(args.config, seed, overrides)
+        r = finished_run(args.config, seed, overrides) if args.report else run_config(args.config, seed, overrides)
+        if r is None:
+            missing.append(seed)
+            continue
         r["gain"] = round(100 * (r["rl_success"] - r["sft_success"]), 2)
         runs.append(r)
         print(
@@ -181,10 +222,21 @@ def main() -> None:
             ),
             flush=True,
         )
+    if not runs:
+        sys.exit(f"--report: no finished run of seeds {seeds} in run.output_dir (run without --report first)")
+    base = cached_baselines(args.config, overrides, args.episodes, eval_seed)
+    print(
+        "held-out baselines (overall): scripted expert {expert:.3f}, the demonstrator {demonstrator:.3f}, "
+        "random actions {random:.3f}".format(**{k: v["overall"] for k, v in base.items()}),
+        flush=True,
+    )
+    seeds = [s for s in seeds if s not in missing]
     figures: dict = {
         "split": "validation" if args.validation else "test",
         "config": args.config,
         "overrides": args.overrides,
+        **({"seeds_not_finished": missing} if missing else {}),
+        **({"wall_s_is_rl_seconds": True} if args.report else {}),
         "seeds": seeds,
         "eval_seed": eval_seed,
         **summary(runs),
