@@ -29,6 +29,14 @@ from mmrl.utils.shipped import shipped_folder
 INSTALLED_NAME = "mmrl_datasets"  # what a wheel installs datasets/ as (pyproject.toml, package-dir)
 
 
+def record_order(episode, step, episode_success=None):
+    """Indices that sort a builder's per-decision records by episode, then step (long tensors
+    ``episode`` and ``step`` [M]); with ``episode_success`` (bool [E]) only the records of the
+    episodes that succeeded (a builder's ``keep_failed=False``)."""
+    order = (episode * (step.max() + 1) + step).argsort()
+    return order if episode_success is None else order[episode_success[episode[order]]]
+
+
 def datasets_dir() -> Path:
     """The folder of dataset recipes: ``datasets/`` beside the ``mmrl`` package in a source checkout
     (an editable install included), else the ``mmrl_datasets`` folder a wheel installs (neither: no

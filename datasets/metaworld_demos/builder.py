@@ -169,9 +169,9 @@ def build(
         sim.close()
         bar.close()
     out = {k: torch.cat(v) for k, v in parts.items() if v}
-    order = torch.argsort(out["episode"] * (out["step"].max() + 1) + out["step"])
-    if not keep_failed:
-        order = order[episode_success[out["episode"][order]]]
+    from mmrl.data import record_order
+
+    order = record_order(out["episode"], out["step"], None if keep_failed else episode_success)
     out = {k: v[order] for k, v in out.items()}
     m = len(order)
     if final_image is None:  # no pixels (state + instruction): one all-zero frame shared by every row

@@ -108,9 +108,9 @@ def build(
         sim.close()
     bar.close()
     out = {k: torch.cat(v) for k, v in parts.items()}
-    order = torch.argsort(out["episode"] * (out["step"].max() + 1) + out["step"])
-    if not keep_failed:
-        order = order[episode_success[out["episode"][order]]]
+    from mmrl.data import record_order
+
+    order = record_order(out["episode"], out["step"], None if keep_failed else episode_success)
     out = {k: v[order] for k, v in out.items()}
     out["instruction"] = [instructions[i] for i in order.tolist()]
     out["episode_success"] = episode_success
