@@ -211,6 +211,13 @@ def env_steps_per_s(ctx: Context, sim, choose: Callable, chunk: int, seconds: fl
     return steps / (time.perf_counter() - t0)
 
 
+def random_chunk(shape: tuple, gen, obs=None):
+    """Uniform actions in [-1, 1] of ``shape`` on ``gen``'s device (whatever the observation)."""
+    import torch
+
+    return torch.rand(shape, generator=gen, device=gen.device) * 2 - 1
+
+
 def sim_throughput(ctx: Context, n: int, overrides: list[str], seconds: float) -> dict:
     """Env steps/s of the quickstart's ``reach`` with ``n`` envs on the device: random action chunks
     (raw) and chunks the quickstart's flow VLA chooses (no gradients), as in a training rollout."""
@@ -227,13 +234,10 @@ def sim_throughput(ctx: Context, n: int, overrides: list[str], seconds: float) -
     chunk = policy.chunk_size
     gen = torch.Generator(device=ctx.device).manual_seed(0)
 
-    def random_chunk(obs):
-        return torch.rand((n, chunk, sim.action_dim), generator=gen, device=ctx.device) * 2 - 1
-
     def policy_chunk(obs):
         return policy.rollout(obs, gen).actions
 
-    raw = env_steps_per_s(ctx, sim, random_chunk, chunk, seconds)
+    raw = env_steps_per_s(ctx, sim, partial(random_chunk, (n, chunk, sim.action_dim), gen), chunk, seconds)
     with torch.no_grad():
         with_policy = env_steps_per_s(ctx, sim, policy_chunk, chunk, seconds)
     sim.close()
@@ -484,13 +488,6 @@ def step_lerobot(ctx: Context) -> dict:
         family: train(ctx, "reach_smolvla_flow_noise", f"lerobot_{family}", [f"policy.model=tiny:{family}", *runs])
         for family in ("smolvla", "pi05")
     }
-
-
-def random_chunk(shape: tuple, gen, obs=None):
-    """Uniform actions in [-1, 1] of ``shape`` (whatever the observation)."""
-    import torch
-
-    return torch.rand(shape, generator=gen) * 2 - 1
 
 
 def step_metaworld(ctx: Context) -> dict:
