@@ -147,19 +147,33 @@ _PLUGIN_MODULES_LOADED = False
 ADAPTER_PACKAGES = ("simulators", "rewards")  # the repository's adapter folders (registered on import)
 
 
+def _spec_folder(name: str) -> Path | None:
+    """The folder the package ``name`` would be imported from here (imports nothing), or None."""
+    spec = importlib.util.find_spec(name)
+    return None if spec is None or spec.origin is None else Path(spec.origin).resolve().parent
+
+
 def adapter_package(name: str) -> str:
-    """The import name of adapter package ``name`` (``simulators``, ``rewards``) here: itself in a
-    source checkout (an editable install included; imported from the checkout's folder), else
-    ``mmrl_<name>``, as a wheel installs it."""
+    """The import name of adapter package ``name`` (``simulators``, ``rewards``) here: a name that
+    every process started from this one can import too, since spawned workers (ManiSkill's, LIBERO's,
+    gymnasium's async envs, placement's sim workers) unpickle their targets by it.
+
+    In a source checkout: ``name`` itself where the checkout is on ``sys.path`` (run from its root, or
+    ``PYTHONPATH``); else ``mmrl_<name>`` where an editable install maps that name onto the checkout's
+    folder (an installed console script run from anywhere else); else the checkout's folder imported
+    by location under ``name`` (another project's ``name`` shadows it; spawned workers cannot import
+    it). Outside a checkout (a wheel): ``mmrl_<name>``, as the wheel installs it."""
     from mmrl.utils.shipped import checkout_folder
 
     folder = checkout_folder(name)
-    if folder is None or not (folder / "__init__.py").is_file():
-        return f"mmrl_{name}"
+    installed = f"mmrl_{name}"
+    if folder is None or not (folder / "__init__.py").is_file() or installed in sys.modules:
+        return installed
     if name not in sys.modules:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != folder:
-            # not on sys.path (a console script's), or another project's: the checkout's, by location
+        if _spec_folder(name) != folder and _spec_folder(installed) == folder:
+            return installed  # the editable install's name: importable in every process
+        if _spec_folder(name) != folder:
+            # not on sys.path and not installed, or another project's: the checkout's, by location
             spec = importlib.util.spec_from_file_location(
                 name, folder / "__init__.py", submodule_search_locations=[str(folder)]
             )

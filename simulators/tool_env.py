@@ -42,7 +42,8 @@ import torch
 
 from mmrl.simulator import Completions, Observation, StepResult, reset_seeds
 from mmrl.tools import ChatEnv, EnvReply, ToolCallingEnv, ToolError, question_messages
-from simulators.qa import QASim, grayscale, thumbnail
+
+from .qa import QASim, grayscale, thumbnail
 
 
 class ZoomEnv(ToolCallingEnv):
