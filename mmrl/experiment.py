@@ -436,13 +436,14 @@ def build_trainer(cfg: ExperimentConfig):
     trainer lives), and a resume's config matches its checkpoint's (`mmrl.trainer.run_folder`)."""
     from mmrl import distributed
     from mmrl.trainer import checkpoint
-    from mmrl.trainer.run_folder import check_resume_config, open_run_folder, record_config_change
+    from mmrl.trainer.run_folder import check_ranks_agree, check_resume_config, open_run_folder, record_config_change
     from mmrl.trainer.trainer import Trainer
 
     for key, device in (("run.device", cfg.run.device), ("placement.render_device", cfg.placement.render_device)):
         check_device_available(key, device)
     check_ranks(cfg, distributed.launched())  # before the process group: one line, every rank
     ranks = distributed.init(cfg.run.device)
+    check_ranks_agree(cfg)  # every rank, before any work: one config for the job
     if ranks.distributed and cfg.run.device.startswith("cuda"):
         cfg.run.device = f"cuda:{ranks.local_rank}"  # one GPU per rank
     out = output_dir(cfg)
@@ -450,7 +451,7 @@ def build_trainer(cfg: ExperimentConfig):
     folder = open_run_folder(out) if ranks.main else None
     try:
         resumed_from = checkpoint.latest_path(out) if cfg.trainer.resume else None
-        changes = check_resume_config(cfg, resumed_from)  # refused (one line) before any work
+        changes = check_resume_config(cfg, resumed_from, ranks.world)  # refused (one line) before any work
         trainer = _build_trainer(cfg, Trainer, folder)
     except BaseException:
         if folder is not None:

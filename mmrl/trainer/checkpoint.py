@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mmrl import distributed
 from mmrl.trainer.logging import cut_log, log_size
 from mmrl.utils import jsonio
 from mmrl.utils.durable import fsync_path
@@ -170,6 +171,7 @@ def save(
         "files": {f: {"sha256": _sha256(tmp / f), "bytes": (tmp / f).stat().st_size} for f in (WEIGHTS, STATE, *own)},
         "iteration": state.iteration,
         "config": to_dict(cfg),  # what resume, eval and export trust (config.yaml is a copy to read)
+        "world_size": distributed.current().world,  # the ranks that trained it: the global batch
         "config_sha256": _sha256(tmp / CONFIG),
     }
     (tmp / MARKER).write_text(json.dumps(marker))
@@ -235,6 +237,17 @@ def verify(folder: Path) -> str | None:
         if file.stat().st_size != expected["bytes"] or _sha256(file) != expected["sha256"]:
             return f"{file} does not match its checksum (truncated or corrupted)"
     return None
+
+
+def recorded_world_size(folder: Path) -> int:
+    """The number of ranks checkpoint ``folder`` was trained on (its ``COMPLETE`` marker; 1 for a
+    checkpoint of an older mmrl, which recorded none)."""
+    try:
+        marker = json.loads((Path(folder) / MARKER).read_text())
+    except (OSError, ValueError):
+        return 1
+    world = marker.get("world_size", 1) if isinstance(marker, dict) else 1
+    return world if isinstance(world, int) and world >= 1 else 1
 
 
 def recorded_config(folder: Path, log=print) -> dict:

@@ -159,18 +159,74 @@ def _normalised(v):
     return v
 
 
-def check_resume_config(cfg, checkpoint: Path | None) -> list[tuple[str, object, object]]:
-    """Compare ``cfg`` with the config ``checkpoint`` (a checkpoint folder) was trained with. No
-    difference that changes training: returns []. Differences with ``trainer.accept_config_change``:
-    returns them (the caller records them). Otherwise raises `ConfigChangedError` naming the keys
-    and the two ways out."""
+#: how a change of the number of ranks shows among a resume's config changes
+GLOBAL_BATCH = "global batch (ranks x sim.num_envs)"
+
+
+def global_batch_changes(saved: dict, saved_world: int, current: dict, world: int, changes: list) -> list:
+    """``changes`` (`config_changes`) seen at the job's size: with N ranks each takes
+    ``sim.num_envs`` envs, so the global batch is ``N x sim.num_envs``. A ``sim.num_envs`` change
+    that keeps it (2 ranks x 4 -> 1 x 8) is no change; another number of ranks that changes it is
+    one (`GLOBAL_BATCH`), which a resume refuses like any other unless asked."""
+    n0, n1 = saved.get("sim", {}).get("num_envs"), current.get("sim", {}).get("num_envs")
+    if not isinstance(n0, int) or not isinstance(n1, int):
+        return changes
+    g0, g1 = saved_world * n0, world * n1
+    if g0 == g1:
+        return [c for c in changes if c[0] != "sim.num_envs"]
+    if saved_world == world:
+        return changes
+    kept = [c for c in changes if c[0] != "sim.num_envs"]
+    return [*kept, (GLOBAL_BATCH, f"{saved_world} x {n0} = {g0}", f"{world} x {n1} = {g1}")]
+
+
+def rank_config_differences(configs: list[dict]) -> list[tuple[int, str, object, object]]:
+    """``(rank, key, rank 0's value, that rank's value)`` for every key whose value differs between
+    rank 0's config and another rank's (configs as `mmrl.config.to_dict` gives, one per rank)."""
+    base, out = flatten(configs[0]), []
+    for rank, config in enumerate(configs[1:], 1):
+        other = flatten(config)
+        for key in sorted(base.keys() | other.keys()):
+            a, b = base.get(key), other.get(key)
+            if key not in base or key not in other or (a != b and _normalised(a) != _normalised(b)):
+                out.append((rank, key, a, b))
+    return out
+
+
+def check_ranks_agree(cfg) -> None:
+    """With N ranks (`mmrl.distributed`, every rank calling, before any work): every rank's config
+    equals rank 0's, else a `UserError` on every rank naming the differing keys. Ranks started with
+    other values trained silently (another ``run.seed``, ``sim.num_envs``), failed inside DDP
+    (another ``policy.dim``) or paired their collectives wrongly (another ``trainer.iterations``)."""
+    from mmrl import distributed
     from mmrl.config import to_dict
-    from mmrl.trainer.checkpoint import recorded_config
+
+    if not distributed.current().distributed:
+        return
+    diffs = rank_config_differences(distributed.gather_objects(to_dict(cfg)))
+    if diffs:
+        shown = "; ".join(f"rank {r}: {k}={b!r} (rank 0: {a!r})" for r, k, a, b in diffs[:8])
+        more = f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else ""
+        raise UserError(
+            f"the ranks of this job were started with different configs: {shown}{more}; start every rank "
+            "with the same config file and the same overrides"
+        )
+
+
+def check_resume_config(cfg, checkpoint: Path | None, world: int = 1) -> list[tuple[str, object, object]]:
+    """Compare ``cfg`` on ``world`` ranks with the config and the number of ranks ``checkpoint`` (a
+    checkpoint folder) was trained with (`global_batch_changes`). No difference that changes
+    training: returns []. Differences with ``trainer.accept_config_change``: returns them (the caller
+    records them). Otherwise raises `ConfigChangedError` naming the keys and the two ways out."""
+    from mmrl.config import to_dict
+    from mmrl.trainer.checkpoint import recorded_config, recorded_world_size
 
     if checkpoint is None:
         return []
     saved = recorded_config(Path(checkpoint))
-    changes = config_changes(saved, to_dict(cfg))
+    current = to_dict(cfg)
+    changes = config_changes(saved, current)
+    changes = global_batch_changes(saved, recorded_world_size(Path(checkpoint)), current, world, changes)
     if not changes or cfg.trainer.accept_config_change:
         return changes
     shown = ", ".join(f"{k} {v0!r} -> {v1!r}" for k, v0, v1 in changes[:8])
