@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from mmrl.errors import UserError
 from mmrl.placement.worker import (
     STARTUP_TIMEOUT_S,
     WorkerBase,
@@ -60,12 +61,50 @@ def import_ray():
     return ray
 
 
+#: seconds a connection to ``RAY_ADDRESS`` may take before the cluster is said to be unreachable
+#: (Ray itself retries an absent head node without end, printing "GCS TimedOut" every 30 s)
+CONNECT_TIMEOUT_S = 10.0
+
+
+def ray_endpoint(address: str | None) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``RAY_ADDRESS`` that names one (``HOST:PORT``, ``ray://HOST:PORT``), or
+    None for the addresses Ray resolves itself (unset, ``auto``, ``local``)."""
+    if not address or address in ("auto", "local"):
+        return None
+    rest = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UserError(f"RAY_ADDRESS={address!r} is not HOST:PORT (or ray://HOST:PORT, auto): set it to the head's")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def check_reachable(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A `UserError` in one line when nothing answers at ``address`` (a TCP connection within
+    ``timeout_s``), before Ray would wait for it without end."""
+    import socket
+
+    endpoint = ray_endpoint(address)
+    if endpoint is None:
+        return
+    try:
+        socket.create_connection(endpoint, timeout=timeout_s).close()
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+        raise UserError(
+            f"placement.backend=ray: no Ray cluster answers at RAY_ADDRESS={address} ({why} within "
+            f"{timeout_s:g} s); start its head node there (ray start --head --port {endpoint[1]}), or unset "
+            "RAY_ADDRESS to start a local Ray"
+        ) from None
+
+
 def init_ray():
-    """``ray``, initialised: as the caller set it up, else the cluster at ``RAY_ADDRESS``, else a
-    new local one."""
+    """``ray``, initialised: as the caller set it up, else the cluster at ``RAY_ADDRESS`` (which must
+    answer within `CONNECT_TIMEOUT_S`, `check_reachable`), else a new local one."""
     ray = import_ray()
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, include_dashboard=False)
+        address = os.environ.get("RAY_ADDRESS")
+        check_reachable(address)
+        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False)
     return ray
 
 
