@@ -8,7 +8,8 @@ fixed limit; ``float("inf")`` (YAML ``.inf``) waits forever.
 
 `CallLimit` applies the rule to user code that runs in this process (a reward function,
 ``reward.timeout_s``): the call runs in a daemon thread and the caller waits at most the limit, then
-raises `CallTimedOut`. A Python thread cannot be killed: the stuck call is left running (a daemon
+raises `CallTimedOut`; ``sys.exit`` and ``os._exit`` inside it raise `UserCodeExit` (`trap_exits`)
+instead of ending the process. A Python thread cannot be killed: the stuck call is left running (a daemon
 thread, so it does not keep the process alive at exit), and the caller must end the run with an
 error, since the stuck call may still hold or change what it shares with the run. Sim workers are
 processes (`mmrl.placement.worker`): they are killed and restarted instead.
@@ -18,8 +19,10 @@ Pure: no torch, nothing of mmrl imported, so any layer may use it.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +52,49 @@ def timeout_problem(setting: str, timeout_s: float | None) -> str | None:
         f"{setting} = {timeout_s} must be seconds > 0, .inf (wait forever) or null (automatic: "
         f"max({AUTO_TIMEOUT_FLOOR_S:g} s, {AUTO_TIMEOUT_FACTOR:g} x the slowest call so far))"
     )
+
+
+class UserCodeExit(Exception):
+    """User code called ``sys.exit`` or ``os._exit`` inside a limited call (`trap_exits`): what would
+    have ended the whole run without a word ends only that call, as any other exception does."""
+
+    def __init__(self, how: str):
+        super().__init__(f"{how}, which would have ended the whole run: raise an exception or return instead")
+        self.how = how
+
+
+_REAL_EXIT = os._exit
+_PID = os.getpid()  # a forked child keeps the parent's value: its os._exit stays the real one
+_TRAPPED: set[int] = set()  # the threads running user code under `trap_exits`
+_TRAP_LOCK = threading.Lock()
+
+
+def _trapped_exit(code: int) -> None:
+    if os.getpid() == _PID and threading.get_ident() in _TRAPPED:
+        raise UserCodeExit(f"called os._exit({code})")
+    _REAL_EXIT(code)
+
+
+@contextlib.contextmanager
+def trap_exits():
+    """Inside: ``sys.exit`` (SystemExit) and ``os._exit`` called by this thread raise `UserCodeExit`
+    instead of ending the process. Other threads and forked children exit as usual."""
+    global _PID
+    me = threading.get_ident()
+    with _TRAP_LOCK:
+        if not _TRAPPED:
+            _PID = os.getpid()
+        _TRAPPED.add(me)
+        os._exit = _trapped_exit
+    try:
+        yield
+    except SystemExit as exc:
+        raise UserCodeExit(f"called sys.exit({exc.code!r})") from None
+    finally:
+        with _TRAP_LOCK:
+            _TRAPPED.discard(me)
+            if not _TRAPPED:
+                os._exit = _REAL_EXIT
 
 
 class CallTimedOut(Exception):
@@ -95,14 +141,16 @@ class CallLimit:
         docstring: the caller must end the run). Without a limit the call runs in this thread."""
         limit, why = self.limit()
         if limit is None:
-            return fn(*args, **kwargs)
+            with trap_exits():
+                return fn(*args, **kwargs)
         box: dict[str, Any] = {}
         done = threading.Event()
         context = contextvars.copy_context()
 
         def target() -> None:
             try:
-                box["value"] = context.run(fn, *args, **kwargs)
+                with trap_exits():
+                    box["value"] = context.run(fn, *args, **kwargs)
             except BaseException as exc:  # handed to the caller, which re-raises it
                 box["error"] = exc
             finally:
@@ -131,4 +179,6 @@ __all__ = [
     "timeout_problem",
     "CallLimit",
     "CallTimedOut",
+    "UserCodeExit",
+    "trap_exits",
 ]
