@@ -42,11 +42,20 @@ def _terminate(signum, frame):
 
 def cmd_train(args) -> int:
     import signal
+    from pathlib import Path
 
     from mmrl import distributed
     from mmrl.experiment import build_trainer, load_experiment
     from mmrl.utils import jsonio
 
+    if args.config is None or ("=" in args.config and not Path(args.config).exists()):
+        from mmrl.errors import UserError
+
+        got = "" if args.config is None else f", before its overrides (got {args.config!r} first)"
+        raise UserError(
+            f"mmrl train needs an experiment config{got}: mmrl train configs/quickstart.yaml [key=value ...] "
+            "(mmrl init quickstart writes one here)"
+        )
     cfg = load_experiment(args.config, args.overrides)
     if cfg.placement.train_ranks > 1 and not distributed.launched().distributed:  # Ray starts the ranks
         from mmrl.experiment import check_ranks
@@ -359,7 +368,7 @@ def build_parser(argv_now: list[str] | None = None) -> argparse.ArgumentParser:
         epilog=_train_epilog() if wants_help else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("config", help="an experiment YAML (configs/*.yaml)")
+    p.add_argument("config", nargs="?", help="an experiment YAML (configs/*.yaml)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-4 (keys below)")
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out episodes")

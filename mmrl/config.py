@@ -179,12 +179,21 @@ def load_config(schema: type[T], source: str | Path | dict | None = None, overri
     data: Any = copy.deepcopy(source) if isinstance(source, dict) else {}
     if isinstance(source, (str, Path)):
         path = Path(source)
+        if path.is_dir():
+            raise ConfigError(
+                f"config {path} is a folder, not a config file: give its .yaml file (a run folder's config is "
+                "checkpoints/iter_N/config.yaml; `mmrl eval RUN_FOLDER` takes the folder itself)"
+            )
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+        if data is None:  # empty, or comments only: it would train every default without a word
+            raise ConfigError(
+                f"config file {path} is empty: write the keys to change (mmrl init quickstart writes a complete one)"
+            )
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping of keys at the top level, got {_show(data)}")
     for text in overrides:

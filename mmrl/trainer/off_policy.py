@@ -125,6 +125,12 @@ class SACConfig:
                 "demo_episodes": ">=1",
             },
         )
+        if self.buffer_size < self.batch_size:
+            raise ConfigError(
+                f"'buffer_size' = {self.buffer_size} holds fewer transitions than one batch (batch_size = "
+                f"{self.batch_size}): every gradient step would draw the same few transitions again; make "
+                "buffer_size >= batch_size"
+            )
         if not 0 < self.tau <= 1:
             raise ConfigError(f"'tau' = {self.tau!r} must be in (0, 1] (the Polyak rate; 1 copies the critics)")
         if self.demos is not None and not Path(self.demos).is_file():
@@ -155,6 +161,19 @@ def check_off_policy(cfg) -> None:
     )
     if why:
         raise ConfigError(f"'algorithm.objective' = {a.objective!r} (the off-policy mode): {why}")
+    # the most env steps the run can take: iterations x decisions x envs x actions per decision
+    chunk = int(getattr(cfg.policy, "chunk_size", 1) or 1)
+    most = t.env_steps if t.env_steps is not None else t.iterations * t.rollout_steps * cfg.sim.num_envs * chunk
+    if most and sac.learning_starts > most:
+        budget = (
+            f"trainer.env_steps={t.env_steps}"
+            if t.env_steps is not None
+            else (f"{t.iterations} iterations x {t.rollout_steps} decisions x {cfg.sim.num_envs} envs x {chunk} steps")
+        )
+        raise ConfigError(
+            f"'algorithm.sac.learning_starts' = {sac.learning_starts} env steps of random actions is the whole run "
+            f"({budget} = {most}): no gradient step would be taken; lower learning_starts or train longer"
+        )
 
 
 def q_mlp(inp: int, hidden: int, layers: int, layer_norm: bool) -> nn.Sequential:
@@ -323,11 +342,61 @@ def load_demos(path: str | Path, gamma: float) -> ReplayBuffer:
     """A replay buffer of the demonstration transitions in the torch file ``path`` (a dict of the
     tensors `demo_transitions` reads; ``torch.save(dict, path)`` writes one). No mmrl dataset
     builder produces gym transitions yet: this file is the hook RLPD's demonstrations come through."""
-    data = torch.load(path, map_location="cpu", weights_only=True)
-    rows = demo_transitions(data, gamma)
+    from mmrl.errors import DatasetError
+
+    where = f"algorithm.sac.demos = {str(path)!r}"
+    try:  # tensors only: a pickle's code never runs
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a pickle of other objects, random bytes, a truncated file
+        why = str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else type(exc).__name__
+        raise DatasetError(
+            f"{where} is not a torch file of tensors ({type(exc).__name__}: {why}); write the demonstrations as "
+            "torch.save({'state': ..., 'actions': ..., 'rewards': ..., 'next_state': ..., 'terminated': ...}, path)"
+        ) from None
+    if not isinstance(data, dict):
+        raise DatasetError(
+            f"{where} holds a {type(data).__name__}, not a dict of tensors (state, actions, rewards, next_state, "
+            "terminated)"
+        )
+    try:
+        rows = demo_transitions(data, gamma)
+    except ValueError as exc:
+        raise DatasetError(f"{where}: {exc}") from None
     buf = ReplayBuffer(rows["state"].shape[0])
     buf.add(rows)
     return buf
+
+
+def check_demo_rows(rows: dict[str, Tensor], state_dim: int, action_width: int, where: str) -> None:
+    """Demonstration replay rows (`demo_transitions`) fit the run before any work: states of the
+    policy's replayed state size, actions of its replayed width inside [-1, 1] (the squashed actor's
+    range: a target it can never reach otherwise trains without a word), every number finite.
+    A `mmrl.errors.DatasetError` naming ``where`` and the fix otherwise."""
+    from mmrl.errors import DatasetError
+
+    def fail(problem: str) -> None:
+        raise DatasetError(f"{where}: {problem}")
+
+    for key, want in (("state", state_dim), ("next_state", state_dim), ("actions", action_width)):
+        got = rows[key].shape[-1] if rows[key].dim() == 2 else None
+        if got != want:
+            fail(
+                f"'{key}' rows are {list(rows[key].shape[1:])} wide, this run's policy replays {want} "
+                f"({'the state vector of this simulator' if key != 'actions' else 'chunk_size x action_dim'}): "
+                "record them from the same simulator and policy settings"
+            )
+    for key, value in rows.items():
+        bad = ~torch.isfinite(value)
+        if bool(bad.any()):
+            n = int(bad.reshape(bad.shape[0], -1).any(-1).sum()) if value.dim() else 1
+            fail(f"{n} transition(s) hold NaN or infinite '{key}': drop or repair them")
+    outside = rows["actions"].abs() > 1.0 + 1e-6
+    if bool(outside.any()):
+        fail(
+            f"{int(outside.any(-1).sum())} transition(s) hold actions outside [-1, 1] (largest |a| = "
+            f"{rows['actions'].abs().max().item():.3g}), which a squashed (tanh) actor can never take: scale them "
+            "into the simulator's normalised [-1, 1] actions"
+        )
 
 
 class UniformActions:
@@ -380,6 +449,10 @@ class OffPolicy:
         self._optimizer: torch.optim.Adam | None = None  # built at first use (`optimizer`)
         self.buffer = ReplayBuffer(sac.buffer_size)  # host memory; batches move to the device
         self.demos = load_demos(sac.demos, algo.gamma) if sac.demos else None
+        if self.demos is not None:  # before any work: the file's rows fit this run
+            filled = {k: v[: len(self.demos)] for k, v in self.demos.data.items()}
+            check_demo_rows(filled, policy.replay_dim, width, f"algorithm.sac.demos = {sac.demos!r}")
+        self.action_width = width
         self.learning_rows = 0  # transitions collected since learning started (utd_ratio counts them)
         self.updates = 0  # gradient steps taken (or skipped for a non-finite loss)
         self.start_rows = 0  # rows in the buffer when learning started
@@ -424,16 +497,18 @@ class OffPolicy:
         if not sac.demo_dataset:
             return
         data = records(sac.demo_dataset, sac.demo_episodes, sac.demo_kwargs)
-        self.add_demos(record_transitions(data, self.policy, self.device))
+        where = f"algorithm.sac.demo_dataset = {sac.demo_dataset!r}"
+        self.add_demos(record_transitions(data, self.policy, self.device), where)
         log(
             f"RLPD: {len(self.demos or [])} demonstration transitions of {sac.demo_episodes} "
             f"'{sac.demo_dataset}' episodes, {sac.demo_fraction:g} of every batch"
         )
 
-    def add_demos(self, data: dict) -> None:
+    def add_demos(self, data: dict, where: str = "the demonstrations added") -> None:
         """Add demonstration transitions (`demo_transitions`' fields) to the demonstration buffer:
-        the programmatic hook beside ``algorithm.sac.demos``."""
+        the programmatic hook beside ``algorithm.sac.demos``; checked first (`check_demo_rows`)."""
         rows = demo_transitions(data, self.algo.gamma)
+        check_demo_rows(rows, self.policy.replay_dim, self.action_width, where)
         if self.demos is None:
             self.demos = ReplayBuffer(max(self.sac.buffer_size, rows["state"].shape[0]))
         self.demos.add(rows)

@@ -8,6 +8,7 @@ neither registered nor an importable function, unknown terms, a bad regex, all f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -133,6 +134,7 @@ class RewardConfig:
             self._from_lists()
         assert isinstance(self.weights, dict) and not isinstance(self.type, list)  # the lists became this
         if self.weights:
+            check_weights(self.weights)
             if self.type not in (None, "weighted_sum"):
                 raise ConfigError(
                     f"'weights' sums several rewards: drop 'type' ({self.type!r}) or set it to "
@@ -164,9 +166,19 @@ class RewardConfig:
                 "functions they weigh (reward_funcs), or make 'weights' a mapping {reward: weight}"
             )
         funcs = self.type
-        weights = [1.0] * len(funcs) if isinstance(self.weights, dict) and not self.weights else self.weights
         if not funcs:
             raise ConfigError("'type' is an empty list: name at least one reward")
+        for name in funcs:  # named before the weights, so that a wrong name is blamed on 'type'
+            check_reward_name(name, "type")
+        weights = [1.0] * len(funcs) if isinstance(self.weights, dict) and not self.weights else self.weights
+        if isinstance(weights, dict):  # the mapping form, {reward: weight}, over the rewards 'type' lists
+            extra, missing = [k for k in weights if k not in funcs], [f for f in funcs if f not in weights]
+            if extra or missing:
+                raise ConfigError(
+                    f"'weights' {weights} must give one weight to each reward 'type' lists ({', '.join(funcs)}): "
+                    + "; ".join([f"{extra} not in 'type'"] * bool(extra) + [f"no weight for {missing}"] * bool(missing))
+                )
+            weights = [weights[f] for f in funcs]
         if not isinstance(weights, list) or len(weights) != len(funcs):
             raise ConfigError(
                 f"'weights' must be a list of {len(funcs)} numbers, one per reward in 'type' (TRL's reward_weights), "
@@ -179,6 +191,19 @@ class RewardConfig:
             self.type, self.weights = funcs[0], {}
         else:
             self.type, self.weights = None, dict(zip(funcs, (float(w) for w in weights)))
+
+
+def check_weights(weights: dict) -> None:
+    """Every weight a finite number, and not all of them 0 (the trained reward would be 0): a NaN
+    weight trained on the other rewards alone, all zeros on a reward of 0, both without a word."""
+    bad = {k: w for k, w in weights.items() if not isinstance(w, (int, float)) or not math.isfinite(w)}
+    if bad:
+        raise ConfigError(f"'weights' must be finite numbers, got {bad}: give each reward a number (0 leaves it out)")
+    if not any(weights.values()):
+        raise ConfigError(
+            f"'weights' are all 0 ({weights}): the trained reward would be 0 everywhere; give at least one reward "
+            "a weight other than 0"
+        )
 
 
 def check_reward_name(name: str, key: str) -> None:

@@ -168,6 +168,8 @@ class Trainer:
 
     def _run(self) -> dict:
         self.resume()
+        if self.state.iteration and self.done():
+            self.log_line(self.finished_notice())
         if not self.state.warm_started:
             self.warm_start()
         if "start" not in self.state.results:
@@ -210,6 +212,21 @@ class Trainer:
             * (t.rollout_steps or math.ceil(c.max_episode_steps / self.policy.chunk_size))
         )
         return max(self.state.iteration, math.ceil(t.env_steps / per_iteration))
+
+    def finished_notice(self) -> str:
+        """The line for a resume whose checkpoint has already trained as long as the config asks."""
+        t, state = self.cfg.trainer, self.state
+        asked = f"trainer.iterations={t.iterations}" if t.env_steps is None else f"trainer.env_steps={t.env_steps}"
+        at = f"iteration {state.iteration}" + (f", {state.env_steps} env steps" if t.env_steps is not None else "")
+        past = (
+            "past"
+            if (state.iteration > t.iterations if t.env_steps is None else state.env_steps > t.env_steps)
+            else "at"
+        )
+        return (
+            f"notice: the checkpoint resumed is at {at}, {past} {asked}: nothing is trained and the results are "
+            f"the checkpoint's; to train again, start a new run (run.name=NEW_NAME or trainer.resume=false)"
+        )
 
     def done(self) -> bool:
         """Whether the run has trained enough: its iterations, or its environment-step budget."""
