@@ -312,7 +312,22 @@ def cmd_check(args) -> int:
         if problem:
             print(problem, file=sys.stderr)
             return 2
-        passed = check_simulator(lambda **kw: cls(**{**kwargs, **kw}))
+        try:
+            passed = check_simulator(lambda **kw: cls(**{**kwargs, **kw}))
+        except AssertionError as exc:  # a contract check that failed: its one line names the check
+            print(f"simulator '{args.name}' FAILED {exc}", file=sys.stderr)
+            return 1
+        except Exception as exc:
+            from mmrl.rollout import OWN_PACKAGES
+
+            if cls.__module__.partition(".")[0] in OWN_PACKAGES:
+                raise  # mmrl's own adapter: a bug, whose traceback helps
+            print(
+                f"simulator '{args.name}' FAILED: {cls.__module__}.{cls.__qualname__} raised {type(exc).__name__}: "
+                f"{str(exc).strip()[:300]} during its contract checks",
+                file=sys.stderr,
+            )
+            return 1
     for name in passed:
         print(f"  ok  {name}")
     print(f"{args.kind} '{args.name}' passed {len(passed)} contract checks")

@@ -28,3 +28,9 @@ class DatasetError(UserError, ValueError):
 
 class DatasetFileNotFoundError(UserError, FileNotFoundError):
     """A dataset's file is not where its arguments say; the message names it and where it comes from."""
+
+
+class SimulatorError(UserError):
+    """A user's simulator (a plugin, not one of mmrl's adapters) raised in one of its contract's
+    calls; the message names the class, the call and the line (the training adds the newest complete
+    checkpoint)."""

@@ -35,8 +35,16 @@ def write_example(name: str, dest: str | Path = ".", force: bool = False) -> Pat
         raise UserError(f"no example config '{name}'{_suggest(name, names)}; examples: {', '.join(names)}")
     dest = Path(dest)
     target = dest if dest.suffix in (".yaml", ".yml") else dest / f"{name}.yaml"
+    if target.is_dir():
+        raise UserError(f"--to {dest}: {target} is a folder; give the folder to write into, or a new .yaml file path")
     if target.exists() and not force:
         raise UserError(f"{target} exists: keep it, or pass --force to overwrite it with the example")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(configs_dir() / f"{name}.yaml", target)
+    blocking = next((p for p in [*reversed(target.parents)] if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise UserError(f"--to {dest}: {blocking} is a file, not a folder; give a folder (new or existing)")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(configs_dir() / f"{name}.yaml", target)
+    except OSError as exc:  # no permission, a full disk, a read-only file system
+        raise UserError(f"cannot write {target}: {exc.strerror or exc}; choose another --to") from None
     return target

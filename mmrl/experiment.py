@@ -17,6 +17,7 @@ its family's module. ``run`` and ``sim`` are this module's own: it builds the si
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any, Literal
 from mmrl.capabilities import NEEDS, ROLES, missing_needs, missing_role
 from mmrl.config import ConfigError, check_range, load_config
 from mmrl.data import check_dataset_choice as check_dataset_choice
+from mmrl.errors import UserError
 from mmrl.placement.config import PlacementConfig
 from mmrl.policies.base import PolicyConfig
 from mmrl.policies.flow_vla import FlowVLAConfig  # the default policy section
@@ -336,7 +338,26 @@ def build_sim(cfg: ExperimentConfig, num_envs: int, seed: int, evaluation: bool 
     kwargs = {**cfg.sim.kwargs, **({**cls.eval_kwargs, **cfg.sim.eval_kwargs} if evaluation else {})}
     if task is not None:
         kwargs[cls.task_arg] = task
-    return SIMULATORS.build(cfg.sim.type, num_envs=num_envs, seed=seed, device=cfg.run.device, **kwargs)
+    with constructor_errors(f"'sim.kwargs' of simulator '{cfg.sim.type}'"):
+        return SIMULATORS.build(cfg.sim.type, num_envs=num_envs, seed=seed, device=cfg.run.device, **kwargs)
+
+
+@contextlib.contextmanager
+def constructor_errors(where: str):
+    """A component built from a config section (a simulator from ``sim.kwargs``, the reward stage):
+    the ValueError its constructor raises for a value it refuses, or the TypeError of an argument
+    its signature lacks, is a `ConfigError` (one line naming ``where``), not a traceback."""
+    try:
+        yield
+    except ValueError as exc:
+        if isinstance(exc, (ConfigError, UserError)):
+            raise
+        raise ConfigError(f"{where}: {exc}") from None
+    except TypeError as exc:
+        text = str(exc)
+        if "unexpected keyword argument" not in text and "required" not in text:
+            raise
+        raise ConfigError(f"{where}: {text}") from None
 
 
 def eval_tasks(cfg: ExperimentConfig) -> list:
@@ -417,17 +438,18 @@ def build_reward(cfg: ExperimentConfig):
         return None
     frames = r.frames.scoring() if r.frames is not None else None
     assert isinstance(r.weights, dict) and not isinstance(r.type, list)  # RewardConfig.validate made them so
-    return build_reward_stage(
-        r.type,
-        dict(r.kwargs),
-        dict(r.weights),
-        SIMULATORS.get(cfg.sim.type).action_type,
-        r.success_threshold,
-        r.combine.synthesis(),
-        r.combine.failure_term,
-        frames,
-        r.timeout_s,
-    )
+    with constructor_errors("'reward'"):
+        return build_reward_stage(
+            r.type,
+            dict(r.kwargs),
+            dict(r.weights),
+            SIMULATORS.get(cfg.sim.type).action_type,
+            r.success_threshold,
+            r.combine.synthesis(),
+            r.combine.failure_term,
+            frames,
+            r.timeout_s,
+        )
 
 
 def build_trainer(cfg: ExperimentConfig):
@@ -485,8 +507,6 @@ def check_ranks(cfg: ExperimentConfig, ranks) -> None:
 def check_device_available(key: str, device: str) -> None:
     """A `UserError` naming ``key`` when ``device`` (a valid name) does not exist on this machine."""
     import torch
-
-    from mmrl.errors import UserError
 
     kind = device.split(":")[0]
     if kind == "cuda":

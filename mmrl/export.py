@@ -120,6 +120,19 @@ def check_target(to: Path, force: bool = False) -> None:
         )
 
 
+def _disk_full_or(exc: BaseException, to: Path, path: Path) -> BaseException:
+    """The one line for a full disk while exporting checkpoint ``path`` to ``to``, else ``exc`` itself."""
+    from mmrl.errors import UserError
+    from mmrl.utils.durable import disk_full
+
+    if not disk_full(exc, to):
+        return exc
+    return UserError(
+        f"no space left on the device of {to} while exporting {path.name}; the run and its checkpoints are "
+        f"untouched, {to} holds a partial export: free some space and run the same command with --force"
+    )
+
+
 def export(
     run_or_checkpoint,
     to,
@@ -141,7 +154,10 @@ def export(
     config = recorded_config(path)
     policy = policy_from_checkpoint(path)
     to = Path(to)
-    fmt = policy.export_pretrained(to, merge=merge)
+    try:
+        fmt = policy.export_pretrained(to, merge=merge)
+    except Exception as exc:  # OSError, safetensors' SafetensorError, torch's RuntimeError, ...
+        raise _disk_full_or(exc, to, path) from None
     if not merge and fmt not in ADAPTER_FORMATS:  # --adapter: said, not silently ignored
         print(f"note: --adapter wrote the whole model ({fmt}): {target} trained no LoRA adapter (a full fine-tune)")
     run_dir = run_folder_of(path)
@@ -150,17 +166,19 @@ def export(
     base = spec["config"].get("model") or spec["config"].get("pretrained")
     # a hub id only (not a local folder, not mmrl's tiny test models)
     base = base if isinstance(base, str) and not base.startswith("tiny") and not Path(base).exists() else None
-    (to / "README.md").write_text(
-        model_card(
-            run_dir.name,
-            spec["type"],
-            fmt,
-            yaml.safe_dump(config, sort_keys=False, default_flow_style=False),
-            results,
-            base,
-            _iteration(path),
-        )
+    card = model_card(
+        run_dir.name,
+        spec["type"],
+        fmt,
+        yaml.safe_dump(config, sort_keys=False, default_flow_style=False),
+        results,
+        base,
+        _iteration(path),
     )
+    try:
+        (to / "README.md").write_text(card)
+    except OSError as exc:
+        raise _disk_full_or(exc, to, path) from None
     if push_to_hub:
         from huggingface_hub import HfApi
 

@@ -45,6 +45,35 @@ def truncation_values(policy, res, alive: torch.Tensor) -> torch.Tensor:
     return out
 
 
+#: the top-level packages of mmrl's own simulators: an exception there is mmrl's bug (a traceback)
+OWN_PACKAGES = ("mmrl", "simulators", "mmrl_simulators")
+
+
+def step_simulator(sim, actions, traced: bool = False):
+    """``sim.step_chunk(actions)`` (with its step trace when ``traced``). A user's simulator (a
+    plugin: its class lives outside `OWN_PACKAGES`) that raises becomes a `SimulatorError` in one
+    line naming its class, the call and the line, its traceback kept as the cause."""
+    try:
+        return sim.step_chunk(actions, trace=True) if traced else sim.step_chunk(actions)
+    except Exception as exc:
+        cls = type(sim)
+        if cls.__module__.partition(".")[0] in OWN_PACKAGES:
+            raise
+        import traceback
+
+        from mmrl.errors import SimulatorError
+
+        frames = traceback.extract_tb(exc.__traceback__)
+        own = [f for f in frames if f.filename == getattr(sys.modules.get(cls.__module__), "__file__", None)]
+        at = own[-1] if own else (frames[-1] if frames else None)
+        line = f" at {Path(at.filename).name}:{at.lineno}" if at is not None else ""
+        raise SimulatorError(
+            f"simulator {cls.__module__}.{cls.__qualname__} raised {type(exc).__name__} in step_chunk: "
+            f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else '(no message)'}{line}; fix the "
+            f"simulator (`mmrl check simulator` runs its contract checks alone)"
+        ) from exc
+
+
 def act(policy, sim, obs: Observation, generator, mode: str, alive: torch.Tensor, reward=None, episodes=None):
     """One decision in ``sim``: the policy's `Decision` on ``obs``, the simulator's step (traced
     where the reward stage scores its frames), and the reward stage's score of the decision
@@ -53,7 +82,7 @@ def act(policy, sim, obs: Observation, generator, mode: str, alive: torch.Tensor
     batch, actions = policy.rollout(obs, generator=generator, mode=mode)
     actions_here = actions.to(sim.device) if isinstance(actions, torch.Tensor) else actions
     traced = reward is not None and reward.traced
-    res = sim.step_chunk(actions_here, trace=True) if traced else sim.step_chunk(actions_here)
+    res = step_simulator(sim, actions_here, traced)
     check_step_result(sim, res)
     if reward is not None:
         res = reward(res, obs, actions, alive, episodes)

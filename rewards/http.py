@@ -389,7 +389,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--kwargs", default="{}", help="constructor keyword arguments as a JSON object")
     args = parser.parse_args(argv)
-    server = RewardServer(REWARDS.build(args.name, **json.loads(args.kwargs)), args.host, args.port)
+    if args.name not in REWARDS:
+        parser.error(f"no registered reward '{args.name}': one of {', '.join(REWARDS.names())}")
+    try:
+        kwargs = json.loads(args.kwargs)
+    except json.JSONDecodeError as exc:
+        parser.error(
+            f'--kwargs {args.kwargs!r} is not JSON ({exc.msg} at char {exc.pos}): e.g. \'{{"device": "cpu"}}\''
+        )
+    if not isinstance(kwargs, dict):
+        parser.error(f"--kwargs must be a JSON object of constructor keyword arguments, got {args.kwargs!r}")
+    try:
+        reward = REWARDS.build(args.name, **kwargs)
+    except TypeError as exc:  # a keyword the reward's constructor does not take
+        parser.error(f"reward '{args.name}' does not take --kwargs {kwargs}: {exc}")
+    try:
+        server = RewardServer(reward, args.host, args.port)
+    except OSError as exc:  # the port in use, a host not of this machine
+        parser.error(f"cannot serve at {args.host}:{args.port}: {exc.strerror or exc}; choose another --port / --host")
     print(f"serving reward '{args.name}' at {server.url}", flush=True)
     try:
         server.serve_forever()

@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mmrl.errors import UserError
 from mmrl.simulator import Observation, Simulator, StepResult
 
 if importlib.util.find_spec("mani_skill") is None or importlib.util.find_spec("gymnasium") is None:
@@ -394,6 +395,18 @@ def _worker(conn, cfg: dict, index: int) -> None:
     conn.close()
 
 
+def vulkan_problem(text: str) -> str | None:
+    """The one line for an error text of SAPIEN's that says no Vulkan driver works here (ManiSkill
+    renders with Vulkan even for state observations), else None."""
+    if "vk::" not in text and "Vulkan" not in text and "ErrorIncompatibleDriver" not in text:
+        return None
+    return (
+        f"ManiSkill cannot start: no working Vulkan driver here ({text.strip().splitlines()[-1][:120]}); ManiSkill "
+        "renders with Vulkan even for state observations: bash scripts/install_sim_deps.sh installs Mesa's software "
+        "driver (lavapipe, Mesa >= 23), or install your GPU's driver (and check VK_ICD_FILENAMES)"
+    )
+
+
 class _Pool:
     """``num_envs`` single-env worker processes (or one in-process env when ``num_envs == 1``)."""
 
@@ -402,7 +415,13 @@ class _Pool:
         self.conns: list = []
         self.procs: list = []
         if num_envs == 1:
-            self.local = _SingleEnv(cfg, 0)
+            try:
+                self.local = _SingleEnv(cfg, 0)
+            except RuntimeError as exc:
+                no_vulkan = vulkan_problem(str(exc))
+                if no_vulkan:
+                    raise UserError(no_vulkan) from None
+                raise
             self.spec = self.local.spec()
             return
         ctx = mp.get_context("spawn")
@@ -432,6 +451,9 @@ class _Pool:
         if msg[0] == "ok":
             return msg[1]
         _, name, text, tb = msg
+        no_vulkan = vulkan_problem(text)
+        if no_vulkan:
+            raise UserError(no_vulkan)
         plain = {"MissingAssetError": MissingAssetError, "KeyError": KeyError, "ValueError": ValueError}
         if name in plain:  # the adapter's own, self-explanatory errors
             raise plain[name](text.strip("'\""))

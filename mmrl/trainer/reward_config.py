@@ -168,8 +168,6 @@ class RewardConfig:
         funcs = self.type
         if not funcs:
             raise ConfigError("'type' is an empty list: name at least one reward")
-        for name in funcs:  # named before the weights, so that a wrong name is blamed on 'type'
-            check_reward_name(name, "type")
         weights = [1.0] * len(funcs) if isinstance(self.weights, dict) and not self.weights else self.weights
         if isinstance(weights, dict):  # the mapping form, {reward: weight}, over the rewards 'type' lists
             extra, missing = [k for k in weights if k not in funcs], [f for f in funcs if f not in weights]
@@ -187,6 +185,8 @@ class RewardConfig:
         repeated = sorted({f for f in funcs if funcs.count(f) > 1})
         if repeated:
             raise ConfigError(f"'type' names {repeated} twice: each reward once (add the weights instead)")
+        for name in funcs:  # checked here, so that a wrong name is blamed on 'type', not on 'weights'
+            check_reward_name(name, "type")
         if len(funcs) == 1 and weights == [1.0]:
             self.type, self.weights = funcs[0], {}
         else:

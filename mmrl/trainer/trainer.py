@@ -135,11 +135,12 @@ class Trainer:
 
     # ---- the loop, top to bottom ------------------------------------------------------------
     def run(self) -> dict:
+        from mmrl.errors import SimulatorError
         from mmrl.reward import RewardFunctionError
 
         try:
             return self._run()
-        except RewardFunctionError as exc:  # user code failed (or hung): nothing of the run was wrong
+        except (RewardFunctionError, SimulatorError) as exc:  # user code failed (or hung): the run was not wrong
             raise TrainingError(
                 f"{exc}; newest complete checkpoint: {self.newest_checkpoint()}; run the same command to resume"
             ) from exc
