@@ -261,7 +261,8 @@ def renders_at_any_size(env_id: str) -> bool:
         from gymnasium.envs.mujoco import MujocoEnv
     except ImportError:  # gymnasium without its MuJoCo extra
         return False
-    entry = gym.spec(env_id).entry_point
+    find = getattr(gym.envs.registration, "_find_spec", gym.spec)  # gym.make's lookup: 'module:Ns/Id' too
+    entry = find(env_id).entry_point
     cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
     return isinstance(cls, type) and issubclass(cls, MujocoEnv)
 
