@@ -397,6 +397,31 @@ def _check_answer(rec: dict, where: str, answer_key: str = "answer", exclude: Se
     return ans
 
 
+def trl_image_slots(messages, n_images: int):
+    """TRL's conversational form with an ``image`` column (``prepare_multimodal_messages``): messages
+    that name no image at all, and ``n_images`` images beside them, get one ``{"type": "image"}``
+    part per image at the start of the first user message (string contents become text parts).
+    Messages that place their images themselves, or carry none beside them, are returned as given."""
+    if not n_images or not isinstance(messages, list):
+        return messages
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str) and (IMAGE_PLACEHOLDER in content or VIDEO_PLACEHOLDER in content):
+            return messages
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") in ("image", "video") for p in content
+        ):
+            return messages
+    first = next((j for j, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
+    if first is None:
+        return messages
+    out = [dict(m) if isinstance(m, dict) else m for m in messages]
+    content = out[first].get("content")
+    parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    out[first]["content"] = [{"type": "image"} for _ in range(n_images)] + parts
+    return out
+
+
 def _messages_prompt(messages, where: str) -> tuple[str, int, list, int, list]:
     """(text of the last user message, number of image placeholders in all messages, image items
     carried by the image parts themselves, the same two for videos)."""
@@ -577,6 +602,7 @@ def parse_record(
         videos = video_items(rec[video_key], where, video_key)
     # -- prompt text and image / video placeholders -------------------------------------------
     if messages is not None:
+        messages = trl_image_slots(messages, len(images))
         prompt, n_slots, carried, n_video_slots, video_carried = _messages_prompt(messages, where)
         if not images and carried:
             images = carried
