@@ -48,3 +48,39 @@ def test_row_indices_are_drawn_on_the_generators_device(monkeypatch):
     assert len(asked) == 3 and all(g == d for g, d in asked)
     assert sorted(perm.tolist()) == list(range(12)) and draws.shape == (30,) and draws.max() < 12
     assert perm.device.type == "cpu" and draws.dtype == torch.long
+
+
+class CudaGeneratorStandIn:
+    """What a run on a GPU hands the draws: a generator whose ``device`` is CUDA. The spies below
+    record the device each draw asks for, then draw on the CPU generator inside."""
+
+    device = torch.device("cuda", 0)
+
+    def __init__(self, seed: int):
+        self.inner = torch.Generator().manual_seed(seed)
+
+
+def test_index_draws_ask_for_a_cuda_generators_device(monkeypatch):
+    """The failure the H200 found, on a machine without CUDA: a draw that does not pass its
+    generator's device (or forces the CPU) fails here, as it failed every warm start and PPO
+    shuffle there. (The test above passes such a draw: its generator is on the CPU too.)"""
+    asked = []
+    for name in ("randperm", "randint"):
+        real = getattr(torch, name)
+
+        def spy(*args, real=real, **kwargs):
+            gen = kwargs["generator"]
+            asked.append(torch.device(kwargs.get("device") or "cpu"))
+            kwargs.update(generator=gen.inner if isinstance(gen, CudaGeneratorStandIn) else gen, device="cpu")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(torch, name, spy)
+    gen = CudaGeneratorStandIn(0)
+    perm = random_indices(12, generator=gen)
+    draws = random_indices(12, 30, gen)
+    rows = torch.cat([mb["x"] for mb in Batch(x=torch.arange(12)).minibatches(5, gen)])
+    assert asked == [CudaGeneratorStandIn.device] * 3, asked
+    assert (
+        sorted(perm.tolist()) == list(range(12)) and draws.shape == (30,) and sorted(rows.tolist()) == list(range(12))
+    )
+    assert perm.device.type == "cpu"  # row indices come back on the CPU, which indexes either device

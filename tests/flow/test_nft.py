@@ -41,6 +41,15 @@ def test_a_case_computed_by_hand():
     assert loss == pytest.approx(3.75)
 
 
+def test_the_adaptive_weights_gradient_by_hand():
+    """The default mode (``adaptive_weight``): the weight w = |x0_hat - x0| is a constant of the
+    step (detached), so d(e^2 / w) / dv = 2 e / w * de/dv = 2 sign(e) de/dv:
+    10 * (0.75 * 2 * (-0.25) + 0.25 * 2 * 0.25) = -2.5. A weight left attached gives d|e| / dv
+    instead, half of it (-1.25); the loss's value cannot tell the two apart."""
+    loss, grad = loss_and_grad(0.4, 0.2, 2.5, 0.5, adaptive=True)
+    assert loss == pytest.approx(3.75) and grad == pytest.approx(-2.5)
+
+
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_good_samples_pull_the_velocity_to_them_and_bad_ones_push_it_away(adaptive):
     """At v = 0.4 (the reconstructing velocity is 1): a good sample's gradient raises v towards 1,
