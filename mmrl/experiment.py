@@ -383,7 +383,7 @@ def base_from_checkpoint(section: PolicyConfig, sim) -> tuple[PolicyConfig, Path
     from mmrl.trainer.evaluation import resolve_checkpoint
     from mmrl.utils.weights import SPEC, read_metadata
 
-    path = resolve_checkpoint(given, Path(given))
+    path = resolve_checkpoint(given, Path(given), key="policy.base_checkpoint")
     meta = read_metadata(path / WEIGHTS)
     if SPEC not in meta:
         raise ConfigError(f"'policy.base_checkpoint' = {given!r}: checkpoint {path} records no policy spec")

@@ -81,11 +81,12 @@ def evaluate_suite(
     return report
 
 
-def resolve_checkpoint(given: str | None, run_dir: Path, log=None) -> Path:
+def resolve_checkpoint(given: str | None, run_dir: Path, log=None, key: str = "checkpoint") -> Path:
     """The checkpoint folder ``mmrl eval`` / ``mmrl export`` load: ``checkpoint=`` a checkpoint
     folder, its ``state.pt``, a run folder or its ``checkpoints/`` (their newest complete
     checkpoint, saying on ``log``, stderr by default, each newer one passed over and why), or
-    nothing (the configured run's). Raises `UserError` naming what was looked at and why."""
+    nothing (the configured run's). Raises `UserError` naming what was looked at and why, and the
+    setting ``key`` that gives another (``checkpoint``; DSRL's ``policy.base_checkpoint``)."""
     from mmrl.errors import UserError
     from mmrl.trainer import checkpoint as ckpt
 
@@ -101,15 +102,14 @@ def resolve_checkpoint(given: str | None, run_dir: Path, log=None) -> Path:
             return good
         if not problems:
             raise UserError(
-                f"no checkpoint in {path}: pass checkpoint=PATH (a run folder, or a checkpoint folder holding state.pt)"
+                f"no checkpoint in {path}: pass {key}=PATH (a run folder, or a checkpoint folder holding state.pt)"
                 if given
-                else f"no checkpoint in {path} (the configured run has not saved one): pass checkpoint=PATH"
+                else f"no checkpoint in {path} (the configured run has not saved one): pass {key}=PATH"
             )
         raise UserError(f"no complete checkpoint in {root}: " + "; ".join(problems))
     if not path.exists():
         raise UserError(
-            f"checkpoint {path} does not exist: pass checkpoint=PATH (a run folder, or a checkpoint "
-            "folder holding state.pt)"
+            f"checkpoint {path} does not exist: pass {key}=PATH (a run folder, or a checkpoint folder holding state.pt)"
             if given
             else f"nothing was trained in {path} (the configured run folder) yet: train it with the same "
             "config and overrides first, or pass checkpoint=PATH"

@@ -46,6 +46,11 @@ CASES: list[tuple[str, list[str], list[str]]] = [
         ["train", PENDULUM, "algorithm.sac.buffer_size=100"],
         ["'buffer_size' = 100 holds fewer transitions than one batch (batch_size = 256)"],
     ),
+    (
+        "a DSRL base checkpoint that does not exist",
+        ["train", "configs/quickstart_dsrl.yaml", "policy.base_checkpoint={tmp}/no_such_run"],
+        ["no_such_run does not exist", "pass policy.base_checkpoint=PATH"],
+    ),
     ("an empty config file", ["train", "{tmp}/empty.yaml"], ["empty.yaml is empty", "mmrl init quickstart"]),
     ("a folder as the config", ["train", "{tmp}"], ["is a folder, not a config file"]),
     ("mmrl train without a config", ["train"], ["mmrl train needs an experiment config", "configs/quickstart.yaml"]),
