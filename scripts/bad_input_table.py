@@ -22,7 +22,11 @@ from mmrl.experiment import build_trainer
 from tests.trainer.test_trainer import tiny_cfg
 
 #: the test modules whose CLI_CASES make the tables, in the order of docs/bad_inputs.md
-CASE_MODULES = ("tests.reliability.test_bad_inputs", "tests.reliability.test_round_three")
+CASE_MODULES = (
+    "tests.reliability.test_bad_inputs",
+    "tests.reliability.test_round_three",
+    "tests.reliability.test_settings",
+)
 
 
 def run_cases(module: str) -> list[tuple[str, str]]:

@@ -348,9 +348,16 @@ def load_demos(path: str | Path, gamma: float) -> ReplayBuffer:
     try:  # tensors only: a pickle's code never runs
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a pickle of other objects, random bytes, a truncated file
-        why = str(exc).strip().splitlines()[-1][:160] if str(exc).strip() else type(exc).__name__
+        import pickle
+
+        why = (
+            "a pickle of objects other than tensors, or no pickle at all; it is loaded with weights_only=True, "
+            "so no code in it runs"
+            if isinstance(exc, pickle.UnpicklingError)
+            else f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+        )
         raise DatasetError(
-            f"{where} is not a torch file of tensors ({type(exc).__name__}: {why}); write the demonstrations as "
+            f"{where} is not a torch file of tensors ({why}); write the demonstrations as "
             "torch.save({'state': ..., 'actions': ..., 'rewards': ..., 'next_state': ..., 'terminated': ...}, path)"
         ) from None
     if not isinstance(data, dict):
