@@ -34,3 +34,8 @@ class SimulatorError(UserError):
     """A user's simulator (a plugin, not one of mmrl's adapters) raised in one of its contract's
     calls; the message names the class, the call and the line (the training adds the newest complete
     checkpoint)."""
+
+
+class TextTooLongError(UserError, ValueError):
+    """An instruction or prompt longer than the policy stores; the message names the setting that
+    widens it, where there is one."""

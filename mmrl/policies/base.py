@@ -49,15 +49,23 @@ TEXT_BYTES = 96  # default width of a stored instruction (longer ones are reject
 HFModel = Any
 
 
-def encode_text(texts: list[str], width: int = TEXT_BYTES) -> torch.Tensor:
-    """Strings -> uint8 [B, width] zero-padded UTF-8 (raises if one does not fit)."""
+def encode_text(texts: list[str], width: int = TEXT_BYTES, setting: str | None = None) -> torch.Tensor:
+    """Strings -> uint8 [B, width] zero-padded UTF-8. One that does not fit raises
+    `mmrl.errors.TextTooLongError` naming ``setting``, the config key of ``width`` (None: the width is
+    fixed for this policy)."""
+    from mmrl.errors import TextTooLongError
+
     out = torch.zeros(len(texts), width, dtype=torch.uint8)
     for i, text in enumerate(texts):
         data = text.encode("utf-8")
         if len(data) > width:
-            raise ValueError(
-                f"instruction of {len(data)} bytes exceeds the {width}-byte text field: {text[:40]!r}... "
-                f"Fix: raise policy text width or shorten the instruction"
+            fix = (
+                f"raise {setting} (e.g. {setting}={1 << (len(data) - 1).bit_length()}) or shorten it"
+                if setting
+                else "shorten it (this policy stores instructions of at most that many bytes)"
+            )
+            raise TextTooLongError(
+                f"instruction of {len(data)} bytes exceeds the {width}-byte text field: {text[:40]!r}...; {fix}"
             )
         if data:
             out[i, : len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)

@@ -200,7 +200,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         for key in (media, "prompt"):
             if key not in data:
                 raise ValueError(f"the diffusion warm start needs ({media}, prompt) pairs; the dataset has no '{key}'")
-        return Batch(media=data[media], instruction=encode_text(data["prompt"], self.text_bytes))
+        return Batch(media=data[media], instruction=encode_text(data["prompt"], self.text_bytes, "policy.prompt_bytes"))
 
     def __init__(
         self,
@@ -307,7 +307,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
             generator=generator,
         )
         images = to_uint8(self.gen.decode(out.x0))  # [B, H, W, 3] (videos: [B, F, H, W, 3])
-        batch = Batch(instruction=encode_text(prompts, c.prompt_bytes).to(dev))
+        batch = Batch(instruction=encode_text(prompts, c.prompt_bytes, "policy.prompt_bytes").to(dev))
         if train:  # the replay inputs (evaluation rollouts are never trained on)
             trained = subsample_steps(out.stoch, c.timestep_fraction, generator)
             batch.update(flow_chain=out.chain, flow_stoch=out.stoch, old_logp=self._reduce(out.logp, trained))

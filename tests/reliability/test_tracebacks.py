@@ -134,3 +134,15 @@ def test_a_gymnasium_id_of_another_package_with_a_namespace(capsys):
     err = capsys.readouterr().err
     assert "NamespaceNotFound" not in err and "Traceback" not in err, err[-3000:]
     assert rc in (0, 1)  # its contract checks ran (Meta-World's own gym env renders differently per reset)
+
+
+def test_a_prompt_longer_than_the_policy_stores(tmp_path, capsys):
+    """A 100,000-character prompt in a prompt file: the line names the setting that widens the
+    stored prompt (it named none, as a ValueError traceback)."""
+    (tmp_path / "prompts.txt").write_text("\n".join(["a red circle " * 8000] + ["a blue square"] * 15) + "\n")
+    argv = ["train", "configs/diffusion_shapes_flow_grpo.yaml", "sim.num_envs=8", "sim.eval_num_envs=6"]
+    argv += ["warm_start.steps=2", "trainer.iterations=1", "trainer.eval_episodes=6", "sim.kwargs.dataset=prompt_list"]
+    argv += [f"sim.kwargs.dataset_kwargs={{path: {tmp_path / 'prompts.txt'}}}", f"run.output_dir={tmp_path}"]
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert "instruction of 103999 bytes exceeds the 256-byte text field" in line and "raise policy.prompt_bytes" in line
