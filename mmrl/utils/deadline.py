@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 # the automatic limit's floor (all a kind never answered yet gets) and factor (times the slowest
 # answer so far). Read at each call, so a test may patch them.
@@ -69,10 +69,10 @@ _TRAPPED: set[int] = set()  # the threads running user code under `trap_exits`
 _TRAP_LOCK = threading.Lock()
 
 
-def _trapped_exit(code: int) -> None:
+def _trapped_exit(status: int) -> NoReturn:
     if os.getpid() == _PID and threading.get_ident() in _TRAPPED:
-        raise UserCodeExit(f"called os._exit({code})")
-    _REAL_EXIT(code)
+        raise UserCodeExit(f"called os._exit({status})")
+    _REAL_EXIT(status)
 
 
 @contextlib.contextmanager
