@@ -318,9 +318,9 @@ def cmd_check(args) -> int:
             print(f"simulator '{args.name}' FAILED {exc}", file=sys.stderr)
             return 1
         except Exception as exc:
-            from mmrl.rollout import OWN_PACKAGES
+            from mmrl.rollout import is_plugin
 
-            if cls.__module__.partition(".")[0] in OWN_PACKAGES:
+            if not is_plugin(cls):
                 raise  # mmrl's own adapter: a bug, whose traceback helps
             print(
                 f"simulator '{args.name}' FAILED: {cls.__module__}.{cls.__qualname__} raised {type(exc).__name__}: "

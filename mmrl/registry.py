@@ -170,9 +170,10 @@ def adapter_package(name: str) -> str:
     if folder is None or not (folder / "__init__.py").is_file() or installed in sys.modules:
         return installed
     if name not in sys.modules:
-        if _spec_folder(name) != folder and _spec_folder(installed) == folder:
+        on_path = _spec_folder(name) == folder
+        if not on_path and _spec_folder(installed) == folder:
             return installed  # the editable install's name: importable in every process
-        if _spec_folder(name) != folder:
+        if not on_path:
             # not on sys.path and not installed, or another project's: the checkout's, by location
             spec = importlib.util.spec_from_file_location(
                 name, folder / "__init__.py", submodule_search_locations=[str(folder)]

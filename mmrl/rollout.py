@@ -49,6 +49,12 @@ def truncation_values(policy, res, alive: torch.Tensor) -> torch.Tensor:
 OWN_PACKAGES = ("mmrl", "simulators", "mmrl_simulators")
 
 
+def is_plugin(cls: type) -> bool:
+    """Whether simulator class ``cls`` is a user's (outside `OWN_PACKAGES`): its exceptions are
+    reported in one line, where mmrl's own are its bugs and keep their traceback."""
+    return cls.__module__.partition(".")[0] not in OWN_PACKAGES
+
+
 def step_simulator(sim, actions, traced: bool = False):
     """``sim.step_chunk(actions)`` (with its step trace when ``traced``). A user's simulator (a
     plugin: its class lives outside `OWN_PACKAGES`) that raises becomes a `SimulatorError` in one
@@ -57,7 +63,7 @@ def step_simulator(sim, actions, traced: bool = False):
         return sim.step_chunk(actions, trace=True) if traced else sim.step_chunk(actions)
     except Exception as exc:
         cls = type(sim)
-        if cls.__module__.partition(".")[0] in OWN_PACKAGES:
+        if not is_plugin(cls):
             raise
         import traceback
 
