@@ -55,6 +55,7 @@ KEYS: dict[str, str] = {
     "env_steps": "long [..] environment steps executed by this decision (< C when the episode ended mid-chunk)",
     "valid": "bool [..] this decision happened (False after the episode ended)",
     "group": "long [..] id of the group of episodes that share an initial state (GRPO)",
+    "task": "long [..] id of the episode's task (`mmrl.rollout.task_ids`; simulators naming tasks in meta)",
     # computed by the trainer
     "advantages": "float [.., *R] advantage, broadcastable to old_logp",
     "returns": "float [..] value targets",

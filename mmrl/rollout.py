@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import math
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,12 @@ def episode_tasks(obs: Observation) -> list[str] | None:
     return [str(m["task"]) for m in meta]
 
 
+def task_ids(tasks: list[str]) -> torch.Tensor:
+    """``[N]`` long ids of task names (CRC-32 of the name: the same id in every process, iteration and
+    resume, with no table to keep), the batch key ``task``."""
+    return torch.tensor([zlib.crc32(t.encode()) for t in tasks], dtype=torch.long)
+
+
 def weighted_rates(items) -> dict[str, dict]:
     """``{key: {"success_rate", "episodes"}}`` from ``(key, success_rate, episodes)`` items: the
     episode-weighted success rate of each key (keys sorted)."""
@@ -219,6 +226,7 @@ def collect_episodes(
     info = episode_info(batch)
     if tasks is not None:
         info["task"] = tasks
+        batch["task"] = task_ids(tasks).expand(batch["valid"].shape).clone()
     if counters:
         info["counters"] = counters
     if frames_of:
@@ -273,9 +281,14 @@ class StepCollector:
         every = torch.ones(n, dtype=torch.bool, device=sim.device)
         steps: list[Batch] = []
         finished: dict[str, list[torch.Tensor]] = {"return": [], "success": [], "length": []}
+        names: dict[int, str] = {}
         for _ in range(self.steps):
+            tasks = episode_tasks(self.obs)  # the task of the episode each decision belongs to
             out, res = act(policy, sim, self.obs, generator, "train", every, self.reward, self.episodes)
             record = step_record(out, res, every, truncation_values(policy, res, every))
+            if tasks is not None:
+                record["task"] = task_ids(tasks)
+                names.update(zip(record["task"].tolist(), tasks))
             if self.next_state:
                 record["next_state"] = next_states(res, policy)
             steps.append(record.to("cpu"))
@@ -298,6 +311,8 @@ class StepCollector:
         info.update(
             env_steps=int(batch["env_steps"].sum()), last_values=torch.zeros(n) if last is None else last.float().cpu()
         )
+        if names:
+            info["task_names"] = names  # the batch's ``task`` ids -> names
         return batch, info
 
     def state_dict(self) -> dict:

@@ -110,24 +110,57 @@ class RewardScaler:
     discounted returns of the valid steps, then returns ``clamp(r / sqrt(var + eps), -clip, clip)``.
     With ``continuing=True`` (fixed-length rollouts) the discounted return carries over from one
     call to the next, as the episodes do; else every call starts from 0 (one episode per env).
+
+    ``keys [T, N]`` (long; with ``per_key=True``) gives each step a key, the id of its episode's task:
+    each key keeps its own running variance, so a task whose rewards are a hundred times another's
+    does not set the other's scale. The discounted return itself runs as without keys (an episode
+    has one task, and a done resets it).
     """
 
-    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8):
-        self.gamma, self.clip, self.eps = float(gamma), float(clip), float(eps)
+    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8, per_key: bool = False):
+        self.gamma, self.clip, self.eps, self.per_key = float(gamma), float(clip), float(eps), per_key
         self.rms = RunningMeanStd(())
+        self.key_rms: dict[int, RunningMeanStd] = {}
         self.carry: Tensor | None = None
 
-    def scale(self, rewards: Tensor, dones: Tensor, valid: Tensor, continuing: bool = False) -> Tensor:
+    def scale(
+        self, rewards: Tensor, dones: Tensor, valid: Tensor, continuing: bool = False, keys: Tensor | None = None
+    ) -> Tensor:
+        if self.per_key and keys is None:
+            raise ValueError("a per-key RewardScaler needs each step's key (keys [T, N])")
         start = self.carry if continuing else None
         g, carry = discounted_returns(rewards * valid, dones.bool() | ~valid.bool(), self.gamma, start)
-        self.rms.update(g[valid.bool()])
         self.carry = carry if continuing else None
-        std = (self.rms.var + self.eps).sqrt().to(rewards.dtype)
+        ok = valid.bool()
+        if not self.per_key:
+            self.rms.update(g[ok])
+            std = (self.rms.var + self.eps).sqrt().to(rewards.dtype)
+            return (rewards / std).clamp(-self.clip, self.clip)
+        assert keys is not None
+        std = torch.ones_like(rewards)  # steps that did not happen keep theirs
+        for key in keys[ok].unique().tolist():
+            rows = keys == key
+            rms = self.key_rms.setdefault(int(key), RunningMeanStd(()))
+            rms.update(g[rows & ok])
+            std[rows] = (rms.var + self.eps).sqrt().to(rewards.dtype)
         return (rewards / std).clamp(-self.clip, self.clip)
 
+    def stds(self) -> dict[int, float]:
+        """Per key, the std rewards are divided by (empty without ``per_key``)."""
+        return {k: float((r.var + self.eps).sqrt()) for k, r in self.key_rms.items()}
+
     def state_dict(self) -> dict:
-        return {"rms": self.rms.state_dict(), "carry": self.carry}
+        out: dict = {"rms": self.rms.state_dict(), "carry": self.carry}
+        if self.per_key:
+            out["key_rms"] = {k: r.state_dict() for k, r in self.key_rms.items()}
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         self.rms.load_state_dict(state["rms"])
         self.carry = state["carry"]
+        # a checkpoint saved with one std for every reward (a recorded config change) starts the
+        # per-task stds afresh
+        self.key_rms = {}
+        for k, sd in state.get("key_rms", {}).items() if self.per_key else ():
+            self.key_rms[int(k)] = RunningMeanStd(())
+            self.key_rms[int(k)].load_state_dict(sd)

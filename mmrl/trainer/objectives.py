@@ -65,6 +65,10 @@ class AlgorithmConfig:
     # scale rewards by the running std of the discounted return (SB3 VecNormalize / CleanRL
     # NormalizeReward); the critic then learns returns in those units. State saved in checkpoints.
     reward_norm: bool = False
+    # what shares one running std: every reward ("all"), or the rewards of one task ("task": a std per
+    # task the simulator names in Observation.meta, for multi-task suites whose rewards differ in
+    # scale, such as Meta-World's MT10; PopArt's motivation, Hessel et al. 2019)
+    reward_norm_by: Literal["all", "task"] = "all"
     # stop an iteration's update early once the mean approx KL of an epoch exceeds this (None = never)
     target_kl: float | None = None
     # the off-policy mode's options (objective: sac): replay buffer, update-to-data ratio, SAC, RLPD
@@ -96,6 +100,8 @@ class AlgorithmConfig:
             raise ConfigError(f"'advantage' = {self.advantage!r} is not one of: {', '.join(ADVANTAGES.names())}")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"'objective' = {self.objective!r} is not one of: {', '.join(OBJECTIVES.names())}")
+        if self.reward_norm_by == "task" and not self.reward_norm:
+            raise ConfigError("'reward_norm_by' = 'task' scales rewards per task: set reward_norm: true as well")
         if self.max_sampling_rounds < 1:
             raise ConfigError(f"'max_sampling_rounds' must be >= 1, got {self.max_sampling_rounds}")
         if self.dynamic_sampling and not self.grouped:

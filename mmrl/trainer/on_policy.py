@@ -28,6 +28,7 @@ import torch
 from mmrl import distributed
 from mmrl.algorithms.normalization import RewardScaler, explained_variance
 from mmrl.batch import Batch
+from mmrl.config import ConfigError
 from mmrl.registry import OBJECTIVES
 from mmrl.trainer.objectives import compute_advantages, prepare_advantages, valid_samples
 from mmrl.trainer.state import TrainerView
@@ -62,7 +63,8 @@ class OnPolicy:
     def __init__(self, trainer: TrainerView):
         self.trainer = trainer
         algo = trainer.cfg.algorithm
-        self.reward_scaler = RewardScaler(algo.gamma) if algo.reward_norm else None
+        per_task = algo.reward_norm_by == "task"
+        self.reward_scaler = RewardScaler(algo.gamma, per_key=per_task) if algo.reward_norm else None
 
     def behaviour(self, policy, env_steps: int):
         """Who acts in the rollout: the trained policy itself, always."""
@@ -76,16 +78,46 @@ class OnPolicy:
         cut) -> `update`, on iteration ``it``'s batch; ``gen`` shuffles the minibatches."""
         batch = self.scale_rewards(batch)
         batch = compute_advantages(batch, self.trainer.cfg.algorithm, info.get("last_values"))
-        return self.update(batch, gen)
+        per_task = self.task_logs(batch, info.get("task_names", {}))
+        return {**self.update(batch, gen), **per_task}
 
     def scale_rewards(self, batch: Batch) -> Batch:
         """The collected rewards (already scored by the reward stage) scaled by the running std of the
-        discounted return when ``algorithm.reward_norm`` is on."""
-        if self.reward_scaler is not None:
-            batch["rewards"] = self.reward_scaler.scale(
-                batch["rewards"], batch["dones"], batch["valid"], continuing=self.trainer.collector.continuing
+        discounted return when ``algorithm.reward_norm`` is on (one std per task with
+        ``reward_norm_by: task``, the batch's ``task`` ids)."""
+        scaler = self.reward_scaler
+        if scaler is None:
+            return batch
+        if scaler.per_key and "task" not in batch:
+            raise ConfigError(
+                "algorithm.reward_norm_by=task keeps one reward scale per task, but the simulator names no "
+                "task for its episodes (Observation.meta[i]['task']): set algorithm.reward_norm_by=all"
             )
+        batch["rewards"] = scaler.scale(
+            batch["rewards"],
+            batch["dones"],
+            batch["valid"],
+            continuing=self.trainer.collector.continuing,
+            keys=batch.get("task") if scaler.per_key else None,
+        )
         return batch
+
+    def task_logs(self, batch: Batch, names: dict[int, str]) -> dict[str, float]:
+        """Per task named in ``names`` (the batch's ``task`` ids): ``train/adv_abs/<task>``, the mean
+        absolute advantage before any whitening (how much each task moves the update), and with
+        per-task reward scaling ``train/reward_std/<task>``, the std its rewards were divided by."""
+        if "task" not in batch or len(names) < 2 or "advantages" not in batch:
+            return {}
+        valid, adv = batch["valid"].bool(), batch["advantages"]
+        adv = adv.reshape(*valid.shape, -1).abs().mean(-1)  # per decision, over any log-prob levels
+        out = {}
+        for key, name in sorted(names.items(), key=lambda kv: kv[1]):
+            rows = (batch["task"] == key) & valid
+            if rows.any():
+                out[f"train/adv_abs/{name}"] = float(adv[rows].mean())
+        stds = self.reward_scaler.stds() if self.reward_scaler is not None else {}
+        out.update({f"train/reward_std/{names[k]}": v for k, v in stds.items() if k in names})
+        return out
 
     def update(self, batch: Batch, gen: torch.Generator) -> dict:
         """``algorithm.epochs`` passes of minibatch steps of the objective over the valid samples;

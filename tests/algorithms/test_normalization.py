@@ -74,3 +74,32 @@ def test_explained_variance():
     pred = torch.tensor([1.0, 2.0, 0.0, 1.0])
     assert explained_variance(pred, target, mask=torch.tensor([True, True, False, True])) == pytest.approx(-2 / 7)
     assert math.isnan(explained_variance(target, torch.ones(4)))
+
+
+def test_reward_scaler_per_task_gives_each_task_its_own_scale():
+    # two tasks whose rewards differ a hundredfold (Meta-World's reach against pick-place): one std for
+    # both leaves the small task's scaled rewards near zero; one std per task scales both to about 1
+    gen = torch.Generator().manual_seed(0)
+    r = torch.randn(64, 4, generator=gen).abs()
+    r[:, 2:] *= 100.0
+    keys = torch.tensor([7, 7, 9, 9]).expand(64, 4)
+    valid, dones = torch.ones_like(r, dtype=torch.bool), torch.zeros_like(r, dtype=torch.bool)
+    shared = RewardScaler(gamma=0.0).scale(r, dones, valid)
+    per_task = RewardScaler(gamma=0.0, per_key=True)
+    scaled = per_task.scale(r, dones, valid, keys=keys)
+    assert shared[:, :2].std() < 0.05 < 0.5 < shared[:, 2:].std()
+    assert 0.5 < scaled[:, :2].std() < 2.0 and 0.5 < scaled[:, 2:].std() < 2.0
+    stds = per_task.stds()
+    assert sorted(stds) == [7, 9] and 50 < stds[9] / stds[7] < 200
+    # the statistics survive a checkpoint: a restored scaler scales the next batch identically
+    restored = RewardScaler(gamma=0.0, per_key=True)
+    restored.load_state_dict(per_task.state_dict())
+    assert torch.equal(restored.scale(r, dones, valid, keys=keys), per_task.scale(r, dones, valid, keys=keys))
+    # steps that did not happen neither update a task's std nor create one
+    invalid = valid.clone()
+    invalid[:, 0] = False
+    before = RewardScaler(gamma=0.0, per_key=True)
+    before.scale(r, dones, invalid, keys=torch.where(invalid, keys, torch.zeros_like(keys)))
+    assert sorted(before.stds()) == [7, 9]
+    with pytest.raises(ValueError, match="keys"):
+        RewardScaler(gamma=0.0, per_key=True).scale(r, dones, valid)
