@@ -38,6 +38,7 @@ import os
 import lerobot, torch, transformers, mmrl  # noqa: F401
 import lerobot.policies.smolvla.modeling_smolvla, lerobot.policies.pi05.modeling_pi05  # noqa: F401
 import lerobot.datasets.lerobot_dataset  # noqa: F401  (the dataset extra: datasets/lerobot_dataset reads demos)
+import metaworld  # noqa: F401  (Meta-World demonstrations written as LeRobotDatasets)
 assert lerobot.__version__ == "0.6.1", lerobot.__version__
 assert transformers.__version__ == "5.5.4", transformers.__version__
 assert os.path.realpath(os.path.dirname(mmrl.__file__)) == os.path.realpath("mmrl"), mmrl.__file__
@@ -66,8 +67,9 @@ fi
 # pip -q still warns about each package missing from the machine's local index folders: filter that noise.
 pipq() { "$PY" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "is neither a file nor a directory" >&2); }
 # LeRobot with its SmolVLA / PI / dataset extras (LeRobotDataset: warm-start demonstrations,
-# datasets/lerobot_dataset) and mmrl (editable) with the test and LIBERO extras, resolved together
-pipq -c .ci/constraints-lerobot.txt "lerobot[smolvla,pi,dataset]" -e ".[dev,libero]"
+# datasets/lerobot_dataset) and mmrl (editable) with the test, LIBERO and Meta-World extras (Meta-World
+# demonstrations written as LeRobotDatasets: tests/datasets/test_lerobot_metaworld.py), resolved together
+pipq -c .ci/constraints-lerobot.txt "lerobot[smolvla,pi,dataset]" -e ".[dev,libero,metaworld]"
 
 if ! check; then
   echo "setup_lerobot: $VENV was installed but the import check failed:" >&2

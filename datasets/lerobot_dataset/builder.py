@@ -95,7 +95,11 @@ def _check_keys(meta, image_keys, state_key: str | None, action_key: str) -> lis
     """The camera keys read (checked), or `ConfigError` naming the columns found and the argument."""
     features = meta.features
     rgb = [k for k in meta.camera_keys if k not in meta.depth_keys]
-    if image_keys is None:
+    if image_keys is not None and not isinstance(image_keys, str) and len(image_keys) == 0:
+        if state_key is None:
+            raise ConfigError("image_keys: [] reads no camera, so the records need a state: set state_key")
+        cameras: list[str] = []  # a state-only dataset (Meta-World from state): no camera read
+    elif image_keys is None:
         cameras = rgb
         if not cameras:
             raise ConfigError(
@@ -215,7 +219,7 @@ def build(
         views = [to_uint8_hwc(item[key]) for key in cameras]
         if image_size is not None:
             views = [resize_images(v[None], int(image_size))[0] for v in views]
-        if image is None:
+        if image is None and cameras:
             sizes = {key: tuple(v.shape[:2]) for key, v in zip(cameras, views)}
             if len(set(sizes.values())) > 1:
                 raise ConfigError(
@@ -224,7 +228,8 @@ def build(
                     "Fix: image_size (one square size for all)"
                 )
             image = torch.empty((m, len(cameras), *views[0].shape), dtype=torch.uint8)
-        image[i] = torch.stack(views)
+        if image is not None:
+            image[i] = torch.stack(views)
         rows.append(
             {
                 "episode_index": int(item["episode_index"]),
@@ -241,7 +246,10 @@ def build(
 
     order = sorted(range(m), key=lambda r: (rows[r]["episode_index"], rows[r]["frame_index"]))
     rows = [rows[r] for r in order]
-    if order != list(range(m)):  # LeRobot's rows come sorted: no copy of the images then
+    if image is None:  # no camera read: one all-zero frame shared by every row (image_size square)
+        side = int(image_size or 1)
+        image = torch.zeros((1, 1, side, side, 3), dtype=torch.uint8).expand(m, 1, side, side, 3)
+    elif order != list(range(m)):  # LeRobot's rows come sorted: no copy of the images then
         image = image[torch.tensor(order)]
     actions = torch.stack([r["action"] for r in rows])
     episode_index = torch.tensor([r["episode_index"] for r in rows], dtype=torch.long)
@@ -252,7 +260,7 @@ def build(
         chunks[where] = action_chunks(actions[where], chunk_size)
         episode[where] = pos
     out = {
-        "image": image[:, 0] if len(cameras) == 1 else image,
+        "image": image[:, 0] if len(cameras) <= 1 else image,
         "actions": chunks,
         "instruction": [r["task"] for r in rows],
         "episode": episode,
@@ -316,6 +324,66 @@ def decision_rows(out: dict, rewards: torch.Tensor, chunk_size: int, success: bo
     if "state" in out:
         picked["final_state"] = out["state"][finals]
     return picked
+
+
+def write(
+    data: dict,
+    root: str | Path,
+    repo_id: str = "local/demos",
+    fps: int = 30,
+    camera: str | None = None,
+    robot_type=None,
+) -> Path:
+    """mmrl demonstration records -> a LeRobotDataset at ``root``, written by LeRobot itself
+    (``LeRobotDataset.create`` / ``add_frame`` / ``save_episode`` / ``finalize``).
+
+    ``data``: the flat records of a demonstration builder recorded one sim step per decision
+    (``actions`` [M, 1, A]; ``state`` [M, D], ``instruction``, ``episode``, ``step``, ``rewards`` [M],
+    sorted by episode, then step; ``image`` [M, H, W, 3] only with ``camera``). One LeRobot episode per
+    demonstration episode; columns ``observation.state``, ``action``, ``next.reward`` and, with
+    ``camera``, ``observation.images.<camera>`` (PNG frames); each frame's task is its instruction.
+    `build` reads it back (``image_keys=[]`` without a camera)."""
+    actions = data["actions"]
+    if actions.dim() != 3 or actions.shape[1] != 1:
+        raise ConfigError(
+            f"LeRobot stores one action per frame, but these records hold chunks of {tuple(actions.shape[1:-1])} "
+            "actions per decision: build the demonstrations with chunk_size 1 (--chunk-size 1)"
+        )
+    root = Path(root)
+    if root.exists() and any(root.iterdir()):
+        raise ConfigError(f"{root} already holds files: give a new (or empty) folder for the LeRobot dataset")
+    if root.exists():
+        root.rmdir()  # LeRobotDataset.create makes the folder itself and refuses an existing one
+    state, rewards, episode = data["state"].float(), data["rewards"].float(), data["episode"]
+    features: dict[str, dict] = {
+        "observation.state": {"dtype": "float32", "shape": (state.shape[1],), "names": None},
+        "action": {"dtype": "float32", "shape": (actions.shape[2],), "names": None},
+        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
+    }
+    cam = f"observation.images.{camera}" if camera else None
+    if cam is not None:
+        features[cam] = {
+            "dtype": "image",
+            "shape": tuple(data["image"].shape[1:]),
+            "names": ["height", "width", "channels"],
+        }
+    ds = lerobot_dataset_class().create(
+        repo_id, fps=int(fps), features=features, root=root, robot_type=robot_type, use_videos=False
+    )
+    for e in dict.fromkeys(episode.tolist()):
+        for r in (episode == e).nonzero().flatten().tolist():
+            frame = {
+                "observation.state": state[r].numpy(),
+                "action": actions[r, 0].float().numpy(),
+                "next.reward": np.asarray([rewards[r]], dtype=np.float32),
+                "task": data["instruction"][r],
+            }
+            if cam is not None:
+                frame[cam] = data["image"][r].numpy()
+            ds.add_frame(frame)
+        ds.save_episode(parallel_encoding=False)  # no process pool: callers may hold threads
+    ds.finalize()
+    return root
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -211,6 +211,22 @@ def summary(data: dict) -> dict:
     return out
 
 
+#: Meta-World's control rate: MuJoCo's 2.5 ms step x frame_skip 5 (its envs' ``metadata["render_fps"]``)
+FPS = 80
+
+
+def write_lerobot(data: dict, root: Path, repo_id: str = "local/metaworld_demos") -> Path:
+    """Records built with ``chunk_size=1`` -> a LeRobotDataset at ``root`` (the `lerobot_dataset`
+    writer: state, action, reward, the instruction as each frame's task; the ``corner`` camera
+    when the records were rendered), at Meta-World's `FPS`."""
+    from mmrl.data import builder_module
+
+    rendered = bool(data["meta"]["sim_kwargs"].get("render_images"))
+    camera = data["meta"]["sim_kwargs"].get("camera", "corner") if rendered else None
+    writer = builder_module("lerobot_dataset").write
+    return writer(data, root, repo_id=repo_id, fps=FPS, camera=camera, robot_type="sawyer")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="MT10", help="a task name, comma-separated names, MT10 or MT50")
@@ -223,7 +239,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--speed", type=float, default=1.0, help="expert_speed")
     p.add_argument("--drop-failed", action="store_true", help="keep_failed=False")
     p.add_argument("--out", type=Path, help="where to torch.save the records (default: only the summary)")
+    p.add_argument(
+        "--lerobot", type=Path, help="also write a LeRobotDataset into this new folder (LeRobot venv; --chunk-size 1)"
+    )
+    p.add_argument("--repo-id", default="local/metaworld_demos", help="the LeRobotDataset's repo id (--lerobot)")
     args = p.parse_args(argv)
+    if args.lerobot is not None and args.chunk_size != 1:
+        p.error("--lerobot stores one action per frame: record with --chunk-size 1")
     task = args.task.split(",") if "," in args.task else args.task
     sim_kwargs = {"task": task, "split": args.split, "max_episode_steps": args.max_episode_steps}
     data = build(args.episodes, args.seed, args.chunk_size, sim_kwargs, args.noise, args.speed, not args.drop_failed)
@@ -235,6 +257,9 @@ def main(argv: list[str] | None = None) -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         torch.save(data, args.out)
         print(f"-> {args.out}")
+    if args.lerobot is not None:
+        write_lerobot(data, args.lerobot, args.repo_id)
+        print(f"-> {args.lerobot} (LeRobotDataset, {FPS} fps)")
 
 
 if __name__ == "__main__":
