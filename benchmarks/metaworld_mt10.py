@@ -5,6 +5,7 @@
     python benchmarks/metaworld_mt10.py --validation            # choose settings here: seeds 100-102, other variations
     python benchmarks/metaworld_mt10.py trainer.iterations=50   # dotted overrides for every run
     python benchmarks/metaworld_mt10.py --report                # train nothing: the seeds finished so far
+    python benchmarks/metaworld_mt10.py --first-seed 2 --seeds 1  # seed 2 alone (side by side with others)
     python benchmarks/metaworld_mt10.py --smoke                 # seconds: the code path, no figure
 
 Each seed runs ``configs/metaworld_mt10.yaml`` from scratch (``run.seed`` = the seed: the
@@ -186,6 +187,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200, help="held-out episodes per evaluation (10 tasks)")
     parser.add_argument("--validation", action="store_true", help="seeds from 100, held-out variations 30-49")
     parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=None,
+        help="seeds from this one (default 0, 100 with --validation): seeds run side by side as separate "
+        "processes with the same run.output_dir, then --report gathers them",
+    )
+    parser.add_argument(
         "--report",
         action="store_true",
         help="train nothing: the figures of the seeds whose runs finished (their run folders), the others listed",
@@ -203,7 +211,7 @@ def main() -> None:
         *([*smoke_overrides(args.config), f"run.output_dir={scratch()}"] if args.smoke else []),
         *args.overrides,
     ]
-    seed0 = VALIDATION_SEED0 if args.validation else 0
+    seed0 = args.first_seed if args.first_seed is not None else VALIDATION_SEED0 if args.validation else 0
     seeds = list(range(seed0, seed0 + args.seeds))
     load = os.getloadavg()[0]
     runs, missing = [], []
