@@ -53,7 +53,7 @@ def test_each_decision_carries_the_task_of_its_episode(tmp_path):
 
 
 def test_per_task_reward_scales_are_kept_and_logged(tmp_path):
-    trainer = trainer_for(tmp_path, "trainer.iterations=2", "algorithm.reward_norm_by=task")
+    trainer = trainer_for(tmp_path, "trainer.iterations=2")  # the config keeps one std per task
     trainer.run()
     rows = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in rows if "train/epochs" in r][-1]
@@ -64,8 +64,8 @@ def test_per_task_reward_scales_are_kept_and_logged(tmp_path):
     assert stds["reach-v3"] > 10 * stds["pick-place-v3"]
     scaler = trainer.learner.reward_scaler
     assert scaler is not None and len(scaler.stds()) == 10
-    shared = trainer_for(tmp_path / "shared", "trainer.iterations=1")  # the config's one std for all
-    assert not shared.learner.reward_scaler.per_key
+    shared = trainer_for(tmp_path / "shared", "algorithm.reward_norm_by=all")  # one std for every reward
+    assert not shared.learner.reward_scaler.per_key and not shared.learner.reward_scaler.stds()
     shared.close()
 
 
