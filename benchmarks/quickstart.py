@@ -66,7 +66,22 @@ def run_config(path: str, seed: int, overrides: list[str]) -> dict:
         # a multi-task simulator's success per task, {task: {"success_rate", "episodes"}} (else absent)
         **({"sft_tasks": results["start"]["tasks"]} if "tasks" in results["start"] else {}),
         **({"rl_tasks": results["final"]["tasks"]} if "tasks" in results["final"] else {}),
+        # a simulator that labels its episodes: success per label of each dimension (reach: goal colour,
+        # goal cell, start distance), after the warm start and after RL
+        **({"sft_breakdown": results["start"]["breakdown"]} if "breakdown" in results["start"] else {}),
+        **({"rl_breakdown": results["final"]["breakdown"]} if "breakdown" in results["final"] else {}),
     }
+
+
+def compact_breakdown(breakdown: dict) -> dict:
+    """``{dimension: {label: success_rate}}`` (rounded) of an evaluation's ``breakdown``."""
+    return {d: {label: round(r["success_rate"], 3) for label, r in rows.items()} for d, rows in breakdown.items()}
+
+
+def weakest(breakdown: dict, k: int = 3) -> str:
+    """The ``k`` labels with the lowest success, over every dimension: where a policy fails."""
+    rows = sorted((r["success_rate"], f"{d}={label}") for d, x in breakdown.items() for label, r in x.items())
+    return ", ".join(f"{name} {rate:.2f}" for rate, name in rows[:k])
 
 
 def summary(runs: list[dict]) -> dict:
@@ -99,8 +114,12 @@ def run_seeds(path: str, seeds: list[int], overrides: list[str]) -> dict:
     for seed in seeds:
         r = run_config(path, seed, overrides)
         r["gain"] = round(100 * (r["rl_success"] - r["sft_success"]), 2)
+        if "rl_breakdown" in r:
+            print(f"{path} seed {seed}: weakest after RL: {weakest(r['rl_breakdown'])}", flush=True)
         runs.append(r)
     s = {"seeds": list(seeds), **summary(runs), "warm_start_candidate": [r["warm_start_candidate"] for r in runs]}
+    if all("rl_breakdown" in r for r in runs):  # per seed, where the policy fails after RL
+        s["rl_breakdown"] = {str(seed): compact_breakdown(r["rl_breakdown"]) for seed, r in zip(seeds, runs)}
     print(
         f"{path}: held-out success over {len(seeds)} seeds: warm start {s['sft_success_mean']:.3f} +- "
         f"{s['sft_success_std']:.3f} -> RL {s['rl_success_mean']:.3f} +- {s['rl_success_std']:.3f} "

@@ -110,6 +110,9 @@ def cmd_eval(args) -> int:
         print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  {label}")
     for name, row in report.get("suites", {}).items():
         print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  suite {name}")
+    for dim, rows in report.get("breakdown", {}).items():  # where the policy fails: success per label
+        for label, row in rows.items():
+            print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  {dim} = {label}")
     print(
         f"overall success {report['success_rate']:.3f} over {report['episodes']} episodes; "
         f"report: {out / 'eval_report.json'}"

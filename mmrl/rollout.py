@@ -136,6 +136,17 @@ def episode_tasks(obs: Observation) -> list[str] | None:
     return [str(m["task"]) for m in meta]
 
 
+def episode_breakdown(obs: Observation) -> dict[str, list[str]] | None:
+    """Per dimension, each env's label (``Observation.meta[i]["breakdown"]``: ``{dimension: label}``,
+    e.g. reach's goal colour, goal cell and start distance), for the dimensions every env names; None
+    when the simulator names none. The evaluation reports success per label of each dimension."""
+    meta = obs.meta
+    if not meta or not all(isinstance(m, dict) and isinstance(m.get("breakdown"), dict) for m in meta):
+        return None
+    dims = set.intersection(*(set(m["breakdown"]) for m in meta))
+    return {d: [str(m["breakdown"][d]) for m in meta] for d in sorted(dims)} or None
+
+
 def task_ids(tasks: list[str]) -> torch.Tensor:
     """``[N]`` long ids of task names (CRC-32 of the name: the same id in every process, iteration and
     resume, with no table to keep), the batch key ``task``."""
@@ -191,14 +202,15 @@ def collect_episodes(
     simulator's: the generated clips, [F, frames_of, H, W, 3]),
     ``frame_success`` bool [T+1, frames_of] (success reached by that frame) and ``captions`` (their
     instructions); ``task`` [N] labels when the simulator names each episode's task
-    (`episode_tasks`); ``counters`` {name: [N]}, each of the simulator's ``episode_counters``
+    (`episode_tasks`); ``breakdown`` {dimension: [N] labels} when it labels its episodes
+    (`episode_breakdown`); ``counters`` {name: [N]}, each of the simulator's ``episode_counters``
     summed over the episode. In train mode the batch carries ``bootstrap`` (`truncation_values`).
     """
     chunk = policy.chunk_size
     horizon = math.ceil(sim.max_episode_steps / chunk)
     obs = sim.reset(seeds)
     check_observation(sim, obs)
-    tasks = episode_tasks(obs)
+    tasks, breakdown = episode_tasks(obs), episode_breakdown(obs)
     alive = torch.ones(sim.num_envs, dtype=torch.bool, device=sim.device)
     episodes = reward.episode_scores(sim.num_envs) if reward is not None else None
     steps, frames = [], [obs.image[:frames_of].cpu()] if frames_of else []
@@ -227,6 +239,8 @@ def collect_episodes(
     if tasks is not None:
         info["task"] = tasks
         batch["task"] = task_ids(tasks).expand(batch["valid"].shape).clone()
+    if breakdown is not None:
+        info["breakdown"] = breakdown
     if counters:
         info["counters"] = counters
     if frames_of:
@@ -372,7 +386,9 @@ def evaluate_policy(
     tool simulator's ``tool_calls``), under its own name.
 
     Episode e uses reset seed ``seed + e``, so the evaluation set is fixed and reproducible. A
-    multi-task simulator's episodes (`episode_tasks`) are also scored per task (``tasks``).
+    multi-task simulator's episodes (`episode_tasks`) are also scored per task (``tasks``), and
+    labelled episodes (`episode_breakdown`) per label of each dimension (``breakdown``:
+    ``{dimension: {label: {"success_rate", "episodes"}}}``).
     Writes an mp4 grid of the first ``video_envs`` episodes when ``video_path`` is given.
 
     With N ``ranks`` (`mmrl.distributed`, every rank calling) a batch is N x ``sim.num_envs``
@@ -382,7 +398,8 @@ def evaluate_policy(
     ranks = ranks or Ranks()
     was_training = policy.training
     policy.eval()
-    #: per round, this rank's episodes in the set: (success, return, length, tasks or None, counters)
+    #: per round, this rank's episodes in the set: (success, return, length, tasks or None, counters,
+    #: breakdown or None)
     rounds: list[tuple] = []
     done = 0
     n = sim.num_envs
@@ -406,8 +423,16 @@ def evaluate_policy(
             take = max(0, min(n, num_episodes - done - first))  # of this rank's episodes, those in the set
             task = info["task"][:take] if "task" in info else None
             counts = {k: v[:take].cpu() for k, v in info.get("counters", {}).items()}
+            labels = {d: v[:take] for d, v in info["breakdown"].items()} if "breakdown" in info else None
             rounds.append(
-                (info["success"][:take].cpu(), info["return"][:take].cpu(), info["length"][:take].cpu(), task, counts)
+                (
+                    info["success"][:take].cpu(),
+                    info["return"][:take].cpu(),
+                    info["length"][:take].cpu(),
+                    task,
+                    counts,
+                    labels,
+                )
             )
             if want_video:
                 assert video_path is not None  # want_video says so
@@ -432,7 +457,19 @@ def evaluate_policy(
         out[k] = torch.cat([r[4][k] for r in rounds]).float().mean().item()
     if tasks and len(set(tasks)) > 1:  # a multi-task simulator: success per task as well
         out["tasks"] = success_by_task(tasks, success)
+    if all(r[5] is not None for r in rounds):  # labelled episodes: success per label of each dimension
+        dims = set.intersection(*(set(r[5]) for r in rounds))
+        out["breakdown"] = {d: success_by_task([x for r in rounds for x in r[5][d]], success) for d in sorted(dims)}
     return out
+
+
+def breakdown_logs(prefix: str, breakdown: dict[str, dict]) -> dict[str, float]:
+    """Scalar logs of an evaluation's ``breakdown``: ``<prefix>/success_by/<dimension>/<label>``."""
+    return {
+        f"{prefix}/success_by/{dim}/{label}": r["success_rate"]
+        for dim, rows in breakdown.items()
+        for label, r in rows.items()
+    }
 
 
 TILE_MIN_PX, TILE_MAX_PX = 128, 256  # an episode's tile in videos and grids: longest side (automatic scale)

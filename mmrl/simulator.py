@@ -45,7 +45,10 @@ class Observation:
     #: per env, the full-resolution images of a question (uint8 [H, W, 3] each, any size and count);
     #: VLM question sims set it and ``image`` then holds fixed-size thumbnails for videos
     images: list[list[torch.Tensor]] | None = None
-    #: per env, the ground truth a reward model reads (e.g. ``{"answer": "3"}``, ``{"color": "red"}``)
+    #: per env, the ground truth a reward model reads (e.g. ``{"answer": "3"}``, ``{"color": "red"}``);
+    #: two keys are the evaluation's: ``"task"`` (a multi-task simulator's task: success per task) and
+    #: ``"breakdown"``, ``{dimension: label}`` of the episode (e.g. reach's ``{"goal": "red", ...}``):
+    #: the evaluation report gives success per label of each dimension (`mmrl.rollout.episode_breakdown`)
     meta: list[dict] | None = None
     #: per env, the videos of a question (sources a VLM decodes: paths, frames, ... see `mmrl.video`)
     videos: list[list] | None = None

@@ -80,6 +80,30 @@ def hash_uniform(seeds: torch.Tensor, count: int) -> torch.Tensor:
     return (x >> 8).to(torch.float32) * (1.0 / (1 << 24))
 
 
+#: the start-distance bands of the evaluation report (world units; the arena is [-1, 1]^2 and discs
+#: spawn at least ``min_separation`` 0.4 from the gripper): upper edges of all but the last band
+DISTANCE_BANDS = (0.8, 1.2, 1.6)
+
+
+def goal_cell(x: float, y: float, extent: float) -> str:
+    """The goal's cell of a 3 x 3 grid over the spawn area ``[-extent, extent]^2``, e.g. ``top-left``
+    (``y`` up, as rendered)."""
+    third = extent / 3
+    row = "top" if y > third else "bottom" if y < -third else "middle"
+    col = "left" if x < -third else "right" if x > third else "centre"
+    return f"{row}-{col}"
+
+
+def distance_band(d: float) -> str:
+    """The band of `DISTANCE_BANDS` the gripper's start distance to the goal falls in, e.g. ``0.8-1.2``."""
+    low = 0.0
+    for high in DISTANCE_BANDS:
+        if d < high:
+            return f"{low:.1f}-{high:.1f}"
+        low = high
+    return f">={low:.1f}"
+
+
 class ReachSim(Simulator):
     """Embedded pure-torch batched reach-the-named-target task (RGB + instruction)."""
 
@@ -157,6 +181,7 @@ class ReachSim(Simulator):
         self.template = torch.zeros(n, dtype=torch.long, device=self.device)
         self.elapsed = torch.zeros(n, dtype=torch.long, device=self.device)
         self._instructions = [""] * n
+        self._breakdown: list[dict[str, str]] = [{} for _ in range(n)]  # per env: its episode's labels
         self._reset_rows(torch.arange(n, device=self.device), self._draw_seeds(n))
         self._arange = torch.arange(n, device=self.device)
 
@@ -205,6 +230,14 @@ class ReachSim(Simulator):
         goal_color = init["colors"].gather(1, init["target"][:, None])[:, 0]
         for r, t, g in zip(rows.tolist(), init["template"].tolist(), goal_color.tolist()):
             self._instructions[r] = self._instr_table[t][g]
+        goal = init["objects"][torch.arange(len(rows), device=self.device), init["target"]]
+        distance = (goal - init["gripper"]).norm(dim=1)
+        for r, g, xy, d in zip(rows.tolist(), goal_color.tolist(), goal.tolist(), distance.tolist()):
+            self._breakdown[r] = {
+                "goal": self.color_names[g],
+                "goal_cell": goal_cell(xy[0], xy[1], self.spawn_extent),
+                "start_distance": distance_band(d),
+            }
 
     def reset(self, seed: int | list[int] | None = None) -> Observation:
         n = self.num_envs
@@ -280,7 +313,11 @@ class ReachSim(Simulator):
 
     def _observe(self) -> Observation:
         image = self.render(self.gripper, self.objects, self.colors)
-        return Observation(image, list(self._instructions), self._state())
+        return Observation(image, list(self._instructions), self._state(), meta=self._meta())
+
+    def _meta(self) -> list[dict]:
+        """Per env, the labels the evaluation report breaks success down by (``breakdown``)."""
+        return [{"breakdown": b} for b in self._breakdown]
 
     # ------------------------------------------------------------------ stepping
     def goal_position(self) -> torch.Tensor:
@@ -343,13 +380,13 @@ class ReachSim(Simulator):
         final_obs = None
         if bool(done.any()):
             # rows of envs that did not finish hold their current observation
-            final_obs = Observation(image, list(self._instructions), state)
+            final_obs = Observation(image, list(self._instructions), state, meta=self._meta())
             rows = done.nonzero().flatten()
             self._reset_rows(rows, self._draw_seeds(rows.numel()))
             image = image.clone()
             image[rows] = self.render(self.gripper[rows], self.objects[rows], self.colors[rows])
             state = self._state()
-        obs = Observation(image, list(self._instructions), state)
+        obs = Observation(image, list(self._instructions), state, meta=self._meta())
         return StepResult(obs, reward, terminated, truncated, success, final_obs, {"num_steps": executed})
 
     # ------------------------------------------------------------------ snapshot / restore
@@ -362,6 +399,7 @@ class ReachSim(Simulator):
             "template": self.template.clone(),
             "elapsed": self.elapsed.clone(),
             "instructions": list(self._instructions),
+            "breakdown": [dict(b) for b in self._breakdown],
             "rng": self._gen.get_state().clone(),
             "expert_rng": self._expert_gen.get_state().clone(),
         }
@@ -370,6 +408,8 @@ class ReachSim(Simulator):
         for key in ("gripper", "objects", "colors", "target", "template", "elapsed"):
             setattr(self, key, state[key].to(self.device).clone())
         self._instructions = list(state["instructions"])
+        # a snapshot from before the labels existed: no breakdown until the next resets
+        self._breakdown = [dict(b) for b in state.get("breakdown", [{} for _ in range(self.num_envs)])]
         self._gen.set_state(state["rng"].clone())
         self._expert_gen.set_state(state["expert_rng"].clone())
 

@@ -40,7 +40,9 @@ def evaluate_suite(
     task's simulator; ``reward`` is the experiment's reward stage
     (`mmrl.trainer.reward_stage.RewardStage`) or None. Returns the report: overall ``success_rate`` /
     ``return`` / ``length`` / ``episodes`` (episode-weighted over tasks), ``tasks``, one entry per
-    task, and ``suites`` (success per suite) when the simulators name theirs (LIBERO)."""
+    task, ``suites`` (success per suite) when the simulators name theirs (LIBERO), and
+    ``breakdown`` (success per label of each dimension, over every task) when they label their
+    episodes (`mmrl.rollout.episode_breakdown`: reach's goal colour, goal cell, start distance)."""
     if not tasks:
         raise ValueError("evaluate_suite needs at least one task")
     if episodes < 1 or max_envs < 1:
@@ -78,6 +80,14 @@ def evaluate_suite(
     }
     if all("suite" in r for r in rows):  # e.g. LIBERO: success per suite, episode-weighted over its tasks
         report["suites"] = weighted_rates((r["suite"], r["success_rate"], r["episodes"]) for r in rows)
+    if all("breakdown" in r for r in rows):  # labelled episodes: success per label, over every task
+        dims = set.intersection(*(set(r["breakdown"]) for r in rows))
+        report["breakdown"] = {
+            d: weighted_rates(
+                (label, x["success_rate"], x["episodes"]) for r in rows for label, x in r["breakdown"][d].items()
+            )
+            for d in sorted(dims)
+        }
     return report
 
 

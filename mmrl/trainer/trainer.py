@@ -33,7 +33,7 @@ from mmrl import distributed
 from mmrl.algorithms.advantages import group_reward_stats
 from mmrl.batch import Batch
 from mmrl.errors import TrainingError, UserError
-from mmrl.rollout import evaluate_policy, success_by_task, task_logs
+from mmrl.rollout import breakdown_logs, evaluate_policy, success_by_task, task_logs
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.collectors import AsyncCollector, build_collector
 from mmrl.trainer.learner import Learner
@@ -428,7 +428,11 @@ class Trainer:
         self.state.results[name] = res
         self.logger.log(
             self.state.iteration,
-            {**{f"eval/{k}": v for k, v in res.items() if k != "tasks"}, **task_logs("eval", res.get("tasks", {}))},
+            {
+                **{f"eval/{k}": v for k, v in res.items() if k not in ("tasks", "breakdown")},
+                **task_logs("eval", res.get("tasks", {})),
+                **breakdown_logs("eval", res.get("breakdown", {})),
+            },
         )
         if video is not None and video.exists():
             self.logger.media(self.state.iteration, f"eval/{name}", video)

@@ -129,6 +129,13 @@ def test_eval_reports_success_of_a_checkpoint(tmp_path):
     assert report["episodes"] == 6 and 0.0 <= report["success_rate"] <= 1.0
     assert len(report["tasks"]) == 1 and report["tasks"][0]["task"] is None  # the configured task
     assert json.loads((tmp_path / "e" / "eval_report.json").read_text())["checkpoint"] == str(ckpt)
+    # where it fails: reach's episodes broken down by goal colour, goal cell and start distance,
+    # printed one row each and in the report, each dimension over the same 6 episodes
+    assert set(report["breakdown"]) == {"goal", "goal_cell", "start_distance"}
+    for dim, rows in report["breakdown"].items():
+        assert sum(r["episodes"] for r in rows.values()) == 6
+        for label, r in rows.items():
+            assert f"({r['episodes']} episodes)  {dim} = {label}" in proc.stdout
 
 
 def test_check_reward_command(capsys):

@@ -132,3 +132,46 @@ def test_video_without_imageio_ffmpeg_is_a_gif(tmp_path, monkeypatch, capsys):
     gif = imageio.mimread(str(tmp_path / "v.gif"))
     assert len(gif) == 3 and gif[0][..., :3].mean() < 30 and gif[2][2:10, 2:10, :3].mean() > 150
     assert capsys.readouterr().err.count("imageio-ffmpeg is not installed") == 1
+
+
+def test_the_report_says_where_a_policy_fails(tmp_path):
+    """A policy that reaches every colour but red: the report's goal row for red is 0, the others
+    near 1, and every other dimension (goal cell, start distance) sums to the same episodes."""
+    sim = ReachSim(num_envs=6, max_episode_steps=40)
+
+    class ColourBlind(FlowVLAPolicy):
+        def rollout(self, obs, generator=None, mode="train"):
+            batch, _ = super().rollout(obs, generator, mode)
+            chunk = sim.expert_chunk(self.cfg.chunk_size)
+            red = torch.tensor(["red" in s for s in obs.instruction])
+            chunk[red] = -sim.expert_chunk(self.cfg.chunk_size)[red]  # away from red, never to it
+            return batch, chunk
+
+    torch.manual_seed(0)
+    policy = ColourBlind(FlowVLAConfig(dim=16, expert_dim=16, expert_layers=1), 2, 2)
+    res = evaluate_policy(policy, sim, 60, seed=11, generator=torch.Generator().manual_seed(0))
+    goal = res["breakdown"]["goal"]
+    assert goal["red"]["episodes"] > 0 and goal["red"]["success_rate"] == 0.0
+    assert all(r["success_rate"] > 0.9 for c, r in goal.items() if c != "red")
+    assert set(res["breakdown"]) == {"goal", "goal_cell", "start_distance"}
+    for rows in res["breakdown"].values():
+        assert sum(r["episodes"] for r in rows.values()) == 60
+        overall = sum(r["success_rate"] * r["episodes"] for r in rows.values()) / 60
+        assert overall == pytest.approx(res["success_rate"])
+    # a suite report carries it (episode-weighted over tasks), and so does `mmrl eval`'s printout
+    report = evaluate_suite(policy, lambda task, n: sim, [None], 60, 11, torch.Generator().manual_seed(0), max_envs=6)
+    assert report["breakdown"]["goal"] == goal
+
+
+def test_reach_labels_follow_the_episode_through_auto_resets_and_snapshots():
+    sim = ReachSim(num_envs=4, max_episode_steps=3)
+    obs = sim.reset(5)
+    first = [m["breakdown"] for m in obs.meta]
+    colours = [s.split()[-2] for s in obs.instruction]  # "reach the <colour> target"
+    assert [b["goal"] for b in first] == colours
+    state = sim.get_state()
+    res = sim.step_chunk(torch.zeros(4, 3, 2))  # the time limit: every env auto-resets
+    assert res.done.all() and [m["breakdown"] for m in res.final_obs.meta] == first
+    assert [m["breakdown"]["goal"] for m in res.obs.meta] == [s.split()[-2] for s in res.obs.instruction]
+    sim.set_state(state)
+    assert [m["breakdown"] for m in sim._observe().meta] == first
