@@ -296,6 +296,7 @@ class StepCollector:
         steps: list[Batch] = []
         finished: dict[str, list[torch.Tensor]] = {"return": [], "success": [], "length": []}
         names: dict[int, str] = {}
+        ended_tasks: list[str] = []  # the task of each episode that ended, in the order of ``finished``
         for _ in range(self.steps):
             tasks = episode_tasks(self.obs)  # the task of the episode each decision belongs to
             out, res = act(policy, sim, self.obs, generator, "train", every, self.reward, self.episodes)
@@ -311,6 +312,8 @@ class StepCollector:
             self.ep_success |= res.success.cpu()
             done = res.done.cpu()
             if done.any():
+                if tasks is not None:
+                    ended_tasks.extend(tasks[i] for i in done.nonzero().flatten().tolist())
                 finished["return"].append(self.ep_return[done])
                 finished["success"].append(self.ep_success[done])
                 finished["length"].append(self.ep_length[done])
@@ -327,6 +330,8 @@ class StepCollector:
         )
         if names:
             info["task_names"] = names  # the batch's ``task`` ids -> names
+        if names and len(ended_tasks) == len(info["return"]):  # the ended episodes' tasks (train/success/<task>)
+            info["task"] = ended_tasks
         return batch, info
 
     def state_dict(self) -> dict:

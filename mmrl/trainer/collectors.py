@@ -181,6 +181,8 @@ class FixedLengthCollector(Collector):
             ended = torch.isfinite(info["return"])  # ended episodes whose return saw the NaN
             for key in ("return", "success", "length"):
                 info[key] = info[key][ended]
+            if "task" in info:
+                info["task"] = [t for t, keep in zip(info["task"], ended.tolist()) if keep]
         info.update(episodes=len(info["return"]), lost_episodes=0, nonfinite_episodes=nonfinite)
         return batch, info
 

@@ -50,6 +50,10 @@ def test_each_decision_carries_the_task_of_its_episode(tmp_path):
     # an env's task changes only at the decision after its episode ended: the label is the task of
     # the episode the decision acted in, not the one the auto reset began
     assert not (changed & ~dones[:-1]).any()
+    # the episodes that ended are labelled with their own task (train/success/<task> comes from these)
+    ended = dones.nonzero().tolist()  # (decision, env), in the order the collector saw them end
+    assert len(ended) == len(info["success"]) > 0
+    assert info["task"] == [names[int(task[t, i])] for t, i in ended]
 
 
 def test_per_task_reward_scales_are_kept_and_logged(tmp_path):
@@ -60,6 +64,8 @@ def test_per_task_reward_scales_are_kept_and_logged(tmp_path):
     stds = {k.split("/")[-1]: v for k, v in last.items() if k.startswith("train/reward_std/")}
     adv = {k.split("/")[-1]: v for k, v in last.items() if k.startswith("train/adv_abs/")}
     assert len(stds) == 10 and set(adv) == set(stds)
+    # training success per task, from the episodes that ended in the fixed-length rollouts
+    assert any(sum(k.startswith("train/success/") for k in r) >= 2 for r in rows)
     # reach-v3 pays about a hundred times what pick-place-v3 pays: their scales say so
     assert stds["reach-v3"] > 10 * stds["pick-place-v3"]
     scaler = trainer.learner.reward_scaler
