@@ -147,6 +147,26 @@ def episode_breakdown(obs: Observation) -> dict[str, list[str]] | None:
     return {d: [str(m["breakdown"][d]) for m in meta] for d in sorted(dims)} or None
 
 
+def merged_breakdown(parts: list[dict[str, list[str]] | None]) -> dict[str, list[str]] | None:
+    """The `episode_breakdown` of envs split in parts (pipeline stages), in order: the dimensions
+    every part names; None when a part names none."""
+    if not parts or any(p is None for p in parts):
+        return None
+    dims = set.intersection(*(set(p) for p in parts if p is not None))
+    return {d: [x for p in parts if p is not None for x in p[d]] for d in sorted(dims)} or None
+
+
+def label_episodes(batch: Batch, info: dict, tasks: list[str] | None, breakdown: dict | None) -> None:
+    """A one-episode-per-env rollout's labels, in place: ``info["task"]`` and the batch key ``task``
+    ([T, N] ids, `task_ids`) when the simulator names each env's task, ``info["breakdown"]`` when it
+    labels its episodes."""
+    if tasks is not None:
+        info["task"] = tasks
+        batch["task"] = task_ids(tasks).expand(batch["valid"].shape).clone()
+    if breakdown is not None:
+        info["breakdown"] = breakdown
+
+
 def task_ids(tasks: list[str]) -> torch.Tensor:
     """``[N]`` long ids of task names (CRC-32 of the name: the same id in every process, iteration and
     resume, with no table to keep), the batch key ``task``."""
@@ -236,11 +256,7 @@ def collect_episodes(
             break
     batch = Batch.stack(steps)  # [T, N, ...]
     info = episode_info(batch)
-    if tasks is not None:
-        info["task"] = tasks
-        batch["task"] = task_ids(tasks).expand(batch["valid"].shape).clone()
-    if breakdown is not None:
-        info["breakdown"] = breakdown
+    label_episodes(batch, info, tasks, breakdown)
     if counters:
         info["counters"] = counters
     if frames_of:

@@ -50,7 +50,15 @@ import torch
 
 from mmrl.batch import Batch
 from mmrl.placement.worker import WorkerBase, WorkerCrashed, close_workers
-from mmrl.rollout import episode_info, episode_tasks, step_record, truncation_values
+from mmrl.rollout import (
+    episode_breakdown,
+    episode_info,
+    episode_tasks,
+    label_episodes,
+    merged_breakdown,
+    step_record,
+    truncation_values,
+)
 from mmrl.simulator import StepResult, check_step_result
 from mmrl.utils.rows import sub_rows
 
@@ -127,6 +135,7 @@ def _collect(policy, workers: list[WorkerBase], seeds: list[int], generator, mod
     timing["sim_wait_s"] += time.perf_counter() - t0
     stage_tasks = [episode_tasks(o) for o in obs]
     tasks = None if any(t is None for t in stage_tasks) else [t for st in stage_tasks if st is not None for t in st]
+    breakdown = merged_breakdown([episode_breakdown(o) for o in obs])
     alive = [torch.ones(k, dtype=torch.bool) for k in sizes]
     episodes = [reward.episode_scores(k) if reward is not None else None for k in sizes]  # the reward's state
 
@@ -195,8 +204,8 @@ def _collect(policy, workers: list[WorkerBase], seeds: list[int], generator, mod
         "lost_episodes": int(lost_all.sum()),
         "worker_restarts": crashes,
         **timing,
-        **({"task": tasks} if tasks is not None else {}),
     }
+    label_episodes(batch, info, tasks, breakdown)  # as collect_episodes labels them
     return batch, info
 
 

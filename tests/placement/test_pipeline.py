@@ -68,6 +68,8 @@ def assert_same_episodes(ref, got, cols=slice(None), close=()):
     assert torch.equal(ri["length"][cols], gi["length"][cols])
     assert torch.equal(ri["return"][cols], gi["return"][cols])
     assert torch.equal(ri["success"][cols], gi["success"][cols])
+    # the episodes' labels (reach: goal colour, cell, start distance), which the evaluation reports
+    assert "breakdown" in ri and gi["breakdown"] == ri["breakdown"]
     valid = rb["valid"][:, cols]
     assert rb.keys() == gb.keys()
     for key in rb:
