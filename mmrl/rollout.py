@@ -478,9 +478,9 @@ def evaluate_policy(
         out[k] = torch.cat([r[4][k] for r in rounds]).float().mean().item()
     if tasks and len(set(tasks)) > 1:  # a multi-task simulator: success per task as well
         out["tasks"] = success_by_task(tasks, success)
-    if all(r[5] is not None for r in rounds):  # labelled episodes: success per label of each dimension
-        dims = set.intersection(*(set(r[5]) for r in rounds))
-        out["breakdown"] = {d: success_by_task([x for r in rounds for x in r[5][d]], success) for d in sorted(dims)}
+    labels = merged_breakdown([r[5] for r in rounds])  # every round's labels, in the order of ``success``
+    if labels is not None:  # labelled episodes: success per label of each dimension
+        out["breakdown"] = {d: success_by_task(v, success) for d, v in labels.items()}
     return out
 
 

@@ -370,18 +370,19 @@ def write(
     ds = lerobot_dataset_class().create(
         repo_id, fps=int(fps), features=features, root=root, robot_type=robot_type, use_videos=False
     )
-    for e in dict.fromkeys(episode.tolist()):
-        for r in (episode == e).nonzero().flatten().tolist():
-            frame = {
-                "observation.state": state[r].numpy(),
-                "action": actions[r, 0].float().numpy(),
-                "next.reward": np.asarray([rewards[r]], dtype=np.float32),
-                "task": data["instruction"][r],
-            }
-            if cam is not None:
-                frame[cam] = data["image"][r].numpy()
-            ds.add_frame(frame)
-        ds.save_episode(parallel_encoding=False)  # no process pool: callers may hold threads
+    ids, act = episode.tolist(), actions[:, 0].float()
+    for r, e in enumerate(ids):  # one pass: the records are sorted by episode, then step
+        frame = {
+            "observation.state": state[r].numpy(),
+            "action": act[r].numpy(),
+            "next.reward": np.asarray([rewards[r]], dtype=np.float32),
+            "task": data["instruction"][r],
+        }
+        if cam is not None:
+            frame[cam] = data["image"][r].numpy()
+        ds.add_frame(frame)
+        if r + 1 == len(ids) or ids[r + 1] != e:  # the episode's last frame
+            ds.save_episode(parallel_encoding=False)  # no process pool: callers may hold threads
     ds.finalize()
     return root
 
