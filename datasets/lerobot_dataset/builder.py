@@ -24,11 +24,13 @@ import torch
 
 try:
     from mmrl.config import ConfigError
+    from mmrl.data import record_order
     from mmrl.policies.processing import resize_images
     from mmrl.registry import MissingDependencyError
 except ImportError:  # run as a script from outside the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from mmrl.config import ConfigError
+    from mmrl.data import record_order
     from mmrl.policies.processing import resize_images
     from mmrl.registry import MissingDependencyError
 
@@ -338,11 +340,12 @@ def write(
     (``LeRobotDataset.create`` / ``add_frame`` / ``save_episode`` / ``finalize``).
 
     ``data``: the flat records of a demonstration builder recorded one sim step per decision
-    (``actions`` [M, 1, A]; ``state`` [M, D], ``instruction``, ``episode``, ``step``, ``rewards`` [M],
-    sorted by episode, then step; ``image`` [M, H, W, 3] only with ``camera``). One LeRobot episode per
-    demonstration episode; columns ``observation.state``, ``action``, ``next.reward`` and, with
-    ``camera``, ``observation.images.<camera>`` (PNG frames); each frame's task is its instruction.
-    `build` reads it back (``image_keys=[]`` without a camera)."""
+    (``actions`` [M, 1, A]; ``state`` [M, D], ``instruction``, ``episode``, ``step``, ``rewards`` [M];
+    ``image`` [M, H, W, 3] only with ``camera``), in any order: the frames are written by episode,
+    then step (`mmrl.data.record_order`). One LeRobot episode per demonstration episode; columns
+    ``observation.state``, ``action``, ``next.reward`` and, with ``camera``,
+    ``observation.images.<camera>`` (PNG frames); each frame's task is its instruction. `build` reads
+    it back (``image_keys=[]`` without a camera)."""
     actions = data["actions"]
     if actions.dim() != 3 or actions.shape[1] != 1:
         raise ConfigError(
@@ -370,8 +373,9 @@ def write(
     ds = lerobot_dataset_class().create(
         repo_id, fps=int(fps), features=features, root=root, robot_type=robot_type, use_videos=False
     )
-    ids, act = episode.tolist(), actions[:, 0].float()
-    for r, e in enumerate(ids):  # one pass: the records are sorted by episode, then step
+    rows, act = record_order(episode, data["step"]).tolist(), actions[:, 0].float()  # by episode, then step
+    ids = episode[rows].tolist()
+    for i, (r, e) in enumerate(zip(rows, ids, strict=True)):  # one pass over the sorted records
         frame = {
             "observation.state": state[r].numpy(),
             "action": act[r].numpy(),
@@ -381,7 +385,7 @@ def write(
         if cam is not None:
             frame[cam] = data["image"][r].numpy()
         ds.add_frame(frame)
-        if r + 1 == len(ids) or ids[r + 1] != e:  # the episode's last frame
+        if i + 1 == len(ids) or ids[i + 1] != e:  # the episode's last frame
             ds.save_episode(parallel_encoding=False)  # no process pool: callers may hold threads
     ds.finalize()
     return root

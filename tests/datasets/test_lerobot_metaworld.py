@@ -37,6 +37,16 @@ def test_metaworld_demos_round_trip_through_lerobot(tmp_path):
     assert torch.equal(back["episode"], frames["episode"]) and torch.equal(back["step"], frames["step"])
     assert back["image"].shape == (len(frames["state"]), 1, 1, 3)  # no camera: one shared zero frame
 
+    # records in any order are written by episode, then step: the same dataset comes back
+    shuffle = torch.randperm(len(frames["state"]), generator=torch.Generator().manual_seed(0))
+    rows = shuffle.tolist()
+    shuffled = {k: v[shuffle] if isinstance(v, torch.Tensor) and len(v) == len(rows) else v for k, v in frames.items()}
+    shuffled["instruction"] = [frames["instruction"][i] for i in rows]
+    again = lr.build(root=mw.write_lerobot(shuffled, tmp_path / "shuffled"), chunk_size=4, image_keys=[])
+    for key in ("state", "actions", "episode", "step"):
+        assert torch.equal(again[key], back[key]), key
+    assert again["instruction"] == back["instruction"]
+
     # decisions of 4 frames are what the builder itself records with chunk_size 4 (the expert runs
     # closed loop either way): the same states at the chunks' starts, the same summed rewards, the
     # same actions wherever a chunk does not run past its episode's end (padded differently there)
