@@ -11,6 +11,7 @@ mmrl init [NAME]                                       write an example config (
 mmrl --version
 mmrl check simulator NAME[:TASK] [key=value ...]       run the simulator contract checker
 mmrl check reward NAME [key=value ...]                 run the reward contract checker
+mmrl check reward NAME labelled=FILE [heldout=NAME]    ... then how it tracks success on a labelled sample
 mmrl check policy NAME [key=value ...]                 run the policy contract checker on its tiny config
                                                        (policy config keys; sim=NAME, sim.KEY=VALUE)
 """
@@ -267,6 +268,15 @@ def cmd_check(args) -> int:
             else None
         )
 
+    # the audit on a labelled sample: how the reward tracks success (and a held-out reward) there
+    labelled, heldout = (
+        (kwargs.pop("labelled", None), kwargs.pop("heldout", None)) if args.kind == "reward" else (None, None)
+    )
+    if heldout is not None and labelled is None:
+        print(
+            "error: heldout=NAME is scored beside the reward on a labelled sample: add labelled=FILE", file=sys.stderr
+        )
+        return 2
     if args.kind == "reward" and ":" in args.name:  # a function, as reward.type takes it (TRL style)
         from mmrl.checks.reward import check_reward
         from mmrl.trainer.reward_stage import reward_model
@@ -334,7 +344,40 @@ def cmd_check(args) -> int:
     for name in passed:
         print(f"  ok  {name}")
     print(f"{args.kind} '{args.name}' passed {len(passed)} contract checks")
+    if labelled is not None:
+        return _labelled_audit(args.name, reward, labelled, heldout)
     return 0
+
+
+def _labelled_audit(name: str, reward, labelled: str, heldout: str | None) -> int:
+    """`mmrl check reward NAME labelled=FILE [heldout=NAME]`: the reward audit on a labelled sample,
+    one readable line and one JSON line (`mmrl.checks.reward.labelled_audit`)."""
+    import json
+
+    from mmrl.checks.reward import labelled_audit, load_labelled
+    from mmrl.trainer.reward_stage import reward_model
+
+    try:
+        data = load_labelled(labelled, reward.kind)
+        held = reward_model(heldout, {}, reward.kind) if heldout else None
+    except (ValueError, TypeError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = labelled_audit(reward, data, held)
+    line = (
+        f"reward '{name}' on {out['n']} labelled samples ({labelled}, success share {out['success_share']:.3f}): "
+        f"correlation with success {out['corr_success']:.3f}, AUC {out['auc_success']:.3f}, mean "
+        f"{_fmt(out['mean_success'])} on successes and {_fmt(out['mean_failure'])} on failures"
+    )
+    if held is not None:
+        line += f"; held-out '{heldout}' mean {_fmt(out['heldout_mean'])}, correlation {out['corr_heldout']:.3f}"
+    print(line)
+    print(json.dumps({"reward": name, "labelled": str(labelled), **({"heldout": heldout} if heldout else {}), **out}))
+    return 0
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
 
 
 OVERRIDING = ("train", "eval")  # commands whose trailing arguments are dotted config overrides

@@ -449,6 +449,7 @@ def build_reward(cfg: ExperimentConfig):
             r.combine.failure_term,
             frames,
             r.timeout_s,
+            (r.audit.heldout, dict(r.audit.heldout_kwargs)) if r.audit.enabled and r.audit.heldout else None,
         )
 
 

@@ -42,6 +42,8 @@ import torch.nn.functional as F
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mmrl.algorithms.reward_audit import auc, pearson
+
 from .clip_score import OPENAI_MEAN, OPENAI_STD, clip_pixels
 
 REACH_CLIP_CONFIG = {
@@ -281,28 +283,6 @@ def select_goal_setting(
             )
     best = max(scores, key=lambda s: s["corr_success"])
     return {**best, "candidates": scores}
-
-
-def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Pearson correlation of two ``[N]`` tensors (0 when either is constant)."""
-    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
-    den = (x.norm() * y.norm()).item()
-    return float((x * y).sum().item() / den) if den > 0 else 0.0
-
-
-def auc(score: torch.Tensor, label: torch.Tensor) -> float:
-    """ROC AUC of ``score`` for binary ``label`` (ties count one half; nan without both classes)."""
-    label = label.bool()
-    n_pos, n_neg = int(label.sum()), int((~label).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    uniq, inv = torch.unique(score.double(), return_inverse=True)
-    ranks = torch.empty(score.numel(), dtype=torch.float64)
-    ranks[score.double().argsort()] = torch.arange(1, score.numel() + 1, dtype=torch.float64)
-    sums = torch.zeros(uniq.numel(), dtype=torch.float64).index_add_(0, inv, ranks)
-    cnts = torch.zeros(uniq.numel(), dtype=torch.float64).index_add_(0, inv, torch.ones_like(ranks))
-    ranks = (sums / cnts)[inv]  # average ranks of ties
-    return float((ranks[label].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def reward_stats(reward: torch.Tensor, success: torch.Tensor, goal_distance: torch.Tensor | None = None) -> dict:

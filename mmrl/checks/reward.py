@@ -34,6 +34,7 @@ declares a few there), else defaults: image (and video) prompts with a short tex
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
@@ -228,3 +229,60 @@ def check_reward(
 
 
 __all__ = ["check_reward"]
+
+
+# ---- the audit on a labelled sample (`mmrl check reward NAME labelled=FILE`) --------------------------
+SAMPLE_KEYS = {"image": "image", "video": "video", "text": "completion"}  # the samples' key by reward kind
+
+
+def load_labelled(path: str | Path, kind: str) -> dict:
+    """A labelled sample for `labelled_audit`: a ``torch.save`` dict holding the samples under
+    `SAMPLE_KEYS` (uint8 ``image [N, H, W, 3]``, ``video [N, F, H, W, 3]`` or a list of ``completion``
+    strings), the ``success`` label (bool ``[N]``) and the prompts (``instruction`` or ``prompt``,
+    N strings); optional ``meta`` (N dicts) and ``task`` (a ground-truth reward, ``[N]``). The
+    ``reach_clip`` dataset's labelled frames are one (``datasets/reach_clip/builder.py --labelled``).
+    Raises ValueError naming what is missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"labelled={path}: no such file (a torch.save dict of samples, prompts and success)")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise ValueError(f"labelled={path} cannot be read with torch.load: {type(exc).__name__}: {exc}") from None
+    key = SAMPLE_KEYS[kind]
+    if not isinstance(data, dict) or key not in data or "success" not in data:
+        have = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ValueError(
+            f"labelled={path} must hold '{key}' (the samples a {kind} reward scores) and 'success'; has {have}"
+        )
+    prompts = data.get("instruction", data.get("prompt"))
+    n = len(data[key])
+    if prompts is None or len(prompts) != n or len(data["success"]) != n:
+        raise ValueError(
+            f"labelled={path}: 'instruction' (or 'prompt') and 'success' must have one entry per sample ({n})"
+        )
+    return {
+        "samples": data[key],
+        "prompts": list(prompts),
+        "success": torch.as_tensor(data["success"]).bool(),
+        "meta": list(data["meta"]) if "meta" in data else [{} for _ in range(n)],
+        "task": torch.as_tensor(data["task"]).float() if "task" in data else None,
+    }
+
+
+def labelled_audit(reward: Any, data: dict, heldout: Any = None, batch_size: int = 256) -> dict:
+    """`mmrl.algorithms.reward_audit.audit_scores` of ``reward`` (and ``heldout``, a reward never
+    trained on) on a labelled sample (`load_labelled`), scored in batches of ``batch_size``."""
+    from mmrl.algorithms.reward_audit import audit_scores
+
+    def scores(model) -> torch.Tensor:
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(data["prompts"]), batch_size):
+                j = i + batch_size
+                out.append(
+                    torch.as_tensor(model(data["samples"][i:j], data["prompts"][i:j], data["meta"][i:j])).float()
+                )
+        return torch.cat(out)
+
+    return audit_scores(scores(reward), data["success"], data["task"], scores(heldout) if heldout is not None else None)

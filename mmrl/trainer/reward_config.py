@@ -95,6 +95,29 @@ class CombineConfig:
 
 
 @dataclass
+class AuditConfig:
+    """``reward.audit``: at every evaluation (the first before RL), how the trained reward tracks the
+    labels beside it on the evaluation's samples: the simulator's success and own reward, and a
+    held-out reward model never trained on (`mmrl.algorithms.reward_audit`; logged as
+    ``eval/reward_audit/...``, kept in ``results.json``). A run whose trained reward rises while the
+    held-out measure (the held-out reward, else success) falls over ``patience`` evaluations in a
+    row warns in one line naming both numbers."""
+
+    enabled: bool = True  # audit every evaluation (false: no audit, no warning)
+    # a reward that is never trained on (a registered reward or a function reference, as `type`),
+    # scored beside the trained one on the evaluation's samples: null = none (success is the measure)
+    heldout: str | None = None
+    heldout_kwargs: dict[str, Any] = field(default_factory=dict)  # its constructor arguments
+    patience: int = 3  # evaluations in a row of the two parting before the warning
+    tolerance: float = 0.0  # how far each must move between two evaluations to count as parting
+
+    def validate(self) -> None:
+        check_range(self, {"patience": ">=1", "tolerance": ">=0"})
+        if self.heldout is not None:
+            check_reward_name(self.heldout, "heldout")
+
+
+@dataclass
 class RewardConfig:
     """The trainer's reward stage (`mmrl.trainer.reward_stage`): a reward model (``rewards/``, `mmrl
     list`, or any Python function) that scores what the policy produced: a VLM's answers or a
@@ -123,6 +146,7 @@ class RewardConfig:
     # fixed limit in seconds; .inf = wait forever (the function then runs in the caller's thread, as
     # code that needs the main thread, e.g. signal.alarm, must). Registered rewards are not limited.
     timeout_s: float | None = None
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
     def validate(self) -> None:
         from mmrl.utils.deadline import timeout_problem

@@ -132,6 +132,7 @@ class RewardStage:
         combine: RewardSynthesis | None = None,
         failure_term: str | None = None,
         frames: FrameScoring | None = None,
+        heldout: Reward | None = None,
     ):
         if kind not in MODEL_KIND:
             raise ValueError(f"a reward stage scores {sorted(MODEL_KIND)}, not {kind!r}")
@@ -161,6 +162,15 @@ class RewardStage:
         self._sums: dict[str, list[float]] = {}  # part -> [sum of finite scores, count]
         self._lengths: list[int] = []  # completion lengths (tokens where known, else characters)
         self._rows: list[dict] = []  # the first `SAMPLE_ROWS` (prompt, completion, rewards) since the last drain
+        if heldout is not None and heldout.kind != model.kind:
+            raise ValueError(
+                f"the held-out reward '{heldout.name}' scores {heldout.kind}, the trained one {model.kind}: "
+                "audit with a reward of the same kind"
+            )
+        #: a reward model never trained on, scored beside the trained one on the samples of an audit
+        self.heldout = heldout
+        #: while auditing (`start_audit`): per scoring call, the scores and the labels of its samples
+        self._audit: list[dict[str, torch.Tensor]] | None = None
 
     # ---- what the collectors ask ---------------------------------------------------------------
     @property
@@ -280,6 +290,7 @@ class RewardStage:
         if self.kind == "text":
             self._record_completions(samples, prompts, score, parts)
         idx = torch.tensor(rows, device=res.reward.device)
+        self._audited(score, res.success[idx], res.reward[idx], samples, prompts, meta)  # the task's own labels
         reward = res.reward.clone()
         ran = torch.ones(len(rows), dtype=torch.bool)
         reward[idx] = self._combined(
@@ -338,7 +349,10 @@ class RewardStage:
             meta = fs.meta_for(prompts)
             if meta is None:
                 meta = [dict(obs.meta[i]) for i in rows.tolist()] if obs.meta is not None else [{} for _ in prompts]
-            s, _ = self._score(frames[rows.to(frames.device), k], prompts, meta)
+            scored = frames[rows.to(frames.device), k]
+            s, _ = self._score(scored, prompts, meta)
+            at = rows.to(trace["success"].device)
+            self._audited(s, trace["success"][at, k], trace["reward"][at, k], scored, prompts, meta)
             if fs.timing == "episode_end" and fs.episode_mode == "mean":
                 if episodes is None:
                     raise ValueError("episode_mode 'mean' needs the collector's episode_scores state")
@@ -361,6 +375,40 @@ class RewardStage:
             )
         res.reward = reward.to(res.reward.device)
         return res
+
+    # ---- the audit (`mmrl.algorithms.reward_audit`) --------------------------------------------
+    def start_audit(self) -> None:
+        """Keep, from now until `finish_audit`, each scored sample's score with its labels: the
+        simulator's own success and reward of that step (before this stage's threshold and
+        combination), and the held-out reward's score where there is one."""
+        with self._lock:
+            self._audit = []
+
+    def finish_audit(self) -> dict[str, torch.Tensor] | None:
+        """What was kept since `start_audit` (``score``, ``success``, ``task``, ``heldout`` where
+        there is one; [N] each, CPU), or None when nothing was scored; stops keeping."""
+        with self._lock:
+            parts, self._audit = self._audit, None
+        if not parts:
+            return None
+        return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+    def _audited(self, score, success, task, samples, prompts: list[str], meta: list[dict]) -> None:
+        if self._audit is None:
+            return
+        rec = {"score": score.float().cpu(), "success": success.bool().cpu(), "task": task.float().cpu()}
+        if self.heldout is not None:
+            try:
+                rec["heldout"] = self.heldout(samples, prompts, meta).float().cpu()
+            except UserError:
+                raise
+            except Exception as exc:
+                raise RewardError(
+                    f"held-out reward '{self.heldout.name}' (reward.audit.heldout) failed on {len(prompts)} "
+                    f"samples: {type(exc).__name__}: {exc}"
+                ) from exc
+        with self._lock:
+            self._audit.append(rec)
 
     # ---- logs --------------------------------------------------------------------------------
     def _record(self, parts: dict[str, torch.Tensor]) -> None:
@@ -451,12 +499,14 @@ def build_reward_stage(
     failure_term: str | None = None,
     frames: FrameScoring | None = None,
     timeout_s: float | None = None,
+    heldout: tuple[str, dict] | None = None,
 ) -> RewardStage:
     """The stage of an experiment's ``reward:`` section (`mmrl.trainer.reward_config.RewardConfig` holds the
     fields) for a simulator whose actions are ``action_type``: one model (``type``) or a weighted
     sum (``weights``, with per-part ``kwargs``), checked with its `Reward.preflight` before any work.
     ``timeout_s`` limits each call of a user's reward function (`FunctionReward`; None: automatic,
-    ``inf``: none; see `mmrl.utils.deadline`)."""
+    ``inf``: none; see `mmrl.utils.deadline`). ``heldout``: (name, arguments) of a reward never
+    trained on, scored beside the trained one in audits (``reward.audit.heldout``)."""
     kind = KINDS[action_type]
     if weights:
         parts = {n.rpartition(":")[2]: reward_model(n, kwargs.get(n), MODEL_KIND[kind]) for n in weights}
@@ -469,12 +519,21 @@ def build_reward_stage(
     for part in [r for _, r in model.items] if isinstance(model, WeightedSum) else [model]:
         if isinstance(part, FunctionReward):  # user code: limited (registered models are mmrl's)
             part.time_limit = CallLimit(timeout_s, "reward.timeout_s")
-    try:
-        model.preflight()  # e.g. a reward server that does not answer: said before any work
-    except RewardError as exc:
-        raise UserError(f"reward '{name}' cannot score: {exc}") from None
+    held = reward_model(heldout[0], heldout[1], MODEL_KIND[kind]) if heldout is not None else None
+    for which, m in ((name, model), *(((held.name, held),) if held is not None else ())):
+        try:
+            m.preflight()  # e.g. a reward server that does not answer: said before any work
+        except RewardError as exc:
+            raise UserError(f"reward '{which}' cannot score: {exc}") from None
     return RewardStage(
-        model, kind, success_threshold, name=name, combine=combine, failure_term=failure_term, frames=frames
+        model,
+        kind,
+        success_threshold,
+        name=name,
+        combine=combine,
+        failure_term=failure_term,
+        frames=frames,
+        heldout=held,
     )
 
 

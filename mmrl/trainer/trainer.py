@@ -30,10 +30,10 @@ import torch
 from tqdm import tqdm
 
 from mmrl import distributed
-from mmrl.algorithms.advantages import group_reward_stats
 from mmrl.batch import Batch
 from mmrl.errors import TrainingError, UserError
 from mmrl.rollout import breakdown_logs, evaluate_policy, success_by_task, task_logs
+from mmrl.trainer import audit
 from mmrl.trainer import checkpoint as ckpt
 from mmrl.trainer.collectors import AsyncCollector, build_collector
 from mmrl.trainer.learner import Learner
@@ -287,7 +287,7 @@ class Trainer:
         probed = it == 0 and self.policy.caps.exploration_probe and not self.state.exploration
         if probed:  # a fresh run: the first rollouts choose the initial action std
             batch, info, gen = self.choose_exploration(it, batch, info, gen)
-        grouped = self.group_stats(batch)  # of the rewards as scored, before any scaling
+        grouped = audit.group_stats(self.cfg.algorithm.group_size, batch)  # the rewards as scored, unscaled
         metrics = self.learn(it, batch, info, gen)
         if probed:
             metrics["train/action_std_init"] = self.state.exploration["chosen_std"]
@@ -407,6 +407,7 @@ class Trainer:
     def evaluate(self, name: str) -> dict:
         t = self.cfg.trainer
         video = self.out_dir / "videos" / f"{name}.mp4" if t.video_episodes and self.ranks.main else None
+        audit.start(self)  # the reward stage keeps each scored sample with its labels
         with self.acting():
             res = evaluate_policy(
                 self.policy,
@@ -429,9 +430,10 @@ class Trainer:
         self.logger.log(
             self.state.iteration,
             {
-                **{f"eval/{k}": v for k, v in res.items() if k not in ("tasks", "breakdown")},
+                **{f"eval/{k}": v for k, v in res.items() if k not in ("tasks", "breakdown", audit.KEY)},
                 **task_logs("eval", res.get("tasks", {})),
                 **breakdown_logs("eval", res.get("breakdown", {})),
+                **audit.record(self, name, res),  # res[audit.KEY]; a hacking warning said here
             },
         )
         if video is not None and video.exists():
@@ -441,14 +443,6 @@ class Trainer:
         if self.ranks.main:
             jsonio.write_json(self.out_dir / "results.json", self.state.results)
         return res
-
-    def group_stats(self, batch: Batch) -> dict:
-        """GRPO groups' reward statistics as TRL logs them (`group_reward_stats`): ``train/reward_std``
-        and ``train/frac_reward_zero_std``; nothing without groups."""
-        if self.cfg.algorithm.group_size <= 1 or "group" not in batch:
-            return {}
-        returns = (batch["rewards"] * batch["valid"]).sum(0)
-        return {f"train/{k}": v for k, v in group_reward_stats(returns, batch["group"][0]).items()}
 
     def rollout_metrics(self, info: dict) -> dict:
         """What the iteration's rollout showed: episode statistics (of the episodes that ended in
