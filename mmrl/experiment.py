@@ -450,6 +450,7 @@ def build_reward(cfg: ExperimentConfig):
             frames,
             r.timeout_s,
             (r.audit.heldout, dict(r.audit.heldout_kwargs)) if r.audit.enabled and r.audit.heldout else None,
+            r.normalize_parts,
         )
 
 

@@ -138,13 +138,17 @@ def check_videos(videos, n: int | None = None) -> None:
 
 
 class WeightedSum(Reward):
-    """``sum_i weight_i * reward_i`` over rewards of the same kind."""
+    """``sum_i weight_i * reward_i`` over rewards of the same kind. With ``normalize``, each part is
+    first standardised over the batch it scored (`standardize`: mean 0, std 1 over its finite
+    scores), so that no reward's scale swamps the others whatever its units (GDPO's decoupled
+    normalisation, over the batch); `combine` with ``normalize=False`` gives the raw sum."""
 
     def __init__(
         self,
         rewards: dict[str, Reward] | Sequence[Reward],
         weights: Sequence[float] | None = None,
         name: str = "weighted_sum",
+        normalize: bool = False,
     ):
         items = list(rewards.items()) if isinstance(rewards, dict) else [(r.name, r) for r in rewards]
         if not items:
@@ -156,6 +160,7 @@ class WeightedSum(Reward):
         if len(weights) != len(items):
             raise ValueError(f"{len(weights)} weights for {len(items)} rewards")
         self.items, self.weights, self.name, self.kind = items, weights, name, kinds.pop()
+        self.normalize = bool(normalize)
 
     def parts(self, samples, prompts, meta=None) -> dict[str, torch.Tensor]:
         out = {}
@@ -175,12 +180,28 @@ class WeightedSum(Reward):
         for _, reward in self.items:  # e.g. a reward server among the parts
             reward.preflight()
 
-    def combine(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The weighted sum of `parts`; a NaN part (a function reward's None: "does not apply") is
-        left out of its sample's sum, which is NaN only when every part is."""
-        stacked = torch.stack([w * parts[k] for (k, _), w in zip(self.items, self.weights)])
+    def combine(self, parts: dict[str, torch.Tensor], normalize: bool | None = None) -> torch.Tensor:
+        """The weighted sum of `parts` (each standardised first when ``normalize``, by default the
+        sum's own setting); a NaN part (a function reward's None: "does not apply") is left out of
+        its sample's sum, which is NaN only when every part is."""
+        norm = self.normalize if normalize is None else normalize
+        scale = standardize if norm else (lambda x: x)
+        stacked = torch.stack([w * scale(parts[k].float()) for (k, _), w in zip(self.items, self.weights)])
         total = torch.nansum(stacked, 0)
         return torch.where(torch.isnan(stacked).all(0), torch.full_like(total, float("nan")), total)
+
+
+def standardize(scores: torch.Tensor) -> torch.Tensor:
+    """``scores`` [B] as (x - mean) / std over its finite entries (unbiased std; a constant batch or
+    a single score gives 0); NaN and inf stay where they are."""
+    ok = torch.isfinite(scores)
+    if int(ok.sum()) < 2:
+        return torch.where(ok, torch.zeros_like(scores), scores)
+    x = scores[ok].double()
+    std = float(x.std())
+    if std == 0.0:
+        return torch.where(ok, torch.zeros_like(scores), scores)
+    return torch.where(ok, ((scores.double() - x.mean()) / std).to(scores.dtype), scores)
 
 
 MESSAGES = "messages"  # a text sample's meta key holding its prompt as chat messages (TRL's conversational form)

@@ -8,6 +8,8 @@ audit says how the reward tracks the label on the same samples:
 - `audit_scores`: those, the means of the reward on successes and failures, its correlation with the
   simulator's own task reward where there is one, and against a held-out reward model's score of
   the same samples (the mean ``gap`` between the two, when both are on one scale);
+- `sample_diversity`: how far each generated sample lies from the others of its prompt (a collapse to
+  one picture per prompt reads 0), logged and usable as a reward term;
 - `HackingWatch`: fed one (trained, held-out) pair per evaluation, it says in one line when the
   trained reward rose while the held-out measure fell over ``patience`` evaluations in a row.
 
@@ -99,6 +101,45 @@ def audit_logs(prefix: str, audit: dict) -> dict[str, float]:
     }
 
 
+DIVERSITY_PX = 16  # the feature space of `sample_diversity`: each frame's pixels, area-pooled to at most this side
+
+
+def diversity_features(samples: torch.Tensor) -> torch.Tensor:
+    """``[B, D]`` features of uint8 images ``[B, H, W, 3]`` or videos ``[B, F, H, W, 3]``: the pixels in
+    [0, 1], each frame area-pooled to at most `DIVERSITY_PX` a side (so the distance measures layout and
+    colour, not pixel noise), flattened."""
+    if samples.dtype != torch.uint8 or samples.dim() not in (4, 5) or samples.shape[-1] != 3:
+        raise ValueError(
+            f"diversity needs uint8 images [B, H, W, 3] or videos [B, F, H, W, 3], got {tuple(samples.shape)}"
+        )
+    x = samples.float().div(255.0)
+    frames = x.reshape(-1, *x.shape[-3:]).permute(0, 3, 1, 2)  # [B*F, 3, H, W]
+    h, w = frames.shape[-2:]
+    frames = torch.nn.functional.adaptive_avg_pool2d(frames, (min(h, DIVERSITY_PX), min(w, DIVERSITY_PX)))
+    return frames.reshape(samples.shape[0], -1)
+
+
+def sample_diversity(samples: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """Per sample ``[B]``: its mean RMS distance (`diversity_features`, pixel units in [0, 1]) to the
+    other samples of the same prompt in the batch; NaN for a sample whose prompt appears once. The
+    mean over a prompt's samples is the group's mean pairwise distance: 0 when a generator has
+    collapsed onto one picture per prompt, the failure reward hacking tends to end in."""
+    if len(prompts) != samples.shape[0]:
+        raise ValueError(f"{len(prompts)} prompts for {samples.shape[0]} samples")
+    feats = diversity_features(samples).double()
+    out = torch.full((len(prompts),), float("nan"), dtype=torch.float64)
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(p, []).append(i)
+    for rows in groups.values():
+        if len(rows) < 2:
+            continue
+        f = feats[rows]
+        dist = torch.cdist(f, f) / f.shape[1] ** 0.5  # RMS over features
+        out[rows] = dist.sum(1) / (len(rows) - 1)
+    return out.float()
+
+
 @dataclass
 class HackingWatch:
     """Warns when the trained reward rises while a held-out measure falls (`update`, one pair per
@@ -150,4 +191,4 @@ class HackingWatch:
         self.history = [(float(a), float(b)) for a, b in state.get("history", [])]
 
 
-__all__ = ["pearson", "auc", "audit_scores", "audit_logs", "HackingWatch"]
+__all__ = ["pearson", "auc", "audit_scores", "audit_logs", "diversity_features", "sample_diversity", "HackingWatch"]

@@ -24,7 +24,9 @@ step (``kl_reference: true`` to compute it; the reference is the adapter switche
 else a frozen copy taken after the warm start). AWM (``algorithm.objective: awm``) needs no
 log-probs: fresh noise at ``awm_timesteps`` stratified times per sample, the flow-matching error
 weighted by the advantage (uniform / t / pseudo-Huber), plus optional velocity regularisers to
-the reference (``awm_ref_coef``) and to an EMA copy of the policy (``awm_ema_coef``).
+the reference (``awm_ref_coef``) and to an EMA copy of the policy (``awm_ema_coef``). DiffusionNFT
+(``algorithm.objective: nft``) takes the same drift term to the reference (``nft_ref_coef``), the guard
+against reward hacking its paper's KL term plays.
 
 DanceGRPO's options: ``shared_noise`` starts the samples of one prompt in a rollout batch from the
 same noise (the SDE alone tells them apart); ``timestep_fraction < 1`` trains each sample on that
@@ -113,6 +115,9 @@ class DiffusionConfig(PolicyConfig):
     nft_timesteps: int = 1  # stratified training times per sample
     nft_adv_max: float = 5.0  # advantages mapped to optimality r in [0, 1] over [-nft_adv_max, nft_adv_max]
     nft_adaptive_weight: bool = True  # each row's error over its mean |x0_hat - x0| (the reference's)
+    # ||v - v_ref||^2 regulariser of DiffusionNFT at its training points (the reference generator's
+    # velocity; a guard against reward hacking, as awm_ref_coef for AWM): 0 = none
+    nft_ref_coef: float = 0.0
     # DiffusionNFT's old policy (the reference's): a copy of the trainable weights that samples the
     # training rollouts and gives v_old, held fixed through each update and moved once per iteration
     # by old <- d old + (1 - d) policy (0: the policy as the update left it). null: no copy, v_old is
@@ -133,6 +138,7 @@ class DiffusionConfig(PolicyConfig):
                 "(1 + a multiple of 4, e.g. 33 or 81)"
             )
         check_range(self, {"nft_beta": ">0", "nft_adv_max": ">0"})
+        check_range(self, {"awm_ref_coef": ">=0", "awm_ema_coef": ">=0", "nft_ref_coef": ">=0"})
         if self.nft_old_decay is not None and not 0.0 <= self.nft_old_decay < 1.0:
             raise ValueError(f"nft_old_decay = {self.nft_old_decay} must be in [0, 1) or null (no old copy)")
         if self.stochastic == "window":
@@ -214,7 +220,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         self.text_bytes = cfg.prompt_bytes
         self.gen = generator if generator is not None else build_generator(cfg)
         self.uses_adapter = bool(getattr(self.gen, "has_adapter", False))
-        needs_ref = cfg.kl_reference or cfg.awm_ref_coef > 0
+        needs_ref = cfg.kl_reference or cfg.awm_ref_coef > 0 or cfg.nft_ref_coef > 0
         self.ref = copy.deepcopy(self.gen).requires_grad_(False) if needs_ref and not self.uses_adapter else None
         trainable = [k for k, p in self.gen.named_parameters() if p.requires_grad]
         # EMA copies of the trainable weights, as buffers (saved in checkpoints): AWM's regulariser
@@ -398,13 +404,20 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
             c.awm_weighting,
             huber_c=c.awm_huber_c,
         )
-        x, t, v = seen[0]
-        for coef, which in ((c.awm_ref_coef, "ref"), (c.awm_ema_coef, "ema")):
+        return loss + self._drift(cond, seen[0], len(loss), ((c.awm_ref_coef, "ref"), (c.awm_ema_coef, "ema")))
+
+    def _drift(self, cond, seen: tuple, n: int, terms) -> torch.Tensor | float:
+        """Per sample ``[n]``: sum over ``terms`` ((coef, which): "ref", "ema") of coef x the mean
+        squared gap between the policy's velocity ``v`` at the loss's points ``(x, t)`` (``seen``:
+        one recorded call, rows sample-major) and that copy's there (no gradient); 0 with no term."""
+        x, t, v = seen
+        out: torch.Tensor | float = 0.0
+        for coef, which in terms:
             if coef > 0:
                 with torch.no_grad():
                     target, _ = self.model_fn(cond, None, 1.0, which)(x, t)
-                loss = loss + coef * ((v - target) ** 2).flatten(1).mean(1).reshape(len(loss), -1).mean(1)
-        return loss
+                out = out + coef * ((v - target) ** 2).flatten(1).mean(1).reshape(n, -1).mean(1)
+        return out
 
     def forward_process_loss(self, batch: Batch, advantages: torch.Tensor) -> torch.Tensor:
         """DiffusionNFT (`mmrl.flow.nft_loss`) on the rollout's own clean samples, without CFG: the
@@ -412,8 +425,9 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         c = self.cfg
         cond = self.gen.encode(decode_text(batch["instruction"]))
         old = self.model_fn(cond, None, 1.0, "old") if c.nft_old_decay is not None else None
-        return nft_loss(
-            self.model_fn(cond, None, 1.0),
+        seen: list = []
+        loss = nft_loss(
+            _recording(self.model_fn(cond, None, 1.0), seen),
             old,
             batch["flow_chain"][:, -1],
             advantages,
@@ -422,6 +436,7 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
             num_timesteps=c.nft_timesteps,
             adaptive_weight=c.nft_adaptive_weight,
         )
+        return loss + self._drift(cond, seen[0], len(loss), ((c.nft_ref_coef, "ref"),))
 
     def rebuilds_frozen_weights(self) -> bool:
         from mmrl.policies.diffusers_base import DiffusersGenerator

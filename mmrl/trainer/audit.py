@@ -48,6 +48,9 @@ def finish(trainer, name: str) -> dict | None:
         data["task"],
         data.get("heldout"),
     )
+    div = data.get("diversity")
+    if div is not None and bool(torch.isfinite(div).any()):  # generated samples, a prompt seen more than once
+        out["diversity"] = float(div[torch.isfinite(div)].mean())
     out["reward"] = stage.name
     if stage.heldout is not None:
         out["heldout"] = stage.heldout.name
@@ -98,7 +101,9 @@ def hacking_warning(trainer, results: dict[str, dict]) -> str | None:
     line = None
     for name, res in results.items():  # insertion order = the order they ran (and were saved)
         audit = res.get(KEY)
-        m = measure(audit, res.get("success_rate") if trainer.has_success else None) if audit else None
+        if not audit:
+            continue
+        m = measure(audit, res.get("success_rate") if trainer.has_success else None)
         if m is None:
             continue
         if watch is None:

@@ -146,6 +146,10 @@ class RewardConfig:
     # fixed limit in seconds; .inf = wait forever (the function then runs in the caller's thread, as
     # code that needs the main thread, e.g. signal.alarm, must). Registered rewards are not limited.
     timeout_s: float | None = None
+    # a weighted sum's parts each standardised over the batch they score (mean 0, std 1) before the
+    # weights, so no reward's scale swamps the others (GDPO-style decoupled normalisation; the audit
+    # and the logs keep the raw scores); needs several rewards in `weights`
+    normalize_parts: bool = False
     audit: AuditConfig = field(default_factory=AuditConfig)
 
     def validate(self) -> None:
@@ -157,6 +161,11 @@ class RewardConfig:
         if isinstance(self.type, list) or isinstance(self.weights, list):
             self._from_lists()
         assert isinstance(self.weights, dict) and not isinstance(self.type, list)  # the lists became this
+        if self.normalize_parts and len(self.weights) < 2:
+            raise ConfigError(
+                "'normalize_parts' standardises each part of a weighted sum: name two or more rewards in "
+                "'weights' (or 'type' as a list), or drop it"
+            )
         if self.weights:
             check_weights(self.weights)
             if self.type not in (None, "weighted_sum"):

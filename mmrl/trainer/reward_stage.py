@@ -18,8 +18,11 @@ non-finite check all see the scored reward. Its kind follows the simulator's act
 The trained reward of each step is `combine` (`mmrl.algorithms.reward_synthesis.RewardSynthesis`)
 of the model's score (0 where the step was not scored) and the simulator's terms (`TERMS`): ``task``
 (its own reward), ``success``, ``terminated``, ``truncated`` (0 / 1) and ``step_cost`` (-1 on each
-step that ran), summed over the steps of the decision; ``failure_term`` names a term whose steps get
-``combine.failure_penalty`` instead. The default adds the score to the task reward.
+step that ran), summed over the steps of the decision, and for generated images and videos
+``diversity`` (`mmrl.algorithms.reward_audit.sample_diversity`: each sample's mean distance to the
+other samples of its prompt, a guard against collapsing onto one picture; logged as ``diversity``);
+``failure_term`` names a term whose steps get ``combine.failure_penalty`` instead. The default adds
+the score to the task reward.
 
 Models are built once per process for equal (name, arguments) (`reward_model`: a small cache), with
 the global torch RNG left untouched, so a run builds the same policy with or without a reward model.
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mmrl.algorithms.reward_audit import sample_diversity
 from mmrl.algorithms.reward_synthesis import RewardSynthesis
 from mmrl.errors import UserError
 from mmrl.reward import FunctionReward, Reward, RewardError, WeightedSum, as_reward, import_reference
@@ -51,7 +55,8 @@ SCORED = {
     "frame": "rendered frames are images",
 }
 #: what `RewardStage.combine` may name besides the model's score
-TERMS = ("task", "success", "terminated", "truncated", "step_cost")
+TERMS = ("task", "success", "terminated", "truncated", "step_cost", "diversity")
+GENERATED = ("image", "video")  # the stage kinds whose samples have a `sample_diversity`
 TIMINGS = ("episode_end", "step")
 EPISODE_MODES = ("final", "mean")
 
@@ -156,12 +161,18 @@ class RewardStage:
         unknown = unknown_terms(self.combine, failure_term)
         if unknown:
             raise ValueError(f"combine names unknown term(s) {unknown}; terms: model, {', '.join(TERMS)}")
+        if "diversity" in self.combine.named_terms() and kind not in GENERATED:
+            raise ValueError(
+                f"combine names 'diversity', which measures generated images and videos, not a {kind} reward's "
+                "samples: remove it from reward.combine"
+            )
         self.failure_term = failure_term
         self.frames = (frames or FrameScoring()) if kind == "frame" else None
         self._lock = threading.Lock()  # an async collector scores in a background thread
         self._sums: dict[str, list[float]] = {}  # part -> [sum of finite scores, count]
         self._lengths: list[int] = []  # completion lengths (tokens where known, else characters)
         self._rows: list[dict] = []  # the first `SAMPLE_ROWS` (prompt, completion, rewards) since the last drain
+        self._div = [0.0, 0]  # sum and count of the finite sample diversities since the last drain
         if heldout is not None and heldout.kind != model.kind:
             raise ValueError(
                 f"the held-out reward '{heldout.name}' scores {heldout.kind}, the trained one {model.kind}: "
@@ -251,14 +262,37 @@ class RewardStage:
         self._record(parts)
         return score.float().cpu(), parts
 
-    def _combined(self, score: torch.Tensor, task, success, terminated, truncated, ran: torch.Tensor) -> torch.Tensor:
-        """`combine` of one step's score [B] and terms [B] (CPU float), 0 where the step did not run."""
+    def _diversity(self, samples, prompts: list[str]) -> torch.Tensor | None:
+        """`sample_diversity` of generated images / videos [B] (None for other kinds), its finite
+        values logged as ``diversity``."""
+        if self.kind not in GENERATED:
+            return None
+        div = sample_diversity(samples, prompts)
+        ok = torch.isfinite(div)
+        with self._lock:
+            self._div[0] += float(div[ok].sum())
+            self._div[1] += int(ok.sum())
+        return div
+
+    def _raw(self, score: torch.Tensor, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The score before any per-batch normalisation of a weighted sum's parts (what the audit
+        compares across evaluations: a standardised score has mean 0 in every batch)."""
+        if isinstance(self.model, WeightedSum) and self.model.normalize:
+            return self.model.combine(parts, normalize=False).float().cpu()
+        return score
+
+    def _combined(
+        self, score: torch.Tensor, task, success, terminated, truncated, ran: torch.Tensor, diversity=None
+    ) -> torch.Tensor:
+        """`combine` of one step's score [B] and terms [B] (CPU float), 0 where the step did not run;
+        ``diversity`` 0 where not measured (a prompt seen once, a stage that does not measure it)."""
         terms = {
             "task": task.float().cpu(),
             "success": success.float().cpu(),
             "terminated": terminated.float().cpu(),
             "truncated": truncated.float().cpu(),
             "step_cost": -ran.float().cpu(),
+            "diversity": torch.zeros(len(ran)) if diversity is None else diversity.float().cpu().nan_to_num(0.0),
         }
         ran = ran.cpu()
         failure = terms[self.failure_term].bool() & ran if self.failure_term else None
@@ -290,11 +324,13 @@ class RewardStage:
         if self.kind == "text":
             self._record_completions(samples, prompts, score, parts)
         idx = torch.tensor(rows, device=res.reward.device)
-        self._audited(score, res.success[idx], res.reward[idx], samples, prompts, meta)  # the task's own labels
+        diversity = self._diversity(samples, prompts)
+        raw = self._raw(score, parts)
+        self._audited(raw, res.success[idx], res.reward[idx], samples, prompts, meta, diversity)  # the task's labels
         reward = res.reward.clone()
         ran = torch.ones(len(rows), dtype=torch.bool)
         reward[idx] = self._combined(
-            score, res.reward[idx], res.success[idx], res.terminated[idx], res.truncated[idx], ran
+            score, res.reward[idx], res.success[idx], res.terminated[idx], res.truncated[idx], ran, diversity
         ).to(reward.device, reward.dtype)
         res.reward = reward
         if self.threshold is not None:
@@ -350,9 +386,10 @@ class RewardStage:
             if meta is None:
                 meta = [dict(obs.meta[i]) for i in rows.tolist()] if obs.meta is not None else [{} for _ in prompts]
             scored = frames[rows.to(frames.device), k]
-            s, _ = self._score(scored, prompts, meta)
+            s, parts = self._score(scored, prompts, meta)
             at = rows.to(trace["success"].device)
-            self._audited(s, trace["success"][at, k], trace["reward"][at, k], scored, prompts, meta)
+            raw = self._raw(s, parts)
+            self._audited(raw, trace["success"][at, k], trace["reward"][at, k], scored, prompts, meta)
             if fs.timing == "episode_end" and fs.episode_mode == "mean":
                 if episodes is None:
                     raise ValueError("episode_mode 'mean' needs the collector's episode_scores state")
@@ -385,18 +422,20 @@ class RewardStage:
             self._audit = []
 
     def finish_audit(self) -> dict[str, torch.Tensor] | None:
-        """What was kept since `start_audit` (``score``, ``success``, ``task``, ``heldout`` where
-        there is one; [N] each, CPU), or None when nothing was scored; stops keeping."""
+        """What was kept since `start_audit` (``score``, ``success``, ``task``, ``heldout`` and
+        ``diversity`` where there are; [N] each, CPU), or None when nothing was scored; stops keeping."""
         with self._lock:
             parts, self._audit = self._audit, None
         if not parts:
             return None
         return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
-    def _audited(self, score, success, task, samples, prompts: list[str], meta: list[dict]) -> None:
+    def _audited(self, score, success, task, samples, prompts: list[str], meta: list[dict], diversity=None) -> None:
         if self._audit is None:
             return
         rec = {"score": score.float().cpu(), "success": success.bool().cpu(), "task": task.float().cpu()}
+        if diversity is not None:
+            rec["diversity"] = diversity.float().cpu()
         if self.heldout is not None:
             try:
                 rec["heldout"] = self.heldout(samples, prompts, meta).float().cpu()
@@ -435,7 +474,8 @@ class RewardStage:
     def drain(self) -> dict:
         """What was scored since the last drain, as TRL logs it; then forgets it:
         ``rewards/<part>/mean`` and ``/std`` over the finite scores (one per part of a weighted sum,
-        else the reward's own); for text, ``completions/{mean,min,max}_length`` (tokens) and ``completions``,
+        else the reward's own); for images and videos ``diversity`` (the mean `sample_diversity`);
+        for text, ``completions/{mean,min,max}_length`` (tokens) and ``completions``,
         the first `SAMPLE_ROWS` rows of prompt, completion and rewards (the completions table)."""
         with self._lock:
             out: dict = {}
@@ -443,6 +483,8 @@ class RewardStage:
                 if n:  # TRL's rewards/<name>/mean and /std (unbiased) over the finite scores
                     out[f"rewards/{k}/mean"] = total / n
                     out[f"rewards/{k}/std"] = max(squares - total * total / n, 0.0) ** 0.5 / max(n - 1, 1) ** 0.5
+            if self._div[1]:  # generated images / videos: the mean distance within a prompt's samples
+                out["diversity"] = self._div[0] / self._div[1]
             if self._lengths:
                 out.update(
                     {
@@ -453,7 +495,7 @@ class RewardStage:
                 )
             if self._rows:
                 out["completions"] = list(self._rows)
-            self._sums, self._lengths, self._rows = {}, [], []
+            self._sums, self._lengths, self._rows, self._div = {}, [], [], [0.0, 0]
         return out
 
 
@@ -500,17 +542,19 @@ def build_reward_stage(
     frames: FrameScoring | None = None,
     timeout_s: float | None = None,
     heldout: tuple[str, dict] | None = None,
+    normalize_parts: bool = False,
 ) -> RewardStage:
     """The stage of an experiment's ``reward:`` section (`mmrl.trainer.reward_config.RewardConfig` holds the
     fields) for a simulator whose actions are ``action_type``: one model (``type``) or a weighted
     sum (``weights``, with per-part ``kwargs``), checked with its `Reward.preflight` before any work.
     ``timeout_s`` limits each call of a user's reward function (`FunctionReward`; None: automatic,
     ``inf``: none; see `mmrl.utils.deadline`). ``heldout``: (name, arguments) of a reward never
-    trained on, scored beside the trained one in audits (``reward.audit.heldout``)."""
+    trained on, scored beside the trained one in audits (``reward.audit.heldout``);
+    ``normalize_parts``: a weighted sum's parts standardised over each scored batch (`WeightedSum`)."""
     kind = KINDS[action_type]
     if weights:
         parts = {n.rpartition(":")[2]: reward_model(n, kwargs.get(n), MODEL_KIND[kind]) for n in weights}
-        model: Reward = WeightedSum(parts, list(weights.values()))
+        model: Reward = WeightedSum(parts, list(weights.values()), normalize=normalize_parts)
         name = "weighted_sum"
     else:
         assert type is not None, "RewardConfig.validate: a reward section names a type or weights"

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from mmrl.algorithms.reward_audit import HackingWatch, audit_logs, audit_scores, auc, pearson
+from mmrl.algorithms.reward_audit import HackingWatch, auc, audit_logs, audit_scores, pearson
 
 
 def brute_auc(score, label):

@@ -99,6 +99,26 @@ def test_awm_regularisers_and_ema():
     assert torch.equal(pol._copy_params("ema")[key], pol.gen.out[-1].bias)
 
 
+def test_nft_drift_to_the_reference():
+    # DiffusionNFT's guard: coef x ||v - v_ref||^2 at the loss's own points, 0 while v == v_ref
+    pol = _tiny(nft_ref_coef=1.0)
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch
+    adv = torch.randn(4, generator=torch.Generator().manual_seed(1))
+
+    def loss(coef):
+        pol.cfg.nft_ref_coef = coef
+        torch.manual_seed(0)  # the same training times and noise both ways
+        return pol.forward_process_loss(batch, adv)
+
+    assert torch.allclose(loss(1.0), loss(0.0), atol=1e-7)
+    with torch.no_grad():
+        pol.gen.out[-1].bias.add_(0.2)  # the policy's velocity moves 0.2 everywhere from the reference's
+    assert torch.allclose(loss(1.0) - loss(0.0), torch.full((4,), 0.2**2), atol=1e-5)
+    assert torch.allclose(loss(0.5) - loss(0.0), torch.full((4,), 0.5 * 0.2**2), atol=1e-5)
+    with pytest.raises(ValueError, match="nft_ref_coef"):
+        DiffusionConfig(nft_ref_coef=-1.0).validate()
+
+
 def test_supervised_loss_and_size_mismatch():
     pol = _tiny()
     from mmrl.policies.base import encode_text
