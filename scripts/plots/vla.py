@@ -12,7 +12,7 @@ import statistics
 
 from common import COLORS, RESULTS, figure, load, source
 
-QUICKSTART = "quickstart_11seeds_e4c5bef.json"
+QUICKSTART = "quickstart_gamma09_31seeds_2026-12-07.json"
 VS_SB3 = "vs_sb3_target_kl_test_aaeda78.json"
 ANT_OLD = "vs_sb3_ant1m_test_51b5af7.json"
 ANT_F2C = "vs_sb3_ant1m_flow_test_f2c2b34.json"
@@ -109,29 +109,36 @@ def ant_ratio_history():
 
 
 def quickstart_per_seed():
-    """Held-out success of each of the eleven seeds after the warm start and after 60 RL iterations."""
+    """Held-out success of each seed after the warm start and after 60 RL iterations: the eleven seeds
+    the earlier settings were chosen on, then the twenty fresh ones."""
     data = load(QUICKSTART)
-    run = data["all_11_seeds"]
-    base = data["lanes"]["seeds_1_2_4_13_14"]
-    fig, (ax,) = figure(7.2, 3.6)
-    xs = range(len(run["seeds"]))
-    ax.scatter(xs, run["sft_success"], color=COLORS["baseline"], s=26, label="warm start", zorder=3)
-    ax.scatter(xs, run["rl_success"], color=COLORS["mmrl"], s=26, label="after 60 RL iterations", zorder=3)
-    for x, lo, hi in zip(xs, run["sft_success"], run["rl_success"]):
+    groups = [("seeds 0-5, 10-14", data["original_11"]), ("fresh seeds 20-39", data["fresh_20"])]
+    seeds = [s for _, g in groups for s in g["seeds"]]
+    sft = [v for _, g in groups for v in g["sft_success"]]
+    rl = [v for _, g in groups for v in g["rl_success"]]
+    fig, (ax,) = figure(9.6, 3.6)
+    xs = list(range(len(seeds)))
+    ax.scatter(xs, sft, color=COLORS["baseline"], s=22, label="warm start", zorder=3)
+    ax.scatter(xs, rl, color=COLORS["mmrl"], s=22, label="after 60 RL iterations", zorder=3)
+    for x, lo, hi in zip(xs, sft, rl):
         ax.plot([x, x], [lo, hi], color=COLORS["mmrl"], alpha=0.3, lw=1.5)
+    split = len(groups[0][1]["seeds"]) - 0.5
+    ax.axvline(split, color=COLORS["baseline"], lw=0.8)
+    for (label, _), x in zip(groups, (split / 2, split + (len(seeds) - split) / 2)):
+        ax.text(x, 0.03, label, ha="center", fontsize=7, color=COLORS["baseline"])
     for value, label, color in [
-        (base["expert"], "scripted expert (ceiling)", COLORS["ceiling"]),
-        (base["demonstrator"], "the demonstrator imitated", COLORS["other"]),
-        (base["random"], "random actions", COLORS["baseline"]),
+        (data["expert"], "scripted expert (ceiling)", COLORS["ceiling"]),
+        (data["demonstrator"], "the demonstrator imitated", COLORS["other"]),
+        (data["random"], "random actions", COLORS["baseline"]),
     ]:
         ax.axhline(value, color=color, lw=1.0, ls="--")
         ax.text(len(xs) - 0.6, value + 0.012, label, ha="right", va="bottom", fontsize=7, color=color)
-    ax.set_xticks(list(xs), [str(s) for s in run["seeds"]])
+    ax.set_xticks(xs, [str(s) for s in seeds], fontsize=6)
     ax.set_xlabel("seed")
     ax.set_ylabel("held-out success (256 episodes)")
     ax.set_ylim(0, 1.08)
     ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 0.12))
-    ax.set_title("Quickstart, eleven seeds (e4c5bef)", fontsize=9)
+    ax.set_title("Quickstart (gamma 0.9), 31 seeds", fontsize=9)
     _source(fig, QUICKSTART, bottom=0.2)
     return fig
 
