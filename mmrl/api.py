@@ -183,6 +183,7 @@ def evaluate_checkpoint(target: Path, overrides, checkpoint: str | None = None) 
         t.video_episodes,
         max_envs=cfg.sim.eval_num_envs,
         reward=build_reward(cfg),
+        audit=cfg.reward is not None and cfg.reward.audit.enabled,
     )
     report["checkpoint"] = str(path)
     out.mkdir(parents=True, exist_ok=True)

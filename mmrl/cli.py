@@ -114,6 +114,14 @@ def cmd_eval(args) -> int:
     for dim, rows in report.get("breakdown", {}).items():  # where the policy fails: success per label
         for label, row in rows.items():
             print(f"  {row['success_rate']:6.3f}  ({row['episodes']} episodes)  {dim} = {label}")
+    audit = report.get("reward_audit")
+    if audit is not None:  # how the trained reward tracked success (and the held-out reward) here
+        parts = [f"reward '{audit['reward']}' mean {_fmt(audit['mean'])}"]
+        if "auc_success" in audit:
+            parts.append(f"correlation with success {audit['corr_success']:.3f}, AUC {audit['auc_success']:.3f}")
+        if "heldout_mean" in audit:
+            parts.append(f"held-out '{audit['heldout']}' mean {_fmt(audit['heldout_mean'])}")
+        print("  " + "; ".join(parts))
     print(
         f"overall success {report['success_rate']:.3f} over {report['episodes']} episodes; "
         f"report: {out / 'eval_report.json'}"

@@ -35,19 +35,25 @@ def evaluate_suite(
     video_envs: int = 8,
     max_envs: int = 64,
     reward=None,
+    audit: bool = True,
 ) -> dict:
     """Evaluate ``policy`` on every task in ``tasks``; ``make_sim(task, num_envs)`` builds one
     task's simulator; ``reward`` is the experiment's reward stage
-    (`mmrl.trainer.reward_stage.RewardStage`) or None. Returns the report: overall ``success_rate`` /
-    ``return`` / ``length`` / ``episodes`` (episode-weighted over tasks), ``tasks``, one entry per
-    task, ``suites`` (success per suite) when the simulators name theirs (LIBERO), and
-    ``breakdown`` (success per label of each dimension, over every task) when they label their
-    episodes (`mmrl.rollout.episode_breakdown`: reach's goal colour, goal cell, start distance)."""
+    (`mmrl.trainer.reward_stage.RewardStage`) or None, audited unless ``audit`` is false. Returns
+    the report: overall ``success_rate`` / ``return`` / ``length`` / ``episodes`` (episode-weighted
+    over tasks), ``tasks``, one entry per task, ``suites`` (success per suite) when the simulators
+    name theirs (LIBERO), and ``breakdown`` (success per label of each dimension, over every task) when they label their
+    episodes (`mmrl.rollout.episode_breakdown`: reach's goal colour, goal cell, start distance), and
+    ``reward_audit`` with a reward stage (`reward_audit`: how its score tracked success there)."""
     if not tasks:
         raise ValueError("evaluate_suite needs at least one task")
     if episodes < 1 or max_envs < 1:
         raise ValueError(f"need episodes >= 1 and max_envs >= 1, got {episodes} and {max_envs}")
     rows = []
+    has_success = True  # every task's simulator judges success (the audit's label)
+    audit = audit and reward is not None
+    if audit:
+        reward.start_audit()  # each scored sample with its labels, over every task (`reward_audit`)
     for task in tqdm(tasks, desc="eval tasks", dynamic_ncols=True, disable=len(tasks) == 1):
         sim = make_sim(task, max_envs)  # batches as in training's evaluation: the same draws, the same number
         try:
@@ -55,6 +61,7 @@ def evaluate_suite(
             video = video_dir / name if video_dir is not None and video_envs else None
             res = evaluate_policy(policy, sim, episodes, seed, generator, video, video_envs, reward=reward)
             language, suite = sim.instruction, sim.suite
+            has_success = has_success and sim.has_success
         finally:
             sim.close()
         row = {"task": task, **res}
@@ -88,7 +95,26 @@ def evaluate_suite(
             )
             for d in sorted(dims)
         }
+    audited = reward_audit(reward, has_success) if audit else None
+    if audited is not None:
+        report["reward_audit"] = audited
     return report
+
+
+def reward_audit(reward, has_success: bool) -> dict | None:
+    """`mmrl.algorithms.reward_audit.audit_scores` of what ``reward`` (a reward stage) scored since
+    its `start_audit`: the trained reward against the simulator's success (where it judges one), its
+    own reward and the held-out reward (``reward.audit.heldout``); None when nothing was scored."""
+    from mmrl.algorithms.reward_audit import audit_scores
+
+    data = reward.finish_audit()
+    if data is None:
+        return None
+    out = audit_scores(data["score"], data["success"] if has_success else None, data["task"], data.get("heldout"))
+    out["reward"] = reward.name
+    if reward.heldout is not None:
+        out["heldout"] = reward.heldout.name
+    return out
 
 
 def resolve_checkpoint(given: str | None, run_dir: Path, log=None, key: str = "checkpoint") -> Path:

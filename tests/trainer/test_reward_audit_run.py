@@ -89,3 +89,16 @@ def test_the_audit_can_be_switched_off(tmp_path):
     results, rows = run(tmp_path, "brightness", None, "reward.audit.enabled=false")
     assert not any("reward_audit" in r for r in results.values())
     assert not any(k.startswith("eval/reward_audit") for r in rows for k in r)
+
+
+def test_mmrl_eval_reports_the_audit_the_run_saw(tmp_path, capsys):
+    # `mmrl eval` of the final checkpoint draws what the run's final evaluation drew: the same audit
+    from mmrl.cli import main
+
+    results, _ = run(tmp_path, "brightness", "brightness")
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["reward_audit"] == pytest.approx(results["final"]["reward_audit"])
+    assert "reward 'brightness' mean" in out and "AUC" in out and "held-out 'brightness'" in out
