@@ -83,7 +83,8 @@ def group_stats(group_size: int, batch) -> dict:
 
 def measure(audit: dict, success_rate: float | None) -> tuple[float, float, str] | None:
     """(trained, held-out, held-out's name) of one evaluation for the watch: the trained reward's
-    mean, against the held-out reward's mean where there is one, else the evaluation's success."""
+    mean, against the held-out reward's mean where there is one, else the evaluation's success
+    (``success_rate``: the simulator's own, None where only the trained reward defines success)."""
     if audit.get("mean") is None:
         return None
     if audit.get("heldout_mean") is not None:
@@ -103,7 +104,8 @@ def hacking_warning(trainer, results: dict[str, dict]) -> str | None:
         audit = res.get(KEY)
         if not audit:
             continue
-        m = measure(audit, res.get("success_rate") if trainer.has_success else None)
+        # the simulator's own success only: a success the trained reward's threshold defines rises with it
+        m = measure(audit, res.get("success_rate") if trainer.eval_sim.has_success else None)
         if m is None:
             continue
         if watch is None:

@@ -82,3 +82,37 @@ def test_the_watch_state_round_trips_and_bad_settings_are_named():
     assert a.update(0.3, 0.3) == b.update(0.3, 0.3) is not None
     with pytest.raises(ValueError, match="patience"):
         HackingWatch("r", "h", patience=0)
+
+
+def _trainer(has_success: bool, patience: int = 2):
+    from types import SimpleNamespace
+
+    audit = SimpleNamespace(patience=patience, tolerance=0.0)
+    return SimpleNamespace(
+        cfg=SimpleNamespace(reward=SimpleNamespace(audit=audit)), eval_sim=SimpleNamespace(has_success=has_success)
+    )
+
+
+def _results(pairs):
+    return {
+        f"iter_{i}": {"success_rate": h, "reward_audit": {"mean": t, "reward": "r"}} for i, (t, h) in enumerate(pairs)
+    }
+
+
+def test_the_run_warning_is_replayed_from_the_saved_results():
+    from mmrl.trainer.audit import hacking_warning
+
+    parting = _results([(0.1, 0.5), (0.2, 0.4), (0.3, 0.3)])
+    line = hacking_warning(_trainer(True), parting)
+    assert line is not None and "at iter_2" in line and "held-out 'success'" in line
+    # the same results, replayed again (a resumed run): the same line; one more evaluation that does
+    # not part: none
+    assert hacking_warning(_trainer(True), parting) == line
+    assert (
+        hacking_warning(
+            _trainer(True), {**parting, "iter_3": {"success_rate": 0.35, "reward_audit": {"mean": 0.4, "reward": "r"}}}
+        )
+        is None
+    )
+    # success that only the trained reward's threshold defines is no held-out measure: no warning
+    assert hacking_warning(_trainer(False), parting) is None
