@@ -6,6 +6,7 @@ the dataset's columns (the question's meta) reach the function as keyword argume
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 
 import pytest
@@ -39,7 +40,11 @@ REWARDS_PY = textwrap.dedent('''
 def user_rewards(tmp_path, monkeypatch):
     (tmp_path / "my_rewards.py").write_text(REWARDS_PY)
     monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path / "my_rewards.py"
+    # imported as `my_rewards`: forgotten afterwards, or a later test's own my_rewards.py (the docs'
+    # example) would get this one from sys.modules
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
+    yield tmp_path / "my_rewards.py"
+    sys.modules.pop("my_rewards", None)
 
 
 def cfg(tmp_path, *extra):
