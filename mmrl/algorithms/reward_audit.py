@@ -146,8 +146,9 @@ class HackingWatch:
     evaluation). ``patience`` consecutive evaluations of both moving apart, each by more than
     ``tolerance``, give one warning line naming both numbers, then the count starts over; any
     evaluation where they do not part resets it. ``heldout_name`` is what the held-out measure is
-    (``success``, a held-out reward's name). Its state (`state_dict`) goes in checkpoints, so a
-    resumed run warns exactly when the uninterrupted one would."""
+    (``success``, a held-out reward's name). The trainer keeps none of it in checkpoints: it replays
+    a fresh watch over the evaluations saved in the run's results (`mmrl.trainer.audit.hacking_warning`),
+    so a resumed run warns exactly when the uninterrupted one would."""
 
     trained_name: str
     heldout_name: str

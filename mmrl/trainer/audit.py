@@ -30,24 +30,28 @@ def start(trainer) -> None:
 
 
 def finish(trainer, name: str) -> dict | None:
-    """The audit of the evaluation ``name`` that ran since `start` (None: not audited, or nothing
-    scored). Says the hacking warning on the trainer's ``log_line`` when this evaluation completes
-    a streak (`HackingWatch`). Every rank calls it."""
+    """The audit of the evaluation ``name`` that ran since `start`, over every rank's samples (None:
+    not audited, or nothing scored). Every rank calls it."""
     if not enabled(trainer):
         return None
-    stage = trainer.reward_stage
-    parts = [p for p in gather_objects(stage.finish_audit()) if p is not None]
-    if not parts:
-        return None
+    return summarize(
+        trainer.reward_stage, gather_objects(trainer.reward_stage.finish_audit()), trainer.eval_sim.has_success
+    )
+
+
+def summarize(stage, parts: list, has_success: bool) -> dict | None:
+    """`audit_scores` of what the reward stage ``stage`` kept (``parts``: its `finish_audit` results,
+    one per rank, None where nothing was scored) against the simulator's success (where it judges
+    one, ``has_success``), its own reward and the held-out reward, with the mean sample diversity
+    where it was measured and the two rewards' names; None when nothing was scored. Training's
+    evaluations (`finish`) and ``mmrl eval`` (`mmrl.trainer.evaluation`) both audit with it."""
     import torch
 
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
     data = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-    out = audit_scores(
-        data["score"],
-        data["success"] if trainer.eval_sim.has_success else None,
-        data["task"],
-        data.get("heldout"),
-    )
+    out = audit_scores(data["score"], data["success"] if has_success else None, data["task"], data.get("heldout"))
     div = data.get("diversity")
     if div is not None and bool(torch.isfinite(div).any()):  # generated samples, a prompt seen more than once
         out["diversity"] = float(div[torch.isfinite(div)].mean())
@@ -114,4 +118,4 @@ def hacking_warning(trainer, results: dict[str, dict]) -> str | None:
     return line
 
 
-__all__ = ["KEY", "enabled", "start", "finish", "record", "group_stats", "measure", "hacking_warning"]
+__all__ = ["KEY", "enabled", "start", "finish", "summarize", "record", "group_stats", "measure", "hacking_warning"]

@@ -17,6 +17,7 @@ import torch
 from tqdm import tqdm
 
 from mmrl.rollout import evaluate_policy, weighted_rates
+from mmrl.trainer.audit import summarize
 
 
 def task_slug(task: Any) -> str:
@@ -44,7 +45,8 @@ def evaluate_suite(
     over tasks), ``tasks``, one entry per task, ``suites`` (success per suite) when the simulators
     name theirs (LIBERO), and ``breakdown`` (success per label of each dimension, over every task) when they label their
     episodes (`mmrl.rollout.episode_breakdown`: reach's goal colour, goal cell, start distance), and
-    ``reward_audit`` with a reward stage (`reward_audit`: how its score tracked success there)."""
+    ``reward_audit`` with a reward stage (`mmrl.trainer.audit.summarize`: how its score tracked
+    success there)."""
     if not tasks:
         raise ValueError("evaluate_suite needs at least one task")
     if episodes < 1 or max_envs < 1:
@@ -53,7 +55,7 @@ def evaluate_suite(
     has_success = True  # every task's simulator judges success (the audit's label)
     audit = audit and reward is not None
     if audit:
-        reward.start_audit()  # each scored sample with its labels, over every task (`reward_audit`)
+        reward.start_audit()  # each scored sample with its labels, over every task (`summarize`)
     for task in tqdm(tasks, desc="eval tasks", dynamic_ncols=True, disable=len(tasks) == 1):
         sim = make_sim(task, max_envs)  # batches as in training's evaluation: the same draws, the same number
         try:
@@ -95,26 +97,10 @@ def evaluate_suite(
             )
             for d in sorted(dims)
         }
-    audited = reward_audit(reward, has_success) if audit else None
+    audited = summarize(reward, [reward.finish_audit()], has_success) if audit else None
     if audited is not None:
         report["reward_audit"] = audited
     return report
-
-
-def reward_audit(reward, has_success: bool) -> dict | None:
-    """`mmrl.algorithms.reward_audit.audit_scores` of what ``reward`` (a reward stage) scored since
-    its `start_audit`: the trained reward against the simulator's success (where it judges one), its
-    own reward and the held-out reward (``reward.audit.heldout``); None when nothing was scored."""
-    from mmrl.algorithms.reward_audit import audit_scores
-
-    data = reward.finish_audit()
-    if data is None:
-        return None
-    out = audit_scores(data["score"], data["success"] if has_success else None, data["task"], data.get("heldout"))
-    out["reward"] = reward.name
-    if reward.heldout is not None:
-        out["heldout"] = reward.heldout.name
-    return out
 
 
 def resolve_checkpoint(given: str | None, run_dir: Path, log=None, key: str = "checkpoint") -> Path:
