@@ -45,6 +45,7 @@ SHORT = {
     "quickstart_flow_noise": REACH,
     "quickstart_grpo": REACH,
     "quickstart_clip_reward": REACH,
+    "quickstart_clip_shaping": REACH,
     "quickstart_token_vla": [
         "sim.num_envs=8",
         "sim.eval_num_envs=4",
@@ -230,7 +231,10 @@ def stand_ins(name: str, root: Path, work: Path) -> list[str]:
     """Overrides putting tiny real models (built here, offline) and LIBERO's stand-in envs in place of
     what a config names for a GPU machine."""
     out = []
-    if name == "quickstart_clip_reward":  # the config reads runs/reach_clip: a tiny CLIP trained here, briefly
+    if name in (
+        "quickstart_clip_reward",
+        "quickstart_clip_shaping",
+    ):  # the configs read runs/reach_clip: a tiny CLIP trained here, briefly
         if not (work / "runs" / "reach_clip" / "train_info.json").exists():
             from mmrl.data import load_dataset
             from rewards.train_tiny_clip import train_tiny_clip

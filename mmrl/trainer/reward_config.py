@@ -25,6 +25,9 @@ class FrameRewardConfig:
     timing: Literal["episode_end", "step"] = "episode_end"
     episode_mode: Literal["final", "mean"] = "final"  # episode_end: the last frame, or the mean over its frames
     view: int = 0  # the camera scored when the simulator renders several
+    # step: "potential" pays each step the change of the score since the episode's previous frame
+    # (potential-based shaping, Ng et al. 1999: it sums to last minus first, so nothing pays loitering)
+    shaping: Literal["none", "potential"] = "none"
     # per-sample reward meta from the instruction, e.g. {positive_goal: "the gripper is on the {color} disc"}:
     # formatted with {instruction} and the named groups of instruction_pattern
     goal_meta: dict[str, Any] = field(default_factory=dict)
@@ -32,6 +35,8 @@ class FrameRewardConfig:
 
     def validate(self) -> None:
         check_range(self, {"view": ">=0"})
+        if self.shaping == "potential" and self.timing != "step":
+            raise ConfigError("'shaping' = 'potential' pays each step's change of the score: set timing: step")
         if self.instruction_pattern is not None:
             import re
 
@@ -48,7 +53,9 @@ class FrameRewardConfig:
     def scoring(self):
         from mmrl.trainer.reward_stage import FrameScoring
 
-        return FrameScoring(self.timing, self.episode_mode, self.view, dict(self.goal_meta), self.instruction_pattern)
+        return FrameScoring(
+            self.timing, self.episode_mode, self.view, dict(self.goal_meta), self.instruction_pattern, self.shaping
+        )
 
 
 @dataclass

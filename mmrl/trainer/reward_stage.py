@@ -13,7 +13,9 @@ non-finite check all see the scored reward. Its kind follows the simulator's act
   step of the action chunk (its step trace, `mmrl.simulator.TRACE_KEYS`), the episode's
   instruction as the prompt (VLM-RM / VLM-RL). `FrameScoring` says when: every step (``step``,
   dense), or once per episode at its end (``episode_end``: its last frame, or the mean score over
-  its frames, kept per env in `EpisodeScores` across decisions). Success stays the simulator's.
+  its frames, kept per env in `EpisodeScores` across decisions); with ``shaping: potential`` every
+  step is paid its score's change since the episode's previous frame (`potential_shaping`), a shaping
+  term for a sparse task reward. Success stays the simulator's.
 
 The trained reward of each step is `combine` (`mmrl.algorithms.reward_synthesis.RewardSynthesis`)
 of the model's score (0 where the step was not scored) and the simulator's terms (`TERMS`): ``task``
@@ -58,6 +60,7 @@ SCORED = {
 TERMS = ("task", "success", "terminated", "truncated", "step_cost", "diversity")
 GENERATED = ("image", "video")  # the stage kinds whose samples have a `sample_diversity`
 TIMINGS = ("episode_end", "step")
+SHAPINGS = ("none", "potential")
 EPISODE_MODES = ("final", "mean")
 
 
@@ -77,10 +80,17 @@ class FrameScoring:
     # the named groups of `instruction_pattern` (e.g. {"positive_goal": "the gripper is on the {color} disc"})
     goal_meta: dict = field(default_factory=dict)
     instruction_pattern: str | None = None
+    # step: "potential" pays the change of the score since the episode's previous scored frame
+    # (`potential_shaping`), "none" the score itself
+    shaping: str = "none"
 
     def __post_init__(self) -> None:
         if self.timing not in TIMINGS:
             raise ValueError(f"timing must be one of {list(TIMINGS)}, got {self.timing!r}")
+        if self.shaping not in SHAPINGS:
+            raise ValueError(f"shaping must be one of {list(SHAPINGS)}, got {self.shaping!r}")
+        if self.shaping == "potential" and self.timing != "step":
+            raise ValueError("shaping 'potential' pays each step's change of the score: it needs timing 'step'")
         if self.episode_mode not in EPISODE_MODES:
             raise ValueError(f"episode_mode must be one of {list(EPISODE_MODES)}, got {self.episode_mode!r}")
 
@@ -107,20 +117,31 @@ class FrameScoring:
         return out
 
 
+def potential_shaping(score: torch.Tensor, last: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+    """Potential-based shaping (Ng, Harada, Russell 1999, with the discount 1 of a finite episode):
+    each frame is paid ``score - last``, its score's change since the episode's previous scored
+    frame, and 0 where there is none (``seen`` False: the episode's first frame). Over an episode the
+    payments sum to its last frame's score minus its first's, so the shaping cannot pay a policy for
+    lingering near the goal instead of reaching it (which ends the episode and its payments)."""
+    return torch.where(seen, score - last, torch.zeros_like(score))
+
+
 class EpisodeScores:
     """Per env, the running sum and count of the frame scores of the episode in progress (a
-    ``frame`` stage with ``episode_mode: mean``); owned by whoever runs the episodes (a collector),
-    and saved with its episodes in progress."""
+    ``frame`` stage with ``episode_mode: mean``), or its last frame's score (``shaping: potential``);
+    owned by whoever runs the episodes (a collector), and saved with its episodes in progress."""
 
     def __init__(self, num_envs: int):
         self.total = torch.zeros(num_envs)
         self.count = torch.zeros(num_envs, dtype=torch.long)
+        self.last = torch.zeros(num_envs)
 
     def state_dict(self) -> dict:
-        return {"total": self.total.clone(), "count": self.count.clone()}
+        return {"total": self.total.clone(), "count": self.count.clone(), "last": self.last.clone()}
 
     def load_state_dict(self, state: dict) -> None:
         self.total, self.count = state["total"].clone(), state["count"].clone()
+        self.last = state["last"].clone() if "last" in state else torch.zeros_like(self.total)
 
 
 class RewardStage:
@@ -192,7 +213,7 @@ class RewardStage:
     def episode_scores(self, num_envs: int) -> EpisodeScores | None:
         """The per-env state a collector keeps for this stage across decisions (None: none needed)."""
         fs = self.frames  # a frame stage's (None for the others)
-        if fs is not None and fs.timing == "episode_end" and fs.episode_mode == "mean":
+        if fs is not None and ((fs.timing == "episode_end" and fs.episode_mode == "mean") or fs.shaping == "potential"):
             return EpisodeScores(num_envs)
         return None
 
@@ -398,6 +419,12 @@ class RewardStage:
                 done = rows[ended[rows, k]]
                 score[done, k] = episodes.total[done] / episodes.count[done].clamp(min=1).float()
                 episodes.total[done], episodes.count[done] = 0.0, 0
+            elif fs.shaping == "potential":
+                if episodes is None:
+                    raise ValueError("shaping 'potential' needs the collector's episode_scores state")
+                score[rows, k] = potential_shaping(s, episodes.last[rows], episodes.count[rows] > 0)
+                episodes.last[rows], episodes.count[rows] = s, 1
+                episodes.count[rows[ended[rows, k]]] = 0  # the next frame of these envs starts a new episode
             else:
                 score[rows, k] = s
         reward = torch.zeros(n)
@@ -581,4 +608,13 @@ def build_reward_stage(
     )
 
 
-__all__ = ["RewardStage", "FrameScoring", "EpisodeScores", "build_reward_stage", "reward_model", "KINDS", "TERMS"]
+__all__ = [
+    "RewardStage",
+    "FrameScoring",
+    "EpisodeScores",
+    "potential_shaping",
+    "build_reward_stage",
+    "reward_model",
+    "KINDS",
+    "TERMS",
+]

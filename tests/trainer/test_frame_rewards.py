@@ -146,6 +146,48 @@ def test_episode_end_mean_averages_the_frames_of_the_episode():
     assert st.episode_scores(2) is not None and stage().episode_scores(2) is None  # only mean mode keeps state
 
 
+def test_potential_shaping_pays_each_frame_its_change_since_the_previous_one():
+    """Each step earns its frame's score minus the episode's previous frame's (0 for an episode's
+    first frame), across decisions and through resets: over an episode the payments sum to the
+    last frame's score minus the first's, whatever route it took (the shaping cannot pay lingering)."""
+    st, sim, ref = stage(timing="step", shaping="potential"), twin(3), twin(3)
+    episodes = st.episode_scores(3)
+    obs = sim.reset(11)
+    ref.reset(11)
+    gen = torch.Generator().manual_seed(1)
+    frames: list[list[float]] = [[] for _ in range(3)]
+    paid = [0.0] * 3
+    ended = 0
+    for _ in range(25):
+        a = torch.rand(3, 1, 2, generator=gen) * 2 - 1
+        res, want = scored(st, sim, obs, a, episodes), ref.step(a[:, 0])
+        img = final_frames(want)
+        for i in range(3):
+            now = mean_pixel(img[i : i + 1])[0].item()
+            expect = now - frames[i][-1] if frames[i] else 0.0
+            assert res.reward[i].item() == pytest.approx(expect, abs=1e-6)
+            frames[i].append(now)
+            paid[i] += res.reward[i].item()
+            if want.done[i]:
+                assert paid[i] == pytest.approx(frames[i][-1] - frames[i][0], abs=1e-5)
+                frames[i], paid[i] = [], 0.0
+                ended += 1
+        obs = res.obs
+    assert ended >= 3
+    # the running potential is the collector's state: saved and restored with its episodes
+    saved = episodes.state_dict()
+    again = st.episode_scores(3)
+    again.load_state_dict(saved)
+    assert torch.equal(again.last, episodes.last) and torch.equal(again.count, episodes.count)
+
+
+def test_potential_shaping_needs_step_timing(tmp_path):
+    with pytest.raises(ValueError, match="needs timing 'step'"):
+        FrameScoring(shaping="potential")
+    with pytest.raises(ConfigError, match="set timing: step"):
+        clip_cfg(tmp_path, "reward.frames={shaping: potential}")
+
+
 def test_step_timing_scores_every_step_frame_within_a_chunk():
     st, sim, ref = stage(timing="step"), twin(4), twin(4)
     obs = sim.reset(5)
@@ -337,3 +379,31 @@ def test_a_clip_reward_trains_the_quickstart_policy_in_process_and_behind_sim_wo
     assert torch.equal(got["collocated"], got["disaggregated"])
     results = build_trainer(clip_cfg(tmp_path / "run")).run()  # the whole loop: RL iteration, evaluations, logs
     assert results["final"]["iteration"] == 1
+
+
+def test_potential_shaping_collects_the_same_rewards_in_every_placement(tmp_path):
+    """The running score lives in the collector's per-env state, which the in-process collector, the
+    sim workers and the pipelined stages each keep: the same shaped rewards behind sim workers as in
+    process, and they are the score's changes (a step earns a difference, so they are not all of one
+    sign); the pipelined stages (whose rollouts differ by design) shape theirs too."""
+    from mmrl.trainer import reward_stage
+
+    got = {}
+    for mode, stages in (("collocated", 1), ("disaggregated", 1), ("hybrid", 2)):
+        reward_stage._MODELS.clear()
+        cfg = clip_cfg(
+            tmp_path / mode,
+            f"placement.mode={mode}",
+            f"placement.stages={stages}",
+            "reward.frames={timing: step, shaping: potential}",
+        )
+        trainer = build_trainer(cfg)
+        try:
+            trainer.policy.eval()
+            batch, _ = trainer.collector.collect(trainer.policy, 0, torch.Generator().manual_seed(0))
+        finally:
+            trainer.close()
+        got[mode] = batch["rewards"]
+    for r in got.values():
+        assert (r > 0).any() and (r < 0).any() and torch.isfinite(r).all() and r.abs().max() < 1
+    assert torch.equal(got["collocated"], got["disaggregated"])
