@@ -16,7 +16,7 @@ the instruction), sentences the model never saw. Which wording and which reward 
 tracks success.
 
 The model is a real ``open_clip.model.CLIP`` with tiny dimensions (`REACH_CLIP_CONFIG`: a 3-layer
-ViT on 4 px patches of the 32 px frames, a 2-layer text transformer, 64-d embeddings) and CLIP's
+ViT on 8 px patches of the 32 px frames, a 2-layer text transformer, 64-d embeddings) and CLIP's
 learnable temperature. It is saved in open_clip's ``local-dir`` layout (``open_clip_config.json`` +
 ``open_clip_pytorch_model.bin`` + ``train_info.json``), so a reward loads it with
 ``model_name="local-dir:<out_dir>"`` and ``pretrained=None``.
@@ -330,10 +330,13 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0 keeps torch's default)")
+    parser.add_argument(
+        "--relations", action="store_true", help="add reach_clip's caption of where the gripper is from each disc"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    data = load_dataset("reach_clip", num_samples=args.samples, seed=args.seed)
+    data = load_dataset("reach_clip", num_samples=args.samples, seed=args.seed, relations=args.relations)
     _, info = train_tiny_clip(data, args.out, steps=args.steps, time_limit_s=args.time_limit, seed=args.seed)
     print(json.dumps(info))
 

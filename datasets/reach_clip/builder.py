@@ -39,6 +39,8 @@ ROWS = ("top", "middle", "bottom")
 COLS = ("left", "center", "right")
 #: caption phrasings of one frame; ``{objects}`` parts are listed in a random order per frame
 PHRASINGS = ("sentence", "list", "cells")
+#: the extra phrasing of ``relations=True``: where the gripper is relative to each disc (`relation_of`)
+RELATIONAL = "relations"
 #: how training frames place the gripper: anywhere, near a disc picked at random (not the
 #: instructed one: the instruction is never read), on the way from its spawn point to such a disc
 GRIPPER_MIX = {"anywhere": 0.4, "near_disc": 0.3, "path": 0.3}
@@ -66,11 +68,34 @@ def _at(cell: str) -> str:
     return "in the center" if cell == "center" else f"at the {cell}"
 
 
+def relation_of(offset: tuple[float, float], disc_radius: float, arm: float) -> str:
+    """Where a gripper is relative to one disc, from its offset ``(dx, dy)`` to the disc's centre
+    (``y`` up) and the drawn sizes: ``on`` (its centre inside the drawn disc), ``touching`` (its cross
+    overlaps the disc), else the dominant direction: ``left of``, ``right of``, ``above``, ``below``.
+    What a picture shows, for every disc alike: no instruction, goal or success radius enters."""
+    dx, dy = offset
+    dist = (dx * dx + dy * dy) ** 0.5
+    if dist <= disc_radius:
+        return "on"
+    if dist <= disc_radius + arm:
+        return "touching"
+    if abs(dx) >= abs(dy):
+        return "left of" if dx < 0 else "right of"
+    return "above" if dy > 0 else "below"
+
+
 def captions_of(
-    disc_cells: list[int], disc_colors: list[str], gripper_cell: int, order: list[int], grid: int = 3
+    disc_cells: list[int],
+    disc_colors: list[str],
+    gripper_cell: int,
+    order: list[int],
+    grid: int = 3,
+    relations: list[str] | None = None,
 ) -> list[str]:
     """The captions (one per phrasing of `PHRASINGS`) of one frame from its discs' cells and colours
-    and the gripper's cell; ``order`` is the order the discs are named in (a permutation)."""
+    and the gripper's cell; ``order`` is the order the discs are named in (a permutation). With
+    ``relations`` (per disc, `relation_of`), a last caption says where the gripper is relative to
+    each disc (`RELATIONAL`)."""
     names = cell_names(grid)
     discs = [(disc_colors[i], names[disc_cells[i]]) for i in order]
     grip = names[gripper_cell]
@@ -81,7 +106,10 @@ def captions_of(
         cells.setdefault(n, []).append(f"the {c} disc")
     cells.setdefault(grip, []).append("the gripper")
     by_cell = " ".join(f"{n}: {' and '.join(things)}." for n, things in cells.items())
-    return [sentence, listing, by_cell]
+    if relations is None:
+        return [sentence, listing, by_cell]
+    rel = [f"{relations[i]} the {disc_colors[i]} disc" for i in order]
+    return [sentence, listing, by_cell, "the gripper is " + ", ".join(rel[:-1]) + f" and {rel[-1]}"]
 
 
 # ----------------------------------------------------------------------------- training pairs
@@ -109,7 +137,9 @@ def gripper_positions(objects: torch.Tensor, spawn: torch.Tensor, gen: torch.Gen
     return g.clamp(-1, 1)
 
 
-def build_pairs(num_samples: int, seed: int, sim_kwargs: dict, grid: int, batch_size: int) -> dict:
+def build_pairs(
+    num_samples: int, seed: int, sim_kwargs: dict, grid: int, batch_size: int, relations: bool = False
+) -> dict:
     """``num_samples`` (image, captions) pairs; see the module doc."""
     gen = torch.Generator().manual_seed(int(seed))
     sim = ReachSim(num_envs=batch_size, seed=int(seed), **sim_kwargs)
@@ -122,9 +152,11 @@ def build_pairs(num_samples: int, seed: int, sim_kwargs: dict, grid: int, batch_
         images.append(sim.render(g, objects, colors))
         gc, dc = grid_cells(g, grid), grid_cells(objects, grid)
         order = torch.rand(m, objects.shape[1], generator=gen).argsort(1)
+        offsets = (g[:, None] - objects).tolist()  # [m, K, 2]: the gripper from each disc
         for i in range(m):
             names = [sim.color_names[c] for c in colors[i].tolist()]
-            captions.append(captions_of(dc[i].tolist(), names, int(gc[i]), order[i].tolist(), grid))
+            rel = [relation_of(o, sim.object_radius, sim._arm) for o in offsets[i]] if relations else None
+            captions.append(captions_of(dc[i].tolist(), names, int(gc[i]), order[i].tolist(), grid, rel))
         gripper_cells.append(gc)
         disc_cells.append(dc)
     return {
@@ -132,7 +164,7 @@ def build_pairs(num_samples: int, seed: int, sim_kwargs: dict, grid: int, batch_
         "captions": captions,
         "gripper_cell": torch.cat(gripper_cells),
         "disc_cell": torch.cat(disc_cells),
-        "phrasings": list(PHRASINGS),
+        "phrasings": [*PHRASINGS, *([RELATIONAL] if relations else [])],
         "cells": cell_names(grid),
     }
 
@@ -176,6 +208,7 @@ def build(
     grid: int = 3,
     sim_kwargs: dict | None = None,
     batch_size: int = 512,
+    relations: bool = False,
 ) -> dict:
     """Training pairs (``labelled=False``) or labelled evaluation frames (``labelled=True``); see
     CARD.md for the fields. Equal arguments give identical data."""
@@ -187,16 +220,19 @@ def build(
     for key in ("num_envs", "seed"):
         if key in sim_kwargs:
             raise ValueError(f"sim_kwargs must not set {key!r}: build() chooses it")
+    if labelled and relations:
+        raise ValueError("relations=True adds a caption to training pairs; labelled frames carry no captions")
     if labelled:
         out = build_labelled(num_samples, seed, sim_kwargs, batch_size)
     else:
-        out = build_pairs(num_samples, seed, sim_kwargs, grid, batch_size)
+        out = build_pairs(num_samples, seed, sim_kwargs, grid, batch_size, relations)
     out["meta"] = {
         "num_samples": num_samples,
         "seed": seed,
         "labelled": labelled,
         "grid": grid,
         "sim_kwargs": sim_kwargs,
+        "relations": relations,
     }
     return out
 
@@ -206,9 +242,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--labelled", action="store_true", help="evaluation frames instead of training pairs")
+    parser.add_argument("--relations", action="store_true", help="add the gripper-to-disc relations caption")
     parser.add_argument("--out", default="runs/reach_clip.pt")
     args = parser.parse_args()
-    data = build(args.samples, seed=args.seed, labelled=args.labelled)
+    data = build(args.samples, seed=args.seed, labelled=args.labelled, relations=args.relations)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, args.out)
     print(f"{data['image'].shape[0]} frames -> {args.out}")

@@ -55,6 +55,42 @@ def test_grid_cells_and_captions_hand_values():
     ]
 
 
+def test_relations_hand_values():
+    """Where the gripper is relative to a disc, from the drawn sizes (disc radius 0.15, cross arm
+    0.13), never the success radius (0.1): centre inside the disc is ``on``, a cross overlapping it
+    ``touching``, else the dominant direction (y up)."""
+    b = builder()
+    assert b.relation_of((0.12, 0.05), 0.15, 0.13) == "on"  # 0.13 away: on the drawn disc, no success
+    assert b.relation_of((0.2, -0.1), 0.15, 0.13) == "touching"
+    assert b.relation_of((-0.5, 0.2), 0.15, 0.13) == "left of"
+    assert b.relation_of((0.5, -0.6), 0.15, 0.13) == "below"
+    assert b.relation_of((0.1, 0.9), 0.15, 0.13) == "above"
+    caps = b.captions_of([0, 8], ["red", "blue"], 0, [1, 0], relations=["on", "right of"])
+    assert caps[:3] == b.captions_of([0, 8], ["red", "blue"], 0, [1, 0])
+    assert caps[3] == "the gripper is right of the blue disc and on the red disc"
+
+
+def test_relational_captions_describe_every_disc_alike(monkeypatch):
+    """The relational caption names the gripper's relation to each disc in the picture, built with
+    the goal / success fields poisoned (so it cannot depend on which disc is instructed), for the same
+    frames as the default captions."""
+    clean = load_dataset("reach_clip", num_samples=200, seed=4, relations=True)
+    with monkeypatch.context() as mp:
+        poison(mp)
+        dirty = load_dataset("reach_clip", num_samples=200, seed=4, relations=True)
+    assert clean["captions"] == dirty["captions"] and torch.equal(clean["image"], dirty["image"])
+    assert clean["phrasings"] == [*builder().PHRASINGS, "relations"]
+    plain = load_dataset("reach_clip", num_samples=200, seed=4)
+    assert torch.equal(plain["image"], clean["image"])  # the same frames, one more caption each
+    assert [c[:3] for c in clean["captions"]] == plain["captions"]
+    relations = [c[3] for c in clean["captions"]]
+    assert sum(" on the " in r for r in relations) >= 5 and sum("touching" in r for r in relations) >= 5
+    for caps in clean["captions"]:
+        assert caps[3].startswith("the gripper is ") and caps[3].count(" disc") == 3
+    with pytest.raises(ValueError, match="labelled frames carry no captions"):
+        load_dataset("reach_clip", num_samples=4, seed=0, labelled=True, relations=True)
+
+
 def test_pretraining_pairs_and_batches_ignore_goal_and_success(monkeypatch):
     clean = load_dataset("reach_clip", num_samples=80, seed=5, batch_size=64)
     with monkeypatch.context() as mp:
@@ -154,18 +190,39 @@ def test_select_goal_setting_picks_the_best_validation_correlation():
     assert quantile_window(good, 0.0, 1.0) == pytest.approx((-0.3, 0.3))
 
 
-def test_clip_config_keeps_the_quickstart_rl_settings(tmp_path):
+def test_shaping_config_keeps_the_quickstart_rl_settings(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_semantic", ROOT / "benchmarks" / "semantic_reward.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     assert bench.rl_settings_differences() == []  # the shipped configs
-    changed = tmp_path / "clip.yaml"
-    text = (ROOT / "configs" / "quickstart_clip_reward.yaml").read_text()
+    changed = tmp_path / "shaped.yaml"
+    text = (ROOT / "configs" / "quickstart_clip_shaping.yaml").read_text()
     changed.write_text(
         text.replace("clip_low: 0.2", "clip_low: 0.3").replace("max_episode_steps: 20", "max_episode_steps: 30")
     )
-    diff = bench.rl_settings_differences(clip_path=changed)
+    diff = bench.rl_settings_differences(shaped_path=changed)
     assert any(d.startswith("algorithm.clip_low") for d in diff) and any(d.startswith("sim.kwargs") for d in diff)
+    # the CLIP-alone example config keeps them too
+    assert bench.rl_settings_differences(shaped_path=ROOT / "configs" / "quickstart_clip_reward.yaml") == []
+
+
+def test_steps_to_level_and_the_ratio_count_what_was_reached():
+    spec = importlib.util.spec_from_file_location("bench_semantic", ROOT / "benchmarks" / "semantic_reward.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    curve = [{"env_steps": 0, "success": 0.4}, {"env_steps": 100, "success": 0.86}, {"env_steps": 200, "success": 0.8}]
+    assert bench.steps_to_level(curve, 0.85) == 100 and bench.steps_to_level(curve, 0.9) is None
+
+    def arm(reached, total):
+        return {"steps_to_level": reached, "env_steps": total}
+
+    runs = [
+        {"arms": {"sparse": arm(400, 1000), "shaped": arm(200, 1000)}},
+        {"arms": {"sparse": arm(None, 1000), "shaped": arm(500, 1000)}},  # sparse never reached it: a bound
+    ]
+    r = bench.ratio(runs, "shaped")
+    assert r["per_seed"] == [0.5, 0.5] and r["mean"] == 0.5
+    assert r["reached"][1] == {"shaped": True, "sparse": False}
 
 
 def test_tiny_clip_training_saves_a_loadable_model(tmp_path):
