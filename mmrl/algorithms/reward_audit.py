@@ -55,6 +55,11 @@ def _mean(x: torch.Tensor) -> float | None:
     return float(x.double().mean()) if x.numel() else None
 
 
+def _sem(x: torch.Tensor) -> float | None:
+    """The standard error of the mean of ``x`` (sample std / sqrt n; None under two values)."""
+    return float(x.double().std() / math.sqrt(x.numel())) if x.numel() > 1 else None
+
+
 def audit_scores(
     score: torch.Tensor,
     success: torch.Tensor | None = None,
@@ -66,14 +71,17 @@ def audit_scores(
     ``success`` (bool [N]): ``corr_success``, ``auc_success``, ``mean_success`` / ``mean_failure``
     (None where a class is absent) and ``success_share``; ``task`` (the simulator's own reward of
     each sample, [N]): ``corr_task``; ``heldout`` (a held-out reward model's score, [N]):
-    ``heldout_mean``, ``corr_heldout`` and ``gap`` (trained mean minus held-out mean). Always:
-    ``n`` and ``mean``. Non-finite scores are left out with their labels (``nonfinite`` counts them).
+    ``heldout_mean``, ``heldout_sem``, ``corr_heldout`` and ``gap`` (trained mean minus held-out
+    mean). Always: ``n``, ``mean`` and ``sem`` (the standard error of the mean: whether two
+    evaluations' means differ by more than their noise). Non-finite scores are left out with their
+    labels (``nonfinite`` counts them).
     """
     score = score.double().flatten()
     keep = torch.isfinite(score)
     out: dict = {"n": int(keep.sum()), "nonfinite": int((~keep).sum())}
     s = score[keep]
     out["mean"] = _mean(s)
+    out["sem"] = _sem(s)
     if success is not None:
         ok = success.bool().flatten()[keep]
         out["corr_success"] = pearson(s, ok.double())
@@ -87,6 +95,7 @@ def audit_scores(
         h = heldout.double().flatten()[keep]
         good = torch.isfinite(h)
         out["heldout_mean"] = _mean(h[good])
+        out["heldout_sem"] = _sem(h[good])
         out["corr_heldout"] = pearson(s[good], h[good])
         out["gap"] = out["mean"] - out["heldout_mean"] if out["heldout_mean"] is not None and s.numel() else None
     return out

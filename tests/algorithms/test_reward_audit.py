@@ -49,6 +49,10 @@ def test_nonfinite_scores_leave_with_their_own_labels():
     assert out["n"] == 4 and out["nonfinite"] == 2
     assert out["auc_success"] == 1.0 and out["corr_task"] == pytest.approx(1.0)
     assert out["heldout_mean"] == pytest.approx(0.25) and out["gap"] == pytest.approx(0.25)
+    # standard errors of the kept scores [1, 0, 1, 0] and held-out [0.5, 0, 0.5, 0]: std / sqrt(4)
+    assert out["sem"] == pytest.approx(math.sqrt(1 / 3) / 2) and out["heldout_sem"] == pytest.approx(
+        math.sqrt(1 / 12) / 2
+    )
     logs = audit_logs("eval/reward_audit", out)
     assert logs["eval/reward_audit/auc_success"] == 1.0 and all(math.isfinite(v) for v in logs.values())
 
