@@ -2,7 +2,8 @@
 
     python benchmarks/reward_hacking.py                       # seeds 0-2, 60 iterations, eval every 10
     python benchmarks/reward_hacking.py --validation          # seeds 100-102 on the validation prompts
-    python benchmarks/reward_hacking.py --set policy.nft_ref_coef=3 --guard-diversity 0.5
+    python benchmarks/reward_hacking.py --guard-ref 3 --guard-diversity 0.5      # other guard weights
+    python benchmarks/reward_hacking.py --validation --arms guarded --guard-ref 2   # one point of a sweep
     python benchmarks/reward_hacking.py --smoke               # seconds: 1 seed, 2 iterations, no figure
 
 The hackable reward is DDPO's JPEG compressibility (``jpeg_compressibility``: minus the file size in
@@ -18,17 +19,21 @@ and then trained with DiffusionNFT on that reward alone, twice:
 
 Both arms are audited by the `shapes` reward, which is never trained on (``reward.audit.heldout``:
 the prompt fidelity the demo's own benchmark trains for), and by the diversity of the images of each
-prompt (the mean RMS pixel distance between them; each held-out prompt is evaluated 3 times). All
+prompt (the mean RMS pixel distance between them; each held-out prompt is evaluated
+``--eval-episodes`` / 42 times, 6 by default). All
 three are measured on the 42 held-out prompts (``--validation``: 42 validation prompts carved from
 the train prompts, seeds from 100, for choosing ``--guard-ref`` and ``--guard-diversity``) every
 ``--eval-every`` iterations, and printed beside the pretrained generator's.
 
 The goal (issue 70): with the guards the held-out reward does not fall below the pretrained
 generator's, while the unguarded run's does; the price is the trained reward the guarded run gives up.
+Read strictly (any fall) and beyond the evaluations' noise (a fall of more than twice the standard
+error of the difference of the two means: `significantly_below`), both reported.
 
 The last line is one JSON object: per arm, per-seed lists of the final ``trained`` reward, ``heldout``
 reward and ``diversity``, each with ``_mean`` and ``_std``; the pretrained generator's three; the
-``heldout_below_pretrained`` count of each arm; the settings and the curves.
+``heldout_below_pretrained`` and ``heldout_significantly_below`` counts of each arm, ``goal_met``
+and ``goal_met_beyond_noise``; the settings and the curves.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ def curve(results: dict) -> list[dict]:
                 "iteration": res["iteration"],
                 "trained": round(audit["mean"], 4),
                 "heldout": round(audit["heldout_mean"], 4),
+                "heldout_sem": round(audit["heldout_sem"], 4),
                 "diversity": round(audit["diversity"], 4) if "diversity" in audit else None,
             }
         )
@@ -90,6 +96,8 @@ def run_seed(seed: int, args) -> dict:
         f"trainer.iterations={args.iterations}",
         f"trainer.eval_every={args.eval_every}",
         f"trainer.checkpoint_every={args.eval_every}",
+        f"sim.eval_num_envs={args.eval_episodes}",
+        f"trainer.eval_episodes={args.eval_episodes}",
         *(IMAGES.validation if args.validation else ()),
         *args.set,
     ]
@@ -97,20 +105,20 @@ def run_seed(seed: int, args) -> dict:
         seed, common, argparse.Namespace(output_dir=args.output_dir, reuse_pretrained=True, resume=False), IMAGES
     )
     out: dict = {}
-    for arm in ARMS:
+    for arm in args.arms:
         cfg = load_experiment(ROOT / CONFIG, [*common, f"run.name={arm}", *arm_overrides(arm, args)])
         trainer = build_trainer(cfg)
         trainer.policy.gen.load_state_dict(pretrained)
         trainer.policy.after_warm_start()  # the reference and the old policy: the pretrained generator
         trainer.state.warm_started = True
         out[arm] = curve(trainer.run())
-    start = out["unguarded"][0]
+    start = out[args.arms[0]][0]
     print(
         f"\n[seed {seed}] pretrained: trained reward {start['trained']:.3f}, held-out {start['heldout']:.3f}, "
         f"diversity {start['diversity']:.3f}"
     )
-    print(f"{'iter':>5} | " + " | ".join(f"{a:>9}: {'trained':>8} {'held-out':>8} {'divers.':>8}" for a in ARMS))
-    for points in zip(*(out[a] for a in ARMS)):
+    print(f"{'iter':>5} | " + " | ".join(f"{a:>9}: {'trained':>8} {'held-out':>8} {'divers.':>8}" for a in args.arms))
+    for points in zip(*(out[a] for a in args.arms)):
         cells = [f"{'':>9}  {p['trained']:8.3f} {p['heldout']:8.3f} {fmt(p['diversity']):>8}" for p in points]
         print(f"{points[0]['iteration']:5d} | " + " | ".join(cells))
     print(f"load {os.getloadavg()[0]:.2f}", flush=True)
@@ -127,6 +135,14 @@ def stats(values: list) -> dict:
     }
 
 
+def significantly_below(points: list[dict]) -> bool:
+    """Whether the last evaluation's held-out mean is below the first's (the pretrained generator's) by
+    more than twice the standard error of their difference: a fall larger than the evaluations' noise."""
+    first, last = points[0], points[-1]
+    noise = (first["heldout_sem"] ** 2 + last["heldout_sem"] ** 2) ** 0.5
+    return last["heldout"] < first["heldout"] - 2 * noise
+
+
 def fmt(value) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -139,9 +155,17 @@ def main() -> None:
     parser.add_argument("--validation", action="store_true", help="choose the guards' settings on validation prompts")
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--guard-ref", type=float, default=1.0, help="policy.nft_ref_coef of the guarded arm")
     parser.add_argument(
-        "--guard-diversity", type=float, default=0.5, help="the diversity term's weight in the guarded arm (0: none)"
+        "--eval-episodes", type=int, default=252, help="images per evaluation (a multiple of the 42 prompts)"
+    )
+    parser.add_argument(
+        "--guard-ref", type=float, default=1.5, help="policy.nft_ref_coef of the guarded arm (chosen on validation)"
+    )
+    parser.add_argument(
+        "--guard-diversity", type=float, default=1.0, help="the diversity term's weight in the guarded arm (0: none)"
+    )
+    parser.add_argument(
+        "--arms", nargs="+", choices=ARMS, default=list(ARMS), help="the arms to run (a sweep of the guards: guarded)"
     )
     parser.add_argument("--output-dir", default="runs/bench_reward_hacking")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run")
@@ -151,7 +175,8 @@ def main() -> None:
         iterations=2,
         eval_every=1,
         output_dir=scratch,
-        set=[*IMAGES.smoke, "sim.eval_num_envs=84", "trainer.eval_episodes=84"],  # each prompt twice: a diversity
+        eval_episodes=84,  # each prompt twice: a diversity
+        set=list(IMAGES.smoke),
     )
     if args.seeds < 1 or args.iterations < 1 or args.eval_every < 1:
         parser.error("--seeds, --iterations and --eval-every must be >= 1")
@@ -166,27 +191,33 @@ def main() -> None:
         "guard_ref": args.guard_ref,
         "guard_diversity": args.guard_diversity,
         "iterations": args.iterations,
+        "arms": args.arms,
         "pretrained": {
-            k: stats([runs[s]["unguarded"][0][k] for s in seeds]) for k in ("trained", "heldout", "diversity")
+            k: stats([runs[s][args.arms[0]][0][k] for s in seeds]) for k in ("trained", "heldout", "diversity")
         },
     }
-    for arm in ARMS:
+    for arm in args.arms:
         result[arm] = {k: stats([runs[s][arm][-1][k] for s in seeds]) for k in ("trained", "heldout", "diversity")}
         result[arm]["heldout_below_pretrained"] = sum(
             runs[s][arm][-1]["heldout"] < runs[s][arm][0]["heldout"] for s in seeds
         )
-    result["goal_met"] = result["guarded"]["heldout_below_pretrained"] == 0 and result["unguarded"][
-        "heldout_below_pretrained"
-    ] == len(seeds)
+        result[arm]["heldout_significantly_below"] = sum(significantly_below(runs[s][arm]) for s in seeds)
+    if set(args.arms) == set(ARMS):  # the issue's goal, read strictly and beyond the evaluations' noise
+        g, u = result["guarded"], result["unguarded"]
+        result["goal_met"] = g["heldout_below_pretrained"] == 0 and u["heldout_below_pretrained"] == len(seeds)
+        result["goal_met_beyond_noise"] = g["heldout_significantly_below"] == 0 and u[
+            "heldout_significantly_below"
+        ] == len(seeds)
     result["curves"] = {str(s): runs[s] for s in seeds}
-    for arm in ARMS:
+    for arm in args.arms:
         r = result[arm]
         pre = result["pretrained"]["heldout"]["mean"]
         print(
             f"{arm:>9}: trained {r['trained']['mean']:.3f} +- {r['trained']['std']:.3f}, held-out "
             f"{r['heldout']['mean']:.3f} +- {r['heldout']['std']:.3f} (pretrained {pre:.3f}), diversity "
             f"{fmt(r['diversity']['mean'])}; held-out below the pretrained generator's on "
-            f"{r['heldout_below_pretrained']} of {len(seeds)} seeds"
+            f"{r['heldout_below_pretrained']} of {len(seeds)} seeds ({r['heldout_significantly_below']} by more than "
+            "twice the standard error)"
         )
     print(json.dumps(result))
 
