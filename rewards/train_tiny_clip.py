@@ -51,8 +51,10 @@ REACH_CLIP_CONFIG = {
     "vision_cfg": {"image_size": 32, "layers": 3, "width": 48, "head_width": 16, "patch_size": 8},
     "text_cfg": {"context_length": 40, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
 }
-#: zero-shot contrasting goal texts (positive, negative), ``{color}`` from the instruction; none of
-#: them is a training caption. The first is the default of configs/quickstart_clip_reward.yaml.
+#: contrasting goal texts (positive, negative), ``{color}`` from the instruction, chosen among on
+#: validation episodes. Without reach_clip's relational captions none is a training caption; with
+#: them "the gripper is on the red disc" is one (of frames whose gripper is on a red disc, whatever
+#: the instruction). The first is the default of configs/quickstart_clip_reward.yaml.
 GOAL_WORDINGS = (
     ("the gripper is on the {color} disc", "the gripper is far from the {color} disc"),
     ("the gripper is at the {color} disc", "the gripper is away from the {color} disc"),
@@ -61,6 +63,9 @@ GOAL_WORDINGS = (
         "the {color} disc and the gripper are at the same place",
         "the {color} disc and the gripper are at different places",
     ),
+    # VLM-RM's goal against a baseline that names the gripper alone (the goal's direction from it)
+    ("the gripper is on the {color} disc", "the gripper"),
+    ("the gripper is touching the {color} disc", "the gripper is far from the {color} disc"),
 )
 #: reward windows tried on validation: quantile pairs of ``d = c_neg - c_pos`` over validation frames
 WINDOW_QUANTILES = ((0.05, 0.95), (0.2, 0.8), (0.05, 0.5), (0.5, 0.95))

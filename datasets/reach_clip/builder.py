@@ -39,8 +39,9 @@ ROWS = ("top", "middle", "bottom")
 COLS = ("left", "center", "right")
 #: caption phrasings of one frame; ``{objects}`` parts are listed in a random order per frame
 PHRASINGS = ("sentence", "list", "cells")
-#: the extra phrasing of ``relations=True``: where the gripper is relative to each disc (`relation_of`)
-RELATIONAL = "relations"
+#: the extra phrasings of ``relations=True``: where the gripper is relative to each disc (`relation_of`),
+#: and relative to the disc nearest to it alone (what a person would say first)
+RELATIONAL = ("relations", "nearest")
 #: how training frames place the gripper: anywhere, near a disc picked at random (not the
 #: instructed one: the instruction is never read), on the way from its spawn point to such a disc
 GRIPPER_MIX = {"anywhere": 0.4, "near_disc": 0.3, "path": 0.3}
@@ -91,11 +92,13 @@ def captions_of(
     order: list[int],
     grid: int = 3,
     relations: list[str] | None = None,
+    nearest: int = 0,
 ) -> list[str]:
     """The captions (one per phrasing of `PHRASINGS`) of one frame from its discs' cells and colours
     and the gripper's cell; ``order`` is the order the discs are named in (a permutation). With
-    ``relations`` (per disc, `relation_of`), a last caption says where the gripper is relative to
-    each disc (`RELATIONAL`)."""
+    ``relations`` (per disc, `relation_of`) and ``nearest`` (the index of the disc nearest to the
+    gripper), two more captions (`RELATIONAL`): where the gripper is relative to each disc, and
+    relative to the nearest one."""
     names = cell_names(grid)
     discs = [(disc_colors[i], names[disc_cells[i]]) for i in order]
     grip = names[gripper_cell]
@@ -109,7 +112,8 @@ def captions_of(
     if relations is None:
         return [sentence, listing, by_cell]
     rel = [f"{relations[i]} the {disc_colors[i]} disc" for i in order]
-    return [sentence, listing, by_cell, "the gripper is " + ", ".join(rel[:-1]) + f" and {rel[-1]}"]
+    every = "the gripper is " + ", ".join(rel[:-1]) + f" and {rel[-1]}"
+    return [sentence, listing, by_cell, every, f"the gripper is {relations[nearest]} the {disc_colors[nearest]} disc"]
 
 
 # ----------------------------------------------------------------------------- training pairs
@@ -152,11 +156,13 @@ def build_pairs(
         images.append(sim.render(g, objects, colors))
         gc, dc = grid_cells(g, grid), grid_cells(objects, grid)
         order = torch.rand(m, objects.shape[1], generator=gen).argsort(1)
-        offsets = (g[:, None] - objects).tolist()  # [m, K, 2]: the gripper from each disc
+        offsets = g[:, None] - objects  # [m, K, 2]: the gripper from each disc
+        nearest = offsets.norm(dim=-1).argmin(1).tolist()
+        offsets = offsets.tolist()
         for i in range(m):
             names = [sim.color_names[c] for c in colors[i].tolist()]
             rel = [relation_of(o, sim.object_radius, sim._arm) for o in offsets[i]] if relations else None
-            captions.append(captions_of(dc[i].tolist(), names, int(gc[i]), order[i].tolist(), grid, rel))
+            captions.append(captions_of(dc[i].tolist(), names, int(gc[i]), order[i].tolist(), grid, rel, nearest[i]))
         gripper_cells.append(gc)
         disc_cells.append(dc)
     return {
@@ -164,7 +170,7 @@ def build_pairs(
         "captions": captions,
         "gripper_cell": torch.cat(gripper_cells),
         "disc_cell": torch.cat(disc_cells),
-        "phrasings": [*PHRASINGS, *([RELATIONAL] if relations else [])],
+        "phrasings": [*PHRASINGS, *(RELATIONAL if relations else ())],
         "cells": cell_names(grid),
     }
 

@@ -65,9 +65,9 @@ def test_relations_hand_values():
     assert b.relation_of((-0.5, 0.2), 0.15, 0.13) == "left of"
     assert b.relation_of((0.5, -0.6), 0.15, 0.13) == "below"
     assert b.relation_of((0.1, 0.9), 0.15, 0.13) == "above"
-    caps = b.captions_of([0, 8], ["red", "blue"], 0, [1, 0], relations=["on", "right of"])
+    caps = b.captions_of([0, 8], ["red", "blue"], 0, [1, 0], relations=["on", "right of"], nearest=0)
     assert caps[:3] == b.captions_of([0, 8], ["red", "blue"], 0, [1, 0])
-    assert caps[3] == "the gripper is right of the blue disc and on the red disc"
+    assert caps[3:] == ["the gripper is right of the blue disc and on the red disc", "the gripper is on the red disc"]
 
 
 def test_relational_captions_describe_every_disc_alike(monkeypatch):
@@ -79,7 +79,7 @@ def test_relational_captions_describe_every_disc_alike(monkeypatch):
         poison(mp)
         dirty = load_dataset("reach_clip", num_samples=200, seed=4, relations=True)
     assert clean["captions"] == dirty["captions"] and torch.equal(clean["image"], dirty["image"])
-    assert clean["phrasings"] == [*builder().PHRASINGS, "relations"]
+    assert clean["phrasings"] == [*builder().PHRASINGS, "relations", "nearest"]
     plain = load_dataset("reach_clip", num_samples=200, seed=4)
     assert torch.equal(plain["image"], clean["image"])  # the same frames, one more caption each
     assert [c[:3] for c in clean["captions"]] == plain["captions"]
@@ -87,6 +87,13 @@ def test_relational_captions_describe_every_disc_alike(monkeypatch):
     assert sum(" on the " in r for r in relations) >= 5 and sum("touching" in r for r in relations) >= 5
     for caps in clean["captions"]:
         assert caps[3].startswith("the gripper is ") and caps[3].count(" disc") == 3
+        assert caps[4].startswith("the gripper is ") and caps[4].count(" disc") == 1 and caps[4][15:] in caps[3]
+    # "the gripper is on the red disc" is now a caption (of frames whose gripper is on a red disc,
+    # whichever disc the episode names): the goal wording asks about a relation pretraining described
+    from rewards.train_tiny_clip import GOAL_WORDINGS
+
+    seen = {t for caps in clean["captions"] for t in caps}
+    assert GOAL_WORDINGS[0][0].format(color="red") in seen or GOAL_WORDINGS[0][0].format(color="blue") in seen
     with pytest.raises(ValueError, match="labelled frames carry no captions"):
         load_dataset("reach_clip", num_samples=4, seed=0, labelled=True, relations=True)
 
