@@ -56,7 +56,7 @@ class RunConfig:
     wandb_project: str = "mmrl"  # the Weights & Biases project of the run
     # memory per device the run's plan must fit (`mmrl estimate`), checked at load before any work:
     # a size (80GiB, 24GB) checks on any device; null checks a CUDA run against its GPU's memory; off: never
-    gpu_memory: str | None = None
+    gpu_memory: str | bool | None = None
 
     def validate(self) -> None:
         from mmrl.placement.config import _valid_device
@@ -65,11 +65,11 @@ class RunConfig:
             raise ConfigError(
                 f"'threads' = {self.threads}: use 0 (automatic), -1 (torch's default) or a positive thread count"
             )
-        if self.gpu_memory is not None and self.gpu_memory != "off":
+        if self.gpu_memory is True or (isinstance(self.gpu_memory, str) and self.gpu_memory != "off"):
             from mmrl.planning.memory import parse_bytes
 
             try:
-                parse_bytes(self.gpu_memory)
+                parse_bytes(str(self.gpu_memory))
             except ValueError as exc:
                 raise ConfigError(f"'gpu_memory': {exc}, null (a CUDA run's own GPU) or off") from None
         if not _valid_device(self.device):

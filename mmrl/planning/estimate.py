@@ -74,8 +74,13 @@ def _dtype_bytes(name: str, default: int = 4) -> int:
 # ----------------------------------------------------------------------------------- transformers
 
 
-def _text_config(model: torch.nn.Module):
-    config = model.config
+def _config(module: torch.nn.Module) -> Any:
+    """A transformers / diffusers model's config (attributes typed as Any)."""
+    return module.config
+
+
+def _text_config(model: torch.nn.Module) -> Any:
+    config = _config(model)
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
@@ -89,10 +94,10 @@ def _text_stack(model: torch.nn.Module, tokens: int, trains: bool = True) -> tup
 
 
 def _vision_stack(model: torch.nn.Module, prompt_tokens: int, trains: bool) -> Stack | None:
-    vc = getattr(model.config, "vision_config", None)
+    vc: Any = getattr(_config(model), "vision_config", None)
     if vc is None:
         return None
-    merge = getattr(vc, "spatial_merge_size", None) or getattr(model.config, "scale_factor", 1)
+    merge: Any = getattr(vc, "spatial_merge_size", None) or getattr(_config(model), "scale_factor", 1)
     layers = getattr(vc, "depth", None) or vc.num_hidden_layers
     gated = getattr(vc, "hidden_act", "") == "silu"  # Qwen2.5-VL's gated vision MLP; SigLIP's is plain
     return Stack("vision tower", layers, vc.hidden_size, vc.hidden_size, vc.intermediate_size, prompt_tokens * merge**2,
@@ -116,9 +121,10 @@ def _hf_model(name: str, tiny: dict | None) -> torch.nn.Module:
 
 def vlm_workload(cfg: ExperimentConfig, world: int) -> Workload:
     from mmrl.policies.token_vla import freeze_vision_tower
-    from mmrl.policies.vlm import TINY_MODELS, lora_targets
+    from mmrl.policies.vlm import TINY_MODELS, VLMConfig, lora_targets
 
     p = cfg.policy
+    assert isinstance(p, VLMConfig), "workload() picks the family by policy.type"
     model = _hf_model(p.model, TINY_MODELS)
     if p.freeze_vision:
         freeze_vision_tower(model)
@@ -167,14 +173,15 @@ def vlm_workload(cfg: ExperimentConfig, world: int) -> Workload:
 
 
 def token_vla_workload(cfg: ExperimentConfig, world: int, sim) -> Workload:
-    from mmrl.policies.token_vla import freeze_vision_tower
+    from mmrl.policies.token_vla import TokenVLAConfig, freeze_vision_tower
 
     p = cfg.policy
+    assert isinstance(p, TokenVLAConfig), "workload() picks the family by policy.type"
     model = _hf_model(p.model, None)
     if p.freeze_vision:
         freeze_vision_tower(model)
-    vc = model.config.vision_config
-    merge = getattr(model.config, "scale_factor", 1)
+    vc = _config(model).vision_config
+    merge = getattr(_config(model), "scale_factor", 1)
     views = len(cfg.sim.kwargs.get("camera_names", [0])) or 1
     image_tokens = views * (vc.image_size // vc.patch_size) ** 2 // merge**2
     action_tokens = p.chunk_size * sim.action_dim
@@ -212,9 +219,10 @@ def token_vla_workload(cfg: ExperimentConfig, world: int, sim) -> Workload:
 
 def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
     from mmrl.policies.diffusers_base import DiffusersGenerator
-    from mmrl.policies.diffusion import diffusers_family
+    from mmrl.policies.diffusion import DiffusionConfig, diffusers_family
 
     p = cfg.policy
+    assert isinstance(p, DiffusionConfig), "workload() picks the family by policy.type"
     transformer, parts = A.diffusers_parts(p.model)
     family = diffusers_family(p.model)
     if family == "wan":
@@ -226,7 +234,7 @@ def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
     pipe = SimpleNamespace(transformer=transformer, **parts)
     factor, channels = gen_cls.latent_geometry(pipe)
     patch = gen_cls.latent_patch(pipe)
-    frames = latent_frames(p.num_frames, parts["vae"].config.scale_factor_temporal) if family == "wan" else 1
+    frames = latent_frames(p.num_frames, _config(parts["vae"]).scale_factor_temporal) if family == "wan" else 1
     side = p.image_size // factor
     tokens = frames * (side // patch) ** 2
     lora = A.lora_count(transformer, gen_cls.lora_targets(transformer), p.lora_rank, suffix=True)
@@ -238,7 +246,7 @@ def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
     copies = (params + outside if needs_ref and p.finetune != "lora" else 0) + trainable * (
         (p.awm_ema_coef > 0) + (p.nft_old_decay is not None)
     )
-    tc = transformer.config
+    tc = _config(transformer)
     hidden = tc.num_attention_heads * tc.attention_head_dim
     context = p.max_sequence_length or (512 if family == "wan" else 256)
     stack = Stack("transformer", tc.num_layers, hidden, hidden, getattr(tc, "ffn_dim", 4 * hidden), tokens,
@@ -274,7 +282,10 @@ def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
 
 def _times_per_sample(cfg: ExperimentConfig) -> int:
     """Model rows per trained sample in the update's one batched call."""
+    from mmrl.policies.diffusion import DiffusionConfig
+
     p, objective = cfg.policy, cfg.algorithm.objective
+    assert isinstance(p, DiffusionConfig)
     if objective == "nft":
         return p.nft_timesteps
     if objective == "awm":
@@ -311,11 +322,21 @@ def builtin_workload(cfg: ExperimentConfig, world: int, sim) -> Workload:
 
 
 def _one_env_sim(cfg: ExperimentConfig):
+    """One env of the training simulator, for the widths a built-in policy is sized by: on the CPU and,
+    where the simulator takes ``vectorization``, in this process (one env needs no worker processes)."""
+    import inspect
+
     from mmrl.errors import UserError
     from mmrl.experiment import build_sim
 
+    kwargs = dict(cfg.sim.kwargs)
+    if "vectorization" in inspect.signature(SIMULATORS.get(cfg.sim.type)).parameters:
+        kwargs["vectorization"] = "sync"
+    small = dataclasses.replace(
+        cfg, run=dataclasses.replace(cfg.run, device="cpu"), sim=dataclasses.replace(cfg.sim, kwargs=kwargs)
+    )
     try:
-        return build_sim(cfg, 1, cfg.run.seed)
+        return build_sim(small, 1, cfg.run.seed)
     except Exception as exc:  # a simulator that does not start here (its assets, its renderer)
         raise UserError(
             f"the memory plan of policy '{cfg.policy.type}' reads its widths from simulator '{cfg.sim.type}', which "
@@ -329,7 +350,7 @@ def workload(cfg: ExperimentConfig, world: int = 1) -> Workload:
     kind = cfg.policy.type
     if kind == "vlm":
         return vlm_workload(cfg, world)
-    if kind == "diffusion" and cfg.policy.model != "tiny":
+    if kind == "diffusion" and getattr(cfg.policy, "model", "tiny") != "tiny":
         return diffusion_workload(cfg, world)
     sim_cls = SIMULATORS.get(cfg.sim.type)
     if kind == "token_vla" and isinstance(vars(sim_cls).get("action_dim"), int):  # its width, without a simulator
@@ -353,9 +374,9 @@ def device_memory_of(cfg: ExperimentConfig) -> int | None:
     """The memory per device a run's plan is checked against: ``run.gpu_memory`` when it is a size, a
     CUDA run's own GPU when it is null, None (no check) for ``off`` or a CPU / MPS run without one."""
     budget = cfg.run.gpu_memory
-    if budget == "off":
+    if budget is False or budget == "off":  # YAML reads a bare off as false
         return None
-    if budget is not None:
+    if isinstance(budget, str):
         return parse_bytes(budget)
     if cfg.run.device.startswith("cuda") and torch.cuda.is_available():
         index = int(cfg.run.device.split(":")[1]) if ":" in cfg.run.device else 0
