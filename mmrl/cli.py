@@ -448,8 +448,25 @@ def dotted_overrides(argv: list[str]) -> list[str]:
     return out
 
 
+def flags_last(argv: list[str]) -> list[str]:
+    """``mmrl estimate``'s flags moved after its overrides, so ``--world-size 4 key=value`` parses
+    (argparse takes no positional after an option once the positionals started)."""
+    if not argv or argv[0] != "estimate":
+        return argv
+    head, flags, i = [argv[0]], [], 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--world-size", "--gpu-memory") and i + 1 < len(argv):
+            flags += argv[i : i + 2]
+            i += 2
+            continue
+        (flags if arg.startswith("--") else head).append(arg)
+        i += 1
+    return head + flags
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv_now = dotted_overrides(sys.argv[1:] if argv is None else list(argv))
+    argv_now = flags_last(dotted_overrides(sys.argv[1:] if argv is None else list(argv)))
     args = build_parser(argv_now).parse_args(argv_now)
     return run_command(args)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -37,8 +37,8 @@ from mmrl.planning.memory import DTYPE_BYTES, KVCache, Plan, Stack, Workload, ma
 from mmrl.planning.memory import parse_bytes as parse_bytes
 from mmrl.registry import SIMULATORS
 
-if TYPE_CHECKING:
-    from mmrl.experiment import ExperimentConfig
+#: an `mmrl.experiment.ExperimentConfig` (not imported: `mmrl.experiment` imports this module to check plans)
+ExperimentConfig = Any
 
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's own default gpu_memory_utilization
 
@@ -327,16 +327,12 @@ def _one_env_sim(cfg: ExperimentConfig):
     import inspect
 
     from mmrl.errors import UserError
-    from mmrl.experiment import build_sim
 
     kwargs = dict(cfg.sim.kwargs)
     if "vectorization" in inspect.signature(SIMULATORS.get(cfg.sim.type)).parameters:
         kwargs["vectorization"] = "sync"
-    small = dataclasses.replace(
-        cfg, run=dataclasses.replace(cfg.run, device="cpu"), sim=dataclasses.replace(cfg.sim, kwargs=kwargs)
-    )
     try:
-        return build_sim(small, 1, cfg.run.seed)
+        return SIMULATORS.build(cfg.sim.type, num_envs=1, seed=cfg.run.seed, device="cpu", **kwargs)
     except Exception as exc:  # a simulator that does not start here (its assets, its renderer)
         raise UserError(
             f"the memory plan of policy '{cfg.policy.type}' reads its widths from simulator '{cfg.sim.type}', which "
