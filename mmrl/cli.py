@@ -141,7 +141,7 @@ def cmd_estimate(args) -> int:
     import json
 
     from mmrl.experiment import load_experiment
-    from mmrl.planning.estimate import device_memory_of, parse_bytes, plan_experiment
+    from mmrl.planning.estimate import NotPlanned, device_memory_of, parse_bytes, plan_experiment
     from mmrl.planning.memory import as_json, render
 
     cfg = load_experiment(args.config, args.overrides)
@@ -156,7 +156,11 @@ def cmd_estimate(args) -> int:
             return 2
     else:
         memory = device_memory_of(cfg) or parse_bytes(DEFAULT_GPU_MEMORY)
-    plan = plan_experiment(cfg, memory, args.world_size)
+    try:
+        plan = plan_experiment(cfg, memory, args.world_size)
+    except NotPlanned as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(as_json(plan)) if args.json else render(plan))
     return 0 if plan.fits else 1
 

@@ -44,6 +44,8 @@ def test_every_config_prints_a_plan(name, capsys, tiny_smolvlm):
     out, err = capsys.readouterr()
     if code == 2 and "did not start here" in err:  # a simulator whose renderer / assets are not on this machine
         pytest.skip(err.strip())
+    if code == 2 and "does not cover" in err:  # LeRobot policies (in .venv-lerobot): not planned yet, and it says so
+        pytest.skip(err.strip())
     plan = json.loads(out)
     assert code == (0 if plan["fits"] else 1)
     assert plan["params"] > 0 and plan["total"] == sum(plan["terms"].values())
