@@ -5,6 +5,8 @@ mmrl eval RUN_OR_CHECKPOINT [key=value ...]            evaluate a run's newest c
 mmrl eval configs/quickstart.yaml checkpoint=PATH [key=value ...]
 mmrl export RUN --to DIR [--adapter] [--push-to-hub REPO]  a trained policy in its family's format + card
 mmrl list                                              every registered component, objective and flow sampler
+mmrl estimate CONFIG [key=value ...] [--world-size N] [--gpu-memory 80GiB] [--json]
+                                                       the memory plan per device, before any work
 mmrl config show CONFIG [key=value ...]                the resolved config, every default filled in
 mmrl config keys [PREFIX]                              every config key: type, default and what it does
 mmrl init [NAME]                                       write an example config (configs/NAME.yaml) into this folder
@@ -63,6 +65,9 @@ def cmd_train(args) -> int:
         from mmrl.ray_train import train_on_ray
 
         check_ranks(cfg, distributed.Ranks(world=cfg.placement.train_ranks))  # one line, before Ray starts
+        from mmrl.planning.estimate import check_plan
+
+        check_plan(cfg, cfg.placement.train_ranks)  # the memory plan fits, before Ray starts
         cfg.placement.check_backend()
         print(jsonio.dumps(train_on_ray(args.config, list(args.overrides), cfg)))
         return 0
@@ -128,6 +133,39 @@ def cmd_eval(args) -> int:
     )
     print(jsonio.dumps(report))
     return 0
+
+
+def cmd_estimate(args) -> int:
+    """``mmrl estimate CONFIG [key=value ...]``: the memory plan per device (`mmrl.planning`), exit
+    status 0 when it fits, 1 when it does not."""
+    import json
+
+    from mmrl.experiment import load_experiment
+    from mmrl.planning.estimate import NotPlanned, device_memory_of, parse_bytes, plan_experiment
+    from mmrl.planning.memory import as_json, render
+
+    cfg = load_experiment(args.config, args.overrides)
+    if args.world_size is not None and args.world_size < 1:
+        print(f"error: --world-size {args.world_size}: give a number of training ranks >= 1", file=sys.stderr)
+        return 2
+    if args.gpu_memory is not None:
+        try:
+            memory = parse_bytes(args.gpu_memory)
+        except ValueError as exc:
+            print(f"error: --gpu-memory: {exc}", file=sys.stderr)
+            return 2
+    else:
+        memory = device_memory_of(cfg) or parse_bytes(DEFAULT_GPU_MEMORY)
+    try:
+        plan = plan_experiment(cfg, memory, args.world_size)
+    except NotPlanned as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(as_json(plan)) if args.json else render(plan))
+    return 0 if plan.fits else 1
+
+
+DEFAULT_GPU_MEMORY = "80GiB"  # what `mmrl estimate` plans for without --gpu-memory, run.gpu_memory or a GPU here
 
 
 def cmd_config(args) -> int:
@@ -389,6 +427,8 @@ def _fmt(value) -> str:
 
 
 OVERRIDING = ("train", "eval")  # commands whose trailing arguments are dotted config overrides
+#: flags of ``mmrl estimate`` that ``mmrl train`` takes too, as the config keys they set
+FLAG_KEYS = {"gpu-memory": "run.gpu_memory", "gpu_memory": "run.gpu_memory"}
 KEEP = ("-h", "--help", "--version")
 
 
@@ -406,14 +446,31 @@ def dotted_overrides(argv: list[str]) -> list[str]:
                 value, i = argv[i + 1], i + 1
             elif not eq:
                 value = "true"  # a bare flag, as --gradient_checkpointing is
-            arg = f"{key}={value}"
+            arg = f"{FLAG_KEYS.get(key, key)}={value}"
         out.append(arg)
         i += 1
     return out
 
 
+def flags_last(argv: list[str]) -> list[str]:
+    """``mmrl estimate``'s flags moved after its overrides, so ``--world-size 4 key=value`` parses
+    (argparse takes no positional after an option once the positionals started)."""
+    if not argv or argv[0] != "estimate":
+        return argv
+    head, flags, i = [argv[0]], [], 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--world-size", "--gpu-memory") and i + 1 < len(argv):
+            flags += argv[i : i + 2]
+            i += 2
+            continue
+        (flags if arg.startswith("--") else head).append(arg)
+        i += 1
+    return head + flags
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv_now = dotted_overrides(sys.argv[1:] if argv is None else list(argv))
+    argv_now = flags_last(dotted_overrides(sys.argv[1:] if argv is None else list(argv)))
     args = build_parser(argv_now).parse_args(argv_now)
     return run_command(args)
 
@@ -469,6 +526,21 @@ def build_parser(argv_now: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--push-to-hub", metavar="REPO", help="upload the folder to this hub repo (user/name)")
     p.add_argument("--public", action="store_true", help="with --push-to-hub: a public repo (default private)")
     p.set_defaults(fn=cmd_export)
+    p = sub.add_parser(
+        "estimate",
+        help="the memory plan per device (weights, gradients, optimizer, reference, rollout, activations) "
+        "and whether it fits, before any work; exit status 1 when it does not",
+    )
+    p.add_argument("config", help="an experiment YAML (configs/*.yaml)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.minibatch_size=8")
+    p.add_argument("--world-size", type=int, help="training ranks (default: placement.train_ranks)")
+    p.add_argument(
+        "--gpu-memory",
+        help=f"memory per device, e.g. 80GiB or 24GB (default: run.gpu_memory, else this machine's GPU, "
+        f"else {DEFAULT_GPU_MEMORY})",
+    )
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.set_defaults(fn=cmd_estimate)
     p = sub.add_parser("config", help="show a resolved config, or every config key with its default and help")
     p.add_argument("action", choices=["show", "keys"], help="show CONFIG [key=value ...] | keys [PREFIX]")
     p.add_argument("rest", nargs="*", help="show: CONFIG and its dotted overrides; keys: an optional key PREFIX")

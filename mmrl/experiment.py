@@ -54,6 +54,9 @@ class RunConfig:
     threads: int = 0  # torch intra-op threads: 0 = automatic (CPUs - 1), -1 = torch's default, N (mmrl.utils.threads)
     wandb: bool = False  # also log to Weights & Biases (needs the wandb extra and a login)
     wandb_project: str = "mmrl"  # the Weights & Biases project of the run
+    # memory per device the run's plan must fit (`mmrl estimate`), checked at load before any work:
+    # a size (80GiB, 24GB) checks on any device; null checks a CUDA run against its GPU's memory; off: never
+    gpu_memory: str | bool | None = None
 
     def validate(self) -> None:
         from mmrl.placement.config import _valid_device
@@ -62,6 +65,13 @@ class RunConfig:
             raise ConfigError(
                 f"'threads' = {self.threads}: use 0 (automatic), -1 (torch's default) or a positive thread count"
             )
+        if self.gpu_memory is True or (isinstance(self.gpu_memory, str) and self.gpu_memory != "off"):
+            from mmrl.planning.memory import parse_bytes
+
+            try:
+                parse_bytes(str(self.gpu_memory))
+            except ValueError as exc:
+                raise ConfigError(f"'gpu_memory': {exc}, null (a CUDA run's own GPU) or off") from None
         if not _valid_device(self.device):
             raise ConfigError(f"'device' = {self.device!r} is not a device; valid: cpu, cuda, cuda:<index>, mps")
         # the run folder is output_dir/name: a name that is a path would write elsewhere
@@ -459,13 +469,16 @@ def build_trainer(cfg: ExperimentConfig):
     work: the devices exist, the run folder is writable and not in use (it stays locked while the
     trainer lives), and a resume's config matches its checkpoint's (`mmrl.trainer.run_folder`)."""
     from mmrl import distributed
+    from mmrl.planning.estimate import check_plan
     from mmrl.trainer import checkpoint
     from mmrl.trainer.run_folder import check_ranks_agree, check_resume_config, open_run_folder, record_config_change
     from mmrl.trainer.trainer import Trainer
 
+    launched = distributed.launched()
+    check_plan(cfg, launched.world if launched.distributed else cfg.placement.train_ranks)  # fits, before any work
     for key, device in (("run.device", cfg.run.device), ("placement.render_device", cfg.placement.render_device)):
         check_device_available(key, device)
-    check_ranks(cfg, distributed.launched())  # before the process group: one line, every rank
+    check_ranks(cfg, launched)  # before the process group: one line, every rank
     ranks = distributed.init(cfg.run.device)
     check_ranks_agree(cfg)  # every rank, before any work: one config for the job
     if ranks.distributed and cfg.run.device.startswith("cuda"):
