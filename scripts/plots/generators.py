@@ -21,6 +21,7 @@ VIDEO_SWEEP = "video_flow_grpo_validation_sweep_1d26778.json"
 NFT_VALIDATION = "nft_old_policy_validation_2026-11-28.json"
 IMAGE_BEFORE_FIX = "diffusion_align_3seeds_ff2fcf8.json"
 VLM_GRPO = "vlm_grpo_3seeds_6bfd848.json"
+HACKING = "reward_hacking_3seeds_2026-12-07.json"
 VLM_VIDEO = "vlm_video_3seeds_63d5d53.json"
 VLM_TOOLS = "vlm_tools_heldout_688aff1.json"
 VS_TRL = "vs_trl_a9ddf78.json"
@@ -373,6 +374,30 @@ def distributed_ranks():
     return fig
 
 
+def reward_hacking():
+    """Per seed, the held-out reward and the images' diversity against RL iterations, without and
+    with the guards, while the trained (hackable) reward climbs."""
+    data = load(HACKING)
+    arms = {"unguarded": COLORS["other"], "guarded": COLORS["mmrl"]}
+    fig, axes = figure(10.0, 3.4, ncols=3)
+    styles = ["-", "--", ":"]
+    panels = (("trained", "trained reward (JPEG compressibility)"), ("heldout", "held-out reward (shapes)"))
+    for ax, (key, title) in zip(axes, (*panels, ("diversity", "diversity (RMS pixel distance)"))):
+        for arm, color in arms.items():
+            for k, seed in enumerate(data["seeds"]):
+                points = data["curves"][str(seed)][arm]
+                label = f"{arm}, seed {seed}" if key == "heldout" else None
+                ax.plot(
+                    [p["iteration"] for p in points], [p[key] for p in points], color=color, ls=styles[k], label=label
+                )
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("RL iteration", fontsize=8)
+    axes[1].legend(fontsize=6)
+    fig.subplots_adjust(bottom=0.2, wspace=0.3)
+    source(fig, HACKING)
+    return fig
+
+
 PLOTS = {
     "gen_image_heldout.png": image_heldout,
     "gen_image_curves.png": image_curves,
@@ -388,4 +413,5 @@ PLOTS = {
     "gen_vlm_tools.png": vlm_tools_before_after,
     "gen_vs_trl.png": vs_trl_steps,
     "gen_distributed.png": distributed_ranks,
+    "gen_reward_hacking.png": reward_hacking,
 }
