@@ -22,6 +22,7 @@ DSRL_UTD4 = "sample_efficiency_reach_dsrl_utd4_6398891.json"
 RLPD = "sample_efficiency_reach_rlpd_dfde334.json"
 SAC = "sample_efficiency_sac_d17e7b8.json"
 SEMANTIC = "semantic_reward_6bfd848.json"
+SHAPING = "semantic_shaping_2026-12-07.json"
 ANT_NOISE = "ant_noise_sweep_h200_2026-11-27.json"
 ANT_STD = "action_std_sweep_h200_2026-11-28.json"
 H200_QUICKSTART = "quickstart_benchmark_h200_2026-11-27.log"
@@ -214,6 +215,30 @@ def semantic_reward():
     return fig
 
 
+def semantic_shaping():
+    """Held-out success against env steps per seed: sparse success alone, plus the CLIP's shaping,
+    the dense task reward; the 0.85 level dotted."""
+    data = load(SHAPING)["held_out"]
+    arms = {
+        "sparse": ("sparse success", COLORS["baseline"]),
+        "shaped": ("sparse + CLIP shaping", COLORS["mmrl"]),
+        "dense": ("dense task reward", COLORS["ceiling"]),
+    }
+    fig, axes = figure(10.0, 3.4, ncols=len(data["seeds"]))
+    for ax, i, seed in zip(axes, range(len(data["seeds"])), data["seeds"]):
+        for arm, (label, color) in arms.items():
+            curve = data["curves"][arm][i]
+            ax.plot([p["env_steps"] / 1e3 for p in curve], [p["success"] for p in curve], color=color, label=label)
+        ax.axhline(data["level"], color="#666", ls=":", lw=1)
+        ax.set_title(f"seed {seed}", fontsize=9)
+        ax.set_xlabel("env steps (thousands)", fontsize=8)
+        ax.set_ylim(0, 1.02)
+    axes[0].set_ylabel("held-out success", fontsize=8)
+    axes[0].legend(fontsize=7, loc="lower right")
+    _source(fig, SHAPING, bottom=0.2)
+    return fig
+
+
 def _curves(ax, runs, variants: dict) -> None:
     """Held-out return against env steps, one line per run (style per seed), one colour per variant."""
     styles = {}
@@ -311,6 +336,7 @@ PLOTS = {
     "vla_sample_efficiency_reach.png": sample_efficiency_reach,
     "vla_sac_vs_sb3.png": sac_vs_sb3,
     "vla_semantic_reward.png": semantic_reward,
+    "vla_semantic_shaping.png": semantic_shaping,
     "vla_ant_noise_sweep_curves.png": ant_noise_sweep_curves,
     "vla_ant_std_sweep_curves.png": ant_std_sweep_curves,
 }
