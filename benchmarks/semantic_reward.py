@@ -258,15 +258,22 @@ def warm_start(trainer, cfg, args) -> dict:
     saved = Path(args.clip_dir) / f"bench_semantic_warm_{key}.pt"
     if saved.is_file() and not args.smoke:
         print(f"warm start: reusing {saved} (same simulator, policy, warm start and seed)", flush=True)
-        trainer.policy.load_state_dict(torch.load(saved))
-        trainer.policy.after_warm_start()
-        trainer.state.warm_started = True
-        return torch.load(saved)
+        warm = torch.load(saved)
+        start_from(trainer, warm)
+        return warm
     trainer.warm_start()
     warm = copy.deepcopy(trainer.policy.state_dict())
     if not args.smoke:
         torch.save(warm, saved)
     return warm
+
+
+def start_from(trainer, warm: dict) -> None:
+    """``trainer`` as a warm start leaves it: the policy state ``warm`` (copied in), the policy's own
+    step after the warm start (a reference copy, fixed statistics), no warm start left to run."""
+    trainer.policy.load_state_dict(warm)
+    trainer.policy.after_warm_start()
+    trainer.state.warm_started = True
 
 
 def rl_run(cfg, warm: dict, label: str) -> dict:
@@ -276,9 +283,7 @@ def rl_run(cfg, warm: dict, label: str) -> dict:
     t0 = time.time()
     shutil.rmtree(output_dir(cfg), ignore_errors=True)
     trainer = build_trainer(cfg)
-    trainer.policy.load_state_dict(copy.deepcopy(warm))
-    trainer.policy.after_warm_start()  # as the warm start ends (a reference copy, fixed statistics)
-    trainer.state.warm_started = True
+    start_from(trainer, warm)
     results = trainer.run()
     curve = [
         {"iteration": r["iteration"], "env_steps": r["env_steps"], "success": round(r["success_rate"], 4)}
