@@ -210,12 +210,18 @@ class RewardStage:
         """Whether the simulator's step trace is needed (``step_chunk(actions, trace=True)``)."""
         return self.kind == "frame"
 
+    @property
+    def keeps_episode_state(self) -> bool:
+        """Whether scoring needs per-env state across decisions (`EpisodeScores`): a frame stage's
+        episode mean, or its potential-based shaping's previous score."""
+        fs = self.frames  # a frame stage's (None for the others)
+        return fs is not None and (
+            (fs.timing == "episode_end" and fs.episode_mode == "mean") or fs.shaping == "potential"
+        )
+
     def episode_scores(self, num_envs: int) -> EpisodeScores | None:
         """The per-env state a collector keeps for this stage across decisions (None: none needed)."""
-        fs = self.frames  # a frame stage's (None for the others)
-        if fs is not None and ((fs.timing == "episode_end" and fs.episode_mode == "mean") or fs.shaping == "potential"):
-            return EpisodeScores(num_envs)
-        return None
+        return EpisodeScores(num_envs) if self.keeps_episode_state else None
 
     @property
     def defines_success(self) -> bool:
@@ -256,7 +262,7 @@ class RewardStage:
         """``res`` of the decision ``actions`` taken on ``obs`` in the envs ``alive`` (bool [N]: whose
         episode the collector is still recording), its reward replaced by the combination of the
         model's score and the simulator's terms (and ``success`` set by the threshold). ``episodes``:
-        the collector's `episode_scores` state, for ``episode_mode: mean``."""
+        the collector's `episode_scores` state, for ``episode_mode: mean`` and ``shaping: potential``."""
         if not bool(alive.any()):  # nothing recorded here (e.g. a crashed sim worker's stand-in result)
             return res
         if self.kind == "frame":
@@ -385,6 +391,9 @@ class RewardStage:
             )
         fs = self.frames
         assert fs is not None  # every frame stage has its FrameScoring
+        if episodes is None and self.keeps_episode_state:
+            what = "episode_mode 'mean'" if fs.timing == "episode_end" else "shaping 'potential'"
+            raise ValueError(f"{what} needs the collector's episode_scores state")
         frames = trace["image"]
         if frames.dim() == 6:  # several cameras: [N, K, V, H, W, 3]
             frames = frames[:, :, fs.view]
@@ -412,16 +421,14 @@ class RewardStage:
             raw = self._raw(s, parts)
             self._audited(raw, trace["success"][at, k], trace["reward"][at, k], scored, prompts, meta)
             if fs.timing == "episode_end" and fs.episode_mode == "mean":
-                if episodes is None:
-                    raise ValueError("episode_mode 'mean' needs the collector's episode_scores state")
+                assert episodes is not None  # checked above
                 episodes.total[rows] += s
                 episodes.count[rows] += 1
                 done = rows[ended[rows, k]]
                 score[done, k] = episodes.total[done] / episodes.count[done].clamp(min=1).float()
                 episodes.total[done], episodes.count[done] = 0.0, 0
             elif fs.shaping == "potential":
-                if episodes is None:
-                    raise ValueError("shaping 'potential' needs the collector's episode_scores state")
+                assert episodes is not None  # checked above
                 score[rows, k] = potential_shaping(s, episodes.last[rows], episodes.count[rows] > 0)
                 episodes.last[rows], episodes.count[rows] = s, 1
                 episodes.count[rows[ended[rows, k]]] = 0  # the next frame of these envs starts a new episode
