@@ -9,7 +9,7 @@ Per family:
   a frozen vision tower). Training rows of ``max_prompt_tokens + max_new_tokens`` tokens (the
   configured maxima: an upper bound); the vision tower's activations only when it trains, at
   ``merge^2`` patches per prompt token (an upper bound: as if the whole prompt were image tokens).
-  Rollout: the HF ``generate`` KV cache of ``sim.num_envs / ranks`` sequences, or vLLM's reserved
+  Rollout: the HF ``generate`` KV cache of ``sim.num_envs`` sequences (per rank), or vLLM's reserved
   share of the device.
 * ``diffusion`` (diffusers): the transformer and, outside the module, the text encoder and VAE, all
   fp32 (the policy loads pipelines without a dtype); training rows of ``minibatch / ranks`` samples
@@ -141,7 +141,7 @@ def vlm_workload(cfg: ExperimentConfig, world: int) -> Workload:
     text, cache = _text_stack(model, tokens)
     vision = _vision_stack(model, p.max_prompt_tokens, _vision_trains(model, names))
     engine = _engine(cfg, world, _dtype_bytes(p.dtype), trainable)
-    rollout_rows = max(cfg.sim.num_envs // world, 1)
+    rollout_rows = cfg.sim.num_envs  # per rank (docs/guides/distributed.md)
     vllm = p.engine == "vllm"
     notes = ["sequence = max_prompt_tokens + max_new_tokens (the configured maxima, an upper bound)"]
     if vision is not None and vision.trains:
@@ -162,6 +162,7 @@ def vlm_workload(cfg: ExperimentConfig, world: int) -> Workload:
         else None,
         minibatch=cfg.algorithm.minibatch_size,
         lora_trainable=lora if p.finetune == "full" else None,
+        trainable_bytes=4 if p.finetune == "lora" else None,  # peft's adapters stay fp32 over a bf16 model
         notes=tuple(notes),
         keys=_keys(
             cfg,
@@ -205,7 +206,7 @@ def token_vla_workload(cfg: ExperimentConfig, world: int, sim) -> Workload:
         train_rows=_rows(cfg, world),
         checkpointing=cfg.trainer.engine.gradient_checkpointing,
         logits=(action_tokens, _text_config(model).vocab_size),
-        kv_cache=dataclasses.replace(cache, rows=max(cfg.sim.num_envs // world, 1)),
+        kv_cache=dataclasses.replace(cache, rows=cfg.sim.num_envs),  # per rank
         minibatch=cfg.algorithm.minibatch_size,
         notes=(
             f"one {vc.image_size} px tile per camera ({image_tokens} image tokens for {views} view(s)); "
@@ -298,6 +299,72 @@ def _times_per_sample(cfg: ExperimentConfig) -> int:
     return max(round(p.num_steps * p.timestep_fraction), 1)
 
 
+# ------------------------------------------------------------------------- flow VLA on a transformers VLM
+
+
+class _PrefixStandIn(torch.nn.Module):
+    """What `FlowVLAPolicy` reads of its backbone to size itself (no weights): the prefix width."""
+
+    uses_images = True
+
+    def __init__(self, out_dim: int):
+        super().__init__()
+        self.out_dim = out_dim
+
+
+def hf_flow_vla_workload(cfg: ExperimentConfig, world: int, dims: tuple[int, int | None]) -> Workload:
+    """The flow VLA on a transformers VLM prefix (``policy.backbone`` a hub id or folder): the VLM on
+    meta from its config, the rest of the policy (expert, heads) built on meta around a stand-in of
+    the prefix width. A frozen VLM is priced like a frozen encoder (no gradient, no activations kept:
+    its forward runs under no_grad); the expert's activations are those of one forward per denoising
+    step of each trained row, its self-attention over the chunk and cross-attention to the prefix."""
+    from mmrl.policies.flow_vla import FlowVLAPolicy
+    from mmrl.policies.processing import ActionNormalizer
+
+    p = cfg.policy
+    action_dim, state_dim = dims
+    vlm = A.meta_transformers(A.transformers_arch(p.backbone, "policy.backbone"))
+    width = _text_config(vlm).hidden_size
+    normalizer = ActionNormalizer.from_config(p.action_low, p.action_high)  # it checks its bounds: not on meta
+    with torch.device("meta"):
+        rest = FlowVLAPolicy(p, action_dim, state_dim, backbone=_PrefixStandIn(width), normalizer=normalizer)
+    vlm_params, rest_params = A.count(vlm), A.count(rest)
+    vlm_bytes = _dtype_bytes(p.backbone_dtype)
+    frozen = p.freeze_backbone
+    trainable = rest_params + (0 if frozen else vlm_params)
+    vc: Any = getattr(_config(vlm), "vision_config", None)
+    views = p.num_views or len(cfg.sim.kwargs.get("camera_names", [0])) or 1
+    merge: int = getattr(_config(vlm), "scale_factor", None) or getattr(vc, "spatial_merge_size", None) or 1
+    image_tokens = views * (vc.image_size // vc.patch_size) ** 2 // merge**2 if vc is not None else 0
+    prefix = image_tokens + 64 + 16 + 1  # instruction (at most 64 tokens), the chat template, the state token
+    d = p.expert_dim
+    expert = Stack("action expert", p.expert_layers, d, d, 2 * d, p.chunk_size, gated=False, context=prefix)
+    text, _ = _text_stack(vlm, prefix, trains=not frozen)
+    engine = _engine(cfg, world, 4, trainable)
+    return Workload(
+        model=f"flow_vla on {p.backbone}",
+        params=rest_params + (0 if frozen else vlm_params),
+        trainable=trainable,
+        **{**engine, "weight_bytes": 4 if frozen else vlm_bytes},  # a trained VLM: its dtype (the expert is small)
+        outside=vlm_params if frozen else 0,
+        outside_bytes=vlm_bytes,
+        stacks=(expert,) if frozen else (expert, text),
+        train_rows=_rows(cfg, world),
+        rows_factor=p.num_steps,
+        checkpointing=cfg.trainer.engine.gradient_checkpointing,
+        rollout_bytes=cfg.sim.num_envs * (p.num_steps + 1) * p.chunk_size * action_dim * 4,
+        minibatch=cfg.algorithm.minibatch_size,
+        notes=(
+            f"prefix of {prefix} tokens per sample ({image_tokens} image tokens for {views} view(s), instruction "
+            "and template at most 81); the expert runs once per denoising step of each trained row",
+            "the frozen VLM (policy.freeze_backbone) is the 'frozen encoders' term"
+            if frozen
+            else "the VLM trains: its weights are priced in the policy's dtype",
+        ),
+        keys=_keys(cfg, checkpointing="trainer.engine.gradient_checkpointing"),
+    )
+
+
 # ---------------------------------------------------------------------------------------- built-in
 
 
@@ -342,6 +409,9 @@ def _one_env_sim(cfg: ExperimentConfig):
         ) from exc
 
 
+_BUILT_IN_BACKBONES = ("auto", "tiny", "state", "state_text")
+
+
 class NotPlanned(ValueError):
     """A policy family the plan does not cover yet (`mmrl estimate` says so; `mmrl train` skips the check)."""
 
@@ -364,8 +434,17 @@ def workload(cfg: ExperimentConfig, world: int = 1) -> Workload:
     if kind == "diffusion" and getattr(cfg.policy, "model", "tiny") != "tiny":
         return diffusion_workload(cfg, world)
     sim_cls = SIMULATORS.get(cfg.sim.type)
-    if kind == "token_vla" and isinstance(vars(sim_cls).get("action_dim"), int):  # its width, without a simulator
+    static = isinstance(vars(sim_cls).get("action_dim"), int)  # its widths, without building a simulator
+    if kind == "token_vla" and static:
         return token_vla_workload(cfg, world, sim_cls)
+    if kind == "flow_vla" and getattr(cfg.policy, "backbone", "auto") not in _BUILT_IN_BACKBONES:
+        if static and "state_dim" in vars(sim_cls):  # both widths on the class (LIBERO: 7 and 8)
+            return hf_flow_vla_workload(cfg, world, (sim_cls.action_dim, vars(sim_cls).get("state_dim")))
+        sim = _one_env_sim(cfg)
+        try:
+            return hf_flow_vla_workload(cfg, world, (sim.action_dim, sim.state_dim))
+        finally:
+            sim.close()
     sim = _one_env_sim(cfg)
     try:
         if kind == "token_vla":

@@ -10,7 +10,8 @@ Terms (``B`` = bytes):
   the ranks by FSDP2 and by DeepSpeed ZeRO-3. Frozen pipeline components that live outside the
   module (a diffusers pipeline's text encoders and VAE) are the separate term ``frozen encoders``,
   never sharded.
-* ``gradients``: ``trainable x grad_bytes`` (the weight dtype; 2 under DeepSpeed bf16 / fp16);
+* ``gradients``: ``trainable x grad_bytes`` (the trainable parameters' dtype: fp32 for LoRA adapters,
+  which peft keeps in fp32 over a bf16 model; 2 under DeepSpeed bf16 / fp16);
   sharded by FSDP2 and ZeRO-2/3.
 * ``optimizer``: Adam's two moments per trainable parameter, in the parameter's dtype for the torch
   and FSDP2 engines (torch's Adam keeps ``exp_avg`` / ``exp_avg_sq`` like the parameter), and, under
@@ -121,6 +122,9 @@ class Workload:
     rollout_bytes: int = 0  # what a rollout stores on the device besides the cache (a flow chain)
     minibatch: int = 1  # the configured minibatch (all ranks), for the knobs
     lora_trainable: int | None = None  # trainable parameters with LoRA instead (a full fine-tune's knob)
+    # bytes of each trainable parameter, its gradient and each Adam moment when they differ from
+    # weight_bytes: peft keeps LoRA adapters in fp32 over a bf16 / fp16 model (autocast_adapter_dtype)
+    trainable_bytes: int | None = None
     notes: tuple[str, ...] = ()
     keys: dict[str, str] = field(default_factory=dict)  # knob -> the config key that sets it
 
@@ -142,16 +146,21 @@ def shards(w: Workload) -> dict[str, int]:
     return {"weights": 1, "gradients": 1, "optimizer": 1}
 
 
+def _trainable_bytes(w: Workload) -> int:
+    return w.trainable_bytes if w.trainable_bytes is not None else w.weight_bytes
+
+
 def weights_bytes(w: Workload) -> int:
     if w.offload_params:
         return 0
-    return math.ceil(w.params * w.weight_bytes / shards(w)["weights"])
+    own = w.params * w.weight_bytes + w.trainable * (_trainable_bytes(w) - w.weight_bytes)
+    return math.ceil(own / shards(w)["weights"])
 
 
 def gradients_bytes(w: Workload) -> int:
     if w.offload_params and w.backend == "fsdp":  # CPUOffloadPolicy keeps gradients on the CPU too
         return 0
-    return math.ceil(w.trainable * w.weight_bytes / shards(w)["gradients"])
+    return math.ceil(w.trainable * _trainable_bytes(w) / shards(w)["gradients"])
 
 
 def optimizer_bytes(w: Workload) -> int:
@@ -159,7 +168,7 @@ def optimizer_bytes(w: Workload) -> int:
     copy) under DeepSpeed with half weights."""
     if w.offload_optimizer or (w.offload_params and w.backend == "fsdp"):
         return 0
-    per = 12 if _half_master(w) else 2 * w.weight_bytes
+    per = 12 if _half_master(w) else 2 * _trainable_bytes(w)
     return math.ceil(w.trainable * per / shards(w)["optimizer"])
 
 
@@ -267,7 +276,8 @@ def candidate_knobs(w: Workload, device_memory: int) -> list[tuple[str, Workload
     out: list[tuple[str, Workload]] = []
     k = w.keys
     if w.lora_trainable is not None and "lora" in k:
-        out.append((k["lora"], dataclasses.replace(w, trainable=w.lora_trainable, copies=0, lora_trainable=None)))
+        lora = dataclasses.replace(w, trainable=w.lora_trainable, copies=0, lora_trainable=None, trainable_bytes=4)
+        out.append((k["lora"], lora))  # adapters in fp32 whatever the model's dtype (peft's default)
     if not w.checkpointing and w.stacks and "checkpointing" in k:
         out.append((f"{k['checkpointing']}=true", dataclasses.replace(w, checkpointing=True)))
     if w.act_bytes == 4 and w.stacks:

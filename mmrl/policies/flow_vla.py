@@ -67,6 +67,9 @@ class FlowVLAConfig(PolicyConfig):
     backbone: str = "auto"
     # keep the image / state backbone's weights fixed (only the action expert and heads train)
     freeze_backbone: bool = False
+    # a transformers backbone's weights dtype (float32 / bfloat16 / float16, or auto: the checkpoint's);
+    # its prefix reaches the expert in float32 whatever it is
+    backbone_dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     image_size: int = 32  # camera images are resized to this side before the built-in encoder
     num_views: int | None = None  # cameras per observation; None = the simulator's
     dim: int = 64  # built-in backbone width
@@ -655,4 +658,5 @@ def build_backbone(cfg: FlowVLAConfig, state_dim: int | None = None) -> PrefixBa
         return TinyBackbone(image_size=cfg.image_size, dim=cfg.dim, num_views=cfg.num_views or 1)
     from mmrl.policies.hf_backbone import HFImageTextBackbone  # needs mmrl[vlm]
 
-    return HFImageTextBackbone.from_pretrained(cfg.backbone, freeze=cfg.freeze_backbone)
+    dtype = cfg.backbone_dtype if cfg.backbone_dtype == "auto" else getattr(torch, cfg.backbone_dtype)
+    return HFImageTextBackbone.from_pretrained(cfg.backbone, torch_dtype=dtype, freeze=cfg.freeze_backbone)

@@ -204,6 +204,7 @@ class VLMPolicy(Policy[VLMConfig]):
             model = add_lora(model, cfg)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        contiguous_head_inputs(model)
         self.model = model
         self.ref_model = None
         if cfg.reference == "copy":  # refreshed after the warm start; a submodule so checkpoints keep it
@@ -665,6 +666,18 @@ def lora_targets(model: nn.Module, vision: bool = False) -> list[str]:
     if not names:
         raise ValueError(f"no linear layers for LoRA in {type(model).__name__}")
     return names
+
+
+def contiguous_head_inputs(model: nn.Module) -> None:
+    """Make the output head's input contiguous before its matmul. transformers slices the hidden states
+    it keeps logits for (``logits_to_keep``: the generated tokens, the last one at a prefill), and on
+    the CPU torch's bf16 linear on that strided slice takes a slow path: 21 s instead of 0.05 s for
+    Qwen2.5-VL-3B's 151936-row head over 4 x 16 tokens (torch 2.13, 2 cores). The copy is of the kept
+    rows only; on a GPU it is as cheap."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    if isinstance(head, nn.Module):
+        head.register_forward_pre_hook(lambda _m, args: (args[0].contiguous(), *args[1:]))
 
 
 def add_lora(model: HFModel, cfg: VLMConfig) -> HFModel:
