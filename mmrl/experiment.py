@@ -199,8 +199,8 @@ class ExperimentConfig:
 
     def validate(self) -> None:
         self.placement.stage_slices(self.sim.num_envs)  # the stages must divide the envs
-        self.trainer.engine.validate(self.run.device)
-        engine = self.trainer.engine
+        (engine := self.trainer.engine).validate(self.run.device)
+        self.policy.check_engine(engine)  # e.g. a diffusers pipeline's dtype against the precision
         if self.trainer.async_staleness and (
             engine.backend == "fsdp" or (engine.backend == "deepspeed" and engine.zero_stage == 3)
         ):

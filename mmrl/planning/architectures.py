@@ -11,7 +11,7 @@ fields not listed are the class's defaults, which match those checkpoints). A lo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,20 @@ from mmrl.utils.compat import patch_torchvision
 class Arch:
     """A published architecture: ``library`` (transformers / diffusers), the model ``cls``, its config
     class ``config_cls`` (transformers) and the config fields; ``parts``: frozen pipeline components
-    (diffusers: the text encoder and the VAE), each an `Arch` of its own."""
+    (diffusers: the text encoders and the VAE, under their ``model_index.json`` names), each an `Arch`
+    of its own. A diffusers pipeline also names its ``pipeline`` class, its ``scheduler`` (class and
+    the published ``scheduler_config.json`` fields) and ``pipeline_config``, the pipeline's own config
+    arguments in ``model_index.json`` (Wan 2.2's ``expand_timesteps``): what
+    `mmrl.tiny.real_size_pipelines` writes a random-weight pipeline folder from."""
 
     library: str
     cls: str
     fields: dict[str, Any]
     config_cls: str | None = None
     parts: tuple[tuple[str, Arch], ...] = ()
+    pipeline: str | None = None
+    scheduler: tuple[str, dict[str, Any]] | None = None
+    pipeline_config: dict[str, Any] = field(default_factory=dict)
 
 
 #: Qwen/Qwen2.5-VL-3B-Instruct, config.json on the hub: text 36 layers of width 2048, 16 heads with
@@ -203,6 +210,12 @@ _WAN21_T2V_1_3B = Arch(
         ("text_encoder", _UMT5_XXL),
         ("vae", Arch("diffusers", "AutoencoderKLWan", {"base_dim": 96, "z_dim": 16})),
     ),
+    pipeline="WanPipeline",
+    # scheduler/scheduler_config.json: UniPC on flow sigmas shifted by 3.0 (480p; mmrl.policies.wan)
+    scheduler=(
+        "UniPCMultistepScheduler",
+        {"prediction_type": "flow_prediction", "use_flow_sigmas": True, "flow_shift": 3.0, "num_train_timesteps": 1000},
+    ),
 )
 
 #: Wan-AI/Wan2.2-TI2V-5B-Diffusers, transformer/config.json (24 heads of 128 = width 3072, 30 blocks,
@@ -233,6 +246,184 @@ _WAN22_TI2V_5B = Arch(
             ),
         ),
     ),
+    pipeline="WanPipeline",
+    scheduler=(  # scheduler/scheduler_config.json: UniPC, flow_shift 5.0
+        "UniPCMultistepScheduler",
+        {"prediction_type": "flow_prediction", "use_flow_sigmas": True, "flow_shift": 5.0, "num_train_timesteps": 1000},
+    ),
+    pipeline_config={"expand_timesteps": True},  # model_index.json: one timestep per latent token (TI2V)
+)
+
+#: CLIP ViT-L/14's text tower, as text_encoder/config.json of black-forest-labs/FLUX.1-schnell (the same
+#: file as FLUX.1-dev's; read from a copy of the folder in github.com/edkamesh/FluX-optimized,
+#: text_encoder/config.json): width 768, 12 layers of 12 heads, MLP 3072, quick_gelu, vocab 49408, 77
+#: positions, projection 768, token ids bos 0 / eos 2 / pad 1 (transformers then pools at the highest id).
+#: SD3's text_encoder is the same tower with its projection (CLIPTextModelWithProjection).
+_CLIP_L_FIELDS = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "hidden_act": "quick_gelu",
+    "vocab_size": 49408,
+    "max_position_embeddings": 77,
+    "projection_dim": 768,
+    "layer_norm_eps": 1e-5,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "pad_token_id": 1,
+}
+
+#: OpenCLIP ViT-bigG/14's text tower, SD3's text_encoder_2/config.json (the text config of
+#: laion/CLIP-ViT-bigG-14-laion2B-39B-b160k, as SDXL's text_encoder_2): width 1280, 32 layers of 20 heads,
+#: MLP 5120, gelu (not quick_gelu), projection 1280, token ids bos 0 / eos 2 / pad 1. The SD3.5 repositories
+#: are gated: read from copies embedded in public repositories (found with the code search: an mflux SD3.5
+#: port whose values were read off stabilityai's files, and copies of the laion text config).
+_CLIP_G = Arch(
+    "transformers",
+    "CLIPTextModelWithProjection",
+    {
+        **_CLIP_L_FIELDS,
+        "hidden_size": 1280,
+        "intermediate_size": 5120,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 20,
+        "hidden_act": "gelu",
+        "projection_dim": 1280,
+    },
+    config_cls="CLIPTextConfig",
+)
+
+#: google/t5-v1_1-xxl's encoder, as SD3's text_encoder_3/config.json and FLUX's text_encoder_2/config.json
+#: (read from the FLUX.1-schnell copy, github.com/edkamesh/FluX-optimized text_encoder_2/config.json):
+#: width 4096, 24 layers, 64 heads of 64, gated-GELU MLP 10240, vocab 32128, untied embeddings.
+_T5_XXL = Arch(
+    "transformers",
+    "T5EncoderModel",
+    {
+        "d_model": 4096,
+        "d_ff": 10240,
+        "d_kv": 64,
+        "num_heads": 64,
+        "num_layers": 24,
+        "vocab_size": 32128,
+        "feed_forward_proj": "gated-gelu",
+        "dense_act_fn": "gelu_new",
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+        "layer_norm_epsilon": 1e-6,
+        "tie_word_embeddings": False,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "decoder_start_token_id": 0,
+    },
+    config_cls="T5Config",
+)
+
+
+def _image_vae(scaling: float, shift: float) -> Arch:
+    """The 16-channel AutoencoderKL of SD3 and FLUX (vae/config.json: four levels of 128, 256, 512, 512
+    channels, 2 layers per block, no quant convs); only the latent scaling / shift differ."""
+    return Arch(
+        "diffusers",
+        "AutoencoderKL",
+        {
+            "in_channels": 3,
+            "out_channels": 3,
+            "down_block_types": ["DownEncoderBlock2D"] * 4,
+            "up_block_types": ["UpDecoderBlock2D"] * 4,
+            "block_out_channels": [128, 256, 512, 512],
+            "layers_per_block": 2,
+            "latent_channels": 16,
+            "norm_num_groups": 32,
+            "sample_size": 1024,
+            "scaling_factor": scaling,
+            "shift_factor": shift,
+            "force_upcast": True,
+            "use_quant_conv": False,
+            "use_post_quant_conv": False,
+        },
+    )
+
+
+#: stabilityai/stable-diffusion-3.5-medium (gated on the hub), transformer/config.json as copied in
+#: public repositories (found with the code search; several agree field for field, among them an SD3.5
+#: FP8 loader's embedded configs and an mflux SD3.5 port checked against the checkpoint's tensors):
+#: MMDiT-X, 24 blocks of 24 heads x 64 (width 1536), the first 13 with dual attention, RMS qk-norm,
+#: patch 2, 16 latent channels, T5 width 4096 and pooled CLIP 2048, a 384 x 384 positional table (a
+#: 226M-element buffer: 2.24B parameters, 2.47B with it). Text encoders CLIP-L and CLIP-G with
+#: projections and T5-XXL; vae/config.json: scaling 1.5305, shift 0.0609; scheduler/scheduler_config.json:
+#: flow-matching Euler with a static shift of 3.0 over 1000 steps.
+_SD35_MEDIUM = Arch(
+    "diffusers",
+    "SD3Transformer2DModel",
+    {
+        "sample_size": 128,
+        "patch_size": 2,
+        "in_channels": 16,
+        "out_channels": 16,
+        "num_layers": 24,
+        "attention_head_dim": 64,
+        "num_attention_heads": 24,
+        "joint_attention_dim": 4096,
+        "caption_projection_dim": 1536,
+        "pooled_projection_dim": 2048,
+        "pos_embed_max_size": 384,
+        "dual_attention_layers": list(range(13)),
+        "qk_norm": "rms_norm",
+    },
+    parts=(
+        ("text_encoder", Arch("transformers", "CLIPTextModelWithProjection", _CLIP_L_FIELDS, "CLIPTextConfig")),
+        ("text_encoder_2", _CLIP_G),
+        ("text_encoder_3", _T5_XXL),
+        ("vae", _image_vae(1.5305, 0.0609)),
+    ),
+    pipeline="StableDiffusion3Pipeline",
+    scheduler=("FlowMatchEulerDiscreteScheduler", {"num_train_timesteps": 1000, "shift": 3.0}),
+)
+
+#: black-forest-labs/FLUX.1-dev (gated), transformer/config.json: 19 double-stream and 38 single-stream
+#: blocks of 24 heads x 128 (width 3072), in_channels 64 (16 latent channels in 2x2 patches), patch 1, T5
+#: width 4096, pooled CLIP 768, the distilled guidance embedding, rotary axes [16, 56, 56] (11.9B
+#: parameters); as the FLUX.1-schnell copy in github.com/edkamesh/FluX-optimized (transformer/config.json)
+#: with guidance_embeds true, the one field dev's differs in (dev's own transformer config, guidance_embeds
+#: true, is also embedded in several public repositories the code search finds). Text encoders CLIP-L
+#: (pooled) and T5-XXL; the VAE's scaling 0.3611 / shift 0.1159 (vae/config.json, the same copy);
+#: scheduler/scheduler_config.json: Euler with the resolution-dependent shift (base 0.5 at 256 packed
+#: tokens to 1.15 at 4096), shift 3.0.
+_FLUX1_DEV = Arch(
+    "diffusers",
+    "FluxTransformer2DModel",
+    {
+        "patch_size": 1,
+        "in_channels": 64,
+        "num_layers": 19,
+        "num_single_layers": 38,
+        "attention_head_dim": 128,
+        "num_attention_heads": 24,
+        "joint_attention_dim": 4096,
+        "pooled_projection_dim": 768,
+        "guidance_embeds": True,
+        "axes_dims_rope": [16, 56, 56],
+    },
+    parts=(
+        ("text_encoder", Arch("transformers", "CLIPTextModel", _CLIP_L_FIELDS, "CLIPTextConfig")),
+        ("text_encoder_2", _T5_XXL),
+        ("vae", _image_vae(0.3611, 0.1159)),
+    ),
+    pipeline="FluxPipeline",
+    scheduler=(
+        "FlowMatchEulerDiscreteScheduler",
+        {
+            "base_image_seq_len": 256,
+            "base_shift": 0.5,
+            "max_image_seq_len": 4096,
+            "max_shift": 1.15,
+            "num_train_timesteps": 1000,
+            "shift": 3.0,
+            "use_dynamic_shifting": True,
+        },
+    ),
 )
 
 ARCHITECTURES: dict[str, Arch] = {
@@ -242,6 +433,8 @@ ARCHITECTURES: dict[str, Arch] = {
     "HuggingFaceTB/SmolVLM2-500M-Video-Instruct": _SMOLVLM2_500M,
     "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": _WAN21_T2V_1_3B,
     "Wan-AI/Wan2.2-TI2V-5B-Diffusers": _WAN22_TI2V_5B,
+    "stabilityai/stable-diffusion-3.5-medium": _SD35_MEDIUM,
+    "black-forest-labs/FLUX.1-dev": _FLUX1_DEV,
 }
 
 
@@ -331,6 +524,12 @@ def count(module: nn.Module, trainable_only: bool = False) -> int:
         seen.add(id(p))
         total += p.numel()
     return total
+
+
+def count_buffers(module: nn.Module) -> int:
+    """Elements of ``module``'s floating-point buffers (weights-like memory that is no parameter, e.g.
+    SD3's positional table)."""
+    return sum(b.numel() for b in module.buffers() if b.is_floating_point())
 
 
 def lora_count(module: nn.Module, names: list[str], rank: int, suffix: bool = False) -> int:

@@ -11,12 +11,15 @@ Per family:
   ``merge^2`` patches per prompt token (an upper bound: as if the whole prompt were image tokens).
   Rollout: the HF ``generate`` KV cache of ``sim.num_envs`` sequences (per rank), or vLLM's reserved
   share of the device.
-* ``diffusion`` (diffusers): the transformer and, outside the module, the text encoder and VAE, all
-  fp32 (the policy loads pipelines without a dtype); training rows of ``minibatch / ranks`` samples
-  times the times trained per sample (NFT / AWM timesteps, or the stochastic steps of Flow-GRPO) times
-  2 with classifier-free guidance, each of ``latent frames x (latent side / patch)^2`` tokens with
-  ``max_sequence_length`` text tokens of cross-attention context. Rollout: the stored chain and one
-  no-grad block. The VAE decode of a rollout is not counted.
+* ``diffusion`` (diffusers): the transformer (and its buffers) and, outside the module, the text
+  encoders and VAE, at ``policy.dtype`` (the trained weights, LoRA adapters or a full fine-tune's
+  transformer, at float32; under DeepSpeed bf16 / fp16 everything at half with its fp32 master copy);
+  training rows of ``minibatch / ranks`` samples times the times trained per sample (NFT / AWM
+  timesteps, or the stochastic steps of Flow-GRPO) times 2 with classifier-free guidance, each of
+  ``latent frames x (latent side / patch)^2`` image tokens, plus for SD3 / FLUX the text tokens their
+  joint blocks carry (FLUX: double- and single-stream stacks), for Wan ``max_sequence_length`` text
+  tokens of cross-attention context; ``policy.gradient_checkpointing`` (or the engine's) keeps one input
+  per block. Rollout: the stored chain and one no-grad block. The VAE decode of a rollout is not counted.
 * the built-in policies (``flow_vla``, ``gaussian``, ``dsrl``, ``residual``, a ``tiny`` generator or
   VLM): the policy itself on meta (its simulator built with one env for its widths); small networks
   whose activations are not modelled.
@@ -162,7 +165,7 @@ def vlm_workload(cfg: ExperimentConfig, world: int) -> Workload:
         else None,
         minibatch=cfg.algorithm.minibatch_size,
         lora_trainable=lora if p.finetune == "full" else None,
-        trainable_bytes=4 if p.finetune == "lora" else None,  # peft's adapters stay fp32 over a bf16 model
+        train_bytes=4 if p.finetune == "lora" else None,  # peft's adapters stay fp32 over a bf16 model
         notes=tuple(notes),
         keys=_keys(
             cfg,
@@ -231,6 +234,10 @@ def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
         from mmrl.policies.wan import WanGenerator, latent_frames
 
         gen_cls: type[DiffusersGenerator] = WanGenerator
+    elif family == "flux":
+        from mmrl.policies.flux import FluxGenerator
+
+        gen_cls = FluxGenerator  # its 2x2 packing is the patch (the transformer's own patch_size is 1)
     else:
         gen_cls = DiffusersGenerator
     pipe = SimpleNamespace(transformer=transformer, **parts)
@@ -245,41 +252,84 @@ def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
     params = base + (lora if p.finetune == "lora" else 0)
     outside = sum(A.count(m) for m in parts.values())
     needs_ref = p.kl_reference or p.awm_ref_coef > 0 or p.nft_ref_coef > 0
-    copies = (params + outside if needs_ref and p.finetune != "lora" else 0) + trainable * (
+    # a full fine-tune's reference copies the transformer (the text encoders and VAE are shared);
+    # AWM's EMA and DiffusionNFT's old policy copy the trained weights
+    copies = (params if needs_ref and p.finetune != "lora" else 0) + trainable * (
         (p.awm_ema_coef > 0) + (p.nft_old_decay is not None)
     )
-    tc = _config(transformer)
-    hidden = tc.num_attention_heads * tc.attention_head_dim
-    context = p.max_sequence_length or (512 if family == "wan" else 256)
-    stack = Stack("transformer", tc.num_layers, hidden, hidden, getattr(tc, "ffn_dim", 4 * hidden), tokens,
-                  gated=False, context=context if family == "wan" else 0)  # fmt: skip
+    stacks, text = _diffusers_stacks(family, _config(transformer), tokens, p.max_sequence_length)
     cfg_rows = 2 if p.guidance_scale != 1.0 else 1
-    engine = _engine(cfg, world, 4, trainable)
-    rollout_rows = max(cfg.sim.num_envs // world, 1)
+    engine = _engine(cfg, world, DTYPE_BYTES[p.dtype], trainable)
+    half_engine = engine["backend"] == "deepspeed" and engine["weight_bytes"] == 2  # DeepSpeed casts it all
+    half_load = p.dtype != "float32"
+    rollout_rows = cfg.sim.num_envs  # per rank (docs/guides/distributed.md)
     chain = rollout_rows * (p.num_steps + 1) * channels * frames * side * side * 4
     # a no-grad forward keeps little alive at once: the FFN's inner activation and a few hidden-size tensors
-    transient = rollout_rows * cfg_rows * tokens * (stack.ffn + 4 * hidden) * engine["act_bytes"]
+    widest = max(stacks, key=lambda st: st.tokens * (st.ffn + 4 * st.hidden))
+    transient = rollout_rows * cfg_rows * widest.tokens * (widest.ffn + 4 * widest.hidden) * engine["act_bytes"]
+    if half_load and not half_engine:
+        precision = f"pipeline in {p.dtype} (policy.dtype), the trained weights in float32"
+    elif half_engine:
+        precision = "DeepSpeed's half weights (fp32 master copy and moments)"
+    else:
+        precision = "weights fp32 as loaded (policy.dtype=bfloat16 halves the frozen ones)"
+    notes = [
+        f"{tokens} latent tokens per sample ({frames} x {side // patch} x {side // patch})"
+        + (f" + {text} text tokens through the joint blocks" if text else "")
+        + f", {_times_per_sample(cfg) * cfg_rows} model rows per trained sample; {precision}",
+        "the VAE decode of a rollout is not counted (policy.vae_slicing / vae_tiling lower it)",
+    ]
+    if getattr(_config(transformer), "dual_attention_layers", None):
+        notes.append("SD3.5's second (image-only) attention in its dual-attention blocks is not counted")
     return Workload(
         model=p.model,
         params=params,
         trainable=trainable,
         **engine,
         outside=outside,
-        outside_bytes=4,
+        outside_bytes=2 if (half_load or half_engine) else 4,
         copies=copies,
-        stacks=(stack,),
+        train_bytes=4 if half_load and not half_engine else None,
+        # the transformer's buffers (SD3's positional table) in its dtype: a full fine-tune's is float32
+        buffer_bytes=A.count_buffers(transformer)
+        * (4 if p.finetune == "full" and not half_engine else engine["weight_bytes"]),
+        stacks=stacks,
         train_rows=_rows(cfg, world),
         rows_factor=_times_per_sample(cfg) * cfg_rows,
+        checkpointing=p.gradient_checkpointing or cfg.trainer.engine.gradient_checkpointing,
         rollout_bytes=chain + transient,
         minibatch=cfg.algorithm.minibatch_size,
         lora_trainable=lora if p.finetune == "full" else None,
-        notes=(
-            f"{tokens} latent tokens per sample ({frames} x {side // patch} x {side // patch}), "
-            f"{_times_per_sample(cfg) * cfg_rows} model rows per trained sample; weights fp32 as loaded",
-            "the VAE decode of a rollout is not counted (policy.vae_slicing / vae_tiling lower it)",
+        notes=tuple(notes),
+        keys=_keys(
+            cfg,
+            lora=f"policy.finetune=lora (rank {p.lora_rank})",
+            checkpointing="policy.gradient_checkpointing",
+            half_weights="policy.dtype=bfloat16",
         ),
-        keys=_keys(cfg, lora=f"policy.finetune=lora (rank {p.lora_rank})"),
     )
+
+
+def _diffusers_stacks(family: str, tc: Any, image_tokens: int, max_sequence_length: int | None):
+    """The transformer's block stacks and the text tokens that run through them (0 for Wan, whose
+    text is a cross-attention context). SD3's and FLUX's joint blocks carry the image and the text
+    stream (each with its own MLP, in proportion to its tokens); FLUX adds its single-stream blocks over
+    both. The text: SD3's 77 CLIP tokens then ``max_sequence_length`` T5 tokens, FLUX's T5 tokens (128
+    by default, `DiffusersGenerator`'s), Wan's UMT5 context (512)."""
+    hidden = tc.num_attention_heads * tc.attention_head_dim
+    if family == "wan":
+        context = max_sequence_length or 512
+        wan = Stack(
+            "transformer", tc.num_layers, hidden, hidden, tc.ffn_dim, image_tokens, gated=False, context=context
+        )
+        return (wan,), 0
+    text = (max_sequence_length or 128) + (77 if family == "sd3" else 0)
+    joint = Stack("joint blocks", tc.num_layers, hidden, hidden, 4 * hidden, image_tokens + text, gated=False)
+    if family == "flux":
+        single = Stack("single-stream blocks", tc.num_single_layers, hidden, hidden, 4 * hidden, image_tokens + text,
+                       gated=False)  # fmt: skip
+        return (joint, single), text
+    return (joint,), text
 
 
 def _times_per_sample(cfg: ExperimentConfig) -> int:

@@ -6,20 +6,23 @@ model's architecture), and these functions price it. Every term is per device (o
 
 Terms (``B`` = bytes):
 
-* ``weights``: ``params x weight_bytes``, the policy's module (frozen parts included); sharded over
-  the ranks by FSDP2 and by DeepSpeed ZeRO-3. Frozen pipeline components that live outside the
-  module (a diffusers pipeline's text encoders and VAE) are the separate term ``frozen encoders``,
-  never sharded.
-* ``gradients``: ``trainable x grad_bytes`` (the trainable parameters' dtype: fp32 for LoRA adapters,
-  which peft keeps in fp32 over a bf16 model; 2 under DeepSpeed bf16 / fp16);
-  sharded by FSDP2 and ZeRO-2/3.
+* ``weights``: ``params x weight_bytes``, the policy's module (frozen parts included), its trainable
+  parameters at ``train_bytes`` where that differs (a diffusers pipeline loaded in bf16 keeps its LoRA
+  adapters, or a full fine-tune's transformer, in float32); sharded over the ranks by FSDP2 and by
+  DeepSpeed ZeRO-3; plus the bytes of the module's floating-point buffers (``buffer_bytes``: SD3's
+  positional table), never sharded. Frozen pipeline components that live outside the module (a diffusers pipeline's text
+  encoders and VAE) are the separate term ``frozen encoders``, never sharded.
+* ``gradients``: ``trainable x grad_bytes`` (the trainable weights' dtype: fp32 for LoRA adapters,
+  which peft keeps in fp32 over a bf16 model; 2 under DeepSpeed bf16 / fp16); sharded by FSDP2 and
+  ZeRO-2/3.
 * ``optimizer``: Adam's two moments per trainable parameter, in the parameter's dtype for the torch
   and FSDP2 engines (torch's Adam keeps ``exp_avg`` / ``exp_avg_sq`` like the parameter), and, under
   DeepSpeed with bf16 / fp16 weights, fp32 moments plus DeepSpeed's fp32 master copy: 12 bytes per
   trainable parameter. Sharded by FSDP2 and ZeRO-1/2/3; zero on the device with
   ``offload_optimizer``.
 * ``reference``: extra copies of weights the objective keeps (a frozen reference copy, an EMA or
-  DiffusionNFT's old policy); a LoRA reference (the adapter switched off) costs nothing.
+  DiffusionNFT's old policy), at the trainable weights' dtype; a LoRA reference (the adapter switched
+  off) costs nothing.
 * ``rollout``: the rollout engine: the KV cache of generation
   (``rows x seq x layers x kv_heads x head_dim x 2 (K and V) x bytes``), or the share of the device
   vLLM reserves (``gpu_memory_utilization``), plus what a rollout stores (a flow chain).
@@ -94,8 +97,10 @@ class KVCache:
 class Workload:
     """Everything the plan prices, as numbers (see the module docstring for the terms).
 
-    ``params`` / ``trainable``: the policy module's parameters (exact counts); ``outside``:
-    parameters of frozen components outside the module; ``copies``: parameters in extra copies
+    ``params`` / ``trainable``: the policy module's parameters (exact counts); ``train_bytes``: bytes
+    per trainable parameter where they differ from ``weight_bytes`` (None: the same); ``buffer_bytes``:
+    the module's floating-point buffers, in bytes; ``outside``: parameters of frozen components outside the
+    module; ``copies``: parameters in extra copies
     (reference, EMA, old policy); ``train_rows``: rows of one minibatch on this rank, times
     ``rows_factor`` model rows each (times trained per sample, x2 for classifier-free guidance)."""
 
@@ -112,6 +117,8 @@ class Workload:
     outside: int = 0
     outside_bytes: int = 4
     copies: int = 0
+    train_bytes: int | None = None
+    buffer_bytes: int = 0
     stacks: tuple[Stack, ...] = ()
     train_rows: int = 1
     rows_factor: int = 1
@@ -122,9 +129,6 @@ class Workload:
     rollout_bytes: int = 0  # what a rollout stores on the device besides the cache (a flow chain)
     minibatch: int = 1  # the configured minibatch (all ranks), for the knobs
     lora_trainable: int | None = None  # trainable parameters with LoRA instead (a full fine-tune's knob)
-    # bytes of each trainable parameter, its gradient and each Adam moment when they differ from
-    # weight_bytes: peft keeps LoRA adapters in fp32 over a bf16 / fp16 model (autocast_adapter_dtype)
-    trainable_bytes: int | None = None
     notes: tuple[str, ...] = ()
     keys: dict[str, str] = field(default_factory=dict)  # knob -> the config key that sets it
 
@@ -146,21 +150,22 @@ def shards(w: Workload) -> dict[str, int]:
     return {"weights": 1, "gradients": 1, "optimizer": 1}
 
 
-def _trainable_bytes(w: Workload) -> int:
-    return w.trainable_bytes if w.trainable_bytes is not None else w.weight_bytes
+def train_bytes(w: Workload) -> int:
+    """Bytes per trainable parameter (its weight, its gradient, each Adam moment)."""
+    return w.weight_bytes if w.train_bytes is None else w.train_bytes
 
 
 def weights_bytes(w: Workload) -> int:
     if w.offload_params:
         return 0
-    own = w.params * w.weight_bytes + w.trainable * (_trainable_bytes(w) - w.weight_bytes)
-    return math.ceil(own / shards(w)["weights"])
+    module = (w.params - w.trainable) * w.weight_bytes + w.trainable * train_bytes(w)
+    return math.ceil(module / shards(w)["weights"]) + w.buffer_bytes
 
 
 def gradients_bytes(w: Workload) -> int:
     if w.offload_params and w.backend == "fsdp":  # CPUOffloadPolicy keeps gradients on the CPU too
         return 0
-    return math.ceil(w.trainable * _trainable_bytes(w) / shards(w)["gradients"])
+    return math.ceil(w.trainable * train_bytes(w) / shards(w)["gradients"])
 
 
 def optimizer_bytes(w: Workload) -> int:
@@ -168,7 +173,7 @@ def optimizer_bytes(w: Workload) -> int:
     copy) under DeepSpeed with half weights."""
     if w.offload_optimizer or (w.offload_params and w.backend == "fsdp"):
         return 0
-    per = 12 if _half_master(w) else 2 * _trainable_bytes(w)
+    per = 12 if _half_master(w) else 2 * train_bytes(w)
     return math.ceil(w.trainable * per / shards(w)["optimizer"])
 
 
@@ -235,7 +240,7 @@ def terms(w: Workload, device_memory: int) -> dict[str, int]:
         "frozen encoders": w.outside * w.outside_bytes,
         "gradients": gradients_bytes(w),
         "optimizer": optimizer_bytes(w),
-        "reference": math.ceil(w.copies * w.weight_bytes / shards(w)["weights"]),
+        "reference": math.ceil(w.copies * train_bytes(w) / shards(w)["weights"]),
         "rollout": rollout_bytes(w, device_memory),
         "activations": activations_bytes(w),
     }
@@ -276,10 +281,13 @@ def candidate_knobs(w: Workload, device_memory: int) -> list[tuple[str, Workload
     out: list[tuple[str, Workload]] = []
     k = w.keys
     if w.lora_trainable is not None and "lora" in k:
-        lora = dataclasses.replace(w, trainable=w.lora_trainable, copies=0, lora_trainable=None, trainable_bytes=4)
+        lora = dataclasses.replace(w, trainable=w.lora_trainable, copies=0, lora_trainable=None, train_bytes=4)
         out.append((k["lora"], lora))  # adapters in fp32 whatever the model's dtype (peft's default)
     if not w.checkpointing and w.stacks and "checkpointing" in k:
         out.append((f"{k['checkpointing']}=true", dataclasses.replace(w, checkpointing=True)))
+    if w.weight_bytes == 4 and "half_weights" in k:  # a pipeline loaded in bf16, its trained weights kept fp32
+        half = dataclasses.replace(w, weight_bytes=2, outside_bytes=min(w.outside_bytes, 2), act_bytes=2)
+        out.append((k["half_weights"], dataclasses.replace(half, train_bytes=train_bytes(w))))
     if w.act_bytes == 4 and w.stacks:
         out.append(("trainer.engine.precision=bf16", dataclasses.replace(w, act_bytes=2)))
     if w.train_rows > 1 and "minibatch" in k:

@@ -105,6 +105,11 @@ class PolicyConfig(Variants):
 
         return POLICIES.names()
 
+    def check_engine(self, engine) -> None:
+        """Raise `mmrl.config.ConfigError` naming the fix if this policy, as configured, does not fit the
+        training engine ``engine`` (``trainer.engine``, e.g. its precision); checked when the experiment's
+        config loads. Default: nothing to check."""
+
 
 @dataclass
 class Evaluation:
@@ -215,21 +220,26 @@ class Policy(nn.Module, Generic[C]):
 
     def enable_gradient_checkpointing(self) -> None:
         """Recompute activations in the backward pass (``trainer.engine.gradient_checkpointing``).
-        Default: on the outermost Hugging Face models inside the policy; a ConfigError if none."""
+        Default: on the outermost Hugging Face models inside the policy (transformers models, and diffusers
+        models such as a pipeline's transformer); a ConfigError if none."""
         from mmrl.config import ConfigError
 
         found: list[str] = []
         for name, sub in self.named_modules():
-            if (
-                getattr(sub, "supports_gradient_checkpointing", False)  # the transformers API
-                and not any(name.startswith(f"{outer}.") for outer in found)
-            ):
+            if any(name.startswith(f"{outer}.") for outer in found):
+                continue
+            if getattr(sub, "supports_gradient_checkpointing", False):  # the transformers API
                 sub.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                found.append(name)
+            elif getattr(sub, "_supports_gradient_checkpointing", False) and hasattr(
+                sub, "enable_gradient_checkpointing"
+            ):  # diffusers' ModelMixin (its default recomputes with use_reentrant=False)
+                sub.enable_gradient_checkpointing()
                 found.append(name)
         if not found:
             raise ConfigError(
                 f"'gradient_checkpointing' = true but policy '{self.cfg.type}' has no model that "
-                "supports it (only Hugging Face backbones do): set gradient_checkpointing: false"
+                "supports it (only Hugging Face transformers / diffusers models do): set gradient_checkpointing: false"
             )
 
     def after_warm_start(self) -> None:

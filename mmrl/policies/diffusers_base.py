@@ -5,10 +5,21 @@ loading (``from_pretrained`` of the subclass's ``pipeline_class``, a local folde
 null components such as no T5 included), freezing every other pipeline module (VAE, text
 encoders), the fine-tuning mode (``"lora"``: a peft adapter of rank ``lora_rank`` on the
 attention projections ``LORA_TARGETS`` and the reference is the same transformer with the
-adapter switched off (`disable_adapter`); ``"full"``: every transformer weight trains), device
+adapter switched off (`disable_adapter`); ``"full"``: every transformer weight trains), the
+memory-saving modes diffusers' training scripts use (the pipeline loaded in a half ``dtype`` with the
+trained weights kept in float32, gradient checkpointing of the transformer's blocks), device
 moves, and the VAE side (`decode` to ``[-1, 1]`` and `encode_images`, both with the VAE's
 ``scaling_factor`` / ``shift_factor``). Samples live in the unpacked VAE latent space
 ``[C, H/f, W/f]``.
+
+Precision: `from_pretrained` loads every component in ``dtype`` (the policy's ``policy.dtype``: VAE,
+text encoders, the transformer's frozen weights); the weights that train stay float32, as diffusers'
+LoRA scripts do (``cast_training_params``: peft creates the adapters in the base layer's dtype, so they
+are cast back; peft runs them on float32 inputs and casts their output to the base layer's), and a full
+fine-tune's transformer is float32 (what the torch and FSDP2 engines expect: fp32 weights, bf16 by
+autocast or ``MixedPrecisionPolicy``; DeepSpeed keeps its own fp32 master copy). `forward` casts its
+inputs to the transformer's dtype and its output back to the input's (the samplers' float32), so the
+chain and the log-probs stay float32 (`mmrl.flow.steps.transition` computes in at least float32).
 
 `export_pretrained` writes what diffusers users load (`mmrl export`): the whole pipeline folder
 (``save_pretrained``, with a LoRA fused into the transformer; ``<PipelineClass>.from_pretrained(DIR)``)
@@ -61,6 +72,7 @@ class DiffusersGenerator(TextToImageGenerator):
         lora_rank: int = 32,
         lora_alpha: int = 64,
         max_sequence_length: int = 128,
+        gradient_checkpointing: bool = False,
     ):
         super().__init__()
         factor, channels = self.latent_geometry(pipe)
@@ -84,10 +96,15 @@ class DiffusersGenerator(TextToImageGenerator):
                     target_modules=self.lora_targets(self.transformer),
                 )
             )
+            for p in self.transformer.parameters():  # peft made them in the base weights' dtype
+                if p.requires_grad:
+                    p.data = p.data.float()
         elif finetune == "full":
-            self.transformer.requires_grad_(True)
+            self.transformer.requires_grad_(True).float()  # trained weights in float32 (the module docstring)
         else:
             raise ValueError(f"finetune must be 'lora' or 'full', got {finetune!r}")
+        if gradient_checkpointing:  # diffusers' own: each block recomputed in the backward (use_reentrant=False)
+            self.transformer.enable_gradient_checkpointing()
         self.vae_scale_factor = factor
         self.latent_channels = channels
         self.latent_size = image_size // factor

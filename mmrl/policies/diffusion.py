@@ -37,6 +37,16 @@ Videos (``num_frames >= 1``): the same policy over video latents ``[C, F, H, W]`
 (uint8 ``[B, F, H, W, 3]``, the ``video_prompts`` simulator): the built-in `TinyTextToVideo` or Wan
 2.1 / 2.2 (`mmrl.policies.wan`, a ``WanPipeline`` id or folder).
 
+Memory-saving modes of the diffusers generators (flow_grpo's and DanceGRPO's): ``dtype: bfloat16``
+loads the pipeline in bf16 (VAE, text encoders, the transformer's frozen weights) while the trained
+weights (LoRA adapters; a full fine-tune's transformer) stay float32, as diffusers' LoRA scripts keep
+them (`mmrl.policies.diffusers_base`); ``float16`` needs ``trainer.engine.precision: fp16`` (DeepSpeed's
+loss scaling), and bf16 weights under fp16 autocast are refused (`DiffusionConfig.check_engine`).
+``gradient_checkpointing: true`` recomputes the transformer's blocks in the backward (diffusers'
+``enable_gradient_checkpointing``; ``trainer.engine.gradient_checkpointing`` does the same). The
+reference is the adapter switched off with LoRA (no copy); a full fine-tune's frozen copy shares the
+pipeline's text encoders and VAE (only the transformer is copied).
+
 `mmrl export` writes an SD3 / FLUX policy as diffusers loads it (`export_pretrained`): the pipeline
 folder with the LoRA fused, or with ``--adapter`` the LoRA alone (``pipe.load_lora_weights``).
 """
@@ -54,7 +64,7 @@ import torch
 
 from mmrl.batch import Batch
 from mmrl.capabilities import Capabilities
-from mmrl.config import check_range
+from mmrl.config import ConfigError, check_range
 from mmrl.flow import (
     awm_loss,
     chain_log_prob,
@@ -129,9 +139,23 @@ class DiffusionConfig(PolicyConfig):
     # less memory for large videos and images at some speed (the VAE's enable_slicing / enable_tiling)
     vae_slicing: bool = False
     vae_tiling: bool = False  # see vae_slicing
+    # diffusers pipelines: the dtype they load in (VAE, text encoders, the transformer's frozen weights);
+    # trained weights (LoRA adapters, a full fine-tune's transformer) stay float32. The tiny generator: float32
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    gradient_checkpointing: bool = False  # diffusers transformers: recompute each block in the backward
 
     def validate(self) -> None:
         check_range(self, {"num_steps": ">=1", "eval_num_steps": ">=1", "nft_timesteps": ">=1", "num_frames": ">=0"})
+        if self.model == "tiny" and self.dtype != "float32":
+            raise ConfigError(
+                f"policy.dtype = {self.dtype} loads a diffusers pipeline in that dtype; the built-in tiny generator "
+                "keeps float32 weights: remove policy.dtype (trainer.engine.precision=bf16 computes it in bf16)"
+            )
+        if self.model == "tiny" and self.gradient_checkpointing:
+            raise ConfigError(
+                "policy.gradient_checkpointing recomputes a diffusers transformer's blocks; the built-in tiny "
+                "generator has none: set policy.gradient_checkpointing=false"
+            )
         if self.model != "tiny" and diffusers_family(self.model) == "wan" and self.num_frames < 1:
             raise ValueError(
                 f"policy.model {self.model} is a Wan text-to-video pipeline: set policy.num_frames "
@@ -146,6 +170,23 @@ class DiffusionConfig(PolicyConfig):
         if not 0.0 < self.timestep_fraction <= 1.0:
             raise ValueError(
                 f"timestep_fraction = {self.timestep_fraction} must be in (0, 1] (1: every stochastic step)"
+            )
+
+    def check_engine(self, engine) -> None:
+        """A half ``dtype`` goes with the engine's precision: float16 frozen weights need fp16's loss scaling
+        (DeepSpeed; without it the adapters' gradients through float16 activations underflow), and bf16 weights
+        are not autocast to float16. bf16 weights under fp32 or bf16 precision both run: the frozen matmuls
+        in bf16, the float32 adapters in float32 (fp32) or bf16 (bf16 autocast, flow_grpo's setting)."""
+        if self.dtype == "float16" and engine.precision != "fp16":
+            raise ConfigError(
+                f"policy.dtype = float16 runs the transformer in float16, whose gradients need the loss scaling of "
+                f"trainer.engine.precision=fp16 (is {engine.precision}): set trainer.engine.backend=deepspeed "
+                "trainer.engine.precision=fp16, or policy.dtype=bfloat16"
+            )
+        if self.dtype == "bfloat16" and engine.precision == "fp16":
+            raise ConfigError(
+                "policy.dtype = bfloat16 but trainer.engine.precision = fp16 autocasts to float16: set "
+                "trainer.engine.precision=bf16 (or policy.dtype=float16)"
             )
 
 
@@ -221,7 +262,13 @@ class DiffusionPolicy(Policy[DiffusionConfig]):
         self.gen = generator if generator is not None else build_generator(cfg)
         self.uses_adapter = bool(getattr(self.gen, "has_adapter", False))
         needs_ref = cfg.kl_reference or cfg.awm_ref_coef > 0 or cfg.nft_ref_coef > 0
-        self.ref = copy.deepcopy(self.gen).requires_grad_(False) if needs_ref and not self.uses_adapter else None
+        self.ref = None
+        if needs_ref and not self.uses_adapter:  # a frozen copy; a pipeline's text encoders and VAE are shared
+            from mmrl.policies.diffusers_base import DiffusersGenerator
+
+            frozen = self.gen._frozen() if isinstance(self.gen, DiffusersGenerator) else []
+            shared = {id(m): m for m in frozen}  # deepcopy's memo: these are not copied
+            self.ref = copy.deepcopy(self.gen, shared).requires_grad_(False)
         trainable = [k for k, p in self.gen.named_parameters() if p.requires_grad]
         # EMA copies of the trainable weights, as buffers (saved in checkpoints): AWM's regulariser
         # ("ema__") and DiffusionNFT's old policy with nft_old_decay set ("nft_old__")
@@ -524,7 +571,12 @@ def build_generator(cfg: DiffusionConfig) -> TextToImageGenerator:
 
         return TinyTextToImage(image_size=cfg.image_size, ch=cfg.width)
     kwargs: dict[str, Any] = dict(
-        image_size=cfg.image_size, finetune=cfg.finetune, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha
+        image_size=cfg.image_size,
+        finetune=cfg.finetune,
+        lora_rank=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        dtype=getattr(torch, cfg.dtype),
+        gradient_checkpointing=cfg.gradient_checkpointing,
     )
     if cfg.max_sequence_length is not None:
         kwargs["max_sequence_length"] = cfg.max_sequence_length

@@ -90,11 +90,12 @@ class WanGenerator(DiffusersGenerator):
         lora_rank: int = 32,
         lora_alpha: int = 64,
         max_sequence_length: int = 512,
+        gradient_checkpointing: bool = False,
     ):
         if getattr(pipe, "transformer_2", None) is not None:
             raise NotImplementedError("Wan 2.2 A14B's two-expert pipeline (transformer_2) is not supported")
         self.latent_frames = latent_frames(num_frames, pipe.vae.config.scale_factor_temporal)
-        super().__init__(pipe, image_size, finetune, lora_rank, lora_alpha, max_sequence_length)
+        super().__init__(pipe, image_size, finetune, lora_rank, lora_alpha, max_sequence_length, gradient_checkpointing)
         self.num_frames = num_frames
 
     @staticmethod

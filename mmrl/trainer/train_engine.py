@@ -101,7 +101,7 @@ class TrainEngineConfig:
     offload_params: bool = False  # parameters on the CPU between uses (ZeRO-3; fsdp: CPUOffloadPolicy)
     # fp32; bf16 / fp16 weights and autocast (fp16: DeepSpeed only, for its loss scaling)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    gradient_checkpointing: bool = False  # recompute activations in backward (HF models)
+    gradient_checkpointing: bool = False  # recompute activations in backward (transformers / diffusers models)
     #: where the engine splits the optimizer state over the ranks, each rank writes its own part to a
     #: checkpoint (FSDP2: torch.distributed.checkpoint files, which resume at any world size; DeepSpeed
     #: ZeRO: its partition); ``full`` (FSDP2 only) gathers the whole state to rank 0 instead

@@ -111,3 +111,28 @@ def test_plan_fits_and_knobs():
 def test_gib_table():
     big = dataclasses.replace(SMALL, params=GIB // 4)  # 1 GiB of fp32 weights
     assert "weights               1.00" in render(make_plan(big, 2 * GIB))
+
+
+def test_half_frozen_weights_with_float32_trained_ones():
+    """A pipeline loaded in bf16 keeps its trained weights (LoRA) in float32: the frozen part of the
+    weights at 2 bytes, the trainable part, its gradients, its Adam moments and its copies at 4; the
+    module's buffers as they are, never sharded."""
+    w = dataclasses.replace(SMALL, weight_bytes=2, act_bytes=2, train_bytes=4, copies=100, buffer_bytes=100)
+    w = dataclasses.replace(w, logits=None)
+    t = terms(w, 10**9)
+    assert t["weights"] == 900 * 2 + 100 * 4 + 100
+    assert (t["gradients"], t["optimizer"], t["reference"]) == (100 * 4, 100 * 2 * 4, 100 * 4)
+    fsdp = terms(dataclasses.replace(w, backend="fsdp", world=4), 10**9)
+    assert fsdp["weights"] == (900 * 2 + 100 * 4) // 4 + 100
+
+
+def test_half_weights_knob():
+    """A workload whose weights are fp32 and that names the dtype key is offered the half pipeline (the
+    frozen weights and encoders at 2 bytes, bf16 activations, the trained weights still fp32)."""
+    w = dataclasses.replace(SMALL, outside=1000, keys={"half_weights": "policy.dtype=bfloat16"})
+    knobs = {k.change: k.saves for k in make_plan(w, 1).knobs}
+    t = terms(w, 10**9)
+    half = terms(dataclasses.replace(w, weight_bytes=2, outside_bytes=2, act_bytes=2, train_bytes=4), 10**9)
+    assert knobs["policy.dtype=bfloat16"] == sum(t.values()) - sum(half.values())
+    assert half["gradients"] == t["gradients"] and half["frozen encoders"] == t["frozen encoders"] // 2
+    assert "policy.dtype=bfloat16" not in {k.change for k in make_plan(dataclasses.replace(SMALL), 1).knobs}

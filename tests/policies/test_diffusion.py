@@ -202,3 +202,94 @@ def test_a_window_outside_the_steps_is_refused_when_the_config_is_checked(config
         config(num_steps=4, stochastic="window", window=window).validate()
     config(num_steps=4, stochastic="window", window=[0, 4]).validate()  # the whole range is fine
     config(num_steps=4, stochastic="all", window=[0, 9]).validate()  # ignored unless stochastic: window
+
+
+def test_sd3_bf16_lora_keeps_adapters_float32_and_checkpoints_blocks(tiny_sd3, monkeypatch):
+    """policy.dtype=bfloat16 loads the pipeline in bf16 (VAE, text encoders, the transformer's frozen
+    weights) with the LoRA adapters in float32; the chain and log-probs stay float32 (ratio 1 before an
+    update); policy.gradient_checkpointing recomputes the transformer's blocks in the backward."""
+    import torch.utils.checkpoint as ckpt
+
+    torch.manual_seed(0)
+    cfg = DiffusionConfig(
+        model=str(tiny_sd3), num_steps=3, lora_rank=4, lora_alpha=8, dtype="bfloat16", gradient_checkpointing=True
+    )
+    pol = DiffusionPolicy(cfg, 16 * 16 * 3)
+    trainable = {p.dtype for p in pol.parameters() if p.requires_grad}
+    frozen = {p.dtype for p in pol.parameters() if not p.requires_grad}
+    assert trainable == {torch.float32} and frozen == {torch.bfloat16}
+    assert {p.dtype for m in pol.gen._frozen() for p in m.parameters()} == {torch.bfloat16}  # VAE, CLIPs
+    assert pol.gen.transformer.is_gradient_checkpointing and pol.ref is None  # reference: adapter off
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch
+    assert batch["flow_chain"].dtype == batch["old_logp"].dtype == torch.float32
+    calls = []
+    real = ckpt.checkpoint
+    monkeypatch.setattr(ckpt, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = pol.evaluate(batch)  # one batched model call over the steps: each block checkpointed once
+    assert len(calls) == len(pol.gen.transformer.transformer_blocks)
+    assert torch.allclose(out.logp, batch["old_logp"], atol=1e-5)
+    out.logp.sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in pol.parameters() if p.requires_grad)
+    with torch.no_grad():
+        calls.clear()
+        pol.evaluate(batch)
+    assert not calls  # no backward, nothing to recompute
+
+
+def test_sd3_bf16_full_finetune_trains_float32_and_shares_the_encoders(tiny_sd3):
+    """A full fine-tune in bf16: the trained transformer stays float32 (the engines keep fp32 weights), the
+    frozen parts are bf16, and the reference copies the transformer only (text encoders and VAE shared)."""
+    cfg = DiffusionConfig(model=str(tiny_sd3), num_steps=3, finetune="full", dtype="bfloat16", kl_reference=True)
+    pol = DiffusionPolicy(cfg, 16 * 16 * 3)
+    assert {p.dtype for p in pol.gen.transformer.parameters()} == {torch.float32}
+    assert pol.gen.pipe.vae.dtype == pol.gen.pipe.text_encoder.dtype == torch.bfloat16
+    assert pol.ref is not None and pol.ref.transformer is not pol.gen.transformer
+    assert pol.ref.pipe.vae is pol.gen.pipe.vae and pol.ref.pipe.text_encoder is pol.gen.pipe.text_encoder
+    batch = pol.rollout(_obs(), torch.Generator().manual_seed(0)).batch
+    out = pol.evaluate(batch)
+    assert torch.allclose(out.kl, torch.zeros(4), atol=1e-8)
+
+
+def test_engine_gradient_checkpointing_reaches_a_diffusers_transformer(tiny_sd3):
+    """trainer.engine.gradient_checkpointing (Policy.enable_gradient_checkpointing) finds the diffusers
+    model; the tiny generator has none and says so."""
+    from mmrl.config import ConfigError
+
+    pol = DiffusionPolicy(DiffusionConfig(model=str(tiny_sd3), num_steps=3, lora_rank=4), 16 * 16 * 3)
+    assert not pol.gen.transformer.is_gradient_checkpointing
+    pol.enable_gradient_checkpointing()
+    assert pol.gen.transformer.is_gradient_checkpointing
+    with pytest.raises(ConfigError, match="transformers / diffusers"):
+        _tiny().enable_gradient_checkpointing()
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["policy.dtype=bfloat16"], "tiny generator keeps float32 weights"),
+        (["policy.gradient_checkpointing=true"], "tiny generator has none"),
+        (["policy.model=FOLDER", "policy.dtype=float16"], "set trainer.engine.backend=deepspeed"),
+        (
+            [
+                "policy.model=FOLDER",
+                "policy.dtype=bfloat16",
+                "trainer.engine.precision=fp16",
+                "trainer.engine.backend=deepspeed",
+                "run.device=cuda",
+            ],
+            "set trainer.engine.precision=bf16",
+        ),
+    ],
+)
+def test_incoherent_precision_is_refused_when_the_config_loads(tiny_sd3, overrides, match):
+    from pathlib import Path
+
+    from mmrl.config import ConfigError
+    from mmrl.experiment import load_experiment
+
+    config = Path(__file__).resolve().parents[2] / "configs/diffusion_shapes_nft.yaml"
+    overrides = [o.replace("FOLDER", str(tiny_sd3)) for o in overrides]
+    with pytest.raises(ConfigError, match=match) as err:
+        load_experiment(config, overrides)
+    assert "\n" not in str(err.value)
+    load_experiment(config, [f"policy.model={tiny_sd3}", "policy.dtype=bfloat16", "trainer.engine.precision=bf16"])
