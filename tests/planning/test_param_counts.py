@@ -52,8 +52,14 @@ def test_published_arch_builds_the_real_class_on_meta():
 
 @pytest.mark.parametrize("name", [n for n, a in A.ARCHITECTURES.items() if a.library == "transformers"])
 def test_published_sizes(name):
-    """The table's checkpoints have their published sizes (Qwen2.5-VL-3B: 3.75B, SmolVLM-256M: 256M)."""
-    expect = {"Qwen/Qwen2.5-VL-3B-Instruct": 3_754_622_976, "HuggingFaceTB/SmolVLM-256M-Instruct": 256_484_928}
+    """The table's checkpoints have their published sizes (Qwen2.5-VL-3B: 3.75B, -7B: 8.29B,
+    SmolVLM-256M: 256M, SmolVLM2-500M: 507M)."""
+    expect = {
+        "Qwen/Qwen2.5-VL-3B-Instruct": 3_754_622_976,
+        "Qwen/Qwen2.5-VL-7B-Instruct": 8_292_166_656,
+        "HuggingFaceTB/SmolVLM-256M-Instruct": 256_484_928,
+        "HuggingFaceTB/SmolVLM2-500M-Video-Instruct": 507_482_304,
+    }
     assert A.count(A.build_meta(A.ARCHITECTURES[name])) == expect[name]
 
 
@@ -106,3 +112,31 @@ def test_lora_count_of_rectangular_layers_matches_peft():
     assert expect == 2 * (3 + 5) + 2 * (5 + 11)
     adapted = get_peft_model(net, LoraConfig(r=2, target_modules=["0", "2"]))
     assert real_count(adapted, trainable_only=True) == expect
+
+
+def test_published_diffusers_sizes():
+    """SD3.5-medium's and FLUX.1-dev's published architectures, built on meta by the real classes, have
+    their published sizes: the SD3.5-medium transformer 2.47B tensors (2.24B parameters and its
+    226M-element positional table, a buffer), the FLUX.1-dev transformer 11.9B, T5-XXL's encoder 4.76B,
+    CLIP-G's text tower 0.69B, CLIP-L's 0.12B, the 16-channel VAE 84M."""
+    pytest.importorskip("diffusers", reason="the diffusers family needs mmrl[diffusion]")
+    sd3, flux = (
+        A.ARCHITECTURES[n] for n in ("stabilityai/stable-diffusion-3.5-medium", "black-forest-labs/FLUX.1-dev")
+    )
+    transformer = A.build_meta(sd3)
+    assert A.count(transformer) == 2_243_171_520 and A.count_buffers(transformer) == 384 * 384 * 1536
+    assert round((A.count(transformer) + A.count_buffers(transformer)) / 1e9, 2) == 2.47
+    assert A.count(A.build_meta(flux)) == 11_901_408_320
+    parts = {name: A.count(A.build_meta(arch)) for name, arch in sd3.parts}
+    assert parts == {
+        "text_encoder": 123_650_304,  # CLIP-L with its projection
+        "text_encoder_2": 694_659_840,  # CLIP-G with its projection
+        "text_encoder_3": 4_762_310_656,  # T5-XXL's encoder
+        "vae": 83_819_683,
+    }
+    assert {name: A.count(A.build_meta(arch)) for name, arch in flux.parts} == {
+        "text_encoder": 123_060_480,  # CLIP-L (pooled output, no projection)
+        "text_encoder_2": 4_762_310_656,
+        "vae": 83_819_683,
+    }
+    assert (sd3.pipeline, flux.pipeline) == ("StableDiffusion3Pipeline", "FluxPipeline")
