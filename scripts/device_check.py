@@ -39,6 +39,10 @@ skipped, saying so. Steps (`STEPS`):
   metaworld, mujoco, gymnasium and scipy, which travel as wheels (scripts/device_check.sh).
 - ``distributed``: ``torchrun --nproc_per_node 1`` of the quickstart with the FSDP2 engine, which
   starts a process group of one: NCCL on CUDA, gloo on the CPU.
+- ``real_size``: benchmarks/real_size.py's cases (issue 71): Qwen2.5-VL-3B / 7B GRPO with LoRA and the
+  flow VLA on SmolVLM2-500M at their real sizes (random weights written on the machine), two RL
+  iterations each: peak allocated memory beside `mmrl estimate`'s plan, seconds per iteration.
+  Alone it needs most of the budget: ``--only real_size`` (it comes last so it never starves the others).
 - ``benchmark``: the quickstart benchmark (benchmarks/quickstart.py, 3 seeds; ``--smoke``
   with --tiny) as users run it, evaluation videos included: held-out success and wall time per seed
   against the CPU figures of docs/benchmarks/quickstart.md.
@@ -582,6 +586,32 @@ def step_benchmark(ctx: Context) -> dict:
     return {k: figures[k] for k in keep if k in figures}
 
 
+def step_real_size(ctx: Context) -> dict:
+    """Real model sizes (issue 71, benchmarks/real_size.py): each case's real-size config for two RL
+    iterations on random weights of the real architecture (one layer per stack under --tiny), its
+    memory plan beside the peak allocated and the seconds per iteration. On the GPU each case runs
+    its ``gpu`` batch (more rollouts, longer answers than the CPU's); the diffusers cases need the
+    diffusers wheel (scripts/device_check.sh) and are left out without it."""
+    spec = importlib.util.spec_from_file_location("real_size", ROOT / "benchmarks" / "real_size.py")
+    rs = importlib.util.module_from_spec(spec)
+    sys.modules["real_size"] = rs  # dataclasses look their module up there
+    spec.loader.exec_module(rs)  # type: ignore[union-attr]
+    have_diffusers = importlib.util.find_spec("diffusers") is not None
+    figures: dict = {}
+    # --tiny (CI's dry run): the first case's path at one layer per stack; benchmarks/real_size.py
+    # --smoke runs the others' in CI already
+    cases = list(rs.CASES.values())[:1] if ctx.tiny else list(rs.CASES.values())
+    for case in cases:
+        if case.writer == "diffusers" and not have_diffusers:
+            continue
+        r = rs.run_case(case, ctx.device, 2, ctx.tiny, 600.0, ctx.scratch / "real_size")
+        ctx.expect("error" not in r, f"{case.name}: {r.get('error')}")
+        keep = ("params", "trainable", "estimated_peak_bytes", "measured_peak_bytes", "estimate_over_measured",
+                "s_per_iter", "samples_per_s")  # fmt: skip
+        figures[case.name] = {k: r[k] for k in keep if k in r}
+    return figures
+
+
 def distributed_worker(ctx: Context) -> dict:
     """Under torchrun: the quickstart with ``trainer.engine.backend=fsdp``; the process group's backend."""
     import torch.distributed as dist
@@ -618,6 +648,7 @@ STEPS = [
     Step("metaworld", step_metaworld, 120, needs=("metaworld", "mujoco", "gymnasium", "scipy"), travels=True),
     Step("distributed", step_distributed, 60),
     Step("benchmark", step_benchmark, 170),
+    Step("real_size", step_real_size, 420, needs=("transformers", "peft")),
 ]
 WORKERS = {"distributed": distributed_worker}
 
