@@ -257,6 +257,19 @@ class PeakSampler:
         return max(p["VmRSS"] for phase, p in self.peaks.items() if phase != "build")
 
 
+def lock_memory() -> bool:
+    """Keep every page of this process resident from now on (``mlockall``: current and future
+    mappings, so a checkpoint file is read in whole when mapped): under memory pressure the kernel
+    otherwise drops clean pages of the mapped weights (1.6 GiB of Wan's 13 GiB were gone in its
+    update), and the peak would count weights a GPU keeps. False when not allowed (then `resident`
+    reads them once and the figure may undercount)."""
+    import ctypes
+
+    mcl_current, mcl_future = 1, 2
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    return libc.mlockall(mcl_current | mcl_future) == 0
+
+
 def resident() -> None:
     """Read every weight of every module once. transformers and diffusers leave weights in their
     memory-mapped safetensors files, whose pages count as resident only once touched: a text
@@ -294,6 +307,7 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
         "run.gpu_memory=off",
     ]
     cfg = _config(ROOT / case.config, overrides, None)
+    locked = False if cuda else lock_memory()
     baseline = torch.cuda.memory_allocated() if cuda else _rss()
     plan = plan_experiment(cfg, device_memory=1 << 50, world=1)
     w = plan.workload
@@ -340,6 +354,7 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
         "estimated_peak_bytes": plan.total,
         "measured_peak_bytes": measured,
         "baseline_bytes": baseline,
+        "memory_locked": locked,
         "estimated_gib": round(plan.total / 2**30, 2),
         "measured_gib": round(measured / 2**30, 2),
         "estimate_over_measured": round(plan.total / measured, 3),
@@ -422,7 +437,7 @@ def main(argv: list[str] | None = None) -> None:
     return run_all(args, Path(args.work) if args.work else ROOT / "runs" / "real_size")
 
 
-def run_all(args, work: Path) -> None:
+def run_all(args, work: Path, argv: list[str] | None = None) -> None:
     if args.cases:
         unknown = [c for c in args.cases.split(",") if c not in CASES]
         if unknown:
@@ -435,14 +450,23 @@ def run_all(args, work: Path) -> None:
         for c in CASES.values():
             if c not in chosen:
                 print(f"skipped {c.name}: needs about {c.cpu_gib:.0f} GiB of RAM ({'; '.join(c.notes) or 'too big'})")
+    load_start = os.getloadavg()[0]
     results = []
     for case in chosen:
         r = run_case(case, args.device, args.iterations, args.smoke, args.timeout, work)
         results.append(r)
         print(json.dumps(r), flush=True)
     measured = [r for r in results if "error" not in r]
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     summary = {
         "real_size": results,
+        "command": "python benchmarks/real_size.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "commit": git.stdout.strip() or "unknown",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "load_avg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],  # at the start and the end
+        },
         "device": args.device,
         "smoke": args.smoke,
         "goal": f"estimate within {GOAL:.0%} of the measured peak, every case",
