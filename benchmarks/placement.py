@@ -6,10 +6,12 @@
     python benchmarks/placement.py --envs 16 --rounds 1 --ms-max-steps 8 --ms-rounds 1   # quick check
     python benchmarks/placement.py --load sleep           # synthetic simulator on "another device"
     python benchmarks/placement.py --async-iterations 6   # + the trainer, synchronous vs async rollout
-    python benchmarks/placement.py --smoke                # seconds: every mode of both workloads, no figure
+    python benchmarks/placement.py --smoke                # a minute: every mode of the three workloads, no figure
+    python benchmarks/placement.py --device cuda --workload synthetic metaworld --sim-ratio 5   # policy on a GPU
 
 The same policy in every mode: the quickstart's flow VLA (built-in encoder, chunk 4, 4 denoising
-steps, Flow-SDE train rollouts, random weights). Two workloads:
+steps, Flow-SDE train rollouts, random weights). Three workloads (``both``: the first two, the
+default; ``all``: the three):
 
 1. ``synthetic``: NOT a real simulator. The embedded ReachSim (about 100x cheaper than the policy)
    wrapped in `simulators.loaded.LoadedSim`, which burns CPU with matmul + tanh busy-work in
@@ -23,6 +25,25 @@ steps, Flow-SDE train rollouts, random weights). Two workloads:
    ManiSkill on CPU runs one env per process in every mode (the adapter's pool; a stage of one env
    runs inside its sim worker), each with one lavapipe render thread (``LP_NUM_THREADS=1``).
    Simulation costs several times the policy here, so overlap can hide only the policy's share.
+3. ``metaworld``: a real rendering simulator: Meta-World ``--mw-task`` (default pick-place-v3) from
+   pixels (``--mw-image-size`` px, ``corner`` camera) plus its state and instruction, MuJoCo physics
+   and rendering on the CPU, the envs of a process stepped one after another (``vectorization:
+   sync``), so each mode's processes are the only parallelism; every episode runs the full
+   ``--mw-max-steps``. Rendering goes through ``MUJOCO_GL`` (``egl`` with ``--device cuda``, else
+   OSMesa where installed, with one llvmpipe thread per process). Skipped, saying why, where
+   ``metaworld`` / ``mujoco`` do not import or MuJoCo cannot render.
+
+``--device cuda`` puts the policy (inference and the PPO update) on that device; the simulators stay
+CPU processes (the collocated modes run the simulator in this process, the others in sim workers).
+With ``--device cpu`` (the default) everything is as before. The synthetic simulator's cost is set by
+one of two knobs, both timed at one thread in this process before the rounds:
+
+- ``--sim-ratio R`` (default 1): one simulator decision on the N envs costs R policy decisions on
+  them (on the policy's device). 1 is the CPU benchmark's balanced case; with a GPU policy the device
+  check (scripts/device_check.py, step ``hybrid``) uses 5, about what ManiSkill3 rgb cost against the
+  policy on the 2-core CPU machine (a rendering simulator costing several policy decisions);
+- ``--sim-ms-per-step MS``: a fixed CPU cost per env step, whatever the policy (N x 4 x MS per
+  simulator decision), to place the simulator at a stated absolute cost instead.
 
 Every round, each mode collects N episodes (one per env, same seeds and generator in every mode)
 and then runs one PPO update on its own batch (advantages, ``algorithm.epochs`` epochs of
@@ -38,15 +59,17 @@ Threads (torch intra-op threads; the trainer's ``run.threads`` and ``placement.t
   all use them): the fair collocated baseline, since its phases never run at the same time;
 - ``disaggregated``: the simulator in one worker process, inference and update here; one thread each;
 - ``hybrid S=k``: k sim workers of N/k envs (one thread each) pipelined against inference here (one
-  thread: more would spin against the workers on the same cores).
+  thread: more would spin against the workers on the same cores). Its k workers also simulate in
+  parallel on k cores: against a collocated run its gain is that parallelism plus the overlap.
 
 The modes take turns round by round, after one warm-up round each (worker start-up excluded), in
 an order rotated every round; a speed-up is the median over rounds of the per-round time ratio
 against a collocated baseline (a shared VM's speed drifts by tens of percent within a minute; modes
 run back to back see the same speed). Measure on a quiet machine: the load average is printed.
-The last line is one JSON object: ``synthetic_busywork`` and ``maniskill_pickcube_rgb`` (each with
-per-mode figures: ``collect_s``, ``update_s``, ``iter_s``, ``env_sps``, ``train_sps``, and speed-ups
-``speedup_collect_vs_collocated_1t`` ... ``speedup_iter_vs_collocated_<T>t``), plus ``async``.
+The last line is one JSON object: ``synthetic_busywork``, ``maniskill_pickcube_rgb`` and
+``metaworld_pixels`` (each with per-mode figures: ``collect_s``, ``update_s``, ``iter_s``,
+``env_sps``, ``train_sps``, and speed-ups ``speedup_collect_vs_collocated_1t`` ...
+``speedup_iter_vs_collocated_<T>t``), plus ``async``, ``device`` and ``cpus``.
 """
 
 from __future__ import annotations
@@ -54,6 +77,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.util
 import json
 import os
 import statistics
@@ -73,15 +97,46 @@ CHUNK = 4
 CORES = os.cpu_count() or 1
 
 
-def build_policy(action_dim: int = 2, state_dim: int | None = 2, num_views: int = 1):
-    """The quickstart flow VLA with random weights (the same one in every mode of a workload)."""
+def build_policy(
+    action_dim: int = 2, state_dim: int | None = 2, num_views: int = 1, device: str = "cpu", image_size: int = 32
+):
+    """The quickstart flow VLA with random weights (the same one in every mode of a workload), on ``device``."""
     from mmrl.policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 
     torch.manual_seed(0)
     cfg = FlowVLAConfig(
-        backbone="tiny", chunk_size=CHUNK, num_steps=4, method="sde", stochastic="all", critic=True, num_views=num_views
+        backbone="tiny",
+        chunk_size=CHUNK,
+        num_steps=4,
+        method="sde",
+        stochastic="all",
+        critic=True,
+        num_views=num_views,
+        image_size=image_size,
     )
-    return FlowVLAPolicy(cfg, action_dim=action_dim, state_dim=state_dim).eval()
+    return FlowVLAPolicy(cfg, action_dim=action_dim, state_dim=state_dim).to(device).eval()
+
+
+def device_of(policy) -> torch.device:
+    return next(policy.parameters()).device
+
+
+def generator(policy, seed: int) -> torch.Generator:
+    """A generator on the policy's device (its noise is drawn there), seeded."""
+    return torch.Generator(device=device_of(policy)).manual_seed(seed)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (timings of a CUDA policy end when its kernels do)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def decide(policy, obs, gen):
+    """One policy decision on ``obs``, finished on the device."""
+    out = policy.rollout(obs, generator=gen)
+    sync(device_of(policy))
+    return out
 
 
 @contextlib.contextmanager
@@ -104,49 +159,57 @@ def median_time(fn, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def calibrate(policy, n: int, sim_kwargs: dict, load: str) -> tuple[dict, float, float]:
+def calibrate(
+    policy, n: int, sim_kwargs: dict, load: str, ratio: float = 1.0, ms_per_step: float | None = None
+) -> tuple[dict, float, float]:
     """Busy-work rounds (``load`` compute) or sleep per env-step (``load`` sleep) so that one
-    simulator decision on n envs costs one policy decision; returns the LoadedSim arguments.
-    Policy and simulator are timed in alternation and matched on the median of their per-pair
-    ratio, so a drift of the machine's speed during calibration does not unbalance them."""
+    simulator decision on n envs costs ``ratio`` policy decisions (or, with ``ms_per_step``, n x
+    chunk x that many milliseconds); returns the LoadedSim arguments and the policy's and the
+    loaded simulator's seconds per decision. Policy and simulator are timed in alternation and
+    matched on the median of their per-pair ratio, so a drift of the machine's speed during
+    calibration does not unbalance them."""
+
+    def target(t_policy: float) -> float:  # seconds one simulator decision should take
+        return n * CHUNK * ms_per_step / 1e3 if ms_per_step is not None else ratio * t_policy
+
     sim = loaded_reach(n, **sim_kwargs)
     obs = sim.reset(0)
-    gen = torch.Generator().manual_seed(0)
+    gen = generator(policy, 0)
     with torch.no_grad():
         policy.rollout(obs, generator=gen)
-        acts = policy.rollout(obs, generator=gen).actions
-        t_policy = median_time(lambda: policy.rollout(obs, generator=gen), 5)
+        acts = policy.rollout(obs, generator=gen).actions.cpu()
+        t_policy = median_time(lambda: decide(policy, obs, gen), 5)
     t_bare = median_time(lambda: sim.step_chunk(acts), 7)
     if load == "sleep":
-        kwargs = {"delay_s": max(0.0, t_policy - t_bare) / (n * CHUNK)}
+        kwargs = {"delay_s": max(0.0, target(t_policy) - t_bare) / (n * CHUNK)}
     else:
         per_round = time_burn(200, n * CHUNK) / 200
-        kwargs = {"work": max(1, round((t_policy - t_bare) / per_round))}
+        kwargs = {"work": max(1, round((target(t_policy) - t_bare) / per_round))}
     for attempt in range(4):
         loaded = loaded_reach(n, **kwargs, **sim_kwargs)
         loaded.reset(0)
         pairs = []
         with torch.no_grad():
             for _ in range(5):
-                tp = median_time(lambda: policy.rollout(obs, generator=gen), 1)
+                tp = median_time(lambda: decide(policy, obs, gen), 1)
                 ts = median_time(lambda loaded=loaded: loaded.step_chunk(acts), 1)
                 pairs.append((tp, ts))
-        ratio = statistics.median((tp - t_bare) / max(ts - t_bare, 1e-6) for tp, ts in pairs)
+        scale = statistics.median((target(tp) - t_bare) / max(ts - t_bare, 1e-6) for tp, ts in pairs)
         t_policy = statistics.median(tp for tp, _ in pairs)
         t_sim = statistics.median(ts for _, ts in pairs)
-        if abs(ratio - 1) < 0.03 or attempt == 3:
+        if abs(scale - 1) < 0.03 or attempt == 3:
             break
-        kwargs = {k: (max(1, round(v * ratio)) if k == "work" else v * ratio) for k, v in kwargs.items()}
+        kwargs = {k: (max(1, round(v * scale)) if k == "work" else v * scale) for k, v in kwargs.items()}
     return kwargs, t_policy, t_sim
 
 
 def decision_costs(policy, sim, n: int, repeats: int = 3) -> tuple[float, float]:
     """Median seconds of one policy decision and one simulator decision (chunk) on ``sim``'s n envs."""
     obs = sim.reset(list(range(n)))
-    gen = torch.Generator().manual_seed(0)
+    gen = generator(policy, 0)
     with torch.no_grad():
-        acts = policy.rollout(obs, generator=gen).actions
-        t_policy = median_time(lambda: policy.rollout(obs, generator=gen), repeats)
+        acts = policy.rollout(obs, generator=gen).actions.cpu()
+        t_policy = median_time(lambda: decide(policy, obs, gen), repeats)
     return t_policy, median_time(lambda: sim.step_chunk(acts), repeats)
 
 
@@ -154,15 +217,15 @@ def contention(policy, worker, n: int) -> tuple[float, float]:
     """Policy decision time alone and while ``worker`` simulates at the same time (this
     machine's ability to run the two roles in parallel: equal times = two free cores)."""
     obs = worker.reset(list(range(n)))
-    gen = torch.Generator().manual_seed(0)
+    gen = generator(policy, 0)
     with torch.no_grad():
-        acts = policy.rollout(obs, generator=gen).actions
-        alone = median_time(lambda: policy.rollout(obs, generator=gen), 5)
+        acts = policy.rollout(obs, generator=gen).actions.cpu()
+        alone = median_time(lambda: decide(policy, obs, gen), 5)
 
         def together():
             worker.submit("step_chunk", acts, False, False)  # no final obs, no trace
             t0 = time.perf_counter()
-            policy.rollout(obs, generator=gen)
+            decide(policy, obs, gen)
             dt = time.perf_counter() - t0
             worker.result()
             return dt
@@ -173,12 +236,14 @@ def contention(policy, worker, n: int) -> tuple[float, float]:
 
 def ppo_update(policy, batch) -> float:
     """Seconds of one PPO update (advantages + ``epochs`` epochs of minibatches) on ``batch``; the
-    weights are restored afterwards, so every mode collects with the same ones."""
+    weights are restored afterwards, so every mode collects with the same ones. The minibatches
+    go to the policy's device, as the trainer sends them."""
     from mmrl.experiment import AlgorithmConfig
     from mmrl.registry import OBJECTIVES
     from mmrl.trainer.objectives import compute_advantages, prepare_advantages, valid_samples
 
     algo = AlgorithmConfig()
+    device = device_of(policy)
     state = {k: v.clone() for k, v in policy.state_dict().items()}
     opt = torch.optim.Adam(policy.parameters(), lr=1e-5)
     t0 = time.perf_counter()
@@ -187,10 +252,11 @@ def ppo_update(policy, batch) -> float:
     policy.train()
     for _ in range(algo.epochs):
         for mb in samples.minibatches(algo.minibatch_size, torch.Generator().manual_seed(0)):
-            loss, _ = OBJECTIVES.get("ppo")(policy, mb, algo)
+            loss, _ = OBJECTIVES.get("ppo")(policy, mb.to(device), algo)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+    sync(device)
     dt = time.perf_counter() - t0
     policy.eval()
     policy.load_state_dict(state)
@@ -220,7 +286,7 @@ def run_rounds(policy, rounds: int, n: int, modes: dict, seed_base: int = 1000) 
         seeds = episode_seeds(seed_base + r * n, n)
         for name in names[r % len(names) :] + names[: r % len(names)]:
             collect, n_threads = modes[name]
-            gen = torch.Generator().manual_seed(r)
+            gen = generator(policy, r)
             with threads(n_threads):
                 t0 = time.perf_counter()
                 batch, info = collect(seeds, gen)
@@ -335,18 +401,26 @@ def measure(
             close_workers(workers)
 
 
+def calibration_goal(args) -> str:
+    """What the synthetic simulator's cost is calibrated to, in words."""
+    if args.sim_ms_per_step is not None:
+        return f"{args.sim_ms_per_step:g} ms per env step"
+    return "the policy" if args.sim_ratio == 1 else f"{args.sim_ratio:g}x the policy"
+
+
 def synthetic(args) -> dict:
     n = args.envs
     sim_kwargs = {"max_episode_steps": args.max_steps}
-    policy = build_policy()
-    load_kwargs, t_policy, t_sim = calibrate(policy, n, sim_kwargs, args.load)
+    policy = build_policy(device=args.device)
+    load_kwargs, t_policy, t_sim = calibrate(policy, n, sim_kwargs, args.load, args.sim_ratio, args.sim_ms_per_step)
     print(
         f"\n== synthetic busy-work (not a real simulator): ReachSim + LoadedSim, N={n} envs, chunk {CHUNK}, "
-        f"max {args.max_steps} steps"
+        f"max {args.max_steps} steps; policy on {args.device}, simulators on the CPU"
     )
     print(
-        f"calibrated: one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
-        f"({args.load} load {load_kwargs}; calibrated at 1 thread)"
+        f"calibrated to {calibration_goal(args)}: one decision costs policy {t_policy * 1e3:.1f} ms, simulator "
+        f"{t_sim * 1e3:.1f} ms ({t_sim / t_policy:.2f}x; {t_sim / (n * CHUNK) * 1e3:.3f} ms per env step; "
+        f"{args.load} load {load_kwargs}; calibrated at 1 thread)"
     )
     factory = functools.partial(loaded_reach, **load_kwargs, **sim_kwargs)
     sim = factory(num_envs=n, seed=0)
@@ -358,11 +432,13 @@ def synthetic(args) -> dict:
     print_table(figures)
     print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
     return {
-        "workload": f"ReachSim + LoadedSim {args.load} busy-work calibrated to the policy (synthetic)",
+        "workload": f"ReachSim + LoadedSim {args.load} busy-work calibrated to {calibration_goal(args)} (synthetic)",
         "num_envs": n,
         "sim_load": args.load,
         "policy_ms": round(t_policy * 1e3, 2),
         "sim_ms": round(t_sim * 1e3, 2),
+        "sim_over_policy": round(t_sim / t_policy, 3),
+        "sim_ms_per_env_step": round(t_sim / (n * CHUNK) * 1e3, 4),
         "policy_ms_with_sim": round(both * 1e3, 2),
         "load_avg_max": round(max(loads), 2),
         "modes": compact(figures),
@@ -399,7 +475,7 @@ def maniskill(args) -> dict:
             f"Vulkan, N={n} envs (one process each), chunk {CHUNK}, max {sim.max_episode_steps} steps "
             f"(collocated simulator built in {time.perf_counter() - t0:.0f} s)"
         )
-        policy = build_policy(sim.action_dim, sim.state_dim)
+        policy = build_policy(sim.action_dim, sim.state_dim, device=args.device)
         t_policy, t_sim = decision_costs(policy, sim, n)
         print(
             f"one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
@@ -416,6 +492,64 @@ def maniskill(args) -> dict:
         "max_episode_steps": sim.max_episode_steps,
         "policy_ms": round(t_policy * 1e3, 2),
         "sim_ms": round(t_sim * 1e3, 2),
+        "load_avg_max": round(max(loads), 2),
+        "modes": compact(figures),
+    }
+
+
+def metaworld(args) -> dict:
+    """Meta-World from pixels through CPU sim workers; ``{"skipped": why}`` if it cannot run here."""
+    os.environ.setdefault("LP_NUM_THREADS", "1")  # OSMesa (llvmpipe): one render thread per process
+    if args.device.startswith("cuda"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # before MuJoCo loads: the GPU's EGL (the workers inherit it)
+    n, size = args.mw_envs, args.mw_image_size
+    sim_kwargs = dict(
+        task=args.mw_task,
+        render_images=True,
+        image_size=size,
+        camera="corner",
+        vectorization="sync",  # a process steps its envs in turn: the placement's processes are the parallelism
+        max_episode_steps=args.mw_max_steps,
+    )
+    missing = [m for m in ("metaworld", "mujoco", "gymnasium", "scipy") if importlib.util.find_spec(m) is None]
+    try:
+        if missing:
+            raise ImportError(f"no module named {missing[0]!r}")
+        from mmrl.placement import registered_sim
+
+        factory = registered_sim("metaworld", **sim_kwargs)
+        t0 = time.perf_counter()
+        sim = factory(num_envs=n, seed=0)
+    except Exception as exc:  # not installed, no OpenGL to render with, ...
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        print(f"\n== metaworld: skipped ({why}); install with `pip install -e '.[metaworld]'`")
+        return {"skipped": why}
+    gl = os.environ.get("MUJOCO_GL", "")
+    try:
+        print(
+            f"\n== metaworld (real simulator): {args.mw_task} from {size} px pixels (MUJOCO_GL={gl}) + state, "
+            f"MuJoCo on the CPU, N={n} envs stepped in turn per process, chunk {CHUNK}, max {sim.max_episode_steps} "
+            f"steps; policy on {args.device} (collocated simulator built in {time.perf_counter() - t0:.0f} s)"
+        )
+        policy = build_policy(sim.action_dim, sim.state_dim, device=args.device, image_size=size)
+        t_policy, t_sim = decision_costs(policy, sim, n)
+        print(
+            f"one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
+            f"({t_sim / t_policy:.1f}x the policy; {t_sim / (n * CHUNK) * 1e3:.2f} ms per env step)"
+        )
+        figures, loads, _ = measure(policy, n, args.mw_rounds, sim, factory, args.mw_stages, seed_base=9000)
+    finally:
+        sim.close()
+    print_table(figures)
+    print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
+    return {
+        "workload": f"Meta-World {args.mw_task} from {size} px pixels, MuJoCo on the CPU, MUJOCO_GL={gl} (real)",
+        "num_envs": n,
+        "max_episode_steps": sim.max_episode_steps,
+        "policy_ms": round(t_policy * 1e3, 2),
+        "sim_ms": round(t_sim * 1e3, 2),
+        "sim_over_policy": round(t_sim / t_policy, 3),
+        "sim_ms_per_env_step": round(t_sim / (n * CHUNK) * 1e3, 4),
         "load_avg_max": round(max(loads), 2),
         "modes": compact(figures),
     }
@@ -449,15 +583,48 @@ def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:
         return trainer.state.rl_seconds / iterations
 
 
-def main() -> None:
+WORKLOADS = {
+    "synthetic": ["synthetic"],
+    "maniskill": ["maniskill"],
+    "metaworld": ["metaworld"],
+    "both": ["synthetic", "maniskill"],
+    "all": ["synthetic", "maniskill", "metaworld"],
+}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark with command line ``argv`` (default: sys.argv); returns the JSON line's object."""
     from _smoke import parse_args
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", choices=["both", "synthetic", "maniskill"], default="both")
+    parser.add_argument(
+        "--workload",
+        nargs="+",
+        choices=list(WORKLOADS),
+        default=["both"],
+        help="one or more: synthetic, maniskill, metaworld; both = synthetic maniskill; all = the three",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the policy infers and updates (cpu, cuda, cuda:1); simulators stay CPU processes",
+    )
     parser.add_argument("--envs", type=int, default=64, help="synthetic: envs per round (N)")
     parser.add_argument("--rounds", type=int, default=6, help="synthetic: measured rounds per mode")
     parser.add_argument("--max-steps", type=int, default=40, help="synthetic: ReachSim max_episode_steps")
     parser.add_argument("--stages", type=int, nargs="*", default=[2, 4], help="synthetic: hybrid stage counts")
+    cost = parser.add_mutually_exclusive_group()
+    cost.add_argument(
+        "--sim-ratio",
+        type=float,
+        default=1.0,
+        help="synthetic: one simulator decision on the N envs costs this many policy decisions (default 1)",
+    )
+    cost.add_argument(
+        "--sim-ms-per-step",
+        type=float,
+        help="synthetic: the simulator's cost per env step in ms (one thread), instead of --sim-ratio",
+    )
     parser.add_argument(
         "--load",
         choices=["compute", "sleep"],
@@ -470,6 +637,12 @@ def main() -> None:
     parser.add_argument("--ms-max-steps", type=int, default=50, help="maniskill: episode limit (task: 50)")
     parser.add_argument("--ms-image-size", type=int, default=128, help="maniskill: camera resolution (px)")
     parser.add_argument("--ms-stages", type=int, nargs="*", default=[2], help="maniskill: hybrid stage counts")
+    parser.add_argument("--mw-task", default="pick-place-v3", help="metaworld: the task")
+    parser.add_argument("--mw-envs", type=int, default=8, help="metaworld: envs per round")
+    parser.add_argument("--mw-rounds", type=int, default=3, help="metaworld: measured rounds per mode")
+    parser.add_argument("--mw-max-steps", type=int, default=40, help="metaworld: episode limit (task: 500)")
+    parser.add_argument("--mw-image-size", type=int, default=64, help="metaworld: camera resolution (px)")
+    parser.add_argument("--mw-stages", type=int, nargs="*", default=[2, 4], help="metaworld: hybrid stage counts")
     parser.add_argument(
         "--async-iterations",
         type=int,
@@ -477,22 +650,45 @@ def main() -> None:
         help="also time K iterations of the real trainer on the quickstart, synchronous "
         "vs trainer.async_staleness=1 (0 = skip)",
     )
-    args = parse_args(parser, envs=8, rounds=1, max_steps=8, stages=[2], ms_rounds=1, ms_max_steps=4, ms_image_size=32)
+    args = parse_args(
+        parser,
+        argv,
+        workload=["all"],
+        envs=8,
+        rounds=1,
+        max_steps=8,
+        stages=[2],
+        ms_rounds=1,
+        ms_max_steps=4,
+        ms_image_size=32,
+        mw_envs=2,
+        mw_rounds=1,
+        mw_max_steps=4,
+        mw_image_size=32,
+        mw_stages=[2],
+    )
+    device = torch.device(args.device)  # a bad name fails here, before any work
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device here")
+    workloads = {w for name in args.workload for w in WORKLOADS[name]}
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
     print(
         f"load average (1 min) at start: {load:.2f}; CPUs: {CORES}; main-process torch threads: "
-        f"1 (collocated {CORES}t: {CORES}); sim workers: 1 each"
+        f"1 (collocated {CORES}t: {CORES}); sim workers: 1 each; policy on {args.device}"
     )
     line: dict = {}
-    if args.workload in ("both", "synthetic"):
+    if "synthetic" in workloads:
         line["synthetic_busywork"] = synthetic(args)
-    if args.workload in ("both", "maniskill"):
+    if "maniskill" in workloads:
         line["maniskill_pickcube_rgb"] = maniskill(args)
+    if "metaworld" in workloads:
+        line["metaworld_pixels"] = metaworld(args)
     if args.async_iterations:
         k, n = args.async_iterations, args.envs
-        sync_s = trainer_seconds(k, n, [])
-        async_s = trainer_seconds(k, n, ["trainer.async_staleness=1"])
+        on = [] if args.device == "cpu" else [f"run.device={args.device}"]
+        sync_s = trainer_seconds(k, n, on)
+        async_s = trainer_seconds(k, n, [*on, "trainer.async_staleness=1"])
         print(
             f"\ntrainer on the quickstart ({n} envs, {k} iterations): synchronous {sync_s:.3f} s/iteration, "
             f"async (staleness 1) {async_s:.3f} s/iteration -> {sync_s / async_s:.2f}x"
@@ -502,8 +698,11 @@ def main() -> None:
             "trainer_async_s_per_iter": round(async_s, 3),
             "async_speedup": round(sync_s / async_s, 3),
         }
-    line.update(cpus=CORES, load_avg_start=round(load, 2), load_avg_end=round(os.getloadavg()[0], 2))
+    line.update(
+        device=args.device, cpus=CORES, load_avg_start=round(load, 2), load_avg_end=round(os.getloadavg()[0], 2)
+    )
     print(json.dumps(line))
+    return line
 
 
 if __name__ == "__main__":

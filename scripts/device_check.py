@@ -43,6 +43,13 @@ skipped, saying so. Steps (`STEPS`):
   flow VLA on SmolVLM2-500M at their real sizes (random weights written on the machine), two RL
   iterations each: peak allocated memory beside `mmrl estimate`'s plan, seconds per iteration.
   Alone it needs most of the budget: ``--only real_size`` (it comes last so it never starves the others).
+- ``hybrid``: placement where it can pay (issue 71, benchmarks/placement.py): the policy (inference and
+  the PPO update) on the device, the simulators in CPU processes; collocated (the simulator in the
+  step's process, 1 thread and all cores) against disaggregated and hybrid pipelined with 2 and 4
+  stages (that many sim workers): env steps/s per mode and each mode's speed-ups against collocated,
+  on synthetic busy-work whose simulator decision costs `HYBRID_SIM_RATIO` policy decisions, and on
+  Meta-World from pixels (EGL) where its packages import (else that half says skipped). ``--tiny``:
+  the benchmark's ``--smoke`` path.
 - ``benchmark``: the quickstart benchmark (benchmarks/quickstart.py, 3 seeds; ``--smoke``
   with --tiny) as users run it, evaluation videos included: held-out success and wall time per seed
   against the CPU figures of docs/benchmarks/quickstart.md.
@@ -586,6 +593,57 @@ def step_benchmark(ctx: Context) -> dict:
     return {k: figures[k] for k in keep if k in figures}
 
 
+#: the device check's synthetic simulator: one decision on the N envs costs this many GPU policy
+#: decisions (benchmarks/placement.py --sim-ratio): a rendering simulator costing several policy
+#: decisions, as ManiSkill3 rgb did against the policy on the 2-core CPU machine (about 5x,
+#: docs/benchmarks/placement.md). Balanced (1) would leave the hybrid's extra policy calls (one per
+#: stage, each launch-bound on a GPU) nothing to hide behind; a fixed cost per env step would tie the
+#: figure to the host CPU's speed rather than to the policy's
+HYBRID_SIM_RATIO = 5
+
+
+def step_hybrid(ctx: Context) -> dict:
+    """Placement with the policy on the device (issue 71): benchmarks/placement.py's collocated,
+    disaggregated and hybrid (2 and 4 stages) modes on synthetic busy-work (`HYBRID_SIM_RATIO`) and on
+    Meta-World from pixels where it imports; per workload the simulator's and the policy's cost per
+    decision, and per mode env steps/s, seconds per iteration and the speed-ups against collocated
+    (1 thread and all cores). --tiny: the benchmark's --smoke path (Meta-World's too, where it imports)."""
+    benchmarks = str(ROOT / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)  # its `_smoke` helper
+    spec = importlib.util.spec_from_file_location("placement_benchmark", ROOT / "benchmarks" / "placement.py")
+    assert spec is not None and spec.loader is not None
+    pb = importlib.util.module_from_spec(spec)
+    sys.modules["placement_benchmark"] = pb
+    spec.loader.exec_module(pb)
+    common = ["--device", ctx.device, *ctx.pick([], ["--smoke"])]
+    synthetic = ["--workload", "synthetic", "--sim-ratio", str(HYBRID_SIM_RATIO)]
+    synthetic += ctx.pick(["--envs", "64", "--rounds", "6", "--max-steps", "40", "--stages", "2", "4"], [])
+    metaworld = ["--workload", "metaworld"]
+    metaworld += ctx.pick(["--mw-envs", "16", "--mw-rounds", "3", "--mw-max-steps", "32", "--mw-stages", "2", "4"], [])
+    keep = ("num_envs", "policy_ms", "sim_ms", "sim_over_policy", "sim_ms_per_env_step", "skipped")
+    figures: dict = {"cpus": os.cpu_count()}
+    for name, key, argv in (
+        ("synthetic", "synthetic_busywork", synthetic),
+        ("metaworld", "metaworld_pixels", metaworld),
+    ):
+        print(" ".join(["benchmarks/placement.py", *common, *argv]), flush=True)
+        try:
+            result = pb.main([*common, *argv])[key]
+        except Exception as exc:  # the other workload's figures are kept
+            traceback.print_exc()
+            ctx.expect(False, f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        row = {k: result[k] for k in keep if k in result}
+        row["modes"] = {
+            mode: {k: v for k, v in f.items() if k in ("env_sps", "iter_s") or k.startswith("speedup_")}
+            for mode, f in result.get("modes", {}).items()
+        }
+        figures[name] = row
+        ctx.expect("skipped" in row or all(f["env_sps"] > 0 for f in row["modes"].values()), f"{name}: no env steps")
+    return figures
+
+
 def step_real_size(ctx: Context) -> dict:
     """Real model sizes (issue 71, benchmarks/real_size.py): each case's real-size config for two RL
     iterations on random weights of the real architecture (one layer per stack under --tiny), its
@@ -648,6 +706,7 @@ STEPS = [
     Step("metaworld", step_metaworld, 120, needs=("metaworld", "mujoco", "gymnasium", "scipy"), travels=True),
     Step("distributed", step_distributed, 60),
     Step("benchmark", step_benchmark, 170),
+    Step("hybrid", step_hybrid, 180),
     Step("real_size", step_real_size, 420, needs=("transformers", "peft")),
 ]
 WORKERS = {"distributed": distributed_worker}

@@ -68,6 +68,10 @@ def test_dry_run_runs_every_step(tmp_path):
         values = numbers(entry["figures"])
         assert values, f"{step.name} measured nothing"
         assert all(math.isfinite(v) for _, v in values), f"{step.name}: non-finite figures {values}"
+    # the hybrid step measured every placement mode (its GPU figures are env steps/s per mode)
+    modes = report["steps"]["hybrid"]["figures"]["synthetic"]["modes"]
+    assert {"collocated_1t", "disaggregated", "hybrid_s2"} <= set(modes), modes
+    assert all(m["env_sps"] > 0 for m in modes.values()), modes
 
 
 def test_a_step_that_raises_or_hangs_is_marked_failed(tmp_path):
