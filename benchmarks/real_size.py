@@ -257,17 +257,19 @@ class PeakSampler:
         return max(p["VmRSS"] for phase, p in self.peaks.items() if phase != "build")
 
 
-def lock_memory() -> bool:
-    """Keep every page of this process resident from now on (``mlockall``: current and future
-    mappings, so a checkpoint file is read in whole when mapped): under memory pressure the kernel
-    otherwise drops clean pages of the mapped weights (1.6 GiB of Wan's 13 GiB were gone in its
-    update), and the peak would count weights a GPU keeps. False when not allowed (then `resident`
-    reads them once and the figure may undercount)."""
+def lock_memory(lock: bool = True) -> bool:
+    """Lock this process's mapped pages resident (``mlockall(MCL_CURRENT)``: every page of every
+    current mapping, read in whole), or with ``lock=False`` unlock them (they stay resident until the
+    kernel needs the memory). Locked after loading, the mapped weights stay counted: under memory
+    pressure the kernel otherwise drops their clean pages (1.6 GiB of Wan's 13 GiB were gone in its
+    update), where a GPU keeps them. Nothing is locked while loading, whose transients (SD3's
+    positional table: 3.4 GiB for a moment) would otherwise be pinned too. False when not allowed
+    (then `resident` reads the weights once and the figure may undercount)."""
     import ctypes
 
-    mcl_current, mcl_future = 1, 2
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    return libc.mlockall(mcl_current | mcl_future) == 0
+    mcl_current = 1
+    return (libc.mlockall(mcl_current) if lock else libc.munlockall()) == 0
 
 
 def resident() -> None:
@@ -307,8 +309,10 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
         "run.gpu_memory=off",
     ]
     cfg = _config(ROOT / case.config, overrides, None)
-    locked = False if cuda else lock_memory()
+    locked = False if cuda else lock_memory()  # the libraries read in whole: their pages are the baseline's
     baseline = torch.cuda.memory_allocated() if cuda else _rss()
+    if locked:
+        lock_memory(False)
     plan = plan_experiment(cfg, device_memory=1 << 50, world=1)
     w = plan.workload
     sampler = None if cuda else PeakSampler()
@@ -319,6 +323,7 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
         torch.cuda.reset_peak_memory_stats()
     else:
         resident()
+        locked = locked and lock_memory()  # the loaded weights, every page, from here on
         sampler.phase = "between"  # type: ignore[union-attr]
     if sampler is not None:  # mark the phases: the peak's phase says which terms meet at it
         for method, phase in (("collect", "rollout"), ("learn", "update")):
@@ -398,7 +403,10 @@ def run_case(case: Case, device: str, iterations: int, smoke: bool, timeout: flo
     cmd = [sys.executable, __file__, "--child", case.name, "--folder", str(folder), "--device", device,
            "--iterations", str(iterations), "--work", str(work)]  # fmt: skip
     env = {**os.environ, "TQDM_DISABLE": "1", **(GLIBC_RETURNS_FREED if device == "cpu" else {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"case": case.name, "device": device, "error": f"ran over its {timeout:.0f} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
@@ -451,17 +459,20 @@ def run_all(args, work: Path, argv: list[str] | None = None) -> None:
             if c not in chosen:
                 print(f"skipped {c.name}: needs about {c.cpu_gib:.0f} GiB of RAM ({'; '.join(c.notes) or 'too big'})")
     load_start = os.getloadavg()[0]
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "mmrl", "benchmarks"], cwd=ROOT, capture_output=True, text=True
+    )
     results = []
     for case in chosen:
         r = run_case(case, args.device, args.iterations, args.smoke, args.timeout, work)
         results.append(r)
         print(json.dumps(r), flush=True)
     measured = [r for r in results if "error" not in r]
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     summary = {
         "real_size": results,
         "command": "python benchmarks/real_size.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "commit": git.stdout.strip() or "unknown",
+        "commit": (git.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else ""),
         "machine": {
             "cpus": os.cpu_count(),
             "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
