@@ -476,22 +476,30 @@ def maniskill(args) -> dict:
             f"(collocated simulator built in {time.perf_counter() - t0:.0f} s)"
         )
         policy = build_policy(sim.action_dim, sim.state_dim, device=args.device)
-        t_policy, t_sim = decision_costs(policy, sim, n)
-        print(
-            f"one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
-            f"({t_sim / t_policy:.1f}x the policy)"
-        )
-        figures, loads, _ = measure(policy, n, args.ms_rounds, sim, factory, args.ms_stages, seed_base=5000)
+        out = real_workload(policy, sim, factory, n, args.ms_rounds, args.ms_stages, seed_base=5000)
     finally:
         sim.close()
+    return {"workload": f"ManiSkill3 PickCube-v1 rgb {args.ms_image_size} px, CPU sim (real)", **out}
+
+
+def real_workload(policy, sim, factory, n: int, rounds: int, stages: list[int], seed_base: int) -> dict:
+    """A real simulator's rounds (maniskill, metaworld): one decision's cost of each side, then every
+    mode measured, its table printed; the figures (the caller closes ``sim``)."""
+    t_policy, t_sim = decision_costs(policy, sim, n)
+    print(
+        f"one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
+        f"({t_sim / t_policy:.1f}x the policy; {t_sim / (n * CHUNK) * 1e3:.2f} ms per env step)"
+    )
+    figures, loads, _ = measure(policy, n, rounds, sim, factory, stages, seed_base=seed_base)
     print_table(figures)
     print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
     return {
-        "workload": f"ManiSkill3 PickCube-v1 rgb {args.ms_image_size} px, CPU sim (real)",
         "num_envs": n,
         "max_episode_steps": sim.max_episode_steps,
         "policy_ms": round(t_policy * 1e3, 2),
         "sim_ms": round(t_sim * 1e3, 2),
+        "sim_over_policy": round(t_sim / t_policy, 3),
+        "sim_ms_per_env_step": round(t_sim / (n * CHUNK) * 1e3, 4),
         "load_avg_max": round(max(loads), 2),
         "modes": compact(figures),
     }
@@ -532,27 +540,11 @@ def metaworld(args) -> dict:
             f"steps; policy on {args.device} (collocated simulator built in {time.perf_counter() - t0:.0f} s)"
         )
         policy = build_policy(sim.action_dim, sim.state_dim, device=args.device, image_size=size)
-        t_policy, t_sim = decision_costs(policy, sim, n)
-        print(
-            f"one decision costs policy {t_policy * 1e3:.1f} ms, simulator {t_sim * 1e3:.1f} ms "
-            f"({t_sim / t_policy:.1f}x the policy; {t_sim / (n * CHUNK) * 1e3:.2f} ms per env step)"
-        )
-        figures, loads, _ = measure(policy, n, args.mw_rounds, sim, factory, args.mw_stages, seed_base=9000)
+        out = real_workload(policy, sim, factory, n, args.mw_rounds, args.mw_stages, seed_base=9000)
     finally:
         sim.close()
-    print_table(figures)
-    print(f"load average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
-    return {
-        "workload": f"Meta-World {args.mw_task} from {size} px pixels, MuJoCo on the CPU, MUJOCO_GL={gl} (real)",
-        "num_envs": n,
-        "max_episode_steps": sim.max_episode_steps,
-        "policy_ms": round(t_policy * 1e3, 2),
-        "sim_ms": round(t_sim * 1e3, 2),
-        "sim_over_policy": round(t_sim / t_policy, 3),
-        "sim_ms_per_env_step": round(t_sim / (n * CHUNK) * 1e3, 4),
-        "load_avg_max": round(max(loads), 2),
-        "modes": compact(figures),
-    }
+    workload = f"Meta-World {args.mw_task} from {size} px pixels, MuJoCo on the CPU, MUJOCO_GL={gl} (real)"
+    return {"workload": workload, **out}
 
 
 def trainer_seconds(iterations: int, n: int, extra: list[str]) -> float:

@@ -100,40 +100,6 @@ _QWEN25_VL_7B = Arch(
     config_cls="Qwen2_5_VLConfig",
 )
 
-#: HuggingFaceTB/SmolVLM2-500M-Video-Instruct (SmolVLA's VLM), config.json on the hub: text SmolLM2-360M
-#: (32 layers of width 960, 15 heads with 5 kv heads, MLP 2560, vocab 49280, rope theta 1e5); SigLIP
-#: base vision 12 layers of width 768, 512 px in patches of 16; pixel shuffle 4 (64 tokens per image).
-_SMOLVLM2_500M = Arch(
-    "transformers",
-    "SmolVLMForConditionalGeneration",
-    {
-        "text_config": {
-            "model_type": "llama",
-            "hidden_size": 960,
-            "intermediate_size": 2560,
-            "num_hidden_layers": 32,
-            "num_attention_heads": 15,
-            "num_key_value_heads": 5,
-            "vocab_size": 49280,
-            "max_position_embeddings": 8192,
-            "rope_theta": 100000.0,
-            "tie_word_embeddings": False,
-        },
-        "vision_config": {
-            "hidden_size": 768,
-            "intermediate_size": 3072,
-            "num_hidden_layers": 12,
-            "num_attention_heads": 12,
-            "image_size": 512,
-            "patch_size": 16,
-        },
-        "scale_factor": 4,
-        "vocab_size": 49280,
-        "tie_word_embeddings": False,
-    },
-    config_cls="SmolVLMConfig",
-)
-
 #: HuggingFaceTB/SmolVLM-256M-Instruct, config.json on the hub (Idefics3): text 30 layers of width
 #: 576, 9 heads with 3 kv heads, MLP 1536, vocab 49280, untied head; SigLIP vision 12 layers of width
 #: 768, 12 heads, MLP 3072, 512 px in patches of 16; pixel shuffle scale factor 4.
@@ -166,6 +132,26 @@ _SMOLVLM_256M = Arch(
         "tie_word_embeddings": False,
     },
     config_cls="Idefics3Config",
+)
+
+#: HuggingFaceTB/SmolVLM2-500M-Video-Instruct (SmolVLA's VLM), config.json on the hub: text SmolLM2-360M
+#: (32 layers of width 960, 15 heads with 5 kv heads, MLP 2560, vocab 49280, rope theta 1e5); the same
+#: SigLIP vision tower, pixel shuffle and untied head as SmolVLM-256M (64 tokens per 512 px image).
+_SMOLVLM2_500M = Arch(
+    "transformers",
+    "SmolVLMForConditionalGeneration",
+    {
+        **_SMOLVLM_256M.fields,
+        "text_config": {
+            **_SMOLVLM_256M.fields["text_config"],
+            "hidden_size": 960,
+            "intermediate_size": 2560,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 15,
+            "num_key_value_heads": 5,
+        },
+    },
+    config_cls="SmolVLMConfig",
 )
 
 #: Wan-AI/Wan2.1-T2V-1.3B-Diffusers and Wan-AI/Wan2.2-TI2V-5B-Diffusers: text_encoder/config.json
