@@ -185,10 +185,12 @@ def _collect(policy, workers: list[WorkerBase], seeds: list[int], generator, mod
             t0 = time.perf_counter()
             with sub_rows(bounds[s], sizes[s]):  # with N ranks: the stage's rows of the global noise
                 out, actions = policy.rollout(obs[s], generator=generator, mode=mode)
+            # the copy to the host waits for a GPU's queued kernels: timed as the policy's (before, a
+            # CUDA policy's time landed in the untimed copy)
+            sent = actions.detach().cpu() if isinstance(actions, torch.Tensor) else actions
             timing["policy_s"] += time.perf_counter() - t0
             # the last observation of an episode the time limit cuts is needed in train mode only
             # (the critic's bootstrap value there); evaluation saves the traffic
-            sent = actions.detach().cpu() if isinstance(actions, torch.Tensor) else actions
             workers[s].submit("step_chunk", sent, mode == "train", reward is not None and reward.traced)
             waiting[s] = (out, actions, obs[s])
         if finished or last:
