@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 0.15  # |estimate / measured - 1| at most this, for every case
 #: glibc's malloc keeps freed blocks below its (dynamically raised, up to 32 MiB) mmap threshold in the
-#: process heap: a 3B model's freed activations stayed resident (+1.0 GiB of a 10.7 GiB peak, gone after
+#: process heap: a 3B model's freed activations stayed resident (1.19 of a 10.70 GiB peak, gone after
 #: malloc_trim). A fixed 64 KiB threshold maps every tensor-sized block on its own and unmaps it on
 #: free, so the resident peak tracks live tensors, as torch.cuda.max_memory_allocated does on a GPU
 #: (where the caching allocator's spare reserve is not counted either).
