@@ -1,7 +1,7 @@
 """Real model sizes, measured: each family's real-size config run for two RL iterations with random
 weights of the real architecture, its memory plan (`mmrl estimate`) beside the measured peak.
 
-Nothing is downloaded: `mmrl.tiny.real_size` (transformers VLMs) and `mmrl.tiny.real_size_pipelines`
+Nothing is downloaded: `mmrl.planning.random_weights` (transformers VLMs) and `mmrl.planning.random_pipelines`
 (diffusers pipelines) write random-weight checkpoints of the published architectures to
 ``runs/real_size/`` (once; later runs reuse them), and each case loads one through mmrl's real loading
 code. A case is the real-size config (``configs/``: the GPU recipe, its memory-saving mode kept:
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -379,18 +380,21 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
 # ----------------------------------------------------------------------------------------- parent
 
 
+def checkpoint_folder(case: Case, smoke: bool, work: Path) -> Path:
+    return work / (case.checkpoint.split("/")[-1].lower() + ("-smoke" if smoke else ""))
+
+
 def checkpoint(case: Case, smoke: bool, work: Path, device: str = "cpu") -> Path:
     """The case's random-weight checkpoint folder under ``work``, written on first use (``--smoke``:
     one layer per stack)."""
-    slug = case.checkpoint.split("/")[-1].lower() + ("-smoke" if smoke else "")
-    folder = work / slug
+    folder = checkpoint_folder(case, smoke, work)
     from mmrl.planning.architectures import ARCHITECTURES
-    from mmrl.tiny.real_size import one_layer, write_random_checkpoint
+    from mmrl.planning.random_weights import one_layer, write_random_checkpoint
 
     arch = ARCHITECTURES[case.checkpoint]
     arch = one_layer(arch) if smoke else arch
     if case.writer == "diffusers":
-        from mmrl.tiny.real_size_pipelines import write_random_pipeline
+        from mmrl.planning.random_pipelines import write_random_pipeline
 
         # its model_index.json is written last: a folder with one is finished
         return folder if (folder / "model_index.json").is_file() else write_random_pipeline(arch, folder)
@@ -466,6 +470,8 @@ def run_all(args, work: Path, argv: list[str] | None = None) -> None:
     results = []
     for case in chosen:
         r = run_case(case, args.device, args.iterations, args.smoke, args.timeout, work)
+        if args.smoke:  # a smoke's checkpoints are gigabytes even at one layer: one on disk at a time
+            shutil.rmtree(checkpoint_folder(case, True, work), ignore_errors=True)
         results.append(r)
         print(json.dumps(r), flush=True)
     measured = [r for r in results if "error" not in r]

@@ -29,7 +29,7 @@ class Arch:
     of its own. A diffusers pipeline also names its ``pipeline`` class, its ``scheduler`` (class and
     the published ``scheduler_config.json`` fields) and ``pipeline_config``, the pipeline's own config
     arguments in ``model_index.json`` (Wan 2.2's ``expand_timesteps``): what
-    `mmrl.tiny.real_size_pipelines` writes a random-weight pipeline folder from."""
+    `mmrl.planning.random_pipelines` writes a random-weight pipeline folder from."""
 
     library: str
     cls: str

@@ -37,8 +37,8 @@ TINY_QWEN_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads
 def test_random_checkpoint_loads_through_the_policy(tmp_path):
     """The writer's folder loads with the VLM policy's own from_pretrained, in the dtype written, and
     generates; with the widths and depths of the architecture it was given."""
+    from mmrl.planning.random_weights import write_random_checkpoint
     from mmrl.policies.vlm import VLMConfig, VLMPolicy
-    from mmrl.tiny.real_size import write_random_checkpoint
 
     arch = small(QWEN_3B, TINY_QWEN, TINY_QWEN_VISION)
     folder = write_random_checkpoint(arch, tmp_path / "qwen", dtype=torch.bfloat16)
@@ -95,9 +95,9 @@ def test_flow_vla_on_a_vlm_is_counted_as_built(tmp_path):
     """The plan of a flow VLA on a transformers backbone counts what the trainer builds: the frozen
     VLM as a frozen encoder, the expert and heads as the trained policy."""
     from mmrl.experiment import load_experiment
+    from mmrl.planning.random_weights import write_random_checkpoint
     from mmrl.policies.flow_vla import FlowVLAPolicy
     from mmrl.registry import SIMULATORS
-    from mmrl.tiny.real_size import write_random_checkpoint
 
     arch = small(SMOLVLM2, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                 num_key_value_heads=2), dict(hidden_size=32, intermediate_size=64,

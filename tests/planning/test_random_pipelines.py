@@ -1,4 +1,4 @@
-"""`mmrl.tiny.real_size_pipelines` writes a random-weight pipeline folder from a published `Arch`: tested
+"""`mmrl.planning.random_pipelines` writes a random-weight pipeline folder from a published `Arch`: tested
 on scaled-down copies of the published SD3.5-medium, FLUX.1-dev and Wan 2.1 architectures (the same
 classes, pipelines, schedulers and component names, few layers and small widths), which the diffusion
 policy's own loading code then runs in bf16 (a real-size folder is never written in tests)."""
@@ -100,7 +100,7 @@ SMALL = {
 def test_written_folder_loads_and_trains_through_the_policy(family, tmp_path):
     from safetensors import safe_open
 
-    from mmrl.tiny.real_size_pipelines import write_random_pipeline
+    from mmrl.planning.random_pipelines import write_random_pipeline
 
     arch = SMALL[family]
     folder = write_random_pipeline(arch, tmp_path / family, dtype=torch.bfloat16, seed=0)
@@ -144,7 +144,7 @@ def test_written_folder_loads_and_trains_through_the_policy(family, tmp_path):
 
 
 def test_cli_and_unknown_names(tmp_path, capsys):
-    from mmrl.tiny.real_size_pipelines import main, write_random_pipeline
+    from mmrl.planning.random_pipelines import main, write_random_pipeline
 
     with pytest.raises(ValueError, match="not a published pipeline"):
         write_random_pipeline("someone/unknown", tmp_path / "x")

@@ -22,8 +22,8 @@ the checkpoint:
 Random weights generate noise, not images: the folders are for memory and throughput checks
 (``mmrl estimate`` against a measured peak, a training step on a GPU), never for quality.
 
-    python -m mmrl.tiny.real_size_pipelines stabilityai/stable-diffusion-3.5-medium /data/sd35_random
-    python -m mmrl.tiny.real_size_pipelines black-forest-labs/FLUX.1-dev /data/flux_random --dtype bfloat16
+    python -m mmrl.planning.random_pipelines stabilityai/stable-diffusion-3.5-medium /data/sd35_random
+    python -m mmrl.planning.random_pipelines black-forest-labs/FLUX.1-dev /data/flux_random --dtype bfloat16
     mmrl estimate configs/flux1_dev_nft.yaml policy.model=/data/flux_random
 """
 
@@ -134,7 +134,7 @@ def write_random_pipeline(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mmrl.tiny.real_size_pipelines",
+        prog="python -m mmrl.planning.random_pipelines",
         description="Write a random-weight diffusers pipeline folder at a published architecture's real size "
         "(for memory and speed checks: it generates noise). Peak memory: its largest component.",
     )

@@ -12,7 +12,7 @@ BPE of `mmrl.tiny.tiny_models` with the model's special tokens; its ids are far 
 vocabulary, whose embedding matrix keeps its real size). The image processor has the real patch
 geometry (Qwen2.5-VL: 14 px patches merged 2 x 2; SmolVLM2: 512 px images, 64 tokens each).
 
-    python -m mmrl.tiny.real_size Qwen/Qwen2.5-VL-3B-Instruct runs/real_size/qwen25vl_3b [--dtype bfloat16]
+    python -m mmrl.planning.random_weights Qwen/Qwen2.5-VL-3B-Instruct runs/real_size/qwen25vl_3b [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -126,9 +126,13 @@ def processor_and_config(arch: Arch, min_pixels: int = 56 * 56, max_pixels: int 
     raise ValueError(f"no real-size writer for {arch.cls}: Qwen2.5-VL and SmolVLM / Idefics3 are supported")
 
 
+SMOKE_VOCAB = 4096  # `one_layer`'s vocabularies: above every tiny tokenizer's ids
+
+
 def one_layer(arch: Arch) -> Arch:
-    """``arch`` with one layer in each stack (text, vision; widths, heads and vocabulary kept): the
-    same classes and loading path at a fraction of the size, for smoke tests."""
+    """``arch`` with one layer in each stack (text, vision, denoiser) and vocabularies cut to
+    `SMOKE_VOCAB` (widths and heads kept): the same classes and loading path at a fraction of the
+    size and disk, for smoke tests."""
     import dataclasses
 
     def cut(fields: dict) -> dict:
@@ -140,6 +144,8 @@ def one_layer(arch: Arch) -> Arch:
                 out[k] = 1
             elif k == "fullatt_block_indexes":
                 out[k] = [0]
+            elif k == "vocab_size":  # the tiny tokenizers' ids are far below it
+                out[k] = min(v, SMOKE_VOCAB)
             else:
                 out[k] = v
         return out
