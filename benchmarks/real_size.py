@@ -323,8 +323,9 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
     if cuda:  # the peak of the iterations, from the weights in place (as on the CPU)
         torch.cuda.reset_peak_memory_stats()
     else:
-        resident()
-        locked = locked and lock_memory()  # the loaded weights, every page, from here on
+        locked = locked and lock_memory()  # the loaded weights, every page (mlockall reads them in), from here on
+        if not locked:
+            resident()  # without the lock, read each weight page once instead
         sampler.phase = "between"  # type: ignore[union-attr]
     if sampler is not None:  # mark the phases: the peak's phase says which terms meet at it
         for method, phase in (("collect", "rollout"), ("learn", "update")):
