@@ -110,6 +110,26 @@ class ComponentReward(Reward):
         return {self.name: comps["score"], **{f"{self.name}/{k}": comps[k] for k in self.logged}}
 
 
+class LearnedReward(Reward):
+    """A reward model trained on labelled frames of recorded episodes (decision records,
+    `mmrl.episodes`): what a Dyna loop (`mmrl.dyna`) trains on the demonstrations and refreshes on
+    every round's real episodes. Subclasses implement the three hooks."""
+
+    @classmethod
+    def untrained(cls, image_size: int, seed: int = 0) -> LearnedReward:
+        """A freshly initialised model for frames of side ``image_size`` (weights from ``seed``)."""
+        raise NotImplementedError
+
+    def fit(self, records: dict, steps: int, seed: int = 0) -> dict:
+        """Train ``steps`` more steps on the labelled frames of ``records``; returns its metrics
+        (held-out accuracy and the like)."""
+        raise NotImplementedError
+
+    def save(self, folder) -> None:
+        """Write the model to ``folder``, which the reward's ``path=`` argument loads."""
+        raise NotImplementedError
+
+
 def check_kind(kind) -> None:
     """ValueError unless ``kind`` is one of `KINDS`."""
     if kind not in KINDS:
