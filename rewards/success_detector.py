@@ -344,6 +344,23 @@ class SuccessDetector(Reward):
             self.net = load_detector(path, self.device)
         self.output, self.threshold, self.batch_size = output, float(threshold), int(batch_size)
 
+    # the hooks a Dyna loop trains a reward model through (untrained -> fit every round -> save)
+    @classmethod
+    def untrained(cls, image_size: int, seed: int = 0) -> SuccessDetector:
+        """A detector with a freshly initialised `SuccessNet` for frames of side ``image_size``."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return cls(model=SuccessNet(image_size=image_size))
+
+    def fit(self, records: dict, steps: int, seed: int = 0) -> dict[str, Any]:
+        """Train the net ``steps`` more steps on the labelled frames of decision records; its metrics."""
+        self.net, metrics = train_success_detector(*labelled_frames(records), steps=steps, seed=seed, net=self.net)
+        return metrics
+
+    def save(self, folder: str | Path) -> None:
+        """Write the net to ``folder`` (`save_detector`), which ``path=`` loads."""
+        save_detector(self.net, folder)
+
     @torch.no_grad()
     def probability(self, images: torch.Tensor, prompts: Sequence[str]) -> torch.Tensor:
         """Success probabilities float32 ``[B]`` (CPU) of uint8 frames ``[B, H, W, 3]``; frames of

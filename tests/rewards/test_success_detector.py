@@ -136,3 +136,16 @@ def test_net_is_small_and_takes_any_size():
         for h, w in ((8, 8), (32, 32), (24, 40), (64, 64)):
             out = net(torch.zeros(2, h, w, 3, dtype=torch.uint8), ["reach the red target"] * 2)
             assert out.shape == (2,) and torch.isfinite(out).all()
+
+
+def test_the_dyna_hooks_train_and_save(tmp_path):
+    """untrained -> fit (more steps on new records) -> save, and path= loads what was saved."""
+    reward = SuccessDetector.untrained(32, seed=3)
+    assert torch.equal(reward.net.conv1.weight, SuccessDetector.untrained(32, seed=3).net.conv1.weight)
+    before = reward.net.conv1.weight.clone()
+    metrics = reward.fit(demos(8), steps=2, seed=1)
+    assert metrics["steps"] == 2 and not torch.equal(before, reward.net.conv1.weight)
+    reward.save(tmp_path / "detector")
+    images = torch.randint(0, 256, (4, 32, 32, 3), dtype=torch.uint8)
+    prompts = ["reach the red target"] * 4
+    assert torch.equal(SuccessDetector(path=tmp_path / "detector")(images, prompts), reward(images, prompts))
