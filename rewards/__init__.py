@@ -29,6 +29,8 @@ keyword arguments only, default to the real checkpoints, and accept a built mode
 - ``clip_goal_baseline``: VLM-RM goal-baseline projected CLIP reward (`rewards.clip_goal`)     extra ``clip``
 - ``clip_cosine``: image-instruction CLIP cosine, default ViT-B-32 / laion2b (`rewards.clip_goal`) extra ``clip``
 - ``vlm_judge``: a VLM answers a yes/no or 0-10 question, parsed to [0, 1] (`rewards.vlm_judge`)
+- ``success_detector``: a small CNN trained on labelled frames, P(success | frame, instruction) or 1/0
+  (`rewards.success_detector`; ``python -m rewards.success_detector`` trains one on reach_demos)
 
 Video rewards (``kind = "video"``):
 
@@ -166,6 +168,12 @@ REWARDS.register(
     f"{__name__}.vlm_judge:VLMJudge",
     extra="vlm",
     description="VLM judge: a templated yes/no or 0-10 question per image, parsed to [0, 1] (callable or HTTP)",
+)
+REWARDS.register(
+    "success_detector",
+    f"{__name__}.success_detector:SuccessDetector",
+    description="success detector trained on labelled frames: P(success | frame, instruction) in [0, 1] "
+    "or 1/0 at a threshold (python -m rewards.success_detector)",
 )
 REWARDS.register(
     "frame_score",

@@ -188,6 +188,7 @@ def jpeg_server():
 
 def _factories(tiny_oc, tiny_hf_clip, server):
     from rewards.aesthetic import AestheticMLP
+    from rewards.success_detector import SuccessNet
 
     oc, oc_name = tiny_oc
     hf_model, hf_proc = tiny_hf_clip
@@ -210,6 +211,7 @@ def _factories(tiny_oc, tiny_hf_clip, server):
         "vlm_judge": lambda: REWARDS.build(
             "vlm_judge", generate_fn=lambda ims, qs: ["yes" if i.getpixel((0, 0))[0] > 127 else "no" for i in ims]
         ),
+        "success_detector": lambda: REWARDS.build("success_detector", model=SuccessNet(image_size=32, ch=8, dim=16)),
         # video rewards that wrap an image reward: the CLIP text-video score over frames, a judged frame strip
         "frame_score": lambda: REWARDS.build(
             "frame_score", reward=REWARDS.build("clip_score", model=oc, model_name=oc_name, device="cpu"), frames=2
