@@ -60,6 +60,9 @@ class Capabilities:
     the config check)."""
 
     action_type: str = "chunk"  # what it produces (mmrl.simulator.ACTION_TYPES): it acts in simulators of this type
+    #: it acts in its simulator; False: a model only the warm start trains (a world model, played as a
+    #: simulator by others): its run is the warm start alone (``trainer.iterations: 0``), with no evaluation
+    acts: bool = True
     logp: str = "decision"  # `LOGP_LEVELS`
     critic: bool = False
     likelihood: bool = True  # exact log-probs of its actions (PPO / GRPO ratios)
@@ -89,7 +92,7 @@ class Capabilities:
             raise ValueError(
                 f"Capabilities.kl_reference must be None or one of {list(KL_SOURCES)}, got {self.kl_reference!r}"
             )
-        unknown = sorted(set(self.fixes) - {*NEEDS, "kl_reference", "asynchronous", "demonstrations"})
+        unknown = sorted(set(self.fixes) - {*NEEDS, "acts", "kl_reference", "asynchronous", "demonstrations"})
         if unknown:
             raise ValueError(f"Capabilities.fixes names unknown capabilities {unknown}")
 

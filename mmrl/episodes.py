@@ -100,28 +100,33 @@ def num_episodes(records: dict) -> int:
     return int(records["final_image"].shape[0])
 
 
+#: the optional columns records join on when both have them (a summary like ``success_rate`` or a
+#: builder's ``meta`` is not joined)
+OPTIONAL = ("state", "final_state", "success")
+
+
 def join_episodes(first: dict | None, second: dict) -> dict:
-    """The decision records of ``first``'s episodes, then ``second``'s renumbered after them (the
-    per-episode columns ``final_image`` / ``final_state`` joined in the same order). Columns must
-    match; ``first`` None is ``second``."""
+    """The decision records of ``first``'s episodes, then ``second``'s renumbered after them: the
+    `REQUIRED` columns and the `OPTIONAL` ones (both must have those or neither), the per-episode
+    ``final_image`` / ``final_state`` joined in the same order. Other entries (a builder's summaries)
+    are left out. ``first`` None is ``second``."""
     check_records(second)
     if first is None:
         return dict(second)
     check_records(first)
-    if set(first) != set(second):
-        raise ValueError(f"episodes to join have different columns: {sorted(first)} and {sorted(second)}")
+    odd = [k for k in OPTIONAL if (k in first) != (k in second)]
+    if odd:
+        raise ValueError(f"episodes to join must both have or both lack {', '.join(odd)}")
     offset = num_episodes(first)
     out: dict = {}
-    for key, a in first.items():
-        b = second[key]
+    for key in (*REQUIRED, *[k for k in OPTIONAL if k in first]):
+        a, b = first[key], second[key]
         if key == "episode":
             out[key] = torch.cat([a, b + offset])
         elif isinstance(a, list):
             out[key] = [*a, *b]
-        elif isinstance(a, torch.Tensor) and a.dim() > 0:
-            out[key] = torch.cat([a, b.to(a.dtype)])
         else:
-            out[key] = a  # a summary (meta, success rate): first's
+            out[key] = torch.cat([a, b.to(a.dtype)])
     return out
 
 
@@ -180,7 +185,7 @@ def record_episodes(policy, sim, seeds: list[int], generator: torch.Generator | 
                 obs = res.obs
     finally:
         policy.train(was_training)
-    out = {k: torch.cat(v) for k, v in cols.items() if v}
+    out: dict = {k: torch.cat(v) for k, v in cols.items() if v}
     out["instruction"] = instructions
     out["final_image"] = final["image"]
     if "state" in final:

@@ -250,6 +250,14 @@ class ExperimentConfig:
                 f"a {sim_actions} policy"
             )
         self.check_reward(sim_actions)
+        if not caps.acts:  # trained by its warm start alone: nothing of the RL sections applies
+            if self.trainer.iterations or self.trainer.env_steps is not None or not self.warm_start.dataset:
+                raise ConfigError(
+                    f"policy '{self.policy.type}' does not act "
+                    f"({caps.fix('acts', 'it is trained by its warm start')}): "
+                    "set trainer.iterations=0, trainer.env_steps=null and a warm_start.dataset of recorded episodes"
+                )
+            return
         self.check_capabilities(caps)
         old_decay = getattr(self.policy, "nft_old_decay", None)  # DiffusionNFT's old policy samples the rollouts
         if old_decay is not None and self.algorithm.objective != "nft":

@@ -66,7 +66,7 @@ if __package__ in (None, ""):  # run as a script
 
 from mmrl.episodes import episode_starts, transitions
 from mmrl.policies.tiny_backbone import hash_tokenize
-from mmrl.reward import Reward
+from mmrl.reward import LearnedReward
 from mmrl.utils.weights import load_weights, save_weights
 
 WEIGHTS = "model.safetensors"
@@ -306,7 +306,7 @@ def load_detector(folder: str | Path, device: str | torch.device = "cpu") -> Suc
 
 
 # ----------------------------------------------------------------------------- the reward
-class SuccessDetector(Reward):
+class SuccessDetector(LearnedReward):
     """Image reward: a trained `SuccessNet`'s probability that each frame shows its instruction
     done (``output="probability"``, in [0, 1]) or 1/0 at ``threshold`` (``output="label"``).
     Exactly one of ``path`` (a folder `save_detector` wrote) and ``model`` (a built net)."""

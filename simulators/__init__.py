@@ -16,6 +16,13 @@ SIMULATORS.register(
 )
 
 SIMULATORS.register(
+    "world_model",
+    f"{__name__}.world_model:WorldModelSim",
+    description="a trained world model (policy.type: world_model) played as a simulator from real start frames; "
+    "success and the episode's end judged by an image reward model (default: success_detector)",
+)
+
+SIMULATORS.register(
     "gym",
     f"{__name__}.gym_env:GymSim",
     description="any registered gymnasium env id through gymnasium vector envs (images from render())",

@@ -58,3 +58,10 @@ POLICIES.register(
     "mmrl's Flow-SDE / CPS / Flow-Noise with exact log-probs of the executed actions",
     fix="bash scripts/setup_lerobot.sh (LeRobot 0.6.1 needs Python >= 3.12; run mmrl from .venv-lerobot)",
 )
+
+POLICIES.register(
+    "world_model",
+    "mmrl.policies.world_model:WorldModelPolicy",
+    description="action-conditioned video world model (flow matching on the next frame given past frames, the "
+    "instruction and the executed chunk; a state head): trained by its warm start, played as simulator world_model",
+)

@@ -173,6 +173,11 @@ class Trainer:
             self.log_line(self.finished_notice())
         if not self.state.warm_started:
             self.warm_start()
+        if not self.policy.caps.acts:  # a model the warm start alone trains (a world model): no evaluation
+            self.save()
+            self.logger.close()
+            self.log_line(f"{self.cfg.policy.type} trained by its warm start; run folder: {self.out_dir}")
+            return self.state.results
         if "start" not in self.state.results:
             self.evaluate("start")
             self.save()
