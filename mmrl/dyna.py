@@ -230,7 +230,8 @@ class Dyna:
             f"trainer.iterations={iterations}",
             "trainer.env_steps=null",
             "trainer.eval_every=0",
-            "trainer.eval_episodes=64",
+            "trainer.eval_episodes=64",  # the trainer's own evaluation, in imagination: a cheap glance
+            "sim.eval_num_envs=64",
             "trainer.video_episodes=0",
         ]
 

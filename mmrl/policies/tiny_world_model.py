@@ -200,6 +200,31 @@ class TinyWorldModelNet(nn.Module):
         return F.pixel_shuffle(self.out(hid), self.patch)
 
 
+def fit_keypoint(
+    frames: torch.Tensor, next_frames: torch.Tensor, state: torch.Tensor, next_state: torch.Tensor, threshold: int = 24
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The least-squares linear map ``p = W s + b`` from a state to where its change shows in the
+    image: for every transition whose frame changed, the centroid (in `coordinates`) of the pixels
+    that changed by more than ``threshold`` grey levels in some channel, against the mean of the
+    state before and after. ``(W [2, D], b [2])``, or None with fewer changed frames than unknowns.
+    It starts the learned keypoints where the data says the state is drawn (a keypoint started at
+    random sits far from the gripper, where its 1.5-pixel bump gives no gradient: after 1500 steps
+    its weights were still their random ones)."""
+    diff = (next_frames.float() - frames.float()).abs().amax(-1) > threshold  # [M, H, W]
+    moved = diff.flatten(1).any(1)
+    d = state.shape[1]
+    if int(moved.sum()) < 2 * (d + 1):
+        return None
+    h, w = diff.shape[1:]
+    grid = coordinates(h, w, frames.device)  # [2, H, W]
+    mask = diff[moved].float()
+    centroid = (mask[:, None] * grid[None]).flatten(2).sum(2) / mask.flatten(1).sum(1, keepdim=True)  # [m, 2]
+    s = ((state[moved] + next_state[moved]) / 2).float()
+    x = torch.cat([s, torch.ones(len(s), 1)], 1)
+    sol = torch.linalg.lstsq(x, centroid).solution  # [D + 1, 2]
+    return sol[:d].t().contiguous(), sol[d].contiguous()
+
+
 def frames_to_unit(images: torch.Tensor) -> torch.Tensor:
     """uint8 ``[..., H, W, 3]`` -> float ``[..., 3, H, W]`` in ``[-1, 1]``."""
     return images.movedim(-1, -3).float().div(127.5).sub(1.0)

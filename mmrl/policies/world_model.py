@@ -38,7 +38,13 @@ from mmrl.capabilities import Capabilities
 from mmrl.config import ConfigError
 from mmrl.episodes import next_rows, transitions
 from mmrl.policies.base import Decision, Evaluation, Policy, PolicyConfig, decode_text, encode_text
-from mmrl.policies.tiny_world_model import TinyWorldModelNet, frames_to_unit, next_frame, unit_to_frames
+from mmrl.policies.tiny_world_model import (
+    TinyWorldModelNet,
+    fit_keypoint,
+    frames_to_unit,
+    next_frame,
+    unit_to_frames,
+)
 
 
 @dataclass
@@ -171,6 +177,21 @@ class WorldModelPolicy(Policy[WorldModelConfig]):
                 raise ValueError("this world model predicts the state, but the records have no state / final_state")
             batch["state"], batch["next_state"] = t["state"].float(), t["next_state"].float()
         return batch
+
+    @torch.no_grad()
+    def update_statistics(self, batch: Batch) -> None:
+        """Before the warm start: the learned keypoints start at the least-squares map from the
+        state to where the frames change (`fit_keypoint`), each with its own small offset."""
+        if not (self.net.keypoints and "next_image" in batch):
+            return
+        fit = fit_keypoint(batch["context"][:, -1], batch["next_image"], batch["state"], batch["next_state"])
+        if fit is None:
+            return
+        w, b = fit
+        k = self.net.keypoints
+        offsets = torch.linspace(-1, 1, k)[:, None] * (2.0 / self.net.image_size)  # a pixel apart, along x
+        self.net.keypoint.weight.copy_(w.repeat(k, 1).to(self.device))
+        self.net.keypoint.bias.copy_((b[None] + torch.cat([offsets, torch.zeros(k, 1)], 1)).flatten().to(self.device))
 
     def supervised_loss(self, batch: Batch) -> torch.Tensor:
         """Per example: the flow-matching loss of the frame's change, plus ``state_weight`` times the

@@ -185,3 +185,17 @@ def test_simulator_refuses_a_chunked_world_model():
 
     with pytest.raises(ValueError, match="chunk_size=1"):
         SIMULATORS.build("world_model", model=model(chunk_size=4), reward_model=object(), start_records=demos(2))
+
+
+def test_keypoints_start_where_the_frames_change():
+    from mmrl.policies.tiny_world_model import fit_keypoint
+
+    d = load_dataset("reach_demos", num_episodes=40, seed=0, chunk_size=1, sim_kwargs=SIM, expert_speed=1.0)
+    t = transitions(d)
+    w, b = fit_keypoint(d["image"], t["next_image"], t["state"], t["next_state"])
+    # the gripper's xy is drawn at column x, row -y (image rows go down)
+    assert torch.allclose(w, torch.tensor([[1.0, 0.0], [0.0, -1.0]]), atol=0.1)
+    assert b.abs().max() < 0.1
+    m = model()
+    m.update_statistics(m.warm_start_batch(d))
+    assert torch.allclose(m.net.keypoint.weight[:2], w)
