@@ -42,7 +42,7 @@ from mmrl.trainer.reward_config import RewardConfig
 from mmrl.trainer.reward_config import check_reward_name as check_reward_name
 from mmrl.trainer.state import TrainerConfig
 from mmrl.trainer.train_engine import TrainEngineConfig as TrainEngineConfig
-from mmrl.trainer.warm_start import WarmStartConfig
+from mmrl.trainer.warm_start import WarmStartConfig, check_warm_start_only
 
 
 @dataclass
@@ -251,13 +251,7 @@ class ExperimentConfig:
             )
         self.check_reward(sim_actions)
         if not caps.acts:  # trained by its warm start alone: nothing of the RL sections applies
-            if self.trainer.iterations or self.trainer.env_steps is not None or not self.warm_start.dataset:
-                raise ConfigError(
-                    f"policy '{self.policy.type}' does not act "
-                    f"({caps.fix('acts', 'it is trained by its warm start')}): "
-                    "set trainer.iterations=0, trainer.env_steps=null and a warm_start.dataset of recorded episodes"
-                )
-            return
+            return check_warm_start_only(self, caps)
         self.check_capabilities(caps)
         old_decay = getattr(self.policy, "nft_old_decay", None)  # DiffusionNFT's old policy samples the rollouts
         if old_decay is not None and self.algorithm.objective != "nft":
@@ -372,18 +366,15 @@ def constructor_errors(where: str):
             raise
         raise ConfigError(f"{where}: {exc}") from None
     except TypeError as exc:
-        text = str(exc)
-        if "unexpected keyword argument" not in text and "required" not in text:
+        if "unexpected keyword argument" not in str(exc) and "required" not in str(exc):
             raise
-        raise ConfigError(f"{where}: {text}") from None
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def eval_tasks(cfg: ExperimentConfig) -> list:
     """The tasks `mmrl eval` evaluates (see `SimConfig.eval_tasks`); ``[None]`` = as configured."""
     cls, chosen = SIMULATORS.get(cfg.sim.type), cfg.sim.eval_tasks
-    if chosen is None:
-        return [None]
-    return cls.suite_tasks(**cfg.sim.kwargs) if chosen == "all" else list(chosen)
+    return [None] if chosen is None else cls.suite_tasks(**cfg.sim.kwargs) if chosen == "all" else list(chosen)
 
 
 def base_from_checkpoint(section: PolicyConfig, sim) -> tuple[PolicyConfig, Path | None]:

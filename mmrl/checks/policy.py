@@ -43,6 +43,12 @@ Checks, in order:
   reproduces the train-mode rollout bit for bit with an equally seeded generator (``uid``, a replay
   handle, excepted).
 
+A policy that does not act (``Capabilities.acts`` False: a world model, trained by its warm start
+alone) gets ``build``, then ``warm_start_only`` (``supervised_loss`` on rows of ``warm_start_batch``
+of episodes of random actions recorded in the simulator, `mmrl.episodes.record_episodes`: finite,
+one per row, finite gradients for every trainable weight) and ``save_load`` (its loss under equal
+draws, instead of a rollout).
+
 CLI: ``mmrl check policy NAME [key=value ...]``: policy config keys, and ``sim=NAME``,
 ``sim.KEY=VALUE`` (simulator kwargs), ``device=cuda`` for the checker itself.
 """
@@ -121,6 +127,8 @@ TINY: dict[str, TinySetup] = {
     "diffusion": TinySetup(
         {"num_steps": 4, "eval_num_steps": 4, "width": 16, "image_size": 16}, "prompts", {"image_size": 16}
     ),  # eval: ODE from sampled noise
+    # a model the warm start alone trains: its loss on recorded random episodes, its weights' round trip
+    "world_model": TinySetup({"ch": 8, "dim": 16, "mid_blocks": 1}),
     # a tiny random-initialised LeRobot SmolVLA (model=tiny:pi0 / tiny:pi05 for the others); eval: ODE
     "lerobot": TinySetup(
         {
@@ -255,6 +263,10 @@ class _Checker:
     def run(self) -> PolicyCheckResult:
         try:
             if not self.run_check("build", self.build):
+                return self.result
+            if not self.policy.caps.acts:  # a model the warm start alone trains (a world model)
+                for name in ("warm_start_only", "save_load"):
+                    self.run_check(name, getattr(self, name))
                 return self.result
             # a policy without replayable log-probs (SAC's actor) is checked on its reparameterised actions
             likelihood = self.policy.caps.likelihood
@@ -578,7 +590,46 @@ class _Checker:
         )
         return f"all {len(trainable)} trainable parameters get finite non-zero gradients from {' + '.join(parts)}"
 
+    def recorded_episodes(self) -> dict:
+        """Episodes of random actions in the check's simulator, one step per row (`mmrl.episodes`):
+        the data a policy that does not act (a world model) is trained on."""
+        from mmrl.episodes import record_episodes
+        from mmrl.policies.base import Decision
+
+        sim, gen = self.sim, self.gen(7)
+        assert sim is not None
+
+        class Random(torch.nn.Module):
+            def rollout(self, obs, generator=None, mode="train"):
+                return Decision(Batch(), torch.rand(len(obs.instruction), 1, sim.action_dim, generator=gen) * 2 - 1)
+
+        return record_episodes(Random(), sim, [self.seed + i for i in range(sim.num_envs)], gen)
+
+    def warm_start_only(self) -> str:
+        """A policy that does not act: ``supervised_loss`` on rows of ``warm_start_batch`` of recorded
+        episodes is finite per row, and (after every weight moves by ``1e-2 * N(0, 1)``, so that
+        zero-initialised layers pass gradient) gives every trainable weight a finite gradient."""
+        p = self.policy
+        self.ws_batch = batch = p.warm_start_batch(self.recorded_episodes())
+        with torch.no_grad():
+            for q in p.parameters():
+                if q.requires_grad:
+                    q.add_(1e-2 * torch.randn(q.shape, generator=self.gen(8)).to(q))
+        p.train()
+        loss = p.supervised_loss(batch.to(self.device))
+        ensure(loss.shape == (batch.size,), f"supervised_loss gave shape {tuple(loss.shape)}, not [{batch.size}]")
+        ensure(bool(torch.isfinite(loss).all()), "supervised_loss is not finite")
+        loss.sum().backward()
+        trainable = [(n, q) for n, q in p.named_parameters() if q.requires_grad]
+        bad = [n for n, q in trainable if q.grad is None or not torch.isfinite(q.grad).all()]
+        p.zero_grad(set_to_none=True)
+        ensure(not bad, f"{len(bad)} of {len(trainable)} trainable parameters get no finite gradient: {bad[:8]}")
+        mean = loss.mean().item()
+        return f"{batch.size} recorded steps, mean loss {mean:.4g}; {len(trainable)} parameters get gradients"
+
     def save_load(self) -> str:
+        if not self.policy.caps.acts:  # its loss under equal draws, instead of a rollout
+            return self.save_load_weights()
         state = copy.deepcopy(self.policy.state_dict())
         fresh = self.make_policy(self.seed + 1)
         before = decision_diff(self.decide(), self.decide(fresh))
@@ -587,6 +638,19 @@ class _Checker:
         ensure(diff is None, f"after load_state_dict a fresh policy rolls out differently: {diff}")
         note = "" if before else " (a fresh policy matched even before loading: the round trip proved little)"
         return f"{len(state)} state entries; a fresh policy's rollout is identical after loading{note}"
+
+    def save_load_weights(self) -> str:
+        """``state_dict`` into a fresh model reproduces its warm-start loss under equal draws."""
+        batch = getattr(self, "ws_batch", None) or self.policy.warm_start_batch(self.recorded_episodes())
+        fresh = self.make_policy(self.seed + 1)
+        fresh.load_state_dict(copy.deepcopy(self.policy.state_dict()))
+        losses = []
+        for model in (self.policy, fresh):
+            model.eval()
+            torch.manual_seed(self.seed)
+            losses.append(model.supervised_loss(batch.to(self.device)).detach())
+        ensure(torch.equal(*losses), f"after load_state_dict the loss differs by {max_diff(*losses):.3g}")
+        return f"a fresh model's warm-start loss is identical after loading ({batch.size} rows)"
 
 
 def split_overrides(items: Sequence[str]) -> tuple[list[str], dict]:

@@ -101,6 +101,17 @@ class WarmStartConfig:
         check_dataset_choice("held_in_kwargs", dataset, {**self.kwargs, **self.held_in_kwargs})
 
 
+def check_warm_start_only(cfg, caps) -> None:
+    """A policy that does not act (``caps.acts`` False: a world model) is trained by its warm start
+    alone: ConfigError naming the fix unless ``cfg`` runs no RL and has a warm-start dataset."""
+    t = cfg.trainer
+    if t.iterations or t.env_steps is not None or not cfg.warm_start.dataset:
+        raise ConfigError(
+            f"policy '{cfg.policy.type}' does not act ({caps.fix('acts', 'it is trained by its warm start')}): "
+            "set trainer.iterations=0, trainer.env_steps=null and a warm_start.dataset of recorded episodes"
+        )
+
+
 def warm_start_lr_factor(step: int, steps: int, schedule: str, warmup: int = 0) -> float:
     """The warm start's learning rate at ``step`` (0-based) of ``steps``, as a fraction of ``lr``:
     ``(step + 1) / (warmup + 1)`` during the first ``warmup`` steps, then 1 (``constant``) or a cosine
