@@ -598,10 +598,11 @@ class _Checker:
 
         sim, gen = self.sim, self.gen(7)
         assert sim is not None
+        width = sim.action_dim
 
         class Random(torch.nn.Module):
             def rollout(self, obs, generator=None, mode="train"):
-                return Decision(Batch(), torch.rand(len(obs.instruction), 1, sim.action_dim, generator=gen) * 2 - 1)
+                return Decision(Batch(), torch.rand(len(obs.instruction), 1, width, generator=gen) * 2 - 1)
 
         return record_episodes(Random(), sim, [self.seed + i for i in range(sim.num_envs)], gen)
 

@@ -39,6 +39,32 @@ class ResBlock(nn.Module):
         return x + self.conv2(torch.nn.functional.silu(h))
 
 
+def add_prompt_encoder(module: nn.Module, dim: int, buckets: int, max_words: int) -> None:
+    """Give ``module`` the hashed-word prompt encoder's weights (``words``, ``word_pos``, ``null``,
+    ``text``, made in this order) that `encode_prompts` reads."""
+    module.words = nn.Embedding(buckets, dim, padding_idx=0)
+    module.word_pos = nn.Parameter(torch.randn(1, max_words, dim) * 0.02)
+    module.null = nn.Parameter(torch.zeros(1, 1, dim))  # the token of an empty prompt
+    module.text = nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
+
+
+def encode_prompts(module, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts -> (word tokens [B, L+1, D], mask [B, L+1]) by ``module``'s prompt encoder
+    (`add_prompt_encoder`; its ``buckets``, ``max_words`` and ``device``); token 0 is the null token."""
+    ids = hash_tokenize(prompts, module.buckets, module.max_words).to(module.device)
+    mask = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), ids > 0], 1)
+    tok = torch.cat([module.null.expand(len(prompts), -1, -1), module.words(ids) + module.word_pos], 1)
+    return module.text(tok, src_key_padding_mask=~mask), mask
+
+
+def zero_output(head: nn.Sequential) -> None:
+    """Start the last convolution of ``head`` at zero: the untrained model outputs zeros."""
+    last = cast(nn.Conv2d, head[-1])
+    assert last.bias is not None  # Conv2d's default bias=True
+    nn.init.zeros_(last.weight)
+    nn.init.zeros_(last.bias)
+
+
 class TinyTextToImage(TextToImageGenerator):
     """Pixel-space conditional velocity model ``v(x_t, t, prompt)``."""
 
@@ -47,10 +73,7 @@ class TinyTextToImage(TextToImageGenerator):
         if image_size % 2:
             raise ValueError(f"image_size must be even, got {image_size}")
         self.image_size, self.dim, self.buckets, self.max_words = image_size, dim, buckets, max_words
-        self.words = nn.Embedding(buckets, dim, padding_idx=0)
-        self.word_pos = nn.Parameter(torch.randn(1, max_words, dim) * 0.02)
-        self.null = nn.Parameter(torch.zeros(1, 1, dim))  # the token of an empty prompt
-        self.text = nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
+        add_prompt_encoder(self, dim, buckets, max_words)
         self.time = nn.Sequential(nn.Linear(dim, dim), nn.SiLU(), nn.Linear(dim, dim))
         self.inp = nn.Conv2d(3, ch, 3, padding=1)
         self.down1 = nn.ModuleList([ResBlock(ch, dim), ResBlock(ch, dim)])
@@ -62,10 +85,7 @@ class TinyTextToImage(TextToImageGenerator):
         self.up1 = nn.ModuleList([ResBlock(ch, dim), ResBlock(ch, dim)])
         self.merge = nn.Conv2d(2 * ch, ch, 1)
         self.out = nn.Sequential(nn.GroupNorm(8, ch), nn.SiLU(), nn.Conv2d(ch, 3, 3, padding=1))
-        last = cast(nn.Conv2d, self.out[-1])
-        assert last.bias is not None  # Conv2d's default bias=True
-        nn.init.zeros_(last.weight)
-        nn.init.zeros_(last.bias)
+        zero_output(self.out)
 
     @property
     def device(self) -> torch.device:
@@ -77,10 +97,7 @@ class TinyTextToImage(TextToImageGenerator):
 
     def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompts -> (word tokens [B, L+1, D], mask [B, L+1]); token 0 is the null token."""
-        ids = hash_tokenize(prompts, self.buckets, self.max_words).to(self.device)
-        mask = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), ids > 0], 1)
-        tok = torch.cat([self.null.expand(len(prompts), -1, -1), self.words(ids) + self.word_pos], 1)
-        return self.text(tok, src_key_padding_mask=~mask), mask
+        return encode_prompts(self, prompts)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond) -> torch.Tensor:
         """The velocity ``v(x_t, t, cond)``; ``x`` rows may be a multiple of the prompts (sample-major)."""

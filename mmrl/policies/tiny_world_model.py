@@ -34,8 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from mmrl.policies.flow_vla import timestep_embedding
-from mmrl.policies.tiny_backbone import hash_tokenize
-from mmrl.policies.tiny_generator import ResBlock
+from mmrl.policies.tiny_generator import ResBlock, add_prompt_encoder, encode_prompts, zero_output
 
 
 def mlp(inp: int, hidden: int, out: int) -> nn.Sequential:
@@ -85,10 +84,7 @@ class TinyWorldModelNet(nn.Module):
             buckets,
             max_words,
         )
-        self.words = nn.Embedding(buckets, dim, padding_idx=0)
-        self.word_pos = nn.Parameter(torch.randn(1, max_words, dim) * 0.02)
-        self.null = nn.Parameter(torch.zeros(1, 1, dim))
-        self.text = nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
+        add_prompt_encoder(self, dim, buckets, max_words)
         self.time = nn.Sequential(nn.Linear(dim, dim), nn.SiLU(), nn.Linear(dim, dim))
         self.action = mlp(chunk_size * action_dim, dim, dim)
         if state_dim:
@@ -111,10 +107,7 @@ class TinyWorldModelNet(nn.Module):
         self.merge = nn.Conv2d(2 * ch, ch, 1)
         self.block1 = ResBlock(ch, dim)
         self.out = nn.Sequential(nn.GroupNorm(8, ch), nn.SiLU(), nn.Conv2d(ch, 3 * patch * patch, 3, padding=1))
-        last_conv = cast(nn.Conv2d, self.out[-1])
-        assert last_conv.bias is not None
-        nn.init.zeros_(last_conv.weight)
-        nn.init.zeros_(last_conv.bias)
+        zero_output(self.out)  # the untrained model predicts that nothing moves
 
     @property
     def device(self) -> torch.device:
@@ -126,10 +119,7 @@ class TinyWorldModelNet(nn.Module):
 
     def encode(self, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Instructions -> (word tokens [B, L+1, D], mask [B, L+1]); token 0 is the null token."""
-        ids = hash_tokenize(instructions, self.buckets, self.max_words).to(self.device)
-        mask = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), ids > 0], 1)
-        tok = torch.cat([self.null.expand(len(instructions), -1, -1), self.words(ids) + self.word_pos], 1)
-        return self.text(tok, src_key_padding_mask=~mask), mask
+        return encode_prompts(self, instructions)
 
     def next_state(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Predicted state ``[B, D]`` after executing ``actions [B, C, A]`` from ``state [B, D]``."""
