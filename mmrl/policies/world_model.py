@@ -258,50 +258,71 @@ class WorldModelPolicy(Policy[WorldModelConfig]):
 
 
 @torch.no_grad()
-def rollout_error(model: WorldModelPolicy, records: dict, horizon: int, seed: int = 0, batch_size: int = 256) -> dict:
-    """Open-loop quality on recorded (held-out) episodes: from each episode's first ``context``
-    frames, imagine its recorded chunks for up to ``horizon`` decisions and compare with what
-    happened. Returns per step ``k`` = 1..horizon (over the episodes still running at ``k``):
-    ``frame_mae`` (mean absolute pixel error, 0-255), ``copy_mae`` (the same for predicting the
-    last real frame again: "nothing moves"), ``state_mae`` (mean absolute state error, with a
-    state) and ``episodes``; and their means over the steps (each step weighted by its episodes)."""
+def imagine_records(model: WorldModelPolicy, records: dict, seed: int = 0, batch_size: int = 256) -> dict:
+    """Recorded episodes as the world model imagines them: from each episode's first observation it
+    replays the recorded actions open loop, and every later observation (``image``, ``state``,
+    ``final_image``, ``final_state``) is replaced by the imagined one; the first observations, the
+    actions and the real outcomes (rewards, success, ends) stay. Labelled with what really happened,
+    these are the frames a reward model judging imagined episodes must learn (`mmrl.dyna`), and
+    beside the real ones they measure the model (`rollout_error`)."""
     model.eval()
     t = transitions(records)
-    nr = next_rows(records)
+    nr, ep = next_rows(records), records["episode"].long()
+    out = {**records, "image": records["image"].clone(), "final_image": records["final_image"].clone()}
+    with_state = bool(model.state_dim) and "final_state" in records
+    if with_state:
+        out["state"], out["final_state"] = records["state"].clone(), records["final_state"].clone()
     starts = (records["step"].long() == 0).nonzero().flatten()
     gen = torch.Generator(device=model.device).manual_seed(seed)
-    per: dict[int, dict[str, float]] = {}
     for lo in range(0, len(starts), batch_size):
         rows = starts[lo : lo + batch_size]
         ctx = records["image"][rows][:, None].expand(-1, model.cfg.context, -1, -1, -1).clone()
         state = t["state"][rows].float() if model.state_dim else None
-        first = records["image"][rows]
         alive = torch.ones(len(rows), dtype=torch.bool)
-        for k in range(1, horizon + 1):
-            img, state = model.predict(
-                ctx, [t["instruction"][r] for r in rows.tolist()], t["actions"][rows], state, gen
-            )
-            img, state = img.cpu(), None if state is None else state.cpu()
-            real = t["next_image"][rows]
-            err = (img.float() - real.float()).abs().flatten(1).mean(1)
-            copy = (first.float() - real.float()).abs().flatten(1).mean(1)
-            s = per.setdefault(k, {"frame_mae": 0.0, "copy_mae": 0.0, "state_mae": 0.0, "episodes": 0})
-            s["frame_mae"] += float(err[alive].sum())
-            s["copy_mae"] += float(copy[alive].sum())
-            if state is not None:
-                s["state_mae"] += float((state - t["next_state"][rows]).abs().mean(1)[alive].sum())
-            s["episodes"] += int(alive.sum())
-            alive &= ~t["done"][rows] & (nr[rows] >= 0)
-            if not alive.any():
-                break
-            rows = torch.where(nr[rows] >= 0, nr[rows], rows)  # an ended episode stays, masked out
+        while bool(alive.any()):
+            instr = [t["instruction"][r] for r in rows.tolist()]
+            img, nxt_state = model.predict(ctx, instr, t["actions"][rows], state, gen)
+            img = img.cpu()
+            nxt = nr[rows]
+            on, ends = alive & (nxt >= 0), alive & (nxt < 0)
+            out["image"][nxt[on]] = img[on]
+            out["final_image"][ep[rows[ends]]] = img[ends]
+            if with_state and nxt_state is not None:
+                cpu_state = nxt_state.cpu().to(out["state"].dtype)
+                out["state"][nxt[on]] = cpu_state[on]
+                out["final_state"][ep[rows[ends]]] = cpu_state[ends].to(out["final_state"].dtype)
+            alive = on
+            rows = torch.where(on, nxt, rows)  # an ended episode stays, masked out
             ctx = torch.cat([ctx[:, 1:], img[:, None]], 1)
+            state = nxt_state
+    return out
+
+
+@torch.no_grad()
+def rollout_error(model: WorldModelPolicy, records: dict, horizon: int, seed: int = 0, batch_size: int = 256) -> dict:
+    """Open-loop quality on recorded (held-out) episodes (`imagine_records`): per step ``k`` =
+    1..horizon of the episodes still running at ``k``, ``frame_mae`` (mean absolute pixel error,
+    0-255, of the imagined frame after step k against the real one), ``copy_mae`` (the same for the
+    episode's first frame: predicting that nothing moves), ``state_mae`` (with a state) and
+    ``episodes``; and their means over the steps (each step weighted by its episodes)."""
+    real, imagined = transitions(records), transitions(imagine_records(model, records, seed, batch_size))
+    step = records["step"].long()
+    first = records["image"][(step == 0).nonzero().flatten()]
+    start_of = torch.zeros(int(records["episode"].max()) + 1 if len(step) else 0, dtype=torch.long)
+    start_of[records["episode"][step == 0]] = torch.arange(len(first))
+    target = real["next_image"].float()
+    err = (imagined["next_image"].float() - target).abs().flatten(1).mean(1)
+    copy = (first[start_of[records["episode"]]].float() - target).abs().flatten(1).mean(1)
+    state_err = (imagined["next_state"] - real["next_state"]).abs().mean(1) if model.state_dim else None
     steps = []
-    for k in sorted(per):
-        s, n = per[k], max(per[k]["episodes"], 1)
-        row = {"step": k, "episodes": s["episodes"], "frame_mae": s["frame_mae"] / n, "copy_mae": s["copy_mae"] / n}
-        if model.state_dim:
-            row["state_mae"] = s["state_mae"] / n
+    for k in range(1, horizon + 1):
+        rows = step == k - 1
+        n = int(rows.sum())
+        if not n:
+            break
+        row = {"step": k, "episodes": n, "frame_mae": float(err[rows].mean()), "copy_mae": float(copy[rows].mean())}
+        if state_err is not None:
+            row["state_mae"] = float(state_err[rows].mean())
         steps.append(row)
     total = sum(r["episodes"] for r in steps) or 1
     out: dict = {"horizon": horizon, "steps": steps}
