@@ -9,7 +9,7 @@ Methods, per seed, every one from the same demonstrations (the quickstart's 1000
 scripted demonstrator, which no method counts) and held-out on the same episodes (reset seeds
 ``trainer.eval_seed + e``, 256 of them, in the real simulator; evaluations are counted for none):
 
-- ``world_model``: `mmrl.dyna` with ``configs/reach_dyna.yaml`` (``--dyna-set KEY=VALUE`` overrides):
+- ``world_model``: `mmrl.dyna` with ``configs/dyna/reach.yaml`` (``--dyna-set KEY=VALUE`` overrides):
   the quickstart's flow VLA warm-started, the world model of ``configs/reach_world_model.yaml`` and a
   success detector trained on the demonstrations; then rounds of real episodes (every step counted,
   including the episodes whose first frames start imagined ones), world model and detector refreshed,
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(1, str(ROOT))
 
 METHODS = ("world_model", "ppo", "rlpd")
-DYNA = "configs/reach_dyna.yaml"
+DYNA = "configs/dyna/reach.yaml"
 #: the smoke's Dyna: the tiny quickstart of the kill harness's size, a tiny world model and detector
 SMOKE_SIM = "sim.kwargs={image_size: 16, num_objects: 2, max_episode_steps: 8}"
 SMOKE_POLICY = [
@@ -157,7 +157,7 @@ def main() -> None:
     p.add_argument("--level", type=float, default=0.85, help="the held-out success to reach")
     p.add_argument("--threads", type=int, default=2, help="torch threads of each run")
     p.add_argument("--output-dir", default="runs/bench_world_model", help="where the runs' folders go")
-    p.add_argument("--dyna-set", action="append", default=[], help="KEY=VALUE over configs/reach_dyna.yaml")
+    p.add_argument("--dyna-set", action="append", default=[], help="KEY=VALUE over configs/dyna/reach.yaml")
     p.add_argument("--reach-set", action="append", default=[], help="an override of PPO's and RLPD's runs")
     p.add_argument("--ppo-set", action="append", default=[], help="an override of PPO's run")
     p.add_argument("--rlpd-set", action="append", default=[], help="an override of RLPD's run")

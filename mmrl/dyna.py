@@ -1,7 +1,7 @@
 """The Dyna loop: a VLA trained inside a world model that the same trainer trained, judged by a
 learned reward model, checked in the real simulator, with every real environment step counted.
 
-`run_dyna` (``python -m mmrl.dyna configs/reach_dyna.yaml``; the settings are `DynaConfig`):
+`run_dyna` (``python -m mmrl.dyna configs/dyna/reach.yaml``; the settings are `DynaConfig`):
 
 0. **Start** (no real step: demonstrations are free to every method). The acting policy's warm start
    (its experiment, ``trainer.iterations: 0``), the world model's (its experiment: ``policy.type:
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("config", nargs="?", default="configs/reach_dyna.yaml")
+    p.add_argument("config", nargs="?", default="configs/dyna/reach.yaml")
     p.add_argument("--set", action="append", default=[], help="KEY=VALUE (YAML value) over the file's settings")
     args = p.parse_args(argv)
     import yaml

@@ -39,7 +39,11 @@ CHECK_ARGS = {
 }
 # simulators whose contract check runs elsewhere, with the same `check_simulator`: a real LIBERO scene
 # takes minutes to check (env start-ups) even at tiny settings, and is checked once, not twice
-CHECKED_ELSEWHERE = {"libero": "tests/simulators/test_libero_real.py::test_contract_on_a_real_libero_spatial_scene"}
+# a world model's simulator needs a trained world model and reward model: checked on a trained (tiny) one
+CHECKED_ELSEWHERE = {
+    "libero": "tests/simulators/test_libero_real.py::test_contract_on_a_real_libero_spatial_scene",
+    "world_model": "tests/policies/test_world_model.py::test_trained_checkpoint_exports_and_plays_as_a_checked_simulator",
+}
 
 
 @pytest.mark.parametrize("name", SIMULATORS.names())

@@ -20,7 +20,7 @@ from world_model import SMOKE_DYNA, SMOKE_POLICY, SMOKE_WORLD
 
 def settings(tmp_path, **kw):
     return load_dyna_config(
-        "configs/reach_dyna.yaml",
+        "configs/dyna/reach.yaml",
         policy_overrides=SMOKE_POLICY,
         world_model_overrides=SMOKE_WORLD,
         output_dir=str(tmp_path / "dyna"),
@@ -110,6 +110,6 @@ def test_a_loop_that_learns_from_uncounted_real_steps_fails_the_check(tmp_path, 
 
 def test_settings_are_checked_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match="unknown Dyna settings"):
-        load_dyna_config("configs/reach_dyna.yaml", real_episode=3)
+        load_dyna_config("configs/dyna/reach.yaml", real_episode=3)
     with pytest.raises(ConfigError, match="level"):
-        load_dyna_config("configs/reach_dyna.yaml", level=1.5)
+        load_dyna_config("configs/dyna/reach.yaml", level=1.5)
