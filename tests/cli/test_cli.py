@@ -42,7 +42,8 @@ CHECK_ARGS = {
 # a world model's simulator needs a trained world model and reward model: checked on a trained (tiny) one
 CHECKED_ELSEWHERE = {
     "libero": "tests/simulators/test_libero_real.py::test_contract_on_a_real_libero_spatial_scene",
-    "world_model": "tests/policies/test_world_model.py::test_trained_checkpoint_exports_and_plays_as_a_checked_simulator",
+    "world_model": "tests/policies/test_world_model.py::"
+    "test_trained_checkpoint_exports_and_plays_as_a_checked_simulator",
 }
 
 
