@@ -112,20 +112,12 @@ def train(config: str, overrides: list[str]) -> dict:
 
 
 def demo_records(cfg) -> dict:
-    """The world model experiment's warm-start records (its dataset, built as its warm start builds
-    it: recorded in its simulator as configured, one step per row)."""
-    from mmrl.data import declared_kwargs, load_dataset, recorded_in
+    """The world model experiment's warm-start records, built as its warm start builds them
+    (`mmrl.trainer.warm_start.warm_start_records`: recorded in its simulator as configured)."""
+    from mmrl.trainer.warm_start import warm_start_records
 
     ws = cfg.warm_start
-    context = declared_kwargs(
-        ws.dataset,
-        num_episodes=ws.num_episodes,
-        num_samples=ws.num_episodes,
-        seed=cfg.run.seed,
-        chunk_size=cfg.policy.chunk_size,
-        **({"sim_kwargs": dict(cfg.sim.kwargs)} if recorded_in(ws.dataset) == cfg.sim.type else {}),
-    )
-    return load_dataset(ws.dataset, **{**context, **ws.kwargs})
+    return warm_start_records(cfg, ws.dataset, ws.num_episodes, ws.kwargs, cfg.policy.chunk_size)
 
 
 def fine_tune(model, records: dict, steps: int, batch_size: int, lr: float, generator: torch.Generator) -> float:

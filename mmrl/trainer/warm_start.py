@@ -101,6 +101,25 @@ class WarmStartConfig:
         check_dataset_choice("held_in_kwargs", dataset, {**self.kwargs, **self.held_in_kwargs})
 
 
+def warm_start_records(cfg, name: str, num: int, kwargs: dict, chunk_size: int, seed: int | None = None) -> dict:
+    """``num`` examples of the registered dataset ``name``, built with ``kwargs`` and the context
+    its builder declares: demonstrations recorded in the simulator the experiment ``cfg`` runs in,
+    configured as it is (image size, time limit, ...), when the dataset records in that simulator,
+    in chunks of ``chunk_size``; ``kwargs`` (checked strictly) win."""
+    from mmrl.data import declared_kwargs, load_dataset, recorded_in
+
+    same_sim = recorded_in(name) == cfg.sim.type
+    context = declared_kwargs(
+        name,
+        num_episodes=num,
+        num_samples=num,
+        seed=cfg.run.seed if seed is None else seed,
+        chunk_size=chunk_size,
+        **({"sim_kwargs": dict(cfg.sim.kwargs)} if same_sim else {}),
+    )
+    return load_dataset(name, **{**context, **kwargs})
+
+
 def check_warm_start_only(cfg, caps) -> None:
     """A policy that does not act (``caps.acts`` False: a world model) is trained by its warm start
     alone: ConfigError naming the fix unless ``cfg`` runs no RL and has a warm-start dataset."""
@@ -209,22 +228,8 @@ class WarmStart:
         return self.load_records(ws.dataset, ws.held_in, kwargs, seed=run_seed(self.cfg.run.seed, "held_in"))
 
     def load_records(self, name: str, num: int, kwargs: dict, seed: int | None = None) -> dict:
-        """``num`` examples of the registered dataset ``name``, built with ``kwargs`` and the context
-        its builder declares: demonstrations recorded in the simulator the RL runs in, configured as
-        it is (image size, time limit, ...), when the dataset records in that simulator; ``kwargs``
-        (checked strictly) win."""
-        from mmrl.data import declared_kwargs, load_dataset, recorded_in
-
-        same_sim = recorded_in(name) == self.cfg.sim.type
-        context = declared_kwargs(
-            name,
-            num_episodes=num,
-            num_samples=num,
-            seed=self.cfg.run.seed if seed is None else seed,
-            chunk_size=self.policy.chunk_size,
-            **({"sim_kwargs": dict(self.cfg.sim.kwargs)} if same_sim else {}),
-        )
-        return load_dataset(name, **{**context, **kwargs})
+        """`warm_start_records` of this run, for its policy's chunk size."""
+        return warm_start_records(self.cfg, name, num, kwargs, self.policy.chunk_size, seed)
 
     def supervised(self, data: dict, ws) -> None:
         """``ws.steps`` of supervised training on ``data``; with ``ws.candidates`` > 1 the first
