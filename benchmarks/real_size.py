@@ -24,7 +24,12 @@ Each case runs in a process of its own (a fresh peak). Measured:
 
     python benchmarks/real_size.py                        # every case that fits this machine's memory
     python benchmarks/real_size.py --cases qwen25vl_3b_lora --device cuda
-    python benchmarks/real_size.py --smoke                # CI: the same path at one layer per stack
+    python benchmarks/real_size.py --smoke                # CI: the same path at one layer per stack, one iteration
+
+A smoke on a CPU without native bf16 matrix products (no AVX512-BF16 or AMX: torch's
+``_is_mkldnn_bf16_supported`` is false) loads the weights in float32 (each case's ``float32``
+overrides; ``"float32_smoke": true`` in its line): there torch multiplies bf16 matrices in a scalar
+loop, and the one-layer Qwen2.5-VL smoke took 243 s per iteration on 2 AVX2 cores (CI ran over).
 
 One JSON line per case, then one summary line (``{"real_size": [...], "goal_met": ...}``). Goal:
 the estimate within 15% of the measured peak for every case measured.
@@ -68,6 +73,7 @@ class Case:
     smoke: bool = True  # in --smoke (false: its path is another case's, at a bigger size)
     gpu: tuple[str, ...] = ()  # overrides on top of ``small`` on a GPU (a batch that says something there)
     notes: tuple[str, ...] = field(default=())
+    float32: tuple[str, ...] = ()  # a smoke's overrides on a CPU without native bf16 matmuls (the docstring)
 
 
 # the VLM cases answer shapes_vqa's built-in questions about 56 px scenes (4 image tokens in
@@ -156,6 +162,7 @@ CASES = {
             _VLM_SMALL,
             cpu_gib=12,
             gpu=_VLM_GPU,
+            float32=("policy.dtype=float32",),
         ),
         Case(
             "qwen25vl_7b_lora",
@@ -165,6 +172,7 @@ CASES = {
             _VLM_SMALL,
             cpu_gib=24,
             gpu=_VLM_GPU,
+            float32=("policy.dtype=float32",),
             smoke=False,
             notes=("17 GB of bf16 weights: more than this machine's free memory beside the others",),
         ),
@@ -176,6 +184,7 @@ CASES = {
             _VLA_SMALL,
             cpu_gib=6,
             gpu=_VLA_GPU,
+            float32=("policy.backbone_dtype=float32",),
         ),
         Case(
             "wan21_1.3b_lora",
@@ -191,6 +200,7 @@ CASES = {
                 "policy.num_frames=33",
                 "sim.kwargs={dataset: moving_shapes_prompts, image_size: 480, num_frames: 33}",
             ),
+            float32=("policy.dtype=float32", "trainer.engine.precision=fp32"),
         ),
         Case(
             "sd35_medium_lora",
@@ -201,6 +211,7 @@ CASES = {
             writer="diffusers",
             cpu_gib=18,
             gpu=(*_GEN_GPU, "policy.image_size=512", "sim.kwargs={dataset: shapes_prompts, image_size: 512}"),
+            float32=("policy.dtype=float32", "trainer.engine.precision=fp32"),
         ),
     )
 }
@@ -289,8 +300,16 @@ def resident() -> None:
                         t.reshape(-1)[:: max(1, 4096 // t.element_size())].sum()  # one read per 4 KiB page
 
 
-def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Path) -> dict:
-    """Run ``case`` in this process: the plan, then ``iterations`` RL iterations (see the module docstring)."""
+def bf16_native() -> bool:
+    """Whether this CPU multiplies bf16 matrices natively (oneDNN with AVX512-BF16 or AMX)."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Path, smoke: bool = False) -> dict:
+    """Run ``case`` in this process: the plan, then ``iterations`` RL iterations (see the module docstring);
+    a ``smoke`` on a CPU without native bf16 matmuls in float32 (``case.float32``)."""
     import torch
     from tqdm import tqdm
 
@@ -299,9 +318,11 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
     from mmrl.planning.estimate import plan_experiment
 
     cuda = device.startswith("cuda")
+    float32 = smoke and not cuda and not bf16_native()
     overrides = [
         *case.small,
         *(case.gpu if cuda else ()),
+        *(case.float32 if float32 else ()),
         f"{case.key}={folder}",
         f"run.device={device}",
         f"run.output_dir={out_dir}",
@@ -374,7 +395,8 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
         "s_per_iter": seconds,
         # env steps (VLM: answers; VLA: actions' chunks executed step by step) per second over the iterations
         "samples_per_s": round((trainer.state.env_steps - steps0) / max(sum(seconds), 1e-9), 3),
-        "overrides": [*case.small, *(case.gpu if cuda else ())],
+        "overrides": [*case.small, *(case.gpu if cuda else ()), *(case.float32 if float32 else ())],
+        "float32_smoke": float32,
     }
 
 
@@ -406,7 +428,7 @@ def run_case(case: Case, device: str, iterations: int, smoke: bool, timeout: flo
     """``case`` in a fresh process (its own peak); its JSON result, or the error it ended with."""
     folder = checkpoint(case, smoke, work, device)
     cmd = [sys.executable, __file__, "--child", case.name, "--folder", str(folder), "--device", device,
-           "--iterations", str(iterations), "--work", str(work)]  # fmt: skip
+           "--iterations", str(iterations), "--work", str(work), *(["--smoke"] if smoke else [])]  # fmt: skip
     env = {**os.environ, "TQDM_DISABLE": "1", **(GLIBC_RETURNS_FREED if device == "cpu" else {})}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
@@ -425,7 +447,7 @@ def main(argv: list[str] | None = None) -> None:
         "--cases", default=None, help=f"comma-separated, of: {', '.join(CASES)} (default: those that fit)"
     )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=None, help="RL iterations per case (default 2; --smoke: 1)")
     parser.add_argument("--smoke", action="store_true", help="one layer per stack (CI): the path, not the figures")
     parser.add_argument("--memory-gib", type=float, default=None, help="RAM for the cases (default: this machine's)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per case")
@@ -438,9 +460,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.iterations is None:
+        args.iterations = 1 if args.smoke else 2
     if args.child:
         out = Path(args.work) / "runs"
-        print(json.dumps(measure(CASES[args.child], Path(args.folder), args.device, args.iterations, out)))
+        print(json.dumps(measure(CASES[args.child], Path(args.folder), args.device, args.iterations, out, args.smoke)))
         return
     if args.work is None and args.smoke:
         import tempfile
