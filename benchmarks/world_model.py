@@ -27,6 +27,11 @@ minus real: how far the detector and the model flatter the policy), and the worl
 frame error on held-out real episodes beside predicting that nothing moves. ``world_model_over_rlpd``
 is the issue's goal per seed: world-model steps / RLPD steps, at most 1/3 on every seed. The last line
 is one JSON object.
+
+The same command continues a run cut short (a seed takes about an hour on 2 CPU cores): a Dyna seed
+resumes from its newest complete round (`mmrl.dyna`), and a PPO or RLPD seed finished with the same
+settings is read back from ``<output-dir>/results/`` (one cut short starts over). Wall seconds count
+the time spent running, not the time between two commands.
 """
 
 from __future__ import annotations
@@ -96,10 +101,7 @@ def dyna_seed(seed: int, args: argparse.Namespace) -> dict:
     over = dict(args.dyna_over)
     over.setdefault("output_dir", str(Path(args.output_dir) / f"world_model_s{seed}"))
     cfg = load_dyna_config(ROOT / DYNA, seed=seed, level=args.level, **over)
-    t0 = time.perf_counter()
-    out = run_dyna(cfg)
-    out["wall_s"] = round(time.perf_counter() - t0, 1)
-    return out
+    return run_dyna(cfg)  # its wall_s: the loop's seconds, over every command that ran it
 
 
 def baseline_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
@@ -118,6 +120,37 @@ def baseline_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
     out = reach_seed(seed, ns)[method]
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out
+
+
+def finished(path: Path, settings: dict, compute) -> dict:
+    """``compute()``, or its result saved in ``path`` by an earlier run with the same ``settings``."""
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("settings") == settings:
+            print(f"{path}: finished before with these settings, read back", flush=True)
+            return saved["result"]
+    result = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"settings": settings, "result": result}))
+    tmp.replace(path)
+    return result
+
+
+def run_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
+    """One seed of ``method``: a Dyna seed resumes itself; a baseline's finished result is reused."""
+    if method == "world_model":
+        return dyna_seed(seed, args)
+    settings = {
+        "method": method,
+        "seed": seed,
+        "level": args.level,
+        "threads": args.threads,
+        "reach_set": list(args.reach_set),
+        "method_set": list(args.ppo_set if method == "ppo" else args.rlpd_set),
+    }
+    path = Path(args.output_dir) / "results" / f"{method}_s{seed}.json"
+    return finished(path, settings, lambda: baseline_seed(method, seed, args))
 
 
 def summarise(method: str, runs: list[dict]) -> dict:
@@ -190,7 +223,7 @@ def main() -> None:
     for method in methods:
         runs = []
         for seed in seeds:
-            run = dyna_seed(seed, args) if method == "world_model" else baseline_seed(method, seed, args)
+            run = run_seed(method, seed, args)
             print(f"{method} seed {seed}: {json.dumps(run)}", flush=True)
             runs.append(run)
         figures[method] = summarise(method, runs)

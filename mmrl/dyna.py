@@ -22,6 +22,16 @@ learned reward model, checked in the real simulator, with every real environment
 
 Evaluation episodes are not counted (as for every method: they measure, nothing trains on them).
 Every round appends one JSON row to ``<output_dir>/dyna.jsonl``; `run_dyna` returns the summary.
+
+**Resume.** After the start and after each round, `Dyna.save_round` writes the loop's state to
+``<output_dir>/rounds/round_NNN/`` (the world model's export, the reward model, the real episodes
+so far, the policy's checkpoint, the counters and rows): written in a temporary folder, renamed into
+place last, the two newest kept. The same command (``resume: true``, the default) continues from the
+newest complete one, whatever instant the previous run was killed at: the policy's run folder goes
+back to that round's checkpoint, ``dyna.jsonl`` to its rows, and the rounds after it are redone as
+they would have run (every round's randomness comes from the seed and the round's number). A run
+whose rounds are all done returns its summary again. ``wall_s`` counts the seconds spent in the
+loop, not the time between two runs.
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ import torch
 
 from mmrl.config import ConfigError
 from mmrl.episodes import join_episodes, record_episodes
+from mmrl.utils.durable import fsync_path
+from mmrl.utils.faults import fault_point
 
 #: the real episodes' reset seeds: far from the evaluation's (trainer.eval_seed = 1e9 + e)
 COLLECT_SEED = 500_000_000
@@ -71,6 +83,9 @@ class DynaConfig:
     level: float = 0.85  # the held-out success whose real env steps are reported
     seed: int = 0
     output_dir: str = "runs/dyna"
+    # continue a run in output_dir from its newest complete round (false: a run there moves to
+    # <output_dir>_previous_<n> and the loop starts over)
+    resume: bool = True
 
     def validate(self) -> None:
         for key in ("rounds", "real_episodes", "eval_episodes", "quality_episodes"):
@@ -108,7 +123,11 @@ def train(config: str, overrides: list[str]) -> dict:
     """Run one experiment to its end (or resume it) in this process; its results."""
     from mmrl.experiment import build_trainer, load_experiment
 
-    return build_trainer(load_experiment(config, overrides)).run()
+    threads = torch.get_num_threads()
+    try:
+        return build_trainer(load_experiment(config, overrides)).run()
+    finally:  # the run set its own (run.threads): the loop's steps keep the loop's, resumed or not
+        torch.set_num_threads(threads)
 
 
 def demo_records(cfg) -> dict:
@@ -131,13 +150,17 @@ def fine_tune(model, records: dict, steps: int, batch_size: int, lr: float, gene
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
     losses = []
-    for _ in range(steps):
-        idx = random_indices(batch.size, min(batch_size, batch.size), generator)
-        loss = model.supervised_loss(batch.index(idx).to(model.device)).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
+    # the loss's own noise (flow matching's times and noise: torch's global generator, as in the
+    # trainer's warm start) seeded from ``generator`` too: a resumed loop refreshes as the first run did
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        for _ in range(steps):
+            idx = random_indices(batch.size, min(batch_size, batch.size), generator)
+            loss = model.supervised_loss(batch.index(idx).to(model.device)).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
     model.eval()
     tail = losses[-max(1, steps // 4) :]
     return float(torch.stack(tail).mean())
@@ -354,13 +377,107 @@ class Dyna:
             "world_model_state_mae": round(quality.get("state_mae", float("nan")), 5),
         }
 
+    # ------------------------------------------------------------------ resume
+    @property
+    def rounds_dir(self) -> Path:
+        return self.out / "rounds"
+
+    def settings(self) -> dict:
+        """The settings a resumed run must share with the run it continues (``rounds`` may grow;
+        ``level`` only reads the rows)."""
+        return {k: v for k, v in dataclasses.asdict(self.cfg).items() if k not in ("rounds", "resume", "level")}
+
+    def save_round(self, round_: int, wall_s: float) -> None:
+        """The loop's state after ``round_`` (0: the start) in ``rounds/round_NNN/``, complete or absent."""
+        from mmrl.trainer.checkpoint import newest_complete
+
+        final = self.rounds_dir / f"round_{round_:03d}"
+        tmp = self.rounds_dir / f".round_{round_:03d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.world_model.export_pretrained(tmp / "world_model")
+        self.reward.save(tmp / "reward_model")
+        torch.save({"logged": self.logged}, tmp / "logged.pt")
+        checkpoint, problems = newest_complete(self.out / "policy" / "checkpoints")
+        if checkpoint is None:
+            raise RuntimeError(f"the policy's run {self.out / 'policy'} has no complete checkpoint: {problems}")
+        shutil.copytree(checkpoint, tmp / "policy_checkpoints" / checkpoint.name)
+        state = {"round": round_, "real_env_steps": self.real_env_steps, "rows": self.rows, "wall_s": wall_s}
+        (tmp / "state.json").write_text(json.dumps({**state, "settings": self.settings()}))
+        for f in [*tmp.rglob("*"), tmp]:
+            fsync_path(f)
+        fault_point("dyna.before_save", tmp)
+        shutil.rmtree(final, ignore_errors=True)  # only a round redone after its folder's rename
+        tmp.rename(final)
+        fsync_path(self.rounds_dir)
+        fault_point("dyna.after_save", final)
+        for old in sorted(self.rounds_dir.glob("round_*"))[:-2]:
+            shutil.rmtree(old)
+
+    def newest_round(self) -> Path | None:
+        """The newest complete round folder (a ``.tmp`` one never is)."""
+        done = sorted(p for p in self.rounds_dir.glob("round_*") if (p / "state.json").is_file())
+        return done[-1] if done else None
+
+    def restore(self, folder: Path) -> tuple[int, float]:
+        """The loop's state of ``folder`` (`save_round`): returns its round and wall seconds."""
+        from mmrl.api import load_policy
+
+        state = json.loads((folder / "state.json").read_text())
+        if state["settings"] != self.settings():
+            differ = sorted(k for k in self.settings() if state["settings"].get(k) != self.settings()[k])
+            raise ConfigError(
+                f"{self.out} holds a Dyna run with other settings ({', '.join(differ)}): run with its settings, "
+                "another output_dir, or resume: false to start over (the old run is moved aside)"
+            )
+        self.world_model = load_policy(folder / "world_model")
+        self.reward = self.reward_cls(path=str(folder / "reward_model"))
+        self.logged = torch.load(folder / "logged.pt", weights_only=True)["logged"]
+        self.demos = demo_records(self.wm_cfg)
+        self.real_env_steps, self.rows = state["real_env_steps"], state["rows"]
+        # the policy's run folder back to the round's checkpoint (a later one is a round in progress)
+        checkpoints = self.out / "policy" / "checkpoints"
+        shutil.rmtree(checkpoints, ignore_errors=True)
+        shutil.copytree(folder / "policy_checkpoints", checkpoints)
+        self.write_rows()
+        self.log(f"dyna: resumed after round {state['round']} from {folder} ({self.real_env_steps} real env steps)")
+        return state["round"], state["wall_s"]
+
+    def write_rows(self) -> None:
+        """``dyna.jsonl``: a row per round done (rewritten whole: a row of a redone round appears once)."""
+        tmp = self.out / "dyna.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows))
+        tmp.replace(self.out / "dyna.jsonl")
+
+    def fresh_folder(self) -> None:
+        """An empty output folder; a run already there moves to ``<output_dir>_previous_<n>``."""
+        if self.out.exists() and any(self.out.iterdir()):
+            n = 0
+            while self.out.with_name(f"{self.out.name}_previous_{n}").exists():
+                n += 1
+            moved = self.out.rename(self.out.with_name(f"{self.out.name}_previous_{n}"))
+            self.log(f"dyna: resume: false: the run in {self.out} moved to {moved}")
+        self.out.mkdir(parents=True, exist_ok=True)
+
     def run(self) -> dict:
-        t0 = time.perf_counter()
-        shutil.rmtree(self.out, ignore_errors=True)
-        self.out.mkdir(parents=True)
-        self.start()
-        steps_to_level = None
-        for r in range(self.cfg.rounds):
+        from mmrl.utils.threads import configure_threads
+
+        configure_threads(self.policy_cfg.run.threads)  # the loop's own steps: the policy run's threads
+        newest = self.newest_round() if self.cfg.resume else None
+        if newest is None:
+            if not self.cfg.resume:
+                self.fresh_folder()
+            shutil.rmtree(self.rounds_dir, ignore_errors=True)  # only unfinished (.tmp) folders
+            self.out.mkdir(parents=True, exist_ok=True)
+            t0 = time.perf_counter()
+            self.start()  # the warm starts' runs resume their own checkpoints, if any
+            self.write_rows()
+            self.save_round(0, round(time.perf_counter() - t0, 1))
+            done = 0
+        else:
+            done, wall = self.restore(newest)
+            t0 = time.perf_counter() - wall
+        for r in range(done, self.cfg.rounds):
             self.collect(r)
             refreshed = self.refresh(r)
             train(self.cfg.policy_config, self.imagination_set((r + 1) * self.cfg.imagined_iterations))
@@ -372,18 +489,19 @@ class Dyna:
                 **refreshed,
                 "wall_s": round(time.perf_counter() - t0, 1),
             }
-            if steps_to_level is None and row["real_success"] >= self.cfg.level:
-                steps_to_level = self.real_env_steps
             self.rows.append(row)
             with open(self.out / "dyna.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
             self.log(f"dyna round {r + 1}: {json.dumps(row)}")
+            self.save_round(r + 1, row["wall_s"])
+        rows = self.rows[: self.cfg.rounds]
+        reached = [row["real_env_steps"] for row in rows if row["real_success"] >= self.cfg.level]
         return {
-            "real_env_steps_to_level": steps_to_level,
-            "real_env_steps": self.real_env_steps,
-            "final_success": self.rows[-1]["real_success"],
-            "wall_s": round(time.perf_counter() - t0, 1),
-            "rounds": self.rows,
+            "real_env_steps_to_level": reached[0] if reached else None,
+            "real_env_steps": rows[-1]["real_env_steps"] if rows else 0,
+            "final_success": rows[-1]["real_success"] if rows else None,
+            "wall_s": rows[-1]["wall_s"] if rows else round(time.perf_counter() - t0, 1),
+            "rounds": rows,
         }
 
 

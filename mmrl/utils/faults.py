@@ -42,6 +42,10 @@ mmrl/trainer/logging.py (`RunLogger`, and `cut_log`, which resume calls through 
   log.mid_rewind            the rewound log's temporary file half written, ``metrics.jsonl`` untouched
   log.after_rewind          the rewound log replaced ``metrics.jsonl``
 
+mmrl/dyna.py (`Dyna.save_round`, after each round of the Dyna loop, and after its start):
+  dyna.before_save          the round's work done and its row logged, its state not yet saved
+  dyna.after_save           the round's state folder renamed into place
+
 `tests/reliability/kill_harness.py` drives these from tests/reliability and benchmarks/kill_resume.py.
 """
 
@@ -74,6 +78,8 @@ POINTS = (
     "log.after_row",
     "log.mid_rewind",
     "log.after_rewind",
+    "dyna.before_save",
+    "dyna.after_save",
 )
 #: points only a run of several ranks reaches (tests/distributed covers them, not tests/reliability)
 MULTI_RANK = ("ckpt.mid_shard",)

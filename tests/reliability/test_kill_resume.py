@@ -91,12 +91,14 @@ def check(results: list[kh.Result], min_kills: int) -> dict:
 
 # ---- the hooks themselves ----------------------------------------------------------------------
 def test_every_fault_point_is_documented_placed_and_covered():
-    sources = "".join((kh.ROOT / "mmrl" / "trainer" / f).read_text() for f in ("checkpoint.py", "logging.py"))
+    files = ("trainer/checkpoint.py", "trainer/logging.py", "dyna.py")
+    sources = "".join((kh.ROOT / "mmrl" / f).read_text() for f in files)
     placed = re.findall(r'fault_point\("([a-z_.]+)"', sources)
     assert sorted(placed) == sorted(faults.POINTS)  # each declared point is placed exactly once
     for name in faults.POINTS:
         assert f"  {name} " in faults.__doc__, f"{name} is not documented in mmrl.utils.faults"
     covered = {c.split(":")[0] for case in CASES for c in case}  # CI covers every point
+    covered |= set(re.findall(r'"(dyna\.[a-z_]+):', (kh.ROOT / "tests" / "trainer" / "test_dyna.py").read_text()))
     assert covered == set(faults.POINTS) - set(faults.MULTI_RANK)  # those in tests/distributed
 
 

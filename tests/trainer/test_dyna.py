@@ -113,3 +113,62 @@ def test_settings_are_checked_before_any_work(tmp_path):
         load_dyna_config("configs/dyna/reach.yaml", real_episode=3)
     with pytest.raises(ConfigError, match="level"):
         load_dyna_config("configs/dyna/reach.yaml", level=1.5)
+
+
+def dyna_command(out: Path) -> list[str]:
+    """``python -m mmrl.dyna`` on the smoke's settings, into ``out``."""
+    sets = {
+        "policy_overrides": SMOKE_POLICY,
+        "world_model_overrides": SMOKE_WORLD,
+        **SMOKE_DYNA,
+        "output_dir": str(out),
+    }
+    return [sys.executable, "-m", "mmrl.dyna", "configs/dyna/reach.yaml"] + [
+        a for k, v in sets.items() for a in ("--set", f"{k}={json.dumps(v)}")
+    ]
+
+
+def run_dyna_process(out: Path, fault: str | None = None):
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "MMRL_FAULT"}
+    env.update(TQDM_DISABLE="1", **({"MMRL_FAULT": fault} if fault else {}))
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(dyna_command(out), cwd=root, env=env, capture_output=True, text=True, timeout=600)
+
+
+def without_wall(x):
+    """``x`` without its ``wall_s`` entries (at any depth): seconds differ from run to run."""
+    if isinstance(x, list):
+        return [without_wall(v) for v in x]
+    return {k: without_wall(v) for k, v in x.items() if k != "wall_s"} if isinstance(x, dict) else x
+
+
+@pytest.mark.xdist_group("dyna_resume")
+def test_a_killed_loop_resumes_as_if_never_killed(tmp_path):
+    """SIGKILL after round 1's work but before its state is saved (resume redoes round 1: the policy's
+    run folder holds a checkpoint of that round, which must not be trained on), then right after
+    round 1 is saved; the same command then finishes. Rows, summary and the policy's final weights are
+    those of an uninterrupted run."""
+    ref = run_dyna_process(tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    out = tmp_path / "killed"
+    for fault in ("dyna.before_save:2", "dyna.after_save:1"):  # save 1 is the start's (round 0)
+        killed = run_dyna_process(out, fault)
+        assert killed.returncode == -9, f"{fault}: exit {killed.returncode}\n{killed.stderr[-3000:]}"
+    done = run_dyna_process(out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "dyna: resumed after round 1" in done.stdout
+    summary, reference = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (done, ref))
+    assert without_wall(summary["rounds"]) == without_wall(reference["rounds"])
+    assert summary["real_env_steps"] == reference["real_env_steps"] > 0
+    rows = [json.loads(line) for line in (out / "dyna.jsonl").read_text().splitlines()]
+    assert without_wall(rows) == without_wall(reference["rounds"])  # each round once
+    from safetensors.torch import load_file  # (its header's key order varies from write to write)
+
+    final = [
+        load_file(sorted((d / "policy" / "checkpoints").glob("iter_*"))[-1] / "model.safetensors")
+        for d in (out, tmp_path / "ref")
+    ]
+    assert final[0].keys() == final[1].keys() and all(torch.equal(final[0][k], final[1][k]) for k in final[0])
