@@ -168,6 +168,11 @@ class Trainer:
         return path.name if path is not None else "none"
 
     def _run(self) -> dict:
+        from mmrl.utils.threads import slow_bf16
+
+        slow = slow_bf16(str(self.device), self.policy, self.cfg.trainer.engine.precision)
+        if slow:
+            self.log_line(slow)
         self.resume()
         if self.state.iteration and self.done():
             self.log_line(self.finished_notice())
