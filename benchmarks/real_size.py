@@ -507,6 +507,7 @@ def run_all(args, work: Path, argv: list[str] | None = None) -> None:
         "machine": {
             "cpus": os.cpu_count(),
             "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "bf16_native": bf16_native(),  # bf16 matmuls in hardware (the s per iteration depend on it)
             "load_avg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)],  # at the start and the end
         },
         "device": args.device,
