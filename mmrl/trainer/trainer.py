@@ -45,6 +45,7 @@ from mmrl.trainer.train_engine import TrainEngine, build_train_engine, optimizer
 from mmrl.trainer.warm_start import WarmStart, candidate_score, warm_start_lr_factor
 from mmrl.utils import jsonio
 from mmrl.utils.durable import disk_full
+from mmrl.utils.threads import slow_bf16
 
 #: collections in a row that may lose every episode (crashed sim workers) before the run stops
 MAX_EMPTY_COLLECTIONS = 3
@@ -168,11 +169,8 @@ class Trainer:
         return path.name if path is not None else "none"
 
     def _run(self) -> dict:
-        from mmrl.utils.threads import slow_bf16
-
-        slow = slow_bf16(str(self.device), self.policy, self.cfg.trainer.engine.precision)
-        if slow:
-            self.log_line(slow)
+        if slow := slow_bf16(str(self.device), self.policy, self.cfg.trainer.engine.precision):
+            self.log_line(slow)  # before any work: bf16 on a CPU without native bf16 products is slow
         self.resume()
         if self.state.iteration and self.done():
             self.log_line(self.finished_notice())
