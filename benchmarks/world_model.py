@@ -28,7 +28,7 @@ frame error on held-out real episodes beside predicting that nothing moves. ``wo
 is the issue's goal per seed: world-model steps / RLPD steps, at most 1/3 on every seed. The last line
 is one JSON object.
 
-The same command continues a run cut short (a seed takes about an hour on 2 CPU cores): a Dyna seed
+The same command continues a run cut short (a Dyna seed takes well over an hour on 2 CPU cores): a Dyna seed
 resumes from its newest complete round (`mmrl.dyna`), and a PPO or RLPD seed finished with the same
 settings is read back from ``<output-dir>/results/`` (one cut short starts over). Wall seconds count
 the time spent running, not the time between two commands.
