@@ -300,13 +300,6 @@ def resident() -> None:
                         t.reshape(-1)[:: max(1, 4096 // t.element_size())].sum()  # one read per 4 KiB page
 
 
-def bf16_native() -> bool:
-    """Whether this CPU multiplies bf16 matrices natively (oneDNN with AVX512-BF16 or AMX)."""
-    import torch
-
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
 def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Path, smoke: bool = False) -> dict:
     """Run ``case`` in this process: the plan, then ``iterations`` RL iterations (see the module docstring);
     a ``smoke`` on a CPU without native bf16 matmuls in float32 (``case.float32``)."""
@@ -316,6 +309,7 @@ def measure(case: Case, folder: Path, device: str, iterations: int, out_dir: Pat
     from mmrl.api import _config
     from mmrl.experiment import build_trainer
     from mmrl.planning.estimate import plan_experiment
+    from mmrl.utils.threads import bf16_native
 
     cuda = device.startswith("cuda")
     float32 = smoke and not cuda and not bf16_native()
@@ -487,6 +481,8 @@ def run_all(args, work: Path, argv: list[str] | None = None) -> None:
         for c in CASES.values():
             if c not in chosen:
                 print(f"skipped {c.name}: needs about {c.cpu_gib:.0f} GiB of RAM ({'; '.join(c.notes) or 'too big'})")
+    from mmrl.utils.threads import bf16_native
+
     load_start = os.getloadavg()[0]
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     dirty = subprocess.run(

@@ -129,11 +129,11 @@ def finished(path: Path, settings: dict, compute) -> dict:
         if saved.get("settings") == settings:
             print(f"{path}: finished before with these settings, read back", flush=True)
             return saved["result"]
+    from mmrl.utils.jsonio import write_json
+
     result = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"settings": settings, "result": result}))
-    tmp.replace(path)
+    write_json(path, {"settings": settings, "result": result})
     return result
 
 

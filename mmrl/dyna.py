@@ -423,9 +423,9 @@ class Dyna:
         """The loop's state of ``folder`` (`save_round`): returns its round and wall seconds."""
         from mmrl.api import load_policy
 
-        state = json.loads((folder / "state.json").read_text())
-        if state["settings"] != self.settings():
-            differ = sorted(k for k in self.settings() if state["settings"].get(k) != self.settings()[k])
+        state, settings = json.loads((folder / "state.json").read_text()), self.settings()
+        if state["settings"] != settings:
+            differ = sorted(k for k in settings if state["settings"].get(k) != settings[k])
             raise ConfigError(
                 f"{self.out} holds a Dyna run with other settings ({', '.join(differ)}): run with its settings, "
                 "another output_dir, or resume: false to start over (the old run is moved aside)"

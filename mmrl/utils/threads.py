@@ -45,6 +45,13 @@ def configure_threads(requested: int) -> int:
     return torch.get_num_threads()
 
 
+def bf16_native() -> bool:
+    """Whether this CPU multiplies bf16 matrices natively (oneDNN with AVX512-BF16 or AMX)."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def slow_bf16(device: str, module, precision: str = "fp32") -> str | None:
     """A warning line for a CPU run that multiplies bf16 matrices (bf16 weights in ``module``, or
     ``trainer.engine.precision: bf16``) on cores without native bf16 matrix products (no
@@ -52,7 +59,7 @@ def slow_bf16(device: str, module, precision: str = "fp32") -> str | None:
     bf16 on 2 AVX2 cores, 11 s in float32); None otherwise."""
     import torch
 
-    if not device.startswith("cpu") or torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if not device.startswith("cpu") or bf16_native():
         return None
     bf16 = sum(p.numel() for p in module.parameters() if p.dtype == torch.bfloat16)
     if not bf16 and precision != "bf16":
