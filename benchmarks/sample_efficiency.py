@@ -151,17 +151,31 @@ def train(config: str, overrides: list[str]) -> dict:
     return build_trainer(load_experiment(ROOT / config, overrides)).run()
 
 
-def reach_seed(seed: int, args: argparse.Namespace) -> dict[str, dict]:
-    """One seed of the reach part: the warm start once, then PPO (resuming a copy of it), DSRL and
-    RLPD (its frozen base; those of ``args.methods``); each side's evaluations and its steps /
-    seconds to ``args.level``."""
+def reach_base(seed: int, args: argparse.Namespace, fresh: bool = True) -> Path:
+    """The reach part's warm start of ``seed`` (the PPO run's first part, which every method of the
+    seed starts from): its run folder, trained anew (``fresh``) or kept where a complete checkpoint
+    of it is there already."""
     from mmrl.experiment import load_experiment, output_dir
+    from mmrl.trainer.checkpoint import latest_path
 
+    warm = [f"run.name=se_reach_base_s{seed}", f"run.seed={seed}", *args.reach_set, *args.ppo_set]
+    base = output_dir(load_experiment(ROOT / REACH_PPO, warm))
+    if not fresh and base.is_dir() and latest_path(base) is not None:
+        print(f"reach seed {seed}: the warm start in {base} is complete, reused", flush=True)
+        return base
+    shutil.rmtree(base, ignore_errors=True)
+    train(REACH_PPO, [*warm, "trainer.iterations=0", "trainer.resume=false"])
+    return base
+
+
+def reach_seed(seed: int, args: argparse.Namespace, base: Path | None = None) -> dict[str, dict]:
+    """One seed of the reach part: the warm start once (or ``base``, one `reach_base` made), then PPO
+    (resuming a copy of it), DSRL and RLPD (its frozen base; those of ``args.methods``); each side's
+    evaluations and its steps / seconds to ``args.level``."""
     common = [f"run.seed={seed}", *args.reach_set]
     warm = [*common, *args.ppo_set]  # the warm start's run is the PPO run's first part
-    base = output_dir(load_experiment(ROOT / REACH_PPO, [f"run.name=se_reach_base_s{seed}", *warm]))
-    shutil.rmtree(base, ignore_errors=True)
-    train(REACH_PPO, [f"run.name=se_reach_base_s{seed}", *warm, "trainer.iterations=0", "trainer.resume=false"])
+    if base is None:
+        base = reach_base(seed, args)
     ppo_dir = base.with_name(f"se_reach_ppo_s{seed}")
     shutil.rmtree(ppo_dir, ignore_errors=True)
     shutil.copytree(base, ppo_dir, ignore=shutil.ignore_patterns(".lock"))

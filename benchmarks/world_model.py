@@ -3,11 +3,14 @@ against PPO and RLPD in the real simulator, on the quickstart's reach task (issu
 
     python benchmarks/world_model.py                       # 3 seeds, every method
     python benchmarks/world_model.py --methods world_model --seeds 1 --dyna-set rounds=4
+    python benchmarks/world_model.py --jobs 3 --threads 1  # the 3 seeds side by side, one process each
     python benchmarks/world_model.py --smoke               # minutes: tiny runs of every method, no figure
 
-Methods, per seed, every one from the same demonstrations (the quickstart's 1000 episodes of the slow
-scripted demonstrator, which no method counts) and held-out on the same episodes (reset seeds
-``trainer.eval_seed + e``, 256 of them, in the real simulator; evaluations are counted for none):
+Methods, per seed, every one from the same warm start (the quickstart's flow VLA trained by flow
+matching on its 1000 episodes of the slow scripted demonstrator, which no method counts: one run per
+seed, ``<output-dir>/se_reach_base_s<seed>``, which PPO resumes, RLPD freezes and the Dyna loop's policy
+starts from) and held-out on the same episodes (reset seeds ``trainer.eval_seed + e``, 256 of them, in
+the real simulator; evaluations are counted for none):
 
 - ``world_model``: `mmrl.dyna` with ``configs/dyna/reach.yaml`` (``--dyna-set KEY=VALUE`` overrides):
   the quickstart's flow VLA warm-started, the world model of ``configs/reach_world_model.yaml`` and a
@@ -21,7 +24,8 @@ scripted demonstrator, which no method counts) and held-out on the same episodes
 
 Figures per method: ``real_env_steps_to_level`` per seed (the real env steps at the first evaluation at
 or above ``--level``, null where never reached; as coarse as the evaluations), the final held-out
-success per seed, wall seconds per seed (warm starts included). The world model adds, per seed and
+success per seed, wall seconds per seed (the Dyna loop's include its world model's and detector's
+warm starts; no method's includes the shared policy warm start). The world model adds, per seed and
 round, the real success, the success imagined from the same start frames and their gap (imagined
 minus real: how far the detector and the model flatter the policy), and the world model's open-loop
 frame error on held-out real episodes beside predicting that nothing moves. ``world_model_over_rlpd``
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -91,8 +96,30 @@ SMOKE_DYNA = {
 }
 
 
+def baseline_args(args: argparse.Namespace, methods: list[str]) -> argparse.Namespace:
+    """The arguments of `benchmarks/sample_efficiency.py`'s reach part for ``methods`` of this run."""
+    return argparse.Namespace(
+        methods=methods,
+        level=args.level,
+        reach_set=[f"run.output_dir={args.output_dir}", f"run.threads={args.threads}", *args.reach_set],
+        ppo_set=list(args.ppo_set),
+        rlpd_set=list(args.rlpd_set),
+        dsrl_set=[],
+    )
+
+
+def warm_start(seed: int, args: argparse.Namespace) -> Path:
+    """The seed's warm start, one for every method (the PPO run's first part; a complete one in
+    ``--output-dir`` is reused, so a command cut short does not train it again)."""
+    from sample_efficiency import reach_base
+
+    return reach_base(seed, baseline_args(args, []), fresh=False)
+
+
 def dyna_seed(seed: int, args: argparse.Namespace) -> dict:
-    """One seed of the world-model method: the Dyna loop's summary and its wall seconds."""
+    """One seed of the world-model method: the Dyna loop's summary and its wall seconds. Its policy
+    starts from the seed's shared warm start, copied in as the policy's run (which the loop's own
+    warm start then resumes)."""
     import torch
 
     from mmrl.dyna import load_dyna_config, run_dyna
@@ -100,24 +127,24 @@ def dyna_seed(seed: int, args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     over = dict(args.dyna_over)
     over.setdefault("output_dir", str(Path(args.output_dir) / f"world_model_s{seed}"))
+    over.setdefault("policy_overrides", [f"run.threads={args.threads}"])
     cfg = load_dyna_config(ROOT / DYNA, seed=seed, level=args.level, **over)
+    policy_run = Path(cfg.output_dir) / "policy"
+    if not policy_run.exists() and not args.smoke:
+        base = warm_start(seed, args)
+        shutil.copytree(base, policy_run, ignore=shutil.ignore_patterns(".lock"))
     return run_dyna(cfg)  # its wall_s: the loop's seconds, over every command that ran it
 
 
 def baseline_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
-    """One seed of PPO or RLPD: `benchmarks/sample_efficiency.py`'s reach runs, timed whole."""
+    """One seed of PPO or RLPD: `benchmarks/sample_efficiency.py`'s reach runs from the seed's
+    shared warm start, timed from there (the warm start's seconds are the world model's too)."""
     from sample_efficiency import reach_seed
 
-    ns = argparse.Namespace(
-        methods=[method],
-        level=args.level,
-        reach_set=[f"run.output_dir={args.output_dir}", f"run.threads={args.threads}", *args.reach_set],
-        ppo_set=list(args.ppo_set),
-        rlpd_set=list(args.rlpd_set),
-        dsrl_set=[],
-    )
+    ns = baseline_args(args, [method])
+    base = warm_start(seed, args)
     t0 = time.perf_counter()
-    out = reach_seed(seed, ns)[method]
+    out = reach_seed(seed, ns, base=base)[method]
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -151,6 +178,15 @@ def run_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
     }
     path = Path(args.output_dir) / "results" / f"{method}_s{seed}.json"
     return finished(path, settings, lambda: baseline_seed(method, seed, args))
+
+
+def seed_runs(seed: int, methods: list[str], args: argparse.Namespace) -> dict[str, dict]:
+    """Every method of one seed, in the order given, from the seed's one warm start."""
+    runs = {}
+    for method in methods:
+        runs[method] = run_seed(method, seed, args)
+        print(f"{method} seed {seed}: {json.dumps(runs[method])}", flush=True)
+    return runs
 
 
 def summarise(method: str, runs: list[dict]) -> dict:
@@ -189,12 +225,13 @@ def main() -> None:
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated: world_model, ppo, rlpd")
     p.add_argument("--level", type=float, default=0.85, help="the held-out success to reach")
     p.add_argument("--threads", type=int, default=2, help="torch threads of each run")
+    p.add_argument("--jobs", type=int, default=1, help="seeds run side by side, each in its own process")
     p.add_argument("--output-dir", default="runs/bench_world_model", help="where the runs' folders go")
     p.add_argument("--dyna-set", action="append", default=[], help="KEY=VALUE over configs/dyna/reach.yaml")
     p.add_argument("--reach-set", action="append", default=[], help="an override of PPO's and RLPD's runs")
     p.add_argument("--ppo-set", action="append", default=[], help="an override of PPO's run")
     p.add_argument("--rlpd-set", action="append", default=[], help="an override of RLPD's run")
-    args = parse_args(p, seeds=1, threads=1, output_dir=scratch)
+    args = parse_args(p, seeds=1, threads=1, jobs=1, output_dir=scratch)
     methods = [m for m in args.methods.split(",") if m]
     if not methods or set(methods) - set(METHODS):
         sys.exit(f"--methods {args.methods!r}: choose from {', '.join(METHODS)}")
@@ -220,13 +257,12 @@ def main() -> None:
     load_dyna_config(ROOT / DYNA, **args.dyna_over)  # every setting checked before any run
     seeds = list(range(args.seeds))
     figures: dict = {"seeds": seeds, "level": args.level, "load_avg_start": round(os.getloadavg()[0], 2)}
+    from mmrl.utils.processes import side_by_side
+
+    n = len(seeds)
+    per_seed = side_by_side(seed_runs, seeds, [methods] * n, [args] * n, jobs=args.jobs)  # --jobs > 1: own processes
     for method in methods:
-        runs = []
-        for seed in seeds:
-            run = run_seed(method, seed, args)
-            print(f"{method} seed {seed}: {json.dumps(run)}", flush=True)
-            runs.append(run)
-        figures[method] = summarise(method, runs)
+        figures[method] = summarise(method, [runs[method] for runs in per_seed])
     if "world_model" in figures and "rlpd" in figures:
         pairs = zip(figures["world_model"]["real_env_steps_to_level"], figures["rlpd"]["real_env_steps_to_level"])
         ratios = [round(w / r, 3) if w is not None and r else None for w, r in pairs]
