@@ -130,7 +130,7 @@ def dyna_seed(seed: int, args: argparse.Namespace) -> dict:
     over.setdefault("policy_overrides", [f"run.threads={args.threads}"])
     cfg = load_dyna_config(ROOT / DYNA, seed=seed, level=args.level, **over)
     policy_run = Path(cfg.output_dir) / "policy"
-    if not policy_run.exists() and not args.smoke:
+    if not policy_run.exists():
         base = warm_start(seed, args)
         shutil.copytree(base, policy_run, ignore=shutil.ignore_patterns(".lock"))
     return run_dyna(cfg)  # its wall_s: the loop's seconds, over every command that ran it
@@ -247,11 +247,12 @@ def main() -> None:
         args.dyna_over[key] = yaml.safe_load(value)
     if args.smoke:
         from sample_efficiency import REACH_SMOKE_RLPD
-        from tests.reliability.kill_harness import TINY
 
+        # one tiny policy for the shared warm start, PPO and the Dyna loop (which resumes a copy of it:
+        # a Dyna policy setting that does not fit the warm start fails here, as in a full run)
         args.dyna_over = {"policy_overrides": SMOKE_POLICY, "world_model_overrides": SMOKE_WORLD, **SMOKE_DYNA}
-        args.ppo_set = [*TINY, "trainer.iterations=2", "trainer.eval_every=1", *args.ppo_set]
-        args.rlpd_set = [*REACH_SMOKE_RLPD, *args.rlpd_set]
+        args.ppo_set = [*SMOKE_POLICY, "trainer.iterations=2", "trainer.eval_every=1", *args.ppo_set]
+        args.rlpd_set = [*REACH_SMOKE_RLPD, SMOKE_SIM, *args.rlpd_set]
     from mmrl.dyna import load_dyna_config
 
     load_dyna_config(ROOT / DYNA, **args.dyna_over)  # every setting checked before any run
