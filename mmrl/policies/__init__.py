@@ -65,3 +65,11 @@ POLICIES.register(
     description="action-conditioned video world model (flow matching on the next frame given past frames, the "
     "instruction and the executed chunk; a state head): trained by its warm start, played as simulator world_model",
 )
+
+POLICIES.register(
+    "wan_world_model",
+    "mmrl.policies.wan_world_model:WanWorldModelPolicy",
+    description="the world model's conditioning on Wan (diffusers WanTransformer3DModel and its VAE): context "
+    "frames' latents at timestep 0 before the noised next frame's, action and state tokens after the instruction's",
+    extra="diffusion",
+)

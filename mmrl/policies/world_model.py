@@ -115,7 +115,7 @@ class WorldModelPolicy(Policy[WorldModelConfig]):
         shape = tuple(sim.image_shape)
         if len(shape) != 3 or shape[0] != shape[1]:
             raise ConfigError(
-                f"the built-in world model predicts one square camera, but simulator images are {shape}: "
+                f"the world model predicts one square camera, but simulator images are {shape}: "
                 "use one camera with square frames"
             )
         if cfg.image_size is None:
@@ -156,8 +156,7 @@ class WorldModelPolicy(Policy[WorldModelConfig]):
         ``next_image``, ``instruction``, ``actions`` and, with a state, ``state`` / ``next_state``."""
         if "image" in data and data["image"].dim() != 4:
             raise ValueError(
-                "the built-in world model predicts one camera, but the records' images are "
-                f"{tuple(data['image'].shape[1:])}"
+                f"the world model predicts one camera, but the records' images are {tuple(data['image'].shape[1:])}"
             )
         t = transitions(data)
         if t["actions"].shape[1:] != (self.chunk_size, self.action_dim):
