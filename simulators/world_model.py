@@ -1,7 +1,8 @@
 """WorldModelSim: a trained world model played as a simulator, its episodes judged by a reward model.
 
 ``sim.type: world_model`` wraps a checkpoint of ``policy.type: world_model``
-(`mmrl.policies.world_model`: a run folder, a checkpoint or an `mmrl export` folder) behind the
+(`mmrl.policies.world_model`) or ``wan_world_model`` (`mmrl.policies.wan_world_model`, a subclass
+with the same `predict`): a run folder, a checkpoint or an `mmrl export` folder, behind the
 simulator contract, so any policy and objective trains inside it unchanged:
 
 - ``reset(seed)``: each environment starts from a *real* start frame (and state and instruction):
@@ -85,7 +86,8 @@ class WorldModelSim(Simulator):
 
         if not isinstance(model, WorldModelPolicy):
             raise ValueError(
-                f"{checkpoint or model!r} is a {type(model).__name__}, not a world model (policy.type: world_model)"
+                f"{checkpoint or model!r} is a {type(model).__name__}, not a world model "
+                "(policy.type: world_model or wan_world_model)"
             )
         if model.chunk_size != 1:
             raise ValueError(

@@ -85,6 +85,15 @@ def tiny_smolvlm_folder() -> str:
     return _TINY_DIRS[-1].name
 
 
+@functools.cache
+def tiny_wan_folder() -> str:
+    """A tiny random-weight diffusers Wan pipeline saved once per process, for ``pretrained: <folder>``."""
+    from mmrl.tiny.tiny_wan import tiny_wan_pipeline
+
+    _TINY_DIRS.append(tempfile.TemporaryDirectory(prefix="mmrl_check_wan_"))
+    return str(tiny_wan_pipeline(_TINY_DIRS[-1].name))
+
+
 @dataclass
 class TinySetup:
     """How the checker builds one policy type: config keys on top of the config class defaults (a
@@ -129,6 +138,11 @@ TINY: dict[str, TinySetup] = {
     ),  # eval: ODE from sampled noise
     # a model the warm start alone trains: its loss on recorded random episodes, its weights' round trip
     "world_model": TinySetup({"ch": 8, "dim": 16, "mid_blocks": 1}),
+    # the same on the tiny random-weight Wan pipeline (16 px: 4 x 4 latents, 2 x 2 tokens per frame)
+    "wan_world_model": TinySetup(
+        {"pretrained": tiny_wan_folder, "max_sequence_length": 8, "cond_hidden": 16, "sample_steps": 2},
+        sim_kwargs={"image_size": 16, "max_episode_steps": 8},
+    ),
     # a tiny random-initialised LeRobot SmolVLA (model=tiny:pi0 / tiny:pi05 for the others); eval: ODE
     "lerobot": TinySetup(
         {
