@@ -20,6 +20,9 @@ Per family:
   joint blocks carry (FLUX: double- and single-stream stacks), for Wan ``max_sequence_length`` text
   tokens of cross-attention context; ``policy.gradient_checkpointing`` (or the engine's) keeps one input
   per block. Rollout: the stored chain and one no-grad block. The VAE decode of a rollout is not counted.
+* ``wan_world_model``: the same parts as ``diffusion`` on Wan, plus its action and state layers;
+  rows of ``warm_start.batch_size`` (it is trained by its warm start alone), each the context frames'
+  and the target frame's latent tokens; no rollout.
 * the built-in policies (``flow_vla``, ``gaussian``, ``dsrl``, ``residual``, a ``tiny`` generator or
   VLM): the policy itself on meta (its simulator built with one env for its widths); small networks
   whose activations are not modelled.
@@ -349,6 +352,74 @@ def _times_per_sample(cfg: ExperimentConfig) -> int:
     return max(round(p.num_steps * p.timestep_fraction), 1)
 
 
+def wan_world_model_workload(cfg: ExperimentConfig, world: int) -> Workload:
+    """The world model on Wan (`mmrl.policies.wan_world_model`): the transformer, its new action and
+    state layers (built on meta) and, outside the module, UMT5 and the VAE; trained by its warm start
+    alone, ``warm_start.batch_size`` rows of ``(context + 1) x (latent side / patch)^2`` tokens with
+    the instruction's ``max_sequence_length`` UMT5 tokens and the action / state tokens as context."""
+    from mmrl.errors import UserError
+    from mmrl.policies.wan import WanGenerator
+    from mmrl.policies.wan_world_model import WanWorldModelConfig, condition_heads
+
+    p = cfg.policy
+    assert isinstance(p, WanWorldModelConfig), "workload() picks the family by policy.type"
+    if not p.pretrained:
+        raise UserError("'policy.pretrained' is unset: name a diffusers WanPipeline (hub id or folder) to plan it")
+    transformer, parts = A.diffusers_parts(p.pretrained, "policy.pretrained")
+    tc = _config(transformer)
+    factor, _ = WanGenerator.latent_geometry(SimpleNamespace(transformer=transformer, **parts))
+    patch = tc.patch_size[1]
+    static = vars(SIMULATORS.get(cfg.sim.type))
+    dims = [static.get("action_dim"), static.get("state_dim"), p.image_size or cfg.sim.kwargs.get("image_size")]
+    if not all(isinstance(d, int) for d in dims):  # the simulator's widths are not on its class: one env says
+        sim = _one_env_sim(cfg)
+        dims = [sim.action_dim, sim.state_dim or 0, p.image_size or sim.image_shape[0]]
+        sim.close()
+    action_dim, state_dim, image = (int(d) for d in dims)
+    with torch.device("meta"):
+        heads = A.count(condition_heads(tc.text_dim, p.chunk_size * action_dim, state_dim, p.cond_hidden))
+    per_frame = (image // factor // patch) ** 2
+    tokens = (p.context + 1) * per_frame
+    lora = A.lora_count(transformer, WanGenerator.lora_targets(transformer), p.lora_rank, suffix=True)
+    base = A.count(transformer)
+    trainable = heads + (lora if p.finetune == "lora" else base)
+    hidden = tc.num_attention_heads * tc.attention_head_dim
+    context = p.max_sequence_length + 1 + (1 if state_dim else 0)
+    stack = Stack("transformer", tc.num_layers, hidden, hidden, tc.ffn_dim, tokens, gated=False, context=context)
+    engine = _engine(cfg, world, DTYPE_BYTES[p.dtype], trainable)
+    half_engine = engine["backend"] == "deepspeed" and engine["weight_bytes"] == 2
+    half_load = p.dtype != "float32"
+    rows = cfg.warm_start.batch_size
+    return Workload(
+        model=p.pretrained,
+        params=base + heads + (lora if p.finetune == "lora" else 0),
+        trainable=trainable,
+        **engine,
+        outside=sum(A.count(m) for m in parts.values()),
+        outside_bytes=2 if (half_load or half_engine) else 4,
+        train_bytes=4 if half_load and not half_engine else None,
+        buffer_bytes=A.count_buffers(transformer)
+        * (4 if p.finetune == "full" and not half_engine else engine["weight_bytes"]),
+        stacks=(stack,),
+        train_rows=max(math.ceil(rows / world), 1),
+        checkpointing=p.gradient_checkpointing or cfg.trainer.engine.gradient_checkpointing,
+        minibatch=rows,
+        lora_trainable=heads + lora if p.finetune == "full" else None,
+        notes=(
+            f"{tokens} latent tokens per row ({p.context} context + 1 target frame of {per_frame}) and {context} "
+            "text tokens of cross-attention context; the warm start alone (no rollout)",
+            "the VAE encode of each row's frames and the per-token time modulation are not counted",
+        ),
+        keys=_keys(
+            cfg,
+            minibatch="warm_start.batch_size",
+            lora=f"policy.finetune=lora (rank {p.lora_rank})",
+            checkpointing="policy.gradient_checkpointing",
+            half_weights="policy.dtype=bfloat16",
+        ),
+    )
+
+
 # ------------------------------------------------------------------------- flow VLA on a transformers VLM
 
 
@@ -483,6 +554,8 @@ def workload(cfg: ExperimentConfig, world: int = 1) -> Workload:
         return vlm_workload(cfg, world)
     if kind == "diffusion" and getattr(cfg.policy, "model", "tiny") != "tiny":
         return diffusion_workload(cfg, world)
+    if kind == "wan_world_model":
+        return wan_world_model_workload(cfg, world)
     sim_cls = SIMULATORS.get(cfg.sim.type)
     static = isinstance(vars(sim_cls).get("action_dim"), int)  # its widths, without building a simulator
     if kind == "token_vla" and static:

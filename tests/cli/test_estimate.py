@@ -19,7 +19,8 @@ def _library_missing(path: Path) -> str | None:
     text = path.read_text()
     if "type: lerobot" in text and importlib.util.find_spec("lerobot") is None:
         return "the lerobot family needs LeRobot (bash scripts/setup_lerobot.sh; its tests run in .venv-lerobot)"
-    if "type: diffusion" in text and "model: tiny" not in text and importlib.util.find_spec("diffusers") is None:
+    diffusers = ("type: diffusion" in text and "model: tiny" not in text) or "type: wan_world_model" in text
+    if diffusers and importlib.util.find_spec("diffusers") is None:
         return "the diffusers family needs mmrl[diffusion]"
     return None
 

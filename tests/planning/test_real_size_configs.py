@@ -49,3 +49,20 @@ def test_train_refuses_a_real_size_recipe_on_a_small_device(tmp_path, capsys):
     assert err[0].startswith("error: the memory plan does not fit") and "against 16.00 GiB" in err[0]
     assert "largest term" in err[0] and "try " in err[0]
     assert not out.exists()
+
+
+def test_the_wan_world_model_recipe_fits_one_80gib_gpu(capsys):
+    """The Wan 2.2 TI2V-5B world model is planned from its published architecture (no download): LoRA,
+    bf16 pipeline, checkpointing; rows of its warm start (it has no RL), frames of 3 x 64 tokens."""
+    from mmrl.experiment import load_experiment
+
+    path = ROOT / "configs" / "wan22_ti2v_5b_world_model.yaml"
+    p = load_experiment(path).policy
+    assert (p.type, p.dtype, p.gradient_checkpointing, p.finetune) == ("wan_world_model", "bfloat16", True, "lora")
+    code = main(["estimate", str(path), "--gpu-memory", "80GiB", "--json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0 and plan["fits"] and plan["total"] <= 80 * 1024**3
+    assert plan["terms"]["rollout"] == 0 and plan["terms"]["activations"] > 0
+    assert any("192 latent tokens per row" in n for n in plan["notes"])
+    full = main(["estimate", str(path), "policy.finetune=full", "--gpu-memory", "80GiB", "--json"])
+    assert full == 1 and "policy.finetune=lora" in capsys.readouterr().out  # the knob that makes it fit

@@ -204,8 +204,14 @@ def test_a_trained_run_exports_loads_back_and_plays_as_a_checked_simulator(tiny_
     spec["policy"] = {"type": "wan_world_model", "pretrained": str(tiny_wan), "sample_steps": 2, **section}
     spec["warm_start"].update(num_episodes=4, steps=3, batch_size=8)
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(spec))
-    build_trainer(load_experiment(tmp_path / "run.yaml")).run()
+    cfg = load_experiment(tmp_path / "run.yaml")
+    build_trainer(cfg).run()
     trained = load_policy(tmp_path / "wan_tiny")
+    from mmrl.planning.estimate import workload
+
+    plan = workload(cfg)  # from the folder's configs on meta and one env of the simulator: the real counts
+    assert plan.params == sum(p.numel() for p in trained.parameters())
+    assert plan.trainable == sum(p.numel() for p in trained.parameters() if p.requires_grad)
     assert isinstance(trained, WanWorldModelPolicy) and trained.cfg.image_size == 16
     if finetune == "lora":  # the adapters trained, the transformer's own weights did not
         assert trained.gen.has_adapter
