@@ -18,8 +18,8 @@ SIMULATORS.register(
 SIMULATORS.register(
     "world_model",
     f"{__name__}.world_model:WorldModelSim",
-    description="a trained world model (policy.type: world_model) played as a simulator from real start frames; "
-    "success and the episode's end judged by an image reward model (default: success_detector)",
+    description="a trained world model (policy.type: world_model or wan_world_model) played as a simulator from real "
+    "start frames; success and the episode's end judged by an image reward model (default: success_detector)",
 )
 
 SIMULATORS.register(
