@@ -28,9 +28,14 @@ success per seed, wall seconds per seed (the Dyna loop's include its world model
 warm starts; no method's includes the shared policy warm start). The world model adds, per seed and
 round, the real success, the success imagined from the same start frames and their gap (imagined
 minus real: how far the detector and the model flatter the policy), and the world model's open-loop
-frame error on held-out real episodes beside predicting that nothing moves. ``world_model_over_rlpd``
-is the issue's goal per seed: world-model steps / RLPD steps, at most 1/3 on every seed. The last line
-is one JSON object.
+frame error on held-out real episodes beside predicting that nothing moves. Every method's ``curve``
+([real env steps, held-out success] per evaluation, the shared warm start's first) and
+``steps_below_level`` (the last evaluation below the level before the first at it: the crossing lies
+between the two). ``world_model_over_rlpd`` is world-model steps / RLPD steps per seed at the
+evaluations; ``world_model_over_rlpd_worst`` the same over RLPD's ``steps_below_level`` (RLPD's
+evaluations are 8000 real steps apart, the world model's one round apart). ``goal_met``, the issue's
+goal, asks at most 1/3 of the worst case on every seed (``goal_met_at_evaluations``: of the first).
+The last line is one JSON object.
 
 The same command continues a run cut short (a Dyna seed takes well over an hour on 2 CPU cores): a Dyna seed
 resumes from its newest complete round (`mmrl.dyna`), and a PPO or RLPD seed finished with the same
@@ -167,7 +172,11 @@ def finished(path: Path, settings: dict, compute) -> dict:
 def run_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
     """One seed of ``method``: a Dyna seed resumes itself; a baseline's finished result is reused."""
     if method == "world_model":
-        return dyna_seed(seed, args)
+        out = dyna_seed(seed, args)
+        start = curve(Path(args.output_dir) / f"se_reach_base_s{seed}")[0]  # the shared warm start's
+        out["curve"] = [start, *[[r["real_env_steps"], r["real_success"]] for r in out["rounds"]]]
+        out["steps_below_level"] = below_level(out["curve"], args.level)
+        return out
     settings = {
         "method": method,
         "seed": seed,
@@ -177,7 +186,29 @@ def run_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
         "method_set": list(args.ppo_set if method == "ppo" else args.rlpd_set),
     }
     path = Path(args.output_dir) / "results" / f"{method}_s{seed}.json"
-    return finished(path, settings, lambda: baseline_seed(method, seed, args))
+    out = finished(path, settings, lambda: baseline_seed(method, seed, args))
+    out["curve"] = curve(Path(args.output_dir) / f"se_reach_{method}_s{seed}")
+    out["steps_below_level"] = below_level(out["curve"], args.level)
+    return out
+
+
+def curve(run: Path) -> list[list]:
+    """``[[real env steps, held-out success], ...]``: every evaluation of a finished run folder."""
+    from sample_efficiency import evaluations
+
+    return [[p["env_steps"], p["success"]] for p in evaluations(json.loads((run / "results.json").read_text()))]
+
+
+def below_level(points: list[list], level: float) -> int | None:
+    """The real env steps of the last evaluation below ``level`` before the first at or above it (the
+    crossing came after them: with ``real_env_steps_to_level``, the bounds that the evaluations'
+    spacing leaves); None where the level was never reached."""
+    last = 0
+    for steps, success in points:
+        if success >= level:
+            return last
+        last = steps
+    return None
 
 
 def seed_runs(seed: int, methods: list[str], args: argparse.Namespace) -> dict[str, dict]:
@@ -205,10 +236,12 @@ def summarise(method: str, runs: list[dict]) -> dict:
         fig = {
             "real_env_steps_to_level": [r["steps_to_level"] for r in runs],
             "final_success": [r["final"] for r in runs],
-            "start_success": [r["start"] for r in runs],
             "real_env_steps": [r["env_steps"] for r in runs],
             "wall_s": [r["wall_s"] for r in runs],
         }
+    fig["start_success"] = [r["curve"][0][1] for r in runs]
+    fig["steps_below_level"] = [r["steps_below_level"] for r in runs]
+    fig["curve"] = [r["curve"] for r in runs]  # per seed: [real env steps, held-out success] per evaluation
     fig["final_success_mean"] = round(statistics.mean(fig["final_success"]), 4)
     fig["final_success_std"] = round(statistics.stdev(fig["final_success"]), 4) if len(runs) > 1 else 0.0
     reached = [s for s in fig["real_env_steps_to_level"] if s is not None]
@@ -267,8 +300,16 @@ def main() -> None:
     if "world_model" in figures and "rlpd" in figures:
         pairs = zip(figures["world_model"]["real_env_steps_to_level"], figures["rlpd"]["real_env_steps_to_level"])
         ratios = [round(w / r, 3) if w is not None and r else None for w, r in pairs]
-        figures["world_model_over_rlpd"] = ratios
-        figures["goal_met"] = all(x is not None and x <= 1 / 3 for x in ratios)
+        figures["world_model_over_rlpd"] = ratios  # at the evaluations where each first reached the level
+        # the worst case the evaluations' spacing allows: the world model's steps to the level over the
+        # steps of RLPD's last evaluation below it (RLPD may have crossed right after that one)
+        pairs = zip(figures["world_model"]["real_env_steps_to_level"], figures["rlpd"]["steps_below_level"])
+        worst = [round(w / r, 3) if w is not None and r else None for w, r in pairs]
+        figures["world_model_over_rlpd_worst"] = worst
+        figures["goal_met_at_evaluations"] = all(x is not None and x <= 1 / 3 for x in ratios)
+        figures["goal_met"] = all(
+            x is not None and x <= 1 / 3 for x in worst
+        )  # the issue's goal, judged on the worst case
     figures["load_avg_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
 
