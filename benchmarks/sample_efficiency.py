@@ -157,10 +157,13 @@ def reach_base(seed: int, args: argparse.Namespace, fresh: bool = True) -> Path:
     of it is there already."""
     from mmrl.experiment import load_experiment, output_dir
     from mmrl.trainer.checkpoint import latest_path
+    from mmrl.trainer.run_folder import check_resume_config
 
     warm = [f"run.name=se_reach_base_s{seed}", f"run.seed={seed}", *args.reach_set, *args.ppo_set]
-    base = output_dir(load_experiment(ROOT / REACH_PPO, warm))
+    cfg = load_experiment(ROOT / REACH_PPO, warm)
+    base = output_dir(cfg)
     if not fresh and base.is_dir() and latest_path(base) is not None:
+        check_resume_config(cfg, latest_path(base))  # one trained with other settings: ConfigChangedError
         print(f"reach seed {seed}: the warm start in {base} is complete, reused", flush=True)
         return base
     shutil.rmtree(base, ignore_errors=True)
