@@ -3,7 +3,8 @@
 through LeRobot's ``LeRobotDataset`` and checked record by record against what was written: images
 of both cameras in order, state, action chunks with the last action repeated past an episode's end,
 the frame's task as the instruction, episode / step indices, the seeded episode choice, resizing,
-video-backed cameras, the one-line errors, and a warm start that trains a tiny SmolVLA from it.
+video-backed cameras, the one-line errors, a warm start that trains a tiny SmolVLA from it, and the
+world model's transitions (one example per frame, the next frame and state as targets).
 
 Runs in the LeRobot venv (``bash scripts/setup_lerobot.sh``); skipped elsewhere.
 """
@@ -375,6 +376,47 @@ def test_transitions_for_rlpd_one_row_per_decision(rewarded):
     policy.after_warm_start()
     out = record_transitions(one, policy)
     assert out["rewards"].tolist() == sums and out["actions"].shape == (5, C, ACTION)
+
+
+def test_a_world_model_learns_from_its_transitions(rewarded):
+    """The world model's data path (issue 72): a LeRobotDataset read with ``transitions=True`` at
+    chunk 1 gives `WorldModelPolicy` one example per frame, whose context is that frame and whose
+    targets are the next frame and state LeRobot holds (an episode's last frame: its own, the final
+    observation); a few warm-start steps on them lower its loss."""
+    from mmrl.policies.world_model import WorldModelConfig, WorldModelPolicy
+
+    root, episodes = rewarded
+    size = 8  # square frames: the world model predicts one square camera
+    records = build(root=root, chunk_size=1, transitions=True, image_keys=CAMERAS[0], image_size=size)
+    frames = resize_images(
+        torch.from_numpy(np.concatenate([episodes[e][CAMERAS[0]] for e in range(len(LENGTHS))])), size
+    )
+    states = torch.from_numpy(np.concatenate([episodes[e]["observation.state"] for e in range(len(LENGTHS))]))
+    actions = torch.from_numpy(np.concatenate([episodes[e]["action"] for e in range(len(LENGTHS))]))
+    nxt = [
+        r + 1 if t + 1 < LENGTHS[e] else r
+        for e in range(len(LENGTHS))
+        for r, t in ((sum(LENGTHS[:e]) + t, t) for t in range(LENGTHS[e]))
+    ]  # the following frame, or the last itself
+
+    model = WorldModelPolicy(WorldModelConfig(image_size=size, ch=8, dim=16, mid_blocks=1), ACTION, STATE)
+    batch = model.warm_start_batch(records)
+    assert len(batch["next_image"]) == sum(LENGTHS)
+    assert torch.equal(batch["context"][:, -1], frames)
+    assert torch.equal(batch["next_image"], frames[nxt])
+    assert torch.equal(batch["next_state"], states[nxt]) and torch.equal(batch["state"], states)
+    assert torch.equal(batch["actions"][:, 0], actions)
+
+    torch.manual_seed(0)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss = model.supervised_loss(batch).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert sum(losses[-5:]) < sum(losses[:5]), losses
 
 
 def test_transitions_need_a_reward_column_or_success_episodes(written):
