@@ -151,6 +151,11 @@ def train(config: str, overrides: list[str]) -> dict:
     return build_trainer(load_experiment(ROOT / config, overrides)).run()
 
 
+def reach_run(side: str, seed: int) -> str:
+    """The run name of one side (``base``: the warm start, ``ppo``, ``dsrl``, ``rlpd``) of a reach seed."""
+    return f"se_reach_{side}_s{seed}"
+
+
 def reach_base(seed: int, args: argparse.Namespace, fresh: bool = True) -> Path:
     """The reach part's warm start of ``seed`` (the PPO run's first part, which every method of the
     seed starts from): its run folder, trained anew (``fresh``) or kept where a complete checkpoint
@@ -159,11 +164,12 @@ def reach_base(seed: int, args: argparse.Namespace, fresh: bool = True) -> Path:
     from mmrl.trainer.checkpoint import latest_path
     from mmrl.trainer.run_folder import check_resume_config
 
-    warm = [f"run.name=se_reach_base_s{seed}", f"run.seed={seed}", *args.reach_set, *args.ppo_set]
+    warm = [f"run.name={reach_run('base', seed)}", f"run.seed={seed}", *args.reach_set, *args.ppo_set]
     cfg = load_experiment(ROOT / REACH_PPO, warm)
     base = output_dir(cfg)
-    if not fresh and base.is_dir() and latest_path(base) is not None:
-        check_resume_config(cfg, latest_path(base))  # one trained with other settings: ConfigChangedError
+    done = latest_path(base) if not fresh and base.is_dir() else None
+    if done is not None:
+        check_resume_config(cfg, done)  # one trained with other settings: ConfigChangedError
         print(f"reach seed {seed}: the warm start in {base} is complete, reused", flush=True)
         return base
     shutil.rmtree(base, ignore_errors=True)
@@ -179,14 +185,14 @@ def reach_seed(seed: int, args: argparse.Namespace, base: Path | None = None) ->
     warm = [*common, *args.ppo_set]  # the warm start's run is the PPO run's first part
     if base is None:
         base = reach_base(seed, args)
-    ppo_dir = base.with_name(f"se_reach_ppo_s{seed}")
+    ppo_dir = base.with_name(reach_run("ppo", seed))
     shutil.rmtree(ppo_dir, ignore_errors=True)
     shutil.copytree(base, ppo_dir, ignore=shutil.ignore_patterns(".lock"))
     frozen = [f"policy.base_checkpoint={base}", "warm_start.dataset=null", "trainer.resume=false", *common]
     jobs = {
         "ppo": lambda: train(REACH_PPO, [f"run.name={ppo_dir.name}", *warm, "trainer.resume=true"]),
-        "dsrl": lambda: train(REACH_DSRL, [f"run.name=se_reach_dsrl_s{seed}", *frozen, *args.dsrl_set]),
-        "rlpd": lambda: train(REACH_RLPD, [f"run.name=se_reach_rlpd_s{seed}", *frozen, *args.rlpd_set]),
+        "dsrl": lambda: train(REACH_DSRL, [f"run.name={reach_run('dsrl', seed)}", *frozen, *args.dsrl_set]),
+        "rlpd": lambda: train(REACH_RLPD, [f"run.name={reach_run('rlpd', seed)}", *frozen, *args.rlpd_set]),
     }
     runs = {side: jobs[side]() for side in args.methods}
     out = {}

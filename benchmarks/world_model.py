@@ -171,9 +171,11 @@ def finished(path: Path, settings: dict, compute) -> dict:
 
 def run_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
     """One seed of ``method``: a Dyna seed resumes itself; a baseline's finished result is reused."""
+    from sample_efficiency import reach_run
+
     if method == "world_model":
         out = dyna_seed(seed, args)
-        start = curve(Path(args.output_dir) / f"se_reach_base_s{seed}")[0]  # the shared warm start's
+        start = curve(Path(args.output_dir) / reach_run("base", seed))[0]  # the shared warm start's
         out["curve"] = [start, *[[r["real_env_steps"], r["real_success"]] for r in out["rounds"]]]
         out["steps_below_level"] = below_level(out["curve"], args.level)
         return out
@@ -187,7 +189,7 @@ def run_seed(method: str, seed: int, args: argparse.Namespace) -> dict:
     }
     path = Path(args.output_dir) / "results" / f"{method}_s{seed}.json"
     out = finished(path, settings, lambda: baseline_seed(method, seed, args))
-    out["curve"] = curve(Path(args.output_dir) / f"se_reach_{method}_s{seed}")
+    out["curve"] = curve(Path(args.output_dir) / reach_run(method, seed))
     out["steps_below_level"] = below_level(out["curve"], args.level)
     return out
 
@@ -209,6 +211,11 @@ def below_level(points: list[list], level: float) -> int | None:
             return last
         last = steps
     return None
+
+
+def over(steps: list, others: list) -> list[float | None]:
+    """Per seed, ``steps / others`` (None where either is missing or zero)."""
+    return [round(w / r, 3) if w is not None and r else None for w, r in zip(steps, others, strict=True)]
 
 
 def seed_runs(seed: int, methods: list[str], args: argparse.Namespace) -> dict[str, dict]:
@@ -298,18 +305,15 @@ def main() -> None:
     for method in methods:
         figures[method] = summarise(method, [runs[method] for runs in per_seed])
     if "world_model" in figures and "rlpd" in figures:
-        pairs = zip(figures["world_model"]["real_env_steps_to_level"], figures["rlpd"]["real_env_steps_to_level"])
-        ratios = [round(w / r, 3) if w is not None and r else None for w, r in pairs]
-        figures["world_model_over_rlpd"] = ratios  # at the evaluations where each first reached the level
-        # the worst case the evaluations' spacing allows: the world model's steps to the level over the
-        # steps of RLPD's last evaluation below it (RLPD may have crossed right after that one)
-        pairs = zip(figures["world_model"]["real_env_steps_to_level"], figures["rlpd"]["steps_below_level"])
-        worst = [round(w / r, 3) if w is not None and r else None for w, r in pairs]
+        steps = figures["world_model"]["real_env_steps_to_level"]
+        ratios = over(steps, figures["rlpd"]["real_env_steps_to_level"])  # at the evaluations that first reached it
+        # the worst case the evaluations' spacing allows: over the steps of RLPD's last evaluation below
+        # the level (RLPD may have crossed right after that one)
+        worst = over(steps, figures["rlpd"]["steps_below_level"])
+        figures["world_model_over_rlpd"] = ratios
         figures["world_model_over_rlpd_worst"] = worst
         figures["goal_met_at_evaluations"] = all(x is not None and x <= 1 / 3 for x in ratios)
-        figures["goal_met"] = all(
-            x is not None and x <= 1 / 3 for x in worst
-        )  # the issue's goal, judged on the worst case
+        figures["goal_met"] = all(x is not None and x <= 1 / 3 for x in worst)  # the issue's goal: the worst case
     figures["load_avg_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
 
