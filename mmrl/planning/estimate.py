@@ -225,6 +225,29 @@ def token_vla_workload(cfg: ExperimentConfig, world: int, sim) -> Workload:
 # --------------------------------------------------------------------------------------- diffusers
 
 
+def _pipeline_bytes(dtype: str, finetune: str, engine: dict, transformer) -> tuple[dict, str]:
+    """A diffusers pipeline's byte widths for `Workload` (the frozen modules outside the trained one,
+    the trained weights, the transformer's buffers) and how its precision reads in the notes. Loaded in
+    half (``policy.dtype``), the frozen parts are half and the trained weights float32; DeepSpeed's half
+    engine casts it all; the buffers (SD3's positional table) are in the transformer's dtype, float32
+    for a full fine-tune."""
+    half_engine = engine["backend"] == "deepspeed" and engine["weight_bytes"] == 2  # DeepSpeed casts it all
+    half_load = dtype != "float32"
+    if half_load and not half_engine:
+        precision = f"pipeline in {dtype} (policy.dtype), the trained weights in float32"
+    elif half_engine:
+        precision = "DeepSpeed's half weights (fp32 master copy and moments)"
+    else:
+        precision = "weights fp32 as loaded (policy.dtype=bfloat16 halves the frozen ones)"
+    widths = {
+        "outside_bytes": 2 if (half_load or half_engine) else 4,
+        "train_bytes": 4 if half_load and not half_engine else None,
+        "buffer_bytes": A.count_buffers(transformer)
+        * (4 if finetune == "full" and not half_engine else engine["weight_bytes"]),
+    }
+    return widths, precision
+
+
 def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
     from mmrl.policies.diffusers_base import DiffusersGenerator
     from mmrl.policies.diffusion import DiffusionConfig, diffusers_family
@@ -263,19 +286,12 @@ def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
     stacks, text = _diffusers_stacks(family, _config(transformer), tokens, p.max_sequence_length)
     cfg_rows = 2 if p.guidance_scale != 1.0 else 1
     engine = _engine(cfg, world, DTYPE_BYTES[p.dtype], trainable)
-    half_engine = engine["backend"] == "deepspeed" and engine["weight_bytes"] == 2  # DeepSpeed casts it all
-    half_load = p.dtype != "float32"
+    widths, precision = _pipeline_bytes(p.dtype, p.finetune, engine, transformer)
     rollout_rows = cfg.sim.num_envs  # per rank (docs/guides/distributed.md)
     chain = rollout_rows * (p.num_steps + 1) * channels * frames * side * side * 4
     # a no-grad forward keeps little alive at once: the FFN's inner activation and a few hidden-size tensors
     widest = max(stacks, key=lambda st: st.tokens * (st.ffn + 4 * st.hidden))
     transient = rollout_rows * cfg_rows * widest.tokens * (widest.ffn + 4 * widest.hidden) * engine["act_bytes"]
-    if half_load and not half_engine:
-        precision = f"pipeline in {p.dtype} (policy.dtype), the trained weights in float32"
-    elif half_engine:
-        precision = "DeepSpeed's half weights (fp32 master copy and moments)"
-    else:
-        precision = "weights fp32 as loaded (policy.dtype=bfloat16 halves the frozen ones)"
     notes = [
         f"{tokens} latent tokens per sample ({frames} x {side // patch} x {side // patch})"
         + (f" + {text} text tokens through the joint blocks" if text else "")
@@ -290,12 +306,8 @@ def diffusion_workload(cfg: ExperimentConfig, world: int) -> Workload:
         trainable=trainable,
         **engine,
         outside=outside,
-        outside_bytes=2 if (half_load or half_engine) else 4,
         copies=copies,
-        train_bytes=4 if half_load and not half_engine else None,
-        # the transformer's buffers (SD3's positional table) in its dtype: a full fine-tune's is float32
-        buffer_bytes=A.count_buffers(transformer)
-        * (4 if p.finetune == "full" and not half_engine else engine["weight_bytes"]),
+        **widths,
         stacks=stacks,
         train_rows=_rows(cfg, world),
         rows_factor=_times_per_sample(cfg) * cfg_rows,
@@ -383,12 +395,10 @@ def wan_world_model_workload(cfg: ExperimentConfig, world: int) -> Workload:
     lora = A.lora_count(transformer, WanGenerator.lora_targets(transformer), p.lora_rank, suffix=True)
     base = A.count(transformer)
     trainable = heads + (lora if p.finetune == "lora" else base)
-    hidden = tc.num_attention_heads * tc.attention_head_dim
-    context = p.max_sequence_length + 1 + (1 if state_dim else 0)
-    stack = Stack("transformer", tc.num_layers, hidden, hidden, tc.ffn_dim, tokens, gated=False, context=context)
+    context = p.max_sequence_length + 1 + (1 if state_dim else 0)  # the instruction's, the action's, the state's
+    stacks, _ = _diffusers_stacks("wan", tc, tokens, context)
     engine = _engine(cfg, world, DTYPE_BYTES[p.dtype], trainable)
-    half_engine = engine["backend"] == "deepspeed" and engine["weight_bytes"] == 2
-    half_load = p.dtype != "float32"
+    widths, _ = _pipeline_bytes(p.dtype, p.finetune, engine, transformer)
     rows = cfg.warm_start.batch_size
     return Workload(
         model=p.pretrained,
@@ -396,11 +406,8 @@ def wan_world_model_workload(cfg: ExperimentConfig, world: int) -> Workload:
         trainable=trainable,
         **engine,
         outside=sum(A.count(m) for m in parts.values()),
-        outside_bytes=2 if (half_load or half_engine) else 4,
-        train_bytes=4 if half_load and not half_engine else None,
-        buffer_bytes=A.count_buffers(transformer)
-        * (4 if p.finetune == "full" and not half_engine else engine["weight_bytes"]),
-        stacks=(stack,),
+        **widths,
+        stacks=stacks,
         train_rows=max(math.ceil(rows / world), 1),
         checkpointing=p.gradient_checkpointing or cfg.trainer.engine.gradient_checkpointing,
         minibatch=rows,
