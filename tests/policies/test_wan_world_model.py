@@ -17,17 +17,11 @@ pytest.importorskip("diffusers", reason="the Wan world model needs diffusers (mm
 
 from mmrl.batch import Batch  # noqa: E402
 from mmrl.config import ConfigError  # noqa: E402
-from mmrl.data import load_dataset  # noqa: E402
 from mmrl.policies.base import encode_text  # noqa: E402
 from mmrl.policies.wan_world_model import WanWorldModelConfig, WanWorldModelPolicy, shifted  # noqa: E402
+from tests.policies.test_world_model import SIM, demos, played  # noqa: E402  (the built-in model's test data)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-SIM = {"image_size": 16, "num_objects": 2, "max_episode_steps": 8}
-
-
-def demos(n: int = 6, seed: int = 0) -> dict:
-    return load_dataset("reach_demos", num_episodes=n, seed=seed, chunk_size=1, sim_kwargs=SIM, expert_speed=0.5)
 
 
 def model(folder, state_dim: int = 2, seed: int = 0, **kw) -> WanWorldModelPolicy:
@@ -194,8 +188,6 @@ def test_a_trained_run_exports_loads_back_and_plays_as_a_checked_simulator(tiny_
     from mmrl.api import load_policy
     from mmrl.checks.simulator import check_simulator
     from mmrl.experiment import build_trainer, load_experiment
-    from mmrl.registry import SIMULATORS
-    from rewards.success_detector import SuccessDetector
 
     section = {"context": 2, "max_sequence_length": 8, "cond_hidden": 16, "finetune": finetune, "lora_rank": 4}
     spec = yaml.safe_load(open("configs/reach_world_model.yaml"))
@@ -230,22 +222,7 @@ def test_a_trained_run_exports_loads_back_and_plays_as_a_checked_simulator(tiny_
     rows = b.index(torch.arange(4))
     losses = [mean_loss(p, rows) for p in (trained, exported, model(tiny_wan, **section))]
     assert losses[0] == losses[1] != losses[2]  # the trained weights came back; an untrained model differs
-    detector = SuccessDetector.untrained(16)
-    detector.save(tmp_path / "detector")
-    starts = tmp_path / "starts.pt"
-    torch.save(demos(5, seed=3), starts)
-
-    def make():
-        return SIMULATORS.build(
-            "world_model",
-            checkpoint=str(tmp_path / "export"),
-            reward_kwargs={"path": str(tmp_path / "detector")},
-            starts=str(starts),
-            num_envs=2,
-            max_episode_steps=4,
-            seed=0,
-        )
-
+    make = played(tmp_path, num_envs=2, max_episode_steps=4)
     assert {"reset", "step", "step_chunk", "episode", "truncation"} <= set(check_simulator(make(), chunk_size=2))
     sim = make()
     assert isinstance(sim.model, WanWorldModelPolicy)

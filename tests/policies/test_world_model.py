@@ -124,21 +124,14 @@ def tiny_run(tmp_path) -> tuple:
     return tmp_path / "reach_world_model", cfg
 
 
-def test_trained_checkpoint_exports_and_plays_as_a_checked_simulator(tmp_path):
-    from mmrl.api import load_policy
-    from mmrl.checks.simulator import check_simulator
+def played(tmp_path, num_envs: int, max_episode_steps: int):
+    """A factory of ``sim.type: world_model`` playing the checkpoint exported to ``tmp_path / "export"``,
+    from recorded start frames, its success judged by an untrained detector (also used by the Wan
+    world model's test)."""
     from mmrl.registry import SIMULATORS
     from rewards.success_detector import SuccessDetector
 
-    run, _ = tiny_run(tmp_path)
-    trained = load_policy(run)
-    assert isinstance(trained, WorldModelPolicy)
-    trained.export_pretrained(tmp_path / "export")
-    exported = load_policy(tmp_path / "export")
-    for a, b in zip(trained.state_dict().values(), exported.state_dict().values(), strict=True):
-        assert torch.equal(a, b)
-    detector = SuccessDetector.untrained(16)
-    detector.save(tmp_path / "detector")
+    SuccessDetector.untrained(16).save(tmp_path / "detector")
     starts = tmp_path / "starts.pt"
     torch.save(demos(5, seed=3), starts)
 
@@ -148,11 +141,26 @@ def test_trained_checkpoint_exports_and_plays_as_a_checked_simulator(tmp_path):
             checkpoint=str(tmp_path / "export"),
             reward_kwargs={"path": str(tmp_path / "detector")},
             starts=str(starts),
-            num_envs=3,
-            max_episode_steps=6,
+            num_envs=num_envs,
+            max_episode_steps=max_episode_steps,
             seed=0,
         )
 
+    return make
+
+
+def test_trained_checkpoint_exports_and_plays_as_a_checked_simulator(tmp_path):
+    from mmrl.api import load_policy
+    from mmrl.checks.simulator import check_simulator
+
+    run, _ = tiny_run(tmp_path)
+    trained = load_policy(run)
+    assert isinstance(trained, WorldModelPolicy)
+    trained.export_pretrained(tmp_path / "export")
+    exported = load_policy(tmp_path / "export")
+    for a, b in zip(trained.state_dict().values(), exported.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    make = played(tmp_path, num_envs=3, max_episode_steps=6)
     passed = check_simulator(make(), chunk_size=3)
     assert {"reset", "step", "step_chunk", "episode", "truncation"} <= set(passed)
     sim = make()
