@@ -388,16 +388,13 @@ def test_a_world_model_learns_from_its_transitions(rewarded):
     root, episodes = rewarded
     size = 8  # square frames: the world model predicts one square camera
     records = build(root=root, chunk_size=1, transitions=True, image_keys=CAMERAS[0], image_size=size)
-    frames = resize_images(
-        torch.from_numpy(np.concatenate([episodes[e][CAMERAS[0]] for e in range(len(LENGTHS))])), size
-    )
-    states = torch.from_numpy(np.concatenate([episodes[e]["observation.state"] for e in range(len(LENGTHS))]))
-    actions = torch.from_numpy(np.concatenate([episodes[e]["action"] for e in range(len(LENGTHS))]))
-    nxt = [
-        r + 1 if t + 1 < LENGTHS[e] else r
-        for e in range(len(LENGTHS))
-        for r, t in ((sum(LENGTHS[:e]) + t, t) for t in range(LENGTHS[e]))
-    ]  # the following frame, or the last itself
+
+    def column(key: str) -> torch.Tensor:  # every episode's frames of one column, in order
+        return torch.from_numpy(np.concatenate([episodes[e][key] for e in range(len(LENGTHS))]))
+
+    frames, states, actions = resize_images(column(CAMERAS[0]), size), column("observation.state"), column("action")
+    last = {sum(LENGTHS[: e + 1]) - 1 for e in range(len(LENGTHS))}
+    nxt = [r if r in last else r + 1 for r in range(sum(LENGTHS))]  # the following frame, or the last itself
 
     model = WorldModelPolicy(WorldModelConfig(image_size=size, ch=8, dim=16, mid_blocks=1), ACTION, STATE)
     batch = model.warm_start_batch(records)
